@@ -1,0 +1,1 @@
+"""Manager-cluster service: intake, placement, outbox, status mirror and the admin queries."""

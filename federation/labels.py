@@ -1,0 +1,59 @@
+"""Label keys, annotation keys and managedBy values: the one module holding these constants.
+
+Every object the agent creates in a worker cluster carries ``ORIGIN``, ``WORKLOAD_UID``,
+``PLACEMENT_ATTEMPT`` and ``JOB_KIND``; garbage collection lists by them and checks the
+origin before deleting anything.
+"""
+
+from __future__ import annotations
+
+# --- managedBy values -------------------------------------------------------------------
+MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+"""The value that hands a Job to a multi-cluster dispatcher (mkd claims exactly these)."""
+
+TRAINING_OPERATOR = "kubeflow.org/training-operator"
+"""Kubeflow v1 jobs (PyTorchJob, TFJob, XGBoostJob, PaddleJob, JAXJob)."""
+MPI_OPERATOR = "kubeflow.org/mpi-operator"
+"""MPIJob v2beta1."""
+TRAINJOB_CONTROLLER = "trainer.kubeflow.org/trainjob-controller"
+"""TrainJob (trainer v2); the CRD defaults spec.managedBy to this value."""
+BATCH_JOB_CONTROLLER = "kubernetes.io/job-controller"
+"""batch/v1 Job's built-in controller."""
+JOBSET_CONTROLLER = "jobset.sigs.k8s.io/jobset-controller"
+"""JobSet's own controller."""
+
+# --- Kueue's well-known keys ---------------------------------------------------------------
+QUEUE_NAME = "kueue.x-k8s.io/queue-name"
+"""Label naming the Queue a Job joins; the default queue otherwise."""
+DEFAULT_QUEUE = "default"
+KUEUE_ORIGIN = "kueue.x-k8s.io/multikueue-origin"
+"""Kueue stamps remote copies with this; mkd stamps it too so Kueue-aware tooling recognises them."""
+KUEUE_PREBUILT_WORKLOAD = "kueue.x-k8s.io/prebuilt-workload-name"
+
+# --- mkd's own keys --------------------------------------------------------------------------
+PREFIX = "mkd.dev"
+ORIGIN = f"{PREFIX}/origin"
+"""Name of the dispatcher (federation) that placed the object; GC only touches its own origin."""
+WORKLOAD_UID = f"{PREFIX}/workload-uid"
+"""uid of the Job in the manager cluster (the Workload key)."""
+PLACEMENT_ATTEMPT = f"{PREFIX}/placement-attempt"
+"""Placement attempt number (decimal)."""
+EPOCH = f"{PREFIX}/epoch"
+"""Dispatcher epoch that issued the placement (decimal)."""
+JOB_KIND = f"{PREFIX}/kind"
+"""JobKind name (``PyTorchJob``, ``MPIJob``, ...)."""
+SPEC_VERSION_ANNOTATION = f"{PREFIX}/spec-version"
+"""Annotation: the spec version last applied from a place Command (decimal)."""
+MANAGER_NAMESPACE_ANNOTATION = f"{PREFIX}/manager-namespace"
+MANAGER_NAME_ANNOTATION = f"{PREFIX}/manager-name"
+
+# --- condition types mkd writes on manager Jobs -----------------------------------------------
+CONDITION_DISPATCHED = "MultiClusterDispatched"
+"""Set on the manager Job: True with the cluster name once placed, False with the reason while pending."""
+CONDITION_REJECTED = "MultiClusterRejected"
+"""Set on the manager Job when mkd cannot run it (invalid spec, unknown runtime, managedBy changed)."""
+
+
+def origin_selector(origin: str) -> str:
+    """Label selector matching every object a given dispatcher origin created."""
+    return f"{ORIGIN}={origin}"

@@ -1,0 +1,248 @@
+"""Commands (dispatcher → agent) and Reports (agent → dispatcher): versioned pydantic models.
+
+Delivery over MQTT is at least once; these identifiers make the effects exactly once:
+
+* ``workload_uid`` — uid of the Job in the manager cluster (the Workload key);
+* ``attempt`` — placement attempt number, one per Placement row;
+* ``epoch`` — the dispatcher's fencing epoch (bumped each time a dispatcher instance starts);
+  an agent refuses a Command whose (epoch, attempt) is older than the newest it has applied
+  for that workload;
+* ``spec_version`` — bumped when the manager Job's spec changes (suspend, resume, edits);
+  a Place with the same (workload, attempt, spec_version) as the last applied one is a no-op;
+* ``seq`` — per-placement sequence number on Reports; the dispatcher drops a Status whose
+  seq is not newer than the last one it stored.
+
+``decode_command`` and ``decode_report`` never raise anything but :class:`MessageRefused`:
+unknown fields, wrong types, oversize payloads, bad JSON and unknown versions are refused
+with a reason.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from federation.errors import Permanent
+
+SCHEMA_VERSION = 1
+MAX_PAYLOAD_BYTES = 1_048_576
+"""1 MiB: a Kubernetes object is at most ~1.5 MiB in etcd; a Job this large is refused, not truncated."""
+
+Name = Annotated[str, Field(min_length=1, max_length=253)]
+Uid = Annotated[str, Field(min_length=1, max_length=128)]
+Counter = Annotated[int, Field(ge=0, le=2**63 - 1)]
+
+
+def now() -> datetime:
+    return datetime.now(UTC)
+
+
+class MessageRefused(Permanent):
+    """A payload that cannot be accepted; ``reason`` says why in one line."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason, reason="MessageRefused")
+
+
+class _Message(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    v: Literal[1] = SCHEMA_VERSION
+
+
+class JobRef(BaseModel):
+    """Where a Job lives: kind (JobKind name), apiVersion, namespace, name."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    kind: Name
+    api_version: Name
+    namespace: Name
+    name: Name
+
+
+class PlacementKey(BaseModel):
+    """The identifiers of one placement attempt."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    workload_uid: Uid
+    attempt: Counter
+    epoch: Counter
+
+
+# --- Commands -------------------------------------------------------------------------------
+
+
+class Place(_Message):
+    """Create or update the Job on the worker. ``manifest`` is the object prepared by the JobKind."""
+
+    type: Literal["place"] = "place"
+    placement: PlacementKey
+    spec_version: Counter
+    job: JobRef
+    manifest: dict[str, Any]
+    sent_at: datetime = Field(default_factory=now)
+
+
+class Delete(_Message):
+    """Delete the Job placed under ``placement`` and everything it owns."""
+
+    type: Literal["delete"] = "delete"
+    placement: PlacementKey
+    job: JobRef
+    reason: str = ""
+    sent_at: datetime = Field(default_factory=now)
+
+
+class Resync(_Message):
+    """The dispatcher's answer to an Inventory: the complete set of placements it expects on the cluster.
+
+    The agent deletes what it runs that is not listed (garbage), and reports status for the rest.
+    Missing placements are re-sent by the dispatcher as Place commands.
+    """
+
+    type: Literal["resync"] = "resync"
+    cluster: Name
+    epoch: Counter
+    expected: list[PlacementKey]
+    sent_at: datetime = Field(default_factory=now)
+
+
+Command = Annotated[Place | Delete | Resync, Field(discriminator="type")]
+
+# --- Reports --------------------------------------------------------------------------------
+
+
+class Accepted(_Message):
+    """The agent created (or already had) the Job for this placement and spec version."""
+
+    type: Literal["accepted"] = "accepted"
+    cluster: Name
+    placement: PlacementKey
+    spec_version: Counter
+    seq: Counter
+    sent_at: datetime = Field(default_factory=now)
+
+
+class Rejected(_Message):
+    """The agent refused the placement. ``permanent`` False means another try on this cluster may work."""
+
+    type: Literal["rejected"] = "rejected"
+    cluster: Name
+    placement: PlacementKey
+    spec_version: Counter
+    seq: Counter
+    reason: str
+    message: str
+    permanent: bool = True
+    sent_at: datetime = Field(default_factory=now)
+
+
+class Status(_Message):
+    """The worker Job's ``.status`` as its controller wrote it, copied whole.
+
+    ``finished`` is ``"Succeeded"`` / ``"Failed"`` once the JobKind says so, else None.
+    ``gone`` is True when the worker Job no longer exists (deleted there, or by TTL).
+    """
+
+    type: Literal["status"] = "status"
+    cluster: Name
+    placement: PlacementKey
+    seq: Counter
+    status: dict[str, Any]
+    finished: Literal["Succeeded", "Failed"] | None = None
+    gone: bool = False
+    sent_at: datetime = Field(default_factory=now)
+
+
+class Capacity(BaseModel):
+    """Per resource name, Kubernetes quantity strings (``"8"``, ``"64Gi"``, ``"500m"``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    allocatable: dict[str, str] = Field(default_factory=dict)
+    free: dict[str, str] = Field(default_factory=dict)
+    largest_node_free: dict[str, str] = Field(default_factory=dict)
+    """Free capacity of the node with the most of it, per resource: what one pod can get at most."""
+
+
+class Heartbeat(_Message):
+    """Retained on the presence topic; the will message is the same with ``online=False``."""
+
+    type: Literal["heartbeat"] = "heartbeat"
+    cluster: Name
+    online: bool = True
+    agent_version: str = ""
+    interval_seconds: float = 10.0
+    labels: dict[str, str] = Field(default_factory=dict)
+    capacity: Capacity = Field(default_factory=Capacity)
+    kinds_reconciled: list[str] = Field(default_factory=list)
+    kinds_delegated: dict[str, str] = Field(default_factory=dict)
+    """JobKind name → the managedBy value of the operator the agent hands it to."""
+    running: Counter = 0
+    sent_at: datetime = Field(default_factory=now)
+
+
+class InventoryItem(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    placement: PlacementKey
+    spec_version: Counter
+    job: JobRef
+    last_seq: Counter
+
+
+class Inventory(_Message):
+    """Sent by the agent on every (re)connect: what it runs. The dispatcher answers with a Resync."""
+
+    type: Literal["inventory"] = "inventory"
+    cluster: Name
+    items: list[InventoryItem]
+    sent_at: datetime = Field(default_factory=now)
+
+
+Report = Annotated[Accepted | Rejected | Status | Heartbeat | Inventory, Field(discriminator="type")]
+
+_COMMAND: TypeAdapter[Place | Delete | Resync] = TypeAdapter(Command)
+_REPORT: TypeAdapter[Accepted | Rejected | Status | Heartbeat | Inventory] = TypeAdapter(Report)
+
+
+def encode(message: _Message) -> bytes:
+    """Serialise any Command or Report to the JSON bytes sent on the wire."""
+    data = message.model_dump_json().encode()
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise MessageRefused(
+            f"message is {len(data)} bytes, above the {MAX_PAYLOAD_BYTES}-byte limit; "
+            "shrink the Job (large inline data belongs in a ConfigMap or volume)")
+    return data
+
+
+def _decode(payload: bytes, adapter: TypeAdapter[Any], what: str) -> Any:
+    if not isinstance(payload, bytes | bytearray):
+        raise MessageRefused(f"{what} payload must be bytes, got {type(payload).__name__}")
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise MessageRefused(f"{what} payload is {len(payload)} bytes, above {MAX_PAYLOAD_BYTES}")
+    try:
+        raw = json.loads(payload)
+    except (ValueError, RecursionError) as exc:
+        raise MessageRefused(f"{what} payload is not JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise MessageRefused(f"{what} payload must be a JSON object")
+    version = raw.get("v")
+    if version != SCHEMA_VERSION:
+        raise MessageRefused(f"{what} schema version {version!r} is not supported (this side speaks {SCHEMA_VERSION})")
+    try:
+        return adapter.validate_python(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(root)"
+        raise MessageRefused(f"{what} field {where}: {first['msg']}") from None
+    except (RecursionError, ValueError, TypeError) as exc:
+        raise MessageRefused(f"{what} is malformed: {exc}") from None
+
+
+def decode_command(payload: bytes) -> Place | Delete | Resync:
+    return _decode(payload, _COMMAND, "command")  # type: ignore[no-any-return]
+
+
+def decode_report(payload: bytes) -> Accepted | Rejected | Status | Heartbeat | Inventory:
+    return _decode(payload, _REPORT, "report")  # type: ignore[no-any-return]

@@ -1,0 +1,1 @@
+"""The one command line: services, the demo, the simulator and the admin views."""

@@ -1,0 +1,1 @@
+"""Worker-cluster agent: inbox, reconcilers (render -> apply), status reports, capacity and GC."""
