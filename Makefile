@@ -3,14 +3,17 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+PIPLOG := $(VENV)/pip-install.log
 
 .PHONY: demo test lint typecheck unit bench clean
 
+# One install step for everything; its output goes to a log, shown only when it fails.
 $(STAMP): pyproject.toml
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@echo "setting up $(VENV) (log: $(PIPLOG))"
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --upgrade pip > $(PIPLOG) 2>&1 || (cat $(PIPLOG); exit 1)
+	@$(BIN)/python -m pip install -e '.[dev]' >> $(PIPLOG) 2>&1 || (tail -n 60 $(PIPLOG); exit 1)
+	@touch $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/mkctl demo $(DEMO_ARGS)
