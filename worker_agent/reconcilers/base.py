@@ -1,0 +1,64 @@
+"""The reconciler contract: ``Observed`` in, ``Plan`` out, one pure ``render`` per JobKind.
+
+A reconciler never talks to the API server. The apply loop (``worker_agent.apply``) reads the
+job and lists its children by ``child_selector``, calls ``render`` and carries out the Plan:
+creates, updates, deletes, the status write (status subresource, only when changed), Events,
+and a requeue after ``requeue_after`` seconds for deadlines and TTLs. Children created from a
+Plan get an owner reference to the job (controller, blockOwnerDeletion) added by the apply loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from federation.kube import Resource
+
+
+@dataclass
+class Observed:
+    """What the apply loop saw just now."""
+
+    job: dict[str, Any]
+    """The worker Job as read now."""
+    children: dict[str, list[dict[str, Any]]]
+    """``Resource.plural`` -> objects matching ``child_selector``."""
+    now: datetime
+
+
+@dataclass
+class Plan:
+    """What to do so the cluster matches the job; empty lists mean nothing to do."""
+
+    creates: list[tuple[Resource, dict[str, Any]]] = field(default_factory=list)
+    updates: list[tuple[Resource, dict[str, Any]]] = field(default_factory=list)
+    deletes: list[tuple[Resource, str]] = field(default_factory=list)
+    """(resource, name) in the job's namespace."""
+    status: dict[str, Any] | None = None
+    """The job's new full ``.status`` when it changed, else None."""
+    events: list[tuple[str, str, str]] = field(default_factory=list)
+    """(type, reason, message) Events on the job."""
+    requeue_after: float | None = None
+    """Seconds until a deadline or TTL falls due."""
+    delete_job: bool = False
+    """TTL expired: delete the job itself (children go by GC)."""
+
+
+class Reconciler(Protocol):
+    """One per JobKind the agent runs itself."""
+
+    kind: str
+    """JobKind name (``PyTorchJob``, ``MPIJob``, ...)."""
+    children: tuple[Resource, ...]
+    """Resources the reconciler creates; the apply loop lists these by ``child_selector``."""
+
+    def child_selector(self, job: Mapping[str, Any]) -> str:
+        """Label selector listing the job's children."""
+        ...
+
+    def render(self, observed: Observed) -> Plan:
+        """Pure: compute the Plan from what was observed."""
+        ...
