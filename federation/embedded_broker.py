@@ -1,0 +1,72 @@
+"""An MQTT broker inside the process (amqtt): the only module importing ``amqtt``.
+
+For ``mkd dev`` / the demo and for tests on machines without Mosquitto. ``EmbeddedBroker`` is an
+async context manager bound to ``127.0.0.1`` and a free port by default; ``.url`` is what
+``MqttSettings.url`` takes. Checked with aiomqtt as the client (tests/federation/test_mqtt.py): QoS 1
+delivery, retained messages, will messages on an unclean disconnect and persistent sessions
+(clean_session False) that queue QoS 1 messages while a subscriber is away.
+
+What it lacks compared to Mosquitto (production deployments should run Mosquitto or another broker):
+* state lives in memory only: retained messages and queued session messages die with the process;
+* no limit on queued messages per offline session (Mosquitto: ``max_queued_messages``), and
+  offline sessions never expire unless ``session_expiry_interval`` is set;
+* MQTT 3.1.1 only (no MQTT 5 properties, receive-maximum or session expiry per client);
+* anonymous access only as configured here (no ACLs, no password file), plain TCP (no TLS listener);
+* an order of magnitude slower than Mosquitto (pure Python, one event loop shared with its host).
+"""
+
+from __future__ import annotations
+
+import logging
+from types import TracebackType
+from typing import Any
+
+from amqtt.broker import Broker
+
+from federation.errors import Permanent
+
+# amqtt logs every connection, packet and plugin step at INFO; its warnings are still worth seeing.
+for _name in ("amqtt", "transitions"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+
+class EmbeddedBroker:
+    """An amqtt broker listening on ``host:port`` (port 0: the OS picks a free one) while entered."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        self.host = host
+        self.port = port
+        self._broker: Broker | None = None
+
+    @property
+    def url(self) -> str:
+        if self._broker is None:
+            raise RuntimeError("EmbeddedBroker.url is known once the broker is entered")
+        return f"mqtt://{self.host}:{self.port}"
+
+    async def __aenter__(self) -> EmbeddedBroker:
+        if self._broker is not None:
+            raise RuntimeError("EmbeddedBroker is already running")
+        config: dict[str, Any] = {
+            "listeners": {"default": {"type": "tcp", "bind": f"{self.host}:{self.port}"}},
+            # No $SYS publishing and no packet/event loggers: only what a federation needs.
+            "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}},
+        }
+        broker = Broker(config)
+        try:
+            await broker.start()
+        except Exception as exc:
+            raise Permanent(f"embedded MQTT broker cannot listen on {self.host}:{self.port}: {exc}",
+                            reason="BrokerStart") from exc
+        server = broker._servers["default"].instance
+        sockets = getattr(server, "sockets", None) or ()
+        if sockets:
+            self.port = int(sockets[0].getsockname()[1])
+        self._broker = broker
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        broker, self._broker = self._broker, None
+        if broker is not None:
+            await broker.shutdown()

@@ -1,0 +1,84 @@
+"""Settings groups shared by the services: the MQTT link and the Kubernetes API client.
+
+Plain pydantic models, not settings sources: each service builds its own pydantic-settings class
+(env vars, CLI flags) and nests these groups in it, so there is one settings object per process,
+passed explicitly, and no module globals.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class MqttSettings(BaseModel):
+    """How to reach the broker and how hard to retry it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    url: str = "mqtt://127.0.0.1:1883"
+    """``mqtt://host:port`` or ``mqtts://host:port`` (TLS); ``user:password@`` is allowed in the URL.
+    Default: a broker on this machine, what a development setup runs."""
+
+    topic_root: str = "mkd/v1"
+    """Prefix of every topic; change it so several federations (or test runs) share one broker."""
+
+    client_id: str | None = None
+    """MQTT client id. Must be stable across restarts for the persistent session to survive (QoS 1
+    messages queued while the service was away are delivered on reconnect). None: the service picks
+    one from its own identity (``mkd-dispatcher``, ``mkd-agent-<cluster>``)."""
+
+    username: str | None = None
+    """Broker user; overrides a user given in ``url``. None: anonymous (or the URL's user)."""
+
+    password: str | None = None
+    """Broker password; overrides a password given in ``url``."""
+
+    tls_ca: Path | None = None
+    """PEM file of the CA that signed the broker's certificate. None with ``mqtts://``: the system CAs."""
+
+    tls_cert: Path | None = None
+    """PEM client certificate, for brokers that authenticate clients by certificate."""
+
+    tls_key: Path | None = None
+    """PEM private key of ``tls_cert``."""
+
+    keepalive: int = Field(default=30, ge=5, le=3600)
+    """Seconds between pings. 30 s: the broker publishes the will (presence offline) after 1.5x this
+    when a peer dies silently, so 45 s to notice a lost agent; shorter costs traffic for nothing."""
+
+    backoff_initial: float = Field(default=0.5, gt=0)
+    """Seconds to wait after the first failed connect; doubled after each further failure."""
+
+    backoff_max: float = Field(default=30.0, gt=0)
+    """Cap on the reconnect delay in seconds: a broker back after an outage is found within 30 s."""
+
+    max_inflight: int = Field(default=1000, ge=1, le=65535)
+    """QoS 1 publishes awaiting their PUBACK at once. The dispatcher publishes >= 500 commands/s;
+    paho's default of 20 would serialise them behind round trips."""
+
+    publish_timeout: float = Field(default=10.0, gt=0)
+    """Seconds a publish waits for its PUBACK before it fails with Transport."""
+
+
+class KubeSettings(BaseModel):
+    """Which Kubernetes API server to talk to and how."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kubeconfig: Path | None = None
+    """Kubeconfig file. None: the in-cluster service account when running in a pod, else ~/.kube/config."""
+
+    context: str | None = None
+    """Context inside the kubeconfig; None: its current-context."""
+
+    max_concurrency: int = Field(default=16, ge=1, le=256)
+    """Blocking API calls running at once (threads and pooled HTTP connections). 16 keeps a busy agent
+    from queueing behind slow calls without opening hundreds of connections to one API server."""
+
+    timeout: float = Field(default=30.0, gt=0)
+    """Seconds one API request may take (connect + read) before it fails with Transport."""
+
+    watch_timeout: int = Field(default=300, ge=10)
+    """``timeoutSeconds`` of each watch request; the informer re-watches from the last resourceVersion."""

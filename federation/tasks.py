@@ -1,0 +1,163 @@
+"""Named long-lived tasks with an owner and a staged shutdown; the only place that creates them.
+
+``Supervisor`` starts each task under a name; a task that fails is logged the moment it fails and
+either restarted with capped backoff (``restart=True``) or treated as fatal: ``run_until_stopped``
+returns early and re-raises it. Shutdown is staged: every task is cancelled, stragglers (tasks
+that swallow the cancellation or clean up slowly) get ``grace`` seconds, are then cancelled again
+and named in the log, and the first task error is re-raised, not swallowed.
+``install_signal_handlers`` turns SIGTERM / SIGINT into setting the stop event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from types import TracebackType
+
+from federation.clock import Clock, SystemClock
+
+log = logging.getLogger(__name__)
+
+Factory = Callable[[], Awaitable[None]]
+
+
+@dataclass
+class TaskInfo:
+    """What the supervisor knows about one named task (for health endpoints and tests)."""
+
+    name: str
+    restart: bool
+    task: asyncio.Task[None]
+    restarts: int = 0
+    last_error: BaseException | None = field(default=None, repr=False)
+
+
+class Supervisor:
+    """Async context manager owning named tasks; leaving it stops them all (see module docstring)."""
+
+    def __init__(self, *, grace: float = 5.0, clock: Clock | None = None,
+                 restart_initial: float = 0.5, restart_max: float = 30.0) -> None:
+        self.grace = grace
+        self.clock = clock or SystemClock()
+        self.restart_initial = restart_initial
+        self.restart_max = restart_max
+        self.tasks: dict[str, TaskInfo] = {}
+        self._fatal: asyncio.Event | None = None
+        self._errors: list[tuple[str, BaseException]] = []
+        self._stopping = False
+        self._stopped = False
+
+    async def __aenter__(self) -> Supervisor:
+        self._fatal = asyncio.Event()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        # When the body already failed, its error wins; task errors are logged by shutdown.
+        await self.shutdown(reraise=exc is None)
+
+    def start(self, name: str, factory: Factory, *, restart: bool = False) -> None:
+        """Run ``factory()`` as the task ``name``; ``restart`` re-runs it after a failure, with backoff."""
+        if self._fatal is None:
+            raise RuntimeError("Supervisor.start before `async with Supervisor()`")
+        if self._stopping:
+            raise RuntimeError(f"Supervisor is shutting down; cannot start {name}")
+        if name in self.tasks and not self.tasks[name].task.done():
+            raise RuntimeError(f"a task named {name!r} is already running")
+        task = asyncio.get_running_loop().create_task(self._run(name, factory, restart), name=name)
+        self.tasks[name] = TaskInfo(name, restart, task)
+
+    async def _run(self, name: str, factory: Factory, restart: bool) -> None:
+        failures = 0
+        while True:
+            started = self.clock.monotonic()
+            try:
+                await factory()
+                log.debug("task %s finished", name)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                info = self.tasks.get(name)
+                if info is not None:
+                    info.last_error = exc
+                if not restart:
+                    log.error("task %s failed", name, exc_info=exc)
+                    self._errors.append((name, exc))
+                    assert self._fatal is not None
+                    self._fatal.set()
+                    return
+                # A task that ran for a while before failing starts its backoff afresh.
+                failures = 1 if self.clock.monotonic() - started > self.restart_max else failures + 1
+                delay = min(self.restart_max, self.restart_initial * 2 ** min(failures - 1, 30))
+                log.warning("task %s failed (%s: %s); restarting in %.1fs", name, type(exc).__name__, exc, delay,
+                            exc_info=exc)
+                if info is not None:
+                    info.restarts += 1
+                await self.clock.sleep(delay)
+
+    @property
+    def failed(self) -> bool:
+        """True once a task without ``restart`` has failed."""
+        return bool(self._errors)
+
+    async def run_until_stopped(self, stop: asyncio.Event) -> None:
+        """Wait for ``stop`` or a fatal task failure, then shut down; re-raises the task's failure."""
+        if self._fatal is None:
+            raise RuntimeError("Supervisor.run_until_stopped before `async with Supervisor()`")
+        waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._fatal.wait())]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+        await self.shutdown()
+
+    async def shutdown(self, *, reraise: bool = True) -> None:
+        """Cancel every task, give stragglers ``grace`` seconds, then re-raise the first task error."""
+        if self._stopped:
+            return
+        self._stopping = True
+        running = [i.task for i in self.tasks.values() if not i.task.done()]
+        for task in running:
+            task.cancel()
+        if running:
+            _, pending = await asyncio.wait(running, timeout=self.grace)
+            if pending:
+                log.error("tasks still running %.1fs after cancel, abandoning: %s", self.grace,
+                          ", ".join(sorted(t.get_name() for t in pending)))
+                for task in pending:
+                    task.cancel()
+        for info in self.tasks.values():
+            task = info.task
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                # _run returns instead of raising, so only a failure inside the supervisor lands here.
+                self._errors.append((info.name, task.exception()))  # type: ignore[arg-type]
+        self._stopped = True
+        if self._errors and reraise:
+            _, error = self._errors[0]
+            for other, exc in self._errors[1:]:
+                log.error("task %s also failed: %r", other, exc)
+            raise error
+
+
+def install_signal_handlers(stop: asyncio.Event, signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT),
+                            ) -> Callable[[], None]:
+    """SIGTERM / SIGINT set ``stop`` (graceful shutdown); returns a function removing the handlers."""
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int) -> None:
+        log.info("received %s, shutting down", signal.Signals(signum).name)
+        stop.set()
+
+    for signum in signals:
+        loop.add_signal_handler(signum, on_signal, signum)
+
+    def remove() -> None:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
+
+    return remove
