@@ -1,0 +1,129 @@
+"""The dispatcher's database: engines, sessions and the alembic migrations run from code.
+
+``upgrade(url)`` / ``downgrade(url, rev)`` are what ``mkctl db upgrade`` calls (synchronous; from
+async code use ``upgrade_async``); ``check_current(url)`` is what the dispatcher runs before it
+starts, and raises :class:`~federation.errors.Permanent` naming ``mkctl db upgrade`` when the
+schema is behind. SQLite (aiosqlite) and PostgreSQL (asyncpg) are both supported; SQLite gets
+WAL mode and a busy timeout so a reader never blocks the single writer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import event
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
+
+from federation.errors import Permanent
+
+UPGRADE_HINT = "mkctl db upgrade --database-url <url>"
+
+
+def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
+    """An async engine for ``url`` with the per-backend settings mkd relies on."""
+    if url.startswith("sqlite"):
+        engine = create_async_engine(url, connect_args={"timeout": 30}, **kwargs)
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA busy_timeout=30000")
+            cur.close()
+
+        return engine
+    kwargs.setdefault("pool_size", 10)
+    kwargs.setdefault("max_overflow", 10)
+    return create_async_engine(url, **kwargs)
+
+
+def sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
+    return async_sessionmaker(engine, expire_on_commit=False)
+
+
+def alembic_config() -> Config:
+    from migrations import DIRECTORY, INI
+
+    cfg = Config(str(INI))
+    cfg.set_main_option("script_location", str(DIRECTORY))
+    return cfg
+
+
+def head() -> str:
+    heads = ScriptDirectory.from_config(alembic_config()).get_heads()
+    if len(heads) != 1:
+        raise Permanent(f"migrations have {len(heads)} heads ({heads}); merge them", reason="SchemaHeads")
+    return heads[0]
+
+
+async def _run(url: str, fn: Any, *args: Any) -> None:
+    engine = make_engine(url)
+    try:
+        async with engine.connect() as conn:
+            def go(sync_conn: Connection) -> None:
+                cfg = alembic_config()
+                cfg.attributes["connection"] = sync_conn
+                fn(cfg, *args)
+            await conn.run_sync(go)
+            await conn.commit()
+    finally:
+        await engine.dispose()
+
+
+async def upgrade_async(url: str, revision: str = "head") -> None:
+    await _run(url, command.upgrade, revision)
+
+
+async def downgrade_async(url: str, revision: str) -> None:
+    await _run(url, command.downgrade, revision)
+
+
+def _sync(coro: Any) -> None:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        asyncio.run(coro)
+        return
+    coro.close()
+    raise RuntimeError("called from a running event loop; use upgrade_async / downgrade_async")
+
+
+def upgrade(url: str, revision: str = "head") -> None:
+    """Run the migrations up to ``revision`` (``mkctl db upgrade``)."""
+    _sync(upgrade_async(url, revision))
+
+
+def downgrade(url: str, revision: str) -> None:
+    """Run the migrations down to ``revision`` (``"base"`` empties the database)."""
+    _sync(downgrade_async(url, revision))
+
+
+async def current_revision(url: str) -> str | None:
+    engine = make_engine(url)
+    try:
+        async with engine.connect() as conn:
+            return await conn.run_sync(lambda c: MigrationContext.configure(c).get_current_revision())
+    finally:
+        await engine.dispose()
+
+
+async def check_current(url: str) -> str:
+    """Return the revision if the schema is at head; else raise Permanent saying how to fix it."""
+    want = head()
+    have = await current_revision(url)
+    if have != want:
+        state = "empty (no tables)" if have is None else f"at revision {have}"
+        raise Permanent(
+            f"the database schema is {state}, this dispatcher needs revision {want}; "
+            f"run `{UPGRADE_HINT}` first",
+            reason="SchemaBehind",
+        )
+    return want

@@ -1,0 +1,147 @@
+"""The dispatcher's tables as SQLAlchemy Core metadata: the shape queries are written against.
+
+The alembic migrations in ``migrations/versions`` are the only source of the schema in a real
+database; this module mirrors them so queries can name columns, and a test checks that the two
+agree (``alembic check`` finds no difference). Times are stored in UTC; :class:`UtcDateTime`
+gives aware datetimes back on SQLite too, which keeps naive values out of the code.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Dialect
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+metadata = sa.MetaData(naming_convention=NAMING)
+
+# BIGINT ids on PostgreSQL; SQLite only auto-increments an INTEGER PRIMARY KEY (the rowid alias).
+BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+
+
+class UtcDateTime(sa.TypeDecorator[datetime]):
+    """A timezone-aware UTC datetime on every backend (SQLite drops the offset; we put it back)."""
+
+    impl = sa.DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime stored; use datetime.now(UTC) or the injected clock")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if isinstance(value, str):  # pragma: no cover - SQLite returns datetime with our adapter
+            value = datetime.fromisoformat(value)
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+WORKLOAD_STATES = ("pending", "placed", "running", "finished", "failed", "rejected", "deleted")
+"""pending: waits for a Cluster; placed: Place sent, no answer yet; running: accepted by an agent."""
+PLACEMENT_STATES = ("sent", "accepted", "running", "finished", "failed", "rejected", "deleted", "lost")
+EVENT_TYPES = (
+    "claimed", "placed", "accepted", "running", "finished", "failed", "rejected", "requeued",
+    "deleted", "suspended", "resumed", "invalid", "pending", "updated", "cluster_online", "cluster_lost",
+)
+
+dispatcher_epochs = sa.Table(
+    "dispatcher_epochs", metadata,
+    sa.Column("epoch", BigId, primary_key=True, autoincrement=True),
+    sa.Column("origin", sa.String(63), nullable=False),
+    sa.Column("started_at", UtcDateTime(), nullable=False),
+    sa.Column("host", sa.String(253), nullable=False, server_default=""),
+)
+
+clusters = sa.Table(
+    "clusters", metadata,
+    sa.Column("name", sa.String(63), primary_key=True),
+    sa.Column("labels", sa.JSON(), nullable=False),
+    sa.Column("capacity", sa.JSON(), nullable=False),
+    sa.Column("kinds", sa.JSON(), nullable=False),
+    sa.Column("online", sa.Boolean(), nullable=False),
+    sa.Column("agent_version", sa.String(64), nullable=False, server_default=""),
+    sa.Column("interval_seconds", sa.Float(), nullable=False, server_default="10"),
+    sa.Column("last_heartbeat", UtcDateTime(), nullable=True),
+    sa.Column("lost_since", UtcDateTime(), nullable=True),
+    sa.Column("updated_at", UtcDateTime(), nullable=False),
+)
+
+workloads = sa.Table(
+    "workloads", metadata,
+    sa.Column("uid", sa.String(128), primary_key=True),
+    sa.Column("namespace", sa.String(253), nullable=False),
+    sa.Column("name", sa.String(253), nullable=False),
+    sa.Column("kind", sa.String(63), nullable=False),
+    sa.Column("api_version", sa.String(253), nullable=False),
+    sa.Column("queue", sa.String(253), nullable=False),
+    sa.Column("priority", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("reason", sa.Text(), nullable=False, server_default=""),
+    sa.Column("spec_version", sa.Integer(), nullable=False, server_default="1"),
+    sa.Column("generation", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("suspended", sa.Boolean(), nullable=False, server_default=sa.false()),
+    sa.Column("requests", sa.JSON(), nullable=False),
+    sa.Column("podsets", sa.JSON(), nullable=False),
+    sa.Column("attempt", sa.Integer(), nullable=False, server_default="0"),
+    sa.Column("cluster", sa.String(63), nullable=True),
+    sa.Column("excluded", sa.JSON(), nullable=False),
+    sa.Column("created_at", UtcDateTime(), nullable=False),
+    sa.Column("updated_at", UtcDateTime(), nullable=False),
+    sa.Index(None, "state", "priority", "created_at"),
+    sa.Index(None, "namespace", "name"),
+)
+
+placements = sa.Table(
+    "placements", metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("workload_uid", sa.String(128), sa.ForeignKey("workloads.uid", ondelete="CASCADE"),
+              nullable=False),
+    sa.Column("attempt", sa.Integer(), nullable=False),
+    sa.Column("cluster", sa.String(63), nullable=False),
+    sa.Column("epoch", sa.BigInteger(), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),
+    sa.Column("reason", sa.Text(), nullable=False, server_default=""),
+    sa.Column("spec_version", sa.Integer(), nullable=False, server_default="1"),
+    sa.Column("last_status_seq", sa.BigInteger(), nullable=False, server_default="-1"),
+    sa.Column("created_at", UtcDateTime(), nullable=False),
+    sa.Column("accepted_at", UtcDateTime(), nullable=True),
+    sa.Column("finished_at", UtcDateTime(), nullable=True),
+    sa.UniqueConstraint("workload_uid", "attempt"),
+    sa.Index(None, "cluster", "state"),
+)
+
+events = sa.Table(
+    "events", metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("workload_uid", sa.String(128), nullable=True),
+    sa.Column("at", UtcDateTime(), nullable=False),
+    sa.Column("type", sa.String(32), nullable=False),
+    sa.Column("cluster", sa.String(63), nullable=True),
+    sa.Column("reason", sa.String(128), nullable=False, server_default=""),
+    sa.Column("message", sa.Text(), nullable=False, server_default=""),
+    sa.Index(None, "workload_uid", "id"),
+)
+
+outbox = sa.Table(
+    "outbox", metadata,
+    sa.Column("id", BigId, primary_key=True, autoincrement=True),
+    sa.Column("cluster", sa.String(63), nullable=False),
+    sa.Column("topic", sa.Text(), nullable=False),
+    sa.Column("payload", sa.LargeBinary(), nullable=False),
+    sa.Column("workload_uid", sa.String(128), nullable=True),
+    sa.Column("created_at", UtcDateTime(), nullable=False),
+    sa.Column("sent_at", UtcDateTime(), nullable=True),
+    sa.Column("attempts", sa.Integer(), nullable=False, server_default="0"),
+    sa.Index(None, "sent_at", "id"),
+)

@@ -1,0 +1,240 @@
+"""Choosing a Cluster for a Workload, and the capacity book that remembers what was placed: pure code.
+
+A Workload is placed whole (gang): one Cluster must have room for the sum of all its PodSets and
+a node big enough for each pod (checked against the agent's ``largest_node_free``, per resource).
+Among the Clusters that fit, the one with the most room left *after* the placement wins: the
+score is the smallest remaining fraction of allocatable over the resources the Workload asks for
+(so one scarce resource decides), ties broken by name. Clusters that are offline, whose last
+heartbeat is older than the timeout, that do not run the Workload's kind, or that rejected it
+before, are never chosen. When nothing fits, ``choose`` returns a reason that says what is
+missing where, e.g. ``needs 8 nvidia.com/gpu in one cluster; most free: worker-2 has 4``.
+
+The :class:`CapacityBook` holds the last heartbeat of each Cluster and subtracts the requests of
+placements made since, until a heartbeat sent ``settle`` seconds after the agent accepted them
+shows their pods in the agent's own figures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from federation import messages
+from federation.errors import Invalid
+from federation.podset import Resources, format_quantity, parse_quantity, shortfall, sub
+
+ZERO = Decimal(0)
+# "pods" is counted in every pod's requests; an agent that does not report it has no pod limit.
+OPTIONAL = frozenset({"pods"})
+
+
+@dataclass(frozen=True)
+class Need:
+    """What a Workload needs: its kind, the sum over PodSets and each PodSet's per-pod requests."""
+
+    kind: str
+    total: Resources
+    pods: tuple[tuple[str, Resources], ...]  # (PodSet name, per-pod requests)
+
+
+@dataclass
+class ClusterView:
+    """A Cluster as placement sees it: capacity net of recent placements."""
+
+    name: str
+    online: bool
+    last_heartbeat: datetime | None
+    allocatable: Resources
+    free: Resources
+    largest_node_free: Resources
+    kinds: frozenset[str] | None = None  # None: the agent did not say, any kind is fine
+
+
+@dataclass(frozen=True)
+class Decision:
+    cluster: str | None
+    reason: str
+
+
+def _relevant(need: Mapping[str, Decimal], cluster: ClusterView) -> Resources:
+    return {k: v for k, v in need.items() if v > 0 and not (k in OPTIONAL and k not in cluster.allocatable)}
+
+
+def _fits_pods(need: Need, cluster: ClusterView) -> tuple[str, str, Decimal, Decimal] | None:
+    """The first (podset, resource, needed, largest free) that no node can hold, else None."""
+    if not cluster.largest_node_free:
+        return None  # the agent did not report per-node figures: trust the totals
+    for podset, requests in need.pods:
+        for res, amount in _relevant(requests, cluster).items():
+            if res in OPTIONAL:
+                continue
+            have = cluster.largest_node_free.get(res, ZERO)
+            if amount > have:
+                return podset, res, amount, have
+    return None
+
+
+def _score(need: Resources, cluster: ClusterView) -> tuple[Decimal, Decimal]:
+    fractions = []
+    for res, amount in need.items():
+        if res in OPTIONAL:
+            continue
+        alloc = cluster.allocatable.get(res, ZERO)
+        if alloc > 0:
+            fractions.append((cluster.free.get(res, ZERO) - amount) / alloc)
+    if not fractions:
+        return ZERO, ZERO
+    return min(fractions), sum(fractions, ZERO)
+
+
+def eligible(cluster: ClusterView, *, now: datetime, timeout: float) -> bool:
+    """Online and heard from within ``timeout`` seconds."""
+    return (cluster.online and cluster.last_heartbeat is not None
+            and (now - cluster.last_heartbeat).total_seconds() <= timeout)
+
+
+def q(amount: Decimal, res: str) -> str:
+    return f"{format_quantity(amount, res)} {res}"
+
+
+def choose(need: Need, clusters: Iterable[ClusterView], *, now: datetime, timeout: float,
+           exclude: Iterable[str] = ()) -> Decision:
+    """Pick the roomiest Cluster where the whole Workload fits, or say why none does."""
+    excluded = set(exclude)
+    all_clusters = sorted(clusters, key=lambda c: c.name)
+    live = [c for c in all_clusters if eligible(c, now=now, timeout=timeout)]
+    if not live:
+        if not all_clusters:
+            return Decision(None, "no worker cluster is known yet (no agent heartbeat received)")
+        return Decision(None, f"no worker cluster is online (none sent a heartbeat within {timeout:g}s: "
+                              f"{', '.join(c.name for c in all_clusters)})")
+    candidates = [c for c in live if c.name not in excluded]
+    if not candidates:
+        return Decision(None, f"every online cluster rejected it before: {', '.join(sorted(excluded))}")
+    by_kind = [c for c in candidates if c.kinds is None or need.kind in c.kinds]
+    if not by_kind:
+        return Decision(None, f"no online cluster runs {need.kind} "
+                              f"(checked {', '.join(c.name for c in candidates)})")
+    best: tuple[tuple[Decimal, Decimal], str] | None = None
+    for cluster in by_kind:
+        wanted = _relevant(need.total, cluster)
+        if shortfall(wanted, cluster.free) or _fits_pods(need, cluster) is not None:
+            continue
+        score = _score(wanted, cluster)
+        if best is None or score > best[0]:
+            best = (score, cluster.name)
+    if best is not None:
+        return Decision(best[1], "")
+    return Decision(None, _explain(need, by_kind, excluded))
+
+
+def _explain(need: Need, clusters: Sequence[ClusterView], excluded: set[str]) -> str:
+    suffix = f" (not considered, rejected it before: {', '.join(sorted(excluded))})" if excluded else ""
+    # 1. a resource no single cluster has enough of
+    for res in sorted(need.total):
+        amount = need.total[res]
+        if amount <= 0 or res in OPTIONAL:
+            continue
+        most = max(clusters, key=lambda c: (c.free.get(res, ZERO), c.name))
+        have = most.free.get(res, ZERO)
+        if have < amount:
+            return (f"needs {q(amount, res)} in one cluster; most free: {most.name} has "
+                    f"{format_quantity(max(have, ZERO), res)}{suffix}")
+    # 2. a pod larger than any node
+    misfits = [(c, m) for c in clusters if (m := _fits_pods(need, c)) is not None]
+    if len(misfits) == len(clusters) and misfits:
+        cluster, (podset, res, amount, _) = max(
+            misfits, key=lambda cm: (cm[0].largest_node_free.get(cm[1][1], ZERO), cm[0].name))
+        have = cluster.largest_node_free.get(res, ZERO)
+        return (f"a {podset} pod needs {q(amount, res)} on one node; largest free node: {cluster.name} "
+                f"has {format_quantity(have, res)}{suffix}")
+    # 3. each resource exists somewhere, but never all of it together
+    parts = []
+    for cluster in clusters:
+        missing = shortfall(_relevant(need.total, cluster), cluster.free)
+        if missing:
+            parts.append(f"{cluster.name} lacks " + ", ".join(q(v, k) for k, v in sorted(missing.items())))
+        elif (m := _fits_pods(need, cluster)) is not None:
+            parts.append(f"{cluster.name} has no node with {q(m[2], m[1])} for a {m[0]} pod")
+    return "no cluster has room for all of it at once: " + "; ".join(parts) + suffix
+
+
+# --- the capacity book ------------------------------------------------------------------------
+
+
+def _parse(values: Mapping[str, str], where: str) -> Resources:
+    out: Resources = {}
+    for name, text in values.items():
+        try:
+            out[name] = parse_quantity(text, f"{where}.{name}")
+        except Invalid:
+            continue  # one bad figure from an agent must not hide the whole cluster
+    return out
+
+
+@dataclass
+class _Reservation:
+    cluster: str
+    total: Resources
+    accepted_at: datetime | None = None
+
+
+@dataclass
+class CapacityBook:
+    """Last heartbeat per Cluster, minus what was placed there since."""
+
+    settle_seconds: float = 5.0
+    heartbeats: dict[str, messages.Heartbeat] = field(default_factory=dict)
+    received: dict[str, datetime] = field(default_factory=dict)
+    reservations: dict[str, _Reservation] = field(default_factory=dict)  # by workload uid
+
+    def heartbeat(self, hb: messages.Heartbeat, received_at: datetime) -> bool:
+        """Record a heartbeat; True when it may let something new fit (capacity or a cluster came online)."""
+        old = self.heartbeats.get(hb.cluster)
+        self.heartbeats[hb.cluster] = hb
+        self.received[hb.cluster] = received_at
+        settle = timedelta(seconds=self.settle_seconds)
+        for uid, res in list(self.reservations.items()):
+            if res.cluster == hb.cluster and res.accepted_at is not None and hb.sent_at >= res.accepted_at + settle:
+                del self.reservations[uid]
+        return old is None or old.online != hb.online or old.capacity != hb.capacity
+
+    def forget_cluster(self, name: str) -> None:
+        self.heartbeats.pop(name, None)
+        self.received.pop(name, None)
+
+    def reserve(self, uid: str, cluster: str, total: Resources) -> None:
+        self.reservations[uid] = _Reservation(cluster, dict(total))
+
+    def accepted(self, uid: str, at: datetime) -> None:
+        if (res := self.reservations.get(uid)) is not None:
+            res.accepted_at = at
+
+    def release(self, uid: str) -> bool:
+        """Drop a placement's reservation (rejected, finished, deleted); True if there was one."""
+        return self.reservations.pop(uid, None) is not None
+
+    def views(self) -> list[ClusterView]:
+        held: dict[str, Resources] = {}
+        for res in self.reservations.values():
+            acc = held.setdefault(res.cluster, {})
+            for k, v in res.total.items():
+                acc[k] = acc.get(k, ZERO) + v
+        out = []
+        for name, hb in self.heartbeats.items():
+            free = sub(_parse(hb.capacity.free, "free"), held.get(name, {}))
+            largest = _parse(hb.capacity.largest_node_free, "largest_node_free")
+            largest = {k: min(v, free.get(k, v)) for k, v in largest.items()}
+            kinds = frozenset(hb.kinds_reconciled) | frozenset(hb.kinds_delegated)
+            out.append(ClusterView(
+                name=name, online=hb.online, last_heartbeat=self.received.get(name),
+                allocatable=_parse(hb.capacity.allocatable, "allocatable"), free=free,
+                largest_node_free=largest, kinds=kinds or None,
+            ))
+        return out
+
+    def take(self, view: ClusterView, need: Need) -> None:
+        """Subtract a placement from a view used for several decisions in one round."""
+        view.free = sub(view.free, need.total)

@@ -1,0 +1,74 @@
+"""The dispatcher's one settings object: every field settable from the environment or a CLI flag.
+
+Environment variables carry the prefix ``MKD_DISPATCHER_``; nested groups use ``__``
+(``MKD_DISPATCHER_MQTT__URL``). ``mkctl dispatcher`` maps its flags onto the same fields.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from federation.settings import KubeSettings, MqttSettings
+
+
+class DispatcherSettings(BaseSettings):
+    """Settings of one dispatcher process (manager cluster)."""
+
+    model_config = SettingsConfigDict(env_prefix="MKD_DISPATCHER_", env_nested_delimiter="__", extra="forbid")
+
+    kube: KubeSettings = Field(default_factory=KubeSettings)
+    """The manager cluster's API server (kubeconfig, context, concurrency)."""
+
+    database_url: str = "sqlite+aiosqlite:///state/mkd.db"
+    """SQLAlchemy async URL. SQLite file by default (one dispatcher, demo, small setups);
+    ``postgresql+asyncpg://user@host/db`` in production. Run ``mkctl db upgrade`` first."""
+
+    mqtt: MqttSettings = Field(default_factory=MqttSettings)
+    """The broker link; ``mqtt.topic_root`` must match the agents'."""
+
+    origin: str = Field(default="mkd", min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+    """Name of this federation, stamped as the origin label on every object placed on a worker; an
+    agent's garbage collection only touches objects of its own origin."""
+
+    namespaces: list[str] = Field(default_factory=list)
+    """Namespaces of the manager cluster to watch; empty: all namespaces."""
+
+    heartbeat_timeout_seconds: float = Field(default=30.0, gt=0)
+    """A Cluster whose last heartbeat is older than this is lost: nothing new is placed on it.
+    30 s = three missed heartbeats at the agents' default 10 s interval."""
+
+    worker_lost_timeout_seconds: float | None = Field(default=None, gt=0)
+    """When set, Workloads on a Cluster lost for this long are placed again elsewhere (the old copy
+    is removed by the agent's Resync when it comes back). None (default): they wait for the Cluster,
+    because re-placing a running training job restarts it from its last checkpoint at best."""
+
+    max_placement_attempts: int = Field(default=5, ge=1)
+    """Placement attempts per Workload (rejections, lost clusters) before it is marked failed."""
+
+    batch_size: int = Field(default=500, ge=1, le=10_000)
+    """Events (Job changes and Reports) handled in one database transaction. Batching is what lets
+    the dispatcher claim and place hundreds of Jobs a second on two cores."""
+
+    outbox_batch_size: int = Field(default=1000, ge=1, le=10_000)
+    """Outbox rows read and published (concurrently, QoS 1) per round."""
+
+    outbox_poll_seconds: float = Field(default=2.0, gt=0)
+    """How often the publisher looks for unsent rows when nothing woke it (rows written by a
+    second dispatcher, or left by a crash)."""
+
+    outbox_retention_seconds: float = Field(default=3600.0, ge=0)
+    """Sent outbox rows are deleted after this long; they only serve debugging."""
+
+    placement_retry_seconds: float = Field(default=10.0, gt=0)
+    """Pending Workloads are tried again at least this often even if no capacity change was seen."""
+
+    capacity_settle_seconds: float = Field(default=5.0, ge=0)
+    """A placement's requests are subtracted from its Cluster's free capacity until a heartbeat sent
+    this long after the agent accepted it arrives (by then its pods show in the agent's figures)."""
+
+    kind_recheck_seconds: float = Field(default=30.0, gt=0)
+    """How often a JobKind whose CRD is not installed is checked again."""
+
+    kube_writers: int = Field(default=16, ge=1, le=256)
+    """Concurrent writes to manager Jobs (conditions, status mirror, Events); per Job they are serial."""

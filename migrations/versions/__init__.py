@@ -1,0 +1,1 @@
+"""Revision scripts, one per schema change (alembic skips this file)."""
