@@ -1,0 +1,7 @@
+"""JAXJob (kubeflow.org/v1): Worker only, container ``jax``."""
+
+from __future__ import annotations
+
+from federation.kinds.kubeflow import v1_kind
+
+JAXJOB = v1_kind("JAXJob", "jaxjobs", "jaxReplicaSpecs", ("Worker",), "jax", single_types=())
