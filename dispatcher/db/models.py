@@ -44,7 +44,8 @@ class UtcDateTime(sa.TypeDecorator[datetime]):
             return None
         if isinstance(value, str):  # pragma: no cover - SQLite returns datetime with our adapter
             value = datetime.fromisoformat(value)
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        stamp: datetime = value
+        return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp.astimezone(UTC)
 
 
 WORKLOAD_STATES = ("pending", "placed", "running", "finished", "failed", "rejected", "deleted")

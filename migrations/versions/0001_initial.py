@@ -12,7 +12,6 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-
 revision: str = "0001"
 down_revision: str | Sequence[str] | None = None
 branch_labels: str | Sequence[str] | None = None
@@ -22,7 +21,7 @@ depends_on: str | Sequence[str] | None = None
 BigId = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
-def UtcDateTime() -> sa.DateTime:  # noqa: N802 - reads like the type it stands for
+def UtcDateTime() -> sa.DateTime:
     return sa.DateTime(timezone=True)
 
 
