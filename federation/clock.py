@@ -48,6 +48,7 @@ class FakeClock:
         self._elapsed = 0.0
         self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
+        self._watchers: list[asyncio.Future[None]] = []
 
     def now(self) -> datetime:
         return self._start + timedelta(seconds=self._elapsed)
@@ -66,7 +67,18 @@ class FakeClock:
             return
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._sleepers, (self._elapsed + seconds, next(self._order), fut))
+        watchers, self._watchers = self._watchers, []
+        for w in watchers:
+            if not w.done():
+                w.set_result(None)
         await fut
+
+    async def wait_for_sleepers(self, count: int = 1) -> None:
+        """Return once at least ``count`` coroutines are parked in ``sleep`` (tests: "it is waiting now")."""
+        while self.sleepers < count:
+            watcher: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._watchers.append(watcher)
+            await watcher
 
     def advance(self, seconds: float) -> None:
         """Move time forward and wake every sleeper whose deadline has passed (they run at the next yield)."""

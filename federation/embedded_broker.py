@@ -10,24 +10,48 @@ What it lacks compared to Mosquitto (production deployments should run Mosquitto
 * state lives in memory only: retained messages and queued session messages die with the process;
 * no limit on queued messages per offline session (Mosquitto: ``max_queued_messages``), and
   offline sessions never expire unless ``session_expiry_interval`` is set;
+* messages queued for an offline persistent session arrive with the retain flag set (Mosquitto
+  clears it), so consumers must not read meaning into ``Message.retain`` for commands/reports;
 * MQTT 3.1.1 only (no MQTT 5 properties, receive-maximum or session expiry per client);
-* anonymous access only as configured here (no ACLs, no password file), plain TCP (no TLS listener);
+* every client is accepted (no ACLs, no password file; username/password are ignored) over plain TCP
+  (no TLS listener);
+* amqtt's stock anonymous-auth plugin disables persistent sessions for anonymous clients, so this
+  module installs its own accept-all plugin (``AcceptAll``) to keep them working;
 * an order of magnitude slower than Mosquitto (pure Python, one event loop shared with its host).
 """
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 from amqtt.broker import Broker
+from amqtt.plugins.base import BaseAuthPlugin
+from amqtt.session import Session
 
 from federation.errors import Permanent
 
 # amqtt logs every connection, packet and plugin step at INFO; its warnings are still worth seeing.
 for _name in ("amqtt", "transitions"):
     logging.getLogger(_name).setLevel(logging.WARNING)
+
+
+class AcceptAll(BaseAuthPlugin):  # type: ignore[misc]
+    """Accept every client without marking it anonymous.
+
+    amqtt's own AnonymousAuthPlugin flags sessions anonymous, and amqtt neither queues QoS 1
+    messages for an offline anonymous session nor keeps it: persistent sessions would silently
+    not work. Mosquitto makes no such distinction.
+    """
+
+    @dataclass
+    class Config:
+        pass
+
+    async def authenticate(self, *, session: Session) -> bool | None:
+        return True
 
 
 class EmbeddedBroker:
@@ -50,7 +74,7 @@ class EmbeddedBroker:
         config: dict[str, Any] = {
             "listeners": {"default": {"type": "tcp", "bind": f"{self.host}:{self.port}"}},
             # No $SYS publishing and no packet/event loggers: only what a federation needs.
-            "plugins": {"amqtt.plugins.authentication.AnonymousAuthPlugin": {"allow_anonymous": True}},
+            "plugins": {f"{__name__}.AcceptAll": {}},
         }
         broker = Broker(config)
         try:

@@ -164,6 +164,27 @@ class LinkHealth:
         return base * (1.0 - self.jitter * self._rng.random())
 
 
+class _Messages:
+    """Cancel-safe iterator (an async generator would be closed by a cancelled ``anext``)."""
+
+    def __init__(self, link: MqttLink, client: aiomqtt.Client) -> None:
+        self._link = link
+        self._source = client.messages
+
+    def __aiter__(self) -> _Messages:
+        return self
+
+    async def __anext__(self) -> Message:
+        if self._link.state != "open":
+            raise LinkClosed(f"MQTT link {self._link.client_id} is closed")
+        with _translate("receive"):
+            m = await self._source.__anext__()
+        payload = m.payload
+        data = bytes(payload) if isinstance(payload, bytes | bytearray) else (
+            b"" if payload is None else str(payload).encode())
+        return Message(str(m.topic), data, bool(m.retain))
+
+
 State = Literal["new", "open", "closed"]
 
 
@@ -264,16 +285,12 @@ class MqttLink:
             if isinstance(value, int) and value >= 0x80:
                 raise Permanent(f"MQTT broker refused subscription to {f} (code {value})", reason="MqttSubscribe")
 
-    async def messages(self) -> AsyncIterator[Message]:
-        """Messages on the subscribed filters, in arrival order; raises Transport when the link drops."""
-        client = self._open()
-        with _translate("receive"):
-            async for m in client.messages:
-                payload = m.payload
-                data = bytes(payload) if isinstance(payload, bytes | bytearray) else (
-                    b"" if payload is None else str(payload).encode())
-                yield Message(str(m.topic), data, bool(m.retain))
-        raise LinkClosed(f"MQTT link {self.client_id} closed")  # pragma: no cover - aiomqtt never ends
+    def messages(self) -> AsyncIterator[Message]:
+        """Messages on the subscribed filters, in arrival order; raises Transport when the link drops.
+
+        Cancelling a wait (``asyncio.wait_for(anext(it), t)``) leaves the iterator usable.
+        """
+        return _Messages(self, self._open())
 
     def drop(self) -> None:
         """Cut the connection without a DISCONNECT, as a crash would: the broker then publishes the will."""

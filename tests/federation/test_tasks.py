@@ -1,0 +1,200 @@
+"""federation.tasks: named tasks, failure logging, restart with backoff, staged shutdown; FakeClock."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+from datetime import UTC, datetime
+
+import pytest
+
+from federation.clock import FakeClock, SystemClock
+from federation.tasks import Supervisor, install_signal_handlers
+
+TIMEOUT = 5.0
+
+
+class Boom(Exception):
+    pass
+
+
+async def test_stop_event_cancels_tasks_and_returns() -> None:
+    stop = asyncio.Event()
+    cancelled: list[str] = []
+
+    async def forever(name: str) -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cancelled.append(name)
+
+    async with Supervisor(grace=1) as sup:
+        sup.start("a", lambda: forever("a"))
+        sup.start("b", lambda: forever("b"))
+        assert set(sup.tasks) == {"a", "b"}
+        stop.set()
+        await asyncio.wait_for(sup.run_until_stopped(stop), TIMEOUT)
+    assert sorted(cancelled) == ["a", "b"]
+    assert all(i.task.done() for i in sup.tasks.values())
+
+
+async def test_failing_root_task_is_logged_at_once_and_reraised() -> None:
+    stop = asyncio.Event()
+    other_cancelled = asyncio.Event()
+    failing_now = asyncio.Event()
+
+    async def fails() -> None:
+        await failing_now.wait()
+        raise Boom("disk on fire")
+
+    async def other() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            other_cancelled.set()
+
+    logged = asyncio.Event()
+
+    class Seen(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage() == "task fails failed":
+                assert not other_cancelled.is_set()  # logged when it fails, before shutdown starts
+                logged.set()
+
+    handler = Seen()
+    logging.getLogger("federation.tasks").addHandler(handler)
+    try:
+        with pytest.raises(Boom, match="disk on fire"):
+            async with Supervisor(grace=1) as sup:
+                sup.start("fails", fails)
+                sup.start("other", other)
+                runner = asyncio.ensure_future(sup.run_until_stopped(stop))
+                failing_now.set()
+                await asyncio.wait_for(logged.wait(), TIMEOUT)
+                await asyncio.wait_for(runner, TIMEOUT)
+    finally:
+        logging.getLogger("federation.tasks").removeHandler(handler)
+    assert other_cancelled.is_set() and sup.failed
+    assert not stop.is_set()
+
+
+async def test_straggler_gets_grace_then_is_abandoned(caplog: pytest.LogCaptureFixture) -> None:
+    stop = asyncio.Event()
+    cleanup_started = asyncio.Event()
+
+    async def slow_cleanup() -> None:
+        try:
+            await asyncio.Event().wait()
+        finally:
+            cleanup_started.set()
+            await asyncio.Event().wait()  # never finishes its cleanup on its own
+
+    caplog.set_level(logging.ERROR, "federation.tasks")
+    async with Supervisor(grace=0.05) as sup:
+        sup.start("slow", slow_cleanup)
+        stop.set()
+        await asyncio.wait_for(sup.run_until_stopped(stop), TIMEOUT)
+    assert cleanup_started.is_set()
+    assert "abandoning: slow" in caplog.text
+
+
+async def test_clean_cleanup_within_grace_is_not_a_straggler(caplog: pytest.LogCaptureFixture) -> None:
+    finished = asyncio.Event()
+
+    async def tidy() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            await asyncio.sleep(0)  # a short cleanup
+            finished.set()
+            raise
+
+    caplog.set_level(logging.ERROR, "federation.tasks")
+    async with Supervisor(grace=2) as sup:
+        sup.start("tidy", tidy)
+        await asyncio.sleep(0)
+    assert finished.is_set() and "abandoning" not in caplog.text
+
+
+async def test_restart_with_backoff_on_fake_clock() -> None:
+    clock = FakeClock()
+    runs: list[float] = []
+    healthy = asyncio.Event()
+
+    async def flaky() -> None:
+        runs.append(clock.monotonic())
+        if len(runs) <= 3:
+            raise Boom(f"run {len(runs)}")
+        healthy.set()
+        await asyncio.Event().wait()
+
+    async with Supervisor(clock=clock, restart_initial=1, restart_max=30) as sup:
+        sup.start("flaky", flaky, restart=True)
+        for delay in (1, 2, 4):
+            await asyncio.wait_for(clock.wait_for_sleepers(), TIMEOUT)
+            clock.advance(delay)
+        await asyncio.wait_for(healthy.wait(), TIMEOUT)
+        assert sup.tasks["flaky"].restarts == 3
+        assert isinstance(sup.tasks["flaky"].last_error, Boom)
+        assert not sup.failed
+    assert runs == [0, 1, 3, 7]
+
+
+async def test_body_error_wins_over_task_error() -> None:
+    async def fails() -> None:
+        raise Boom("task")
+
+    with pytest.raises(KeyError):
+        async with Supervisor(grace=1) as sup:
+            sup.start("fails", fails)
+            await asyncio.sleep(0)
+            raise KeyError("body")
+
+
+async def test_start_rules() -> None:
+    sup = Supervisor()
+    with pytest.raises(RuntimeError, match="before"):
+        sup.start("x", asyncio.sleep)  # type: ignore[arg-type]
+    async with sup:
+        sup.start("x", lambda: asyncio.Event().wait())  # type: ignore[arg-type,return-value]
+        with pytest.raises(RuntimeError, match="already running"):
+            sup.start("x", lambda: asyncio.Event().wait())  # type: ignore[arg-type,return-value]
+    with pytest.raises(RuntimeError, match="shutting down"):
+        sup.start("y", lambda: asyncio.Event().wait())  # type: ignore[arg-type,return-value]
+
+
+async def test_sigterm_sets_stop() -> None:
+    stop = asyncio.Event()
+    remove = install_signal_handlers(stop)
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        await asyncio.wait_for(stop.wait(), TIMEOUT)
+    finally:
+        remove()
+    assert stop.is_set()
+
+
+async def test_fake_clock_sleep_wakes_only_on_advance() -> None:
+    clock = FakeClock(datetime(2026, 1, 1, tzinfo=UTC))
+    woke: list[str] = []
+
+    async def sleeper(name: str, seconds: float) -> None:
+        await clock.sleep(seconds)
+        woke.append(name)
+
+    tasks = [asyncio.create_task(sleeper("short", 1)), asyncio.create_task(sleeper("long", 10))]
+    await asyncio.wait_for(clock.wait_for_sleepers(2), TIMEOUT)
+    clock.advance(0.5)
+    await asyncio.sleep(0)
+    assert woke == []
+    clock.advance(0.5)
+    await asyncio.wait_for(tasks[0], TIMEOUT)
+    assert woke == ["short"] and clock.now() == datetime(2026, 1, 1, 0, 0, 1, tzinfo=UTC)
+    clock.advance(100)
+    await asyncio.wait_for(tasks[1], TIMEOUT)
+    assert woke == ["short", "long"] and clock.monotonic() == 101
+    with pytest.raises(ValueError):
+        clock.advance(-1)
+    assert SystemClock().now().tzinfo is UTC
