@@ -4,10 +4,14 @@ from __future__ import annotations
 
 from federation.errors import Invalid
 from federation.kinds.base import JobKind
+from federation.kinds.batchjob import BATCH_JOB
 from federation.kinds.jax import JAXJOB
+from federation.kinds.jobset import JOBSET
+from federation.kinds.mpijob import MPIJOB
 from federation.kinds.paddle import PADDLEJOB
 from federation.kinds.pytorch import PYTORCHJOB
 from federation.kinds.tfjob import TFJOB
+from federation.kinds.trainjob import TRAINJOB
 from federation.kinds.xgboost import XGBOOSTJOB
 
 KINDS: tuple[JobKind, ...] = (
@@ -16,6 +20,10 @@ KINDS: tuple[JobKind, ...] = (
     XGBOOSTJOB,
     PADDLEJOB,
     JAXJOB,
+    MPIJOB,
+    TRAINJOB,
+    BATCH_JOB,
+    JOBSET,
 )
 
 _BY_NAME = {kind.name: kind for kind in KINDS}
