@@ -1,0 +1,386 @@
+"""``mkctl demo``: the whole federation in one process, the sample jobs submitted, their placements shown live.
+
+Builds the :class:`~mkctl.topology.Topology` (kubesim manager + three workers, broker, database,
+dispatcher, agents), installs the TrainJob runtimes and submits the jobs of ``examples/`` to the
+manager cluster, then refreshes a table of placements — job, kind, queue, cluster, state, reason,
+elapsed — until every job reached its expected end (finished, pending with a reason, or left alone
+because another controller owns it) or ``--timeout`` passes. A terminal gets a live rich table;
+anything else (CI) gets one plain line per change. Ends with a summary and the ``mkctl`` commands
+to look at what happened; exits 0 only when every job ended as expected.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from mkctl import jobs as samples_mod
+from mkctl.errors import EXIT_UNFINISHED, CommandFailed
+from mkctl.jobs import Examples, Observation, Sample
+from mkctl.output import duration
+from mkctl.services import redact
+from mkctl.topology import MANAGER, Topology, TopologyOptions
+
+log = logging.getLogger(__name__)
+
+STATE_STYLE = {"Succeeded": "green", "Failed": "red", "Rejected": "red", "Running": "cyan",
+               "Pending": "yellow", "Untouched": "magenta", "Touched": "red", "Missing": "red"}
+
+
+# --- submitting ------------------------------------------------------------------------------------
+
+
+async def submit(top: Topology, examples: Examples) -> None:
+    """Namespaces and runtimes into every cluster (the dispatcher and agents both read runtimes),
+    then the jobs into the manager cluster only."""
+    from federation.errors import AlreadyExists
+    from federation.kube import NAMESPACES, Resource
+
+    for cluster in top.cluster_names:
+        kube = top.kubes[cluster]
+        for ns in sorted(examples.namespaces):
+            with contextlib.suppress(AlreadyExists):
+                await kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        for runtime in examples.runtimes:
+            namespaced = runtime["kind"] == "TrainingRuntime"
+            group, _, version = runtime["apiVersion"].partition("/")
+            res = Resource(group, version, runtime["kind"].lower() + "s", runtime["kind"], namespaced)
+            where: str | None = runtime["metadata"].get("namespace", "default") if namespaced else None
+            with contextlib.suppress(AlreadyExists):
+                await kube.create(res, runtime, where)
+    for sample in examples.samples:
+        await create_job(top.manager, sample)
+
+
+async def create_job(kube: Any, sample: Sample) -> dict[str, Any]:
+    from federation.kinds.registry import by_api
+    from federation.kube import resource_for
+
+    kind = by_api(sample.manifest["apiVersion"], sample.kind)
+    assert kind is not None, sample.source
+    created: dict[str, Any] = await kube.create(resource_for(kind), sample.manifest, sample.namespace)
+    return created
+
+
+async def read_job(kube: Any, sample: Sample) -> dict[str, Any] | None:
+    from federation.errors import NotFound
+    from federation.kinds.registry import by_api
+    from federation.kube import resource_for
+
+    kind = by_api(sample.manifest["apiVersion"], sample.kind)
+    assert kind is not None
+    try:
+        job: dict[str, Any] = await kube.get(resource_for(kind), sample.name, sample.namespace)
+        return job
+    except NotFound:
+        return None
+
+
+async def observe_all(kube: Any, samples: Sequence[Sample]) -> dict[str, Observation]:
+    jobs = await asyncio.gather(*(read_job(kube, s) for s in samples))
+    return {s.key: samples_mod.observe(s, j) for s, j in zip(samples, jobs, strict=True)}
+
+
+# --- the database's view (optional: cluster names and reasons as the dispatcher recorded them) ------
+
+
+class PlacementReader:
+    """Reads the dispatcher's placements for the table; silently absent if the query module is not."""
+
+    def __init__(self, database_url: str) -> None:
+        self.database_url = database_url
+        self._engine: Any = None
+
+    async def rows(self) -> dict[str, Mapping[str, Any]]:
+        try:
+            from sqlalchemy.ext.asyncio import AsyncSession
+
+            from dispatcher.db import make_engine, queries
+            from mkctl.admin import as_dict
+
+            if self._engine is None:
+                self._engine = make_engine(self.database_url)
+            async with AsyncSession(self._engine) as session:
+                found = await queries.list_placements(session)
+            out: dict[str, Mapping[str, Any]] = {}
+            for row in found:
+                view = as_dict(row)
+                out[f"{view.get('namespace')}/{view.get('name')}"] = view
+            return out
+        except Exception as exc:  # the table works from the manager cluster alone
+            log.debug("placements not read from the database: %s", exc)
+            return {}
+
+    async def close(self) -> None:
+        if self._engine is not None:
+            await self._engine.dispose()
+
+
+def merge(obs: Observation, row: Mapping[str, Any] | None) -> Observation:
+    if row:
+        obs.cluster = obs.cluster or str(row.get("cluster") or "")
+        obs.queue = str(row.get("queue") or obs.queue)
+        if obs.state in ("Waiting", "Pending") and row.get("reason") and not obs.reason:
+            obs.reason = str(row["reason"])
+    return obs
+
+
+# --- showing ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Progress:
+    samples: list[Sample]
+    observed: dict[str, Observation]
+    started: float
+
+    @property
+    def done(self) -> int:
+        return sum(1 for s in self.samples if s.key in self.observed
+                   and samples_mod.reached(s, self.observed[s.key]))
+
+
+def render_table(progress: Progress) -> Table:
+    table = Table(title="mkd placements", title_justify="left", expand=False,
+                  caption=f"{progress.done}/{len(progress.samples)} at their expected end · "
+                          f"{duration(time.monotonic() - progress.started)} elapsed",
+                  caption_justify="left")
+    for header in ("job", "kind", "queue", "cluster", "state", "reason", "elapsed"):
+        table.add_column(header, overflow="fold", max_width=60 if header == "reason" else None)
+    for sample in progress.samples:
+        obs = progress.observed.get(sample.key)
+        if obs is None:
+            table.add_row(sample.key, sample.kind, "", "", "Submitting", "", "")
+            continue
+        mark = " ✓" if samples_mod.reached(sample, obs) else ""
+        table.add_row(sample.key, obs.kind, obs.queue, obs.cluster or "-",
+                      Text(obs.state + mark, style=STATE_STYLE.get(obs.state, "")),
+                      obs.reason or "-", f"{obs.elapsed():.1f}s")
+    return table
+
+
+class View:
+    """Live rich table on a terminal; one plain line per change elsewhere (CI has no TTY)."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.live: Live | None = None
+        self._last: dict[str, tuple[str, str, str]] = {}
+
+    def __enter__(self) -> View:
+        if self.console.is_terminal:
+            self.live = Live(console=self.console, refresh_per_second=4, transient=False)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(None, None, None)
+
+    def show(self, progress: Progress) -> None:
+        if self.live is not None:
+            self.live.update(render_table(progress))
+            return
+        for sample in progress.samples:
+            obs = progress.observed.get(sample.key)
+            if obs is None:
+                continue
+            now = (obs.state, obs.cluster, obs.reason)
+            if self._last.get(sample.key) != now:
+                self._last[sample.key] = now
+                self.console.print(
+                    f"{time.monotonic() - progress.started:6.1f}s  {sample.key:<36} {obs.kind:<11} "
+                    f"queue={obs.queue:<8} cluster={obs.cluster or '-':<9} {obs.state:<10} {obs.reason}",
+                    markup=False, highlight=False, soft_wrap=True)
+
+
+# --- the run ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class DemoOptions:
+    state_dir: Path
+    mqtt_url: str | None
+    database_url: str | None
+    timeout: float
+    keep_running: bool
+    examples: Path | None
+    fresh: bool
+
+
+async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
+    """Run the demo; return the problems (empty: every job ended as expected)."""
+    examples = samples_mod.load_examples(opts.examples)
+    if not examples.samples:
+        raise CommandFailed(f"examples: no job manifests found under {opts.examples or samples_mod.examples_dir()}; "
+                            "pass --examples DIR")
+    if opts.fresh:
+        reset_state(opts.state_dir, own_database=opts.database_url is None)
+    started = time.monotonic()
+    console.print(f"[bold]mkd demo[/] · state in {opts.state_dir}/ · starting kubesim (manager + 3 workers), "
+                  f"{'MQTT ' + redact(opts.mqtt_url) if opts.mqtt_url else 'the embedded MQTT broker'}, "
+                  f"{'database ' + redact(opts.database_url) if opts.database_url else 'SQLite'}, "
+                  "the dispatcher and 3 agents…")
+    options = TopologyOptions(state_dir=opts.state_dir, mqtt_url=opts.mqtt_url, database_url=opts.database_url)
+    async with Topology(options) as top:
+        console.print(f"federation up in {time.monotonic() - started:.1f}s; submitting {len(examples.samples)} "
+                      f"jobs and {len(examples.runtimes)} runtime(s) from examples/")
+        await submit(top, examples)
+        reader = PlacementReader(top.database_url)
+        progress = Progress(examples.samples, {}, time.monotonic())
+        problems: list[str] = []
+        try:
+            with View(console) as view:
+                problems = await follow(top, progress, reader, view, opts.timeout)
+        finally:
+            await reader.close()
+        summary(console, top, progress, opts, problems)
+        if opts.keep_running:
+            await keep_running(console, top)
+    return problems
+
+
+async def follow(top: Topology, progress: Progress, reader: PlacementReader, view: View,
+                 limit: float) -> list[str]:
+    deadline = time.monotonic() + limit
+    while True:
+        top.check_running()
+        observed = await observe_all(top.manager, progress.samples)
+        rows = await reader.rows()
+        progress.observed = {k: merge(o, rows.get(k)) for k, o in observed.items()}
+        view.show(progress)
+        if progress.done == len(progress.samples):
+            return []
+        settled = all(samples_mod.reached(s, progress.observed[s.key]) or samples_mod.final(progress.observed[s.key])
+                      for s in progress.samples)
+        if settled or time.monotonic() > deadline:
+            return [f"{s.key} ({s.kind}) expected {s.expect}, is {o.state}" + (f": {o.reason}" if o.reason else "")
+                    for s in progress.samples if not samples_mod.reached(s, o := progress.observed[s.key])]
+        await asyncio.sleep(0.5)
+
+
+def summary(console: Console, top: Topology, progress: Progress, opts: DemoOptions, problems: list[str]) -> None:
+    if console.is_terminal is False:
+        console.print(render_table(progress))
+    states = Counter(o.state for o in progress.observed.values())
+    clusters = Counter(o.cluster for o in progress.observed.values() if o.cluster)
+    console.print()
+    console.print(f"[bold]summary[/]: {len(progress.samples)} jobs in {duration(time.monotonic() - progress.started)}"
+                  f" · " + ", ".join(f"{n} {s}" for s, n in sorted(states.items()))
+                  + (" · placed on " + ", ".join(f"{c}: {n}" for c, n in sorted(clusters.items())) if clusters else ""))
+    for sample in progress.samples:
+        obs = progress.observed[sample.key]
+        if sample.expect == "Pending" and obs.state == "Pending":
+            console.print(f"  {sample.key} stays pending: {obs.reason}", markup=False)
+        elif sample.expect == "Untouched" and obs.state == "Untouched":
+            console.print(f"  {sample.key} was left alone ({obs.reason})", markup=False)
+    url = top.database_url
+    console.print("\ninspect it with:")
+    for cmd in ("placements list", "placements list -o wide", f"placements show {progress.samples[0].key}",
+                "clusters list"):
+        console.print(f"  mkctl {cmd} --database-url '{url}'", markup=False, highlight=False)
+    if not opts.keep_running:
+        console.print("  (rerun with --keep-running to keep the clusters up and point kubectl at them)",
+                      markup=False)
+    if problems:
+        console.print(f"\n[red]{len(problems)} job(s) did not reach their expected end:[/]")
+        for p in problems:
+            console.print(f"  {p}", markup=False)
+
+
+async def keep_running(console: Console, top: Topology) -> None:
+    info = top.describe()
+    console.print("\n[bold]still running[/] (Ctrl-C to stop). Kubeconfigs:")
+    for name, path in info["kubeconfigs"].items():
+        console.print(f"  {name:<9} {path}", markup=False)
+    console.print(f"  kubectl --kubeconfig {info['kubeconfigs'][MANAGER]} get pytorchjobs,jobs -A", markup=False)
+    console.print(f"  MQTT {info['mqtt_url']} (topic root {info['topic_root']}), database {info['database_url']}",
+                  markup=False)
+    stop = asyncio.Event()
+    from federation.tasks import install_signal_handlers
+
+    remove = install_signal_handlers(stop)
+    try:
+        while not stop.is_set():
+            top.check_running()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), timeout=1.0)
+    finally:
+        remove()
+
+
+def reset_state(state_dir: Path, *, own_database: bool) -> None:
+    """A demo starts clean: its simulated clusters and (when it owns it) its SQLite file."""
+    shutil.rmtree(state_dir / "sim", ignore_errors=True)
+    if own_database:
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            (state_dir / f"mkd.db{suffix}").unlink(missing_ok=True)
+
+
+def setup_demo_logging(state_dir: Path, console: Console, debug: bool) -> Path:
+    """Everything at INFO to ``<state>/demo.log``; only warnings (or all, with --debug) on the console."""
+    from rich.logging import RichHandler
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / "demo.log"
+    root = logging.getLogger()
+    root.handlers.clear()
+    root.setLevel(logging.DEBUG if debug else logging.INFO)
+    file_handler = logging.FileHandler(path, mode="w")
+    file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
+    root.addHandler(file_handler)
+    screen = RichHandler(console=console, show_path=False, level=logging.DEBUG if debug else logging.WARNING)
+    root.addHandler(screen)
+    for noisy in ("kubernetes", "urllib3", "aiosqlite", "amqtt", "transitions", "alembic"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    return path
+
+
+def demo(
+    ctx: typer.Context,
+    state_dir: Annotated[Path, typer.Option("--state-dir", help="Where kubeconfigs, the SQLite file and the log go.")
+                         ] = Path("state"),
+    mqtt_url: Annotated[str | None, typer.Option("--mqtt-url", envvar="MKD_DEMO_MQTT_URL", show_default=False,
+                                                 help="Use this broker (e.g. Mosquitto) instead of the embedded one.")
+                        ] = None,
+    database_url: Annotated[str | None, typer.Option(
+        "--database-url", envvar="MKD_DEMO_DATABASE_URL", show_default=False,
+        help="Use this database (e.g. postgresql+asyncpg://postgres@127.0.0.1/mkd) instead of SQLite.")] = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for every job's end.")] = 150.0,
+    keep_running: Annotated[bool, typer.Option("--keep-running", help="Stay up afterwards, printing kubeconfigs.")
+                            ] = False,
+    examples: Annotated[Path | None, typer.Option("--examples", help="Folder of sample jobs (default: examples/).",
+                                                  show_default=False)] = None,
+    fresh: Annotated[bool, typer.Option("--fresh/--reuse", help="Start from empty clusters and database.")] = True,
+) -> None:
+    """Run the whole federation in one process on embedded defaults and submit the sample jobs."""
+    debug = bool(getattr(ctx.find_root().obj, "debug", False))
+    console = Console(highlight=False)
+    log_path = setup_demo_logging(state_dir, console, debug)
+    opts = DemoOptions(state_dir, mqtt_url, database_url, timeout, keep_running, examples, fresh)
+    try:
+        problems = asyncio.run(run_demo(opts, console))
+    except KeyboardInterrupt:
+        raise CommandFailed("interrupted", code=130) from None
+    if problems:
+        raise CommandFailed(f"{len(problems)} of the sample jobs did not reach their expected end "
+                            f"(log: {log_path})", code=EXIT_UNFINISHED)
+    console.print("[green]every sample job reached its expected end[/]")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo)

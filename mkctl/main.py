@@ -1,0 +1,88 @@
+"""``mkctl``: the root command group, its global flags and the one place failures are turned into words.
+
+Sub-commands live in their own modules (services, admin, demo, sim); this module wires them together,
+owns ``--version`` and ``--debug``, and wraps every command so a failure prints one ``error: ...``
+line and exits non-zero instead of showing a traceback (``--debug`` or ``MKD_DEBUG=1`` shows it).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated, Any
+
+import typer
+from typer.core import TyperGroup
+
+from mkctl import admin, demo, services
+from mkctl.errors import describe, print_error
+
+
+@dataclass
+class Globals:
+    """What the root callback learned, handed to sub-commands through ``ctx.obj``."""
+
+    debug: bool = False
+
+
+def mkd_version() -> str:
+    try:
+        return version("mkd")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0+unknown"
+
+
+class ReportedErrors(TyperGroup):
+    """The root group: runs the chosen command and turns any failure into one line and an exit code."""
+
+    def invoke(self, ctx: Any) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (typer.TyperException, typer.Exit, typer.Abort, KeyboardInterrupt, SystemExit):
+            raise  # usage errors, explicit exits and ^C keep the framework's handling
+        except Exception as exc:
+            debug = (isinstance(ctx.obj, Globals) and ctx.obj.debug) or bool(os.environ.get("MKD_DEBUG"))
+            if debug:
+                raise
+            message, code = describe(exc)
+            print_error(message)
+            raise typer.Exit(code) from None
+
+
+app = typer.Typer(
+    cls=ReportedErrors,
+    name="mkctl",
+    help="mkd: dispatch training jobs from a manager cluster to worker clusters (MultiKueue style).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"mkctl {mkd_version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    debug: Annotated[bool, typer.Option("--debug", envvar="MKD_DEBUG",
+                                        help="Show tracebacks and debug logs.")] = False,
+    _version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                           help="Print the version and exit.")] = False,
+) -> None:
+    """mkd: dispatch training jobs from a manager cluster to worker clusters (MultiKueue style)."""
+    ctx.obj = Globals(debug=debug)
+
+
+services.register(app)
+admin.register(app)
+demo.register(app)
+
+
+if __name__ == "__main__":  # python -m mkctl.main
+    app()

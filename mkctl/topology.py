@@ -1,0 +1,280 @@
+"""The demo's federation in one process: kubesim clusters, a broker, a database, a dispatcher, agents.
+
+Shared by ``mkctl demo``, the end-to-end tests and the end-to-end benchmark, so the topology is
+written once. :class:`Topology` is an async context manager: entering it starts kubesim (a manager
+and three worker clusters of different sizes, one with GPUs), the embedded MQTT broker unless a
+broker URL is given, a SQLite file under the state directory unless a database URL is given, runs
+the migrations, installs mkd's CRDs into every cluster, then starts the dispatcher and one agent per
+worker as supervised tasks. Leaving it stops them in reverse order. Agents can be stopped and started
+again (``stop_agent`` / ``start_agent``) to show that a lost worker is noticed and nothing is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from pydantic import BaseModel
+
+log = logging.getLogger(__name__)
+
+MANAGER = "manager"
+
+
+def _kubesim() -> Any:
+    import kubesim
+
+    return kubesim
+
+
+def default_workers() -> list[Any]:
+    """worker-1: small CPU; worker-2: larger CPU; worker-3: GPU nodes (nvidia.com/gpu)."""
+    ks = _kubesim()
+    return [
+        ks.ClusterSpec("worker-1", nodes=[ks.NodeSpec(f"worker-1-node-{i}", cpu="4", memory="16Gi")
+                                          for i in (1, 2)], seed=1),
+        ks.ClusterSpec("worker-2", nodes=[ks.NodeSpec(f"worker-2-node-{i}", cpu="16", memory="64Gi")
+                                          for i in (1, 2, 3, 4)], seed=2),
+        ks.ClusterSpec("worker-3", nodes=[
+            ks.NodeSpec(f"worker-3-gpu-{i}", cpu="32", memory="128Gi", extended={"nvidia.com/gpu": "4"},
+                        labels={"nvidia.com/gpu.present": "true", "node.kubernetes.io/instance-type": "gpu-4x"})
+            for i in (1, 2)], seed=3),
+    ]
+
+
+def manager_spec() -> Any:
+    ks = _kubesim()
+    return ks.ClusterSpec(MANAGER, nodes=[ks.NodeSpec("manager-node-1", cpu="4", memory="16Gi")], seed=0)
+
+
+@dataclass
+class TopologyOptions:
+    """How to build the federation; every default is the embedded, nothing-to-install one."""
+
+    state_dir: Path = Path("state")
+    mqtt_url: str | None = None
+    """None: start the embedded broker (amqtt) on a free port."""
+    database_url: str | None = None
+    """None: SQLite file ``<state_dir>/mkd.db``."""
+    topic_root: str = "mkd/v1"
+    workers: list[Any] | None = None
+    """kubesim ClusterSpecs of the workers; None: :func:`default_workers`."""
+    heartbeat_seconds: float = 2.0
+    """Agents' heartbeat interval; short in the demo so a stopped agent shows up within seconds."""
+    heartbeat_timeout_seconds: float = 6.0
+    """Dispatcher: a cluster silent for this long is lost (nothing new is placed on it)."""
+    dispatcher_overrides: dict[str, Any] = field(default_factory=dict)
+    agent_overrides: dict[str, Any] = field(default_factory=dict)
+    origin: str = "mkd-demo"
+    sim_in_subprocess: bool = False
+    """Reserved for the benchmark, which starts kubesim with ``python -m kubesim`` itself."""
+
+
+def build_settings(cls: type[BaseModel], values: Mapping[str, Any]) -> Any:
+    """Settings from explicit values, keeping only fields ``cls`` has (logged), env vars ignored.
+
+    The demo must not pick up a developer's ``MKD_*`` environment, so explicit values are given for
+    what matters and the class's defaults cover the rest.
+    """
+    known = cls.model_fields
+    kept = {k: v for k, v in values.items() if k in known}
+    dropped = sorted(set(values) - set(kept))
+    if dropped:
+        log.debug("%s has no field(s) %s; not set", cls.__name__, ", ".join(dropped))
+    return cls(**kept)
+
+
+class Topology:
+    """The running federation; see the module docstring. Attributes are valid while entered."""
+
+    def __init__(self, options: TopologyOptions | None = None) -> None:
+        self.options = options or TopologyOptions()
+        self.workers: list[Any] = self.options.workers or default_workers()
+        self.database_url = self.options.database_url or \
+            f"sqlite+aiosqlite:///{(self.options.state_dir / 'mkd.db').resolve()}"
+        self.mqtt_url: str = self.options.mqtt_url or ""
+        self.sim: Any = None
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._supervisor: Any = None
+        self._stops: dict[str, asyncio.Event] = {}
+        self.kubes: dict[str, Any] = {}
+
+    # --- names ---------------------------------------------------------------------------------
+    @property
+    def worker_names(self) -> list[str]:
+        return [w.name for w in self.workers]
+
+    @property
+    def cluster_names(self) -> list[str]:
+        return [MANAGER, *self.worker_names]
+
+    def kubeconfig(self, cluster: str) -> Path:
+        return Path(self.sim.kubeconfig(cluster))
+
+    @property
+    def manager(self) -> Any:
+        """The manager cluster's federation.kube.Kube (the only API the e2e tests drive)."""
+        return self.kubes[MANAGER]
+
+    # --- lifecycle -------------------------------------------------------------------------------
+    async def __aenter__(self) -> Topology:
+        from federation.kube import Kube
+
+        from federation.tasks import Supervisor
+
+        started = time.monotonic()
+        self.options.state_dir.mkdir(parents=True, exist_ok=True)
+        stack = contextlib.AsyncExitStack()
+        await stack.__aenter__()
+        self._stack = stack
+        try:
+            ks = _kubesim()
+            sim_dir = self.options.state_dir / "sim"
+            self.sim = await stack.enter_async_context(ks.serve_async([manager_spec(), *self.workers], sim_dir))
+            if not self.mqtt_url:
+                from federation.embedded_broker import EmbeddedBroker
+
+                broker = await stack.enter_async_context(EmbeddedBroker())
+                self.mqtt_url = broker.url
+            await self._upgrade_database()
+            for name in self.cluster_names:
+                self.kubes[name] = await stack.enter_async_context(Kube(self.kubeconfig(name)))
+            await asyncio.gather(*(self.install_crds(name) for name in self.cluster_names))
+            self._supervisor = await stack.enter_async_context(Supervisor(grace=5.0))
+            self.start_dispatcher()
+            for name in self.worker_names:
+                self.start_agent(name)
+        except BaseException:
+            await stack.__aexit__(None, None, None)
+            self._stack = None
+            raise
+        log.info("federation up in %.1fs: %s", time.monotonic() - started, ", ".join(self.cluster_names))
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        for stop in self._stops.values():
+            stop.set()
+        # Let the services finish their staged shutdown before the supervisor cancels what is left.
+        tasks = [info.task for info in (self._supervisor.tasks.values() if self._supervisor else ())]
+        if tasks:
+            await asyncio.wait(tasks, timeout=10.0)
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.__aexit__(exc_type, exc, tb)
+
+    async def _upgrade_database(self) -> None:
+        from dispatcher import db
+
+        await db.upgrade_async(self.database_url)
+
+    async def install_crds(self, cluster: str) -> None:
+        """mkd's CRD manifests into one cluster; waits until each kind is served."""
+        from federation.kinds.crds import load_crds
+        from federation.kube import CRDS
+
+        from federation.errors import AlreadyExists
+
+        kube = self.kubes[cluster]
+        for crd in load_crds():
+            with contextlib.suppress(AlreadyExists):
+                await kube.create(CRDS, crd)
+
+    # --- services ------------------------------------------------------------------------------
+    def dispatcher_settings(self) -> Any:
+        from dispatcher.settings import DispatcherSettings
+
+        values: dict[str, Any] = {
+            "kube": {"kubeconfig": self.kubeconfig(MANAGER)},
+            "database_url": self.database_url,
+            "mqtt": {"url": self.mqtt_url, "topic_root": self.options.topic_root,
+                     "client_id": f"{self.options.origin}-dispatcher"},
+            "origin": self.options.origin,
+            "heartbeat_timeout_seconds": self.options.heartbeat_timeout_seconds,
+            "placement_retry_seconds": 2.0,
+            "capacity_settle_seconds": 1.0,
+        }
+        values.update(self.options.dispatcher_overrides)
+        return build_settings(DispatcherSettings, values)
+
+    def agent_settings(self, cluster: str) -> Any:
+        from worker_agent.settings import AgentSettings
+
+        values: dict[str, Any] = {
+            "cluster_name": cluster,
+            "kube": {"kubeconfig": self.kubeconfig(cluster)},
+            "mqtt": {"url": self.mqtt_url, "topic_root": self.options.topic_root,
+                     "client_id": f"{self.options.origin}-agent-{cluster}"},
+            "origin": self.options.origin,
+            "heartbeat_seconds": self.options.heartbeat_seconds,
+            "heartbeat_interval_seconds": self.options.heartbeat_seconds,
+        }
+        values.update(self.options.agent_overrides)
+        return build_settings(AgentSettings, values)
+
+    def _start(self, name: str, run: Callable[..., Awaitable[None]], settings: Any) -> None:
+        stop = asyncio.Event()
+        self._stops[name] = stop
+        self._supervisor.start(name, lambda: run(settings, stop=stop))
+
+    def start_dispatcher(self) -> None:
+        from dispatcher import app as dispatcher_app
+
+        self._start("dispatcher", dispatcher_app.run, self.dispatcher_settings())
+
+    def start_agent(self, cluster: str) -> None:
+        """Start (or start again) the agent of ``cluster``."""
+        from worker_agent import app as agent_app
+
+        self._start(f"agent-{cluster}", agent_app.run, self.agent_settings(cluster))
+
+    async def stop_agent(self, cluster: str, *, within: float = 15.0) -> None:
+        """Stop one agent the way SIGTERM would, and wait until it has shut down."""
+        await self._stop(f"agent-{cluster}", within)
+
+    async def stop_dispatcher(self, *, within: float = 15.0) -> None:
+        await self._stop("dispatcher", within)
+
+    async def _stop(self, name: str, within: float) -> None:
+        self._stops[name].set()
+        info = self._supervisor.tasks.get(name)
+        if info is not None and not info.task.done():
+            done, _ = await asyncio.wait([info.task], timeout=within)
+            if not done:
+                info.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await info.task
+
+    def failures(self) -> list[tuple[str, BaseException]]:
+        """Services that ended with an error (the demo and tests stop on the first one)."""
+        out = []
+        for info in (self._supervisor.tasks.values() if self._supervisor else ()):
+            # The supervisor keeps a failed task's error in last_error (its task itself returns).
+            if info.task.done() and info.last_error is not None:
+                out.append((info.name, info.last_error))
+        return out
+
+    def check_running(self) -> None:
+        """Raise the first service failure, so a crashed dispatcher stops the demo with its cause."""
+        for name, exc in self.failures():
+            raise RuntimeError(f"{name} stopped with an error: {type(exc).__name__}: {exc}") from exc
+
+    def describe(self) -> dict[str, Any]:
+        """What is running and where: printed by ``--keep-running`` and used by the e2e tests."""
+        return {
+            "database_url": self.database_url,
+            "mqtt_url": self.mqtt_url,
+            "topic_root": self.options.topic_root,
+            "kubeconfigs": {name: str(self.kubeconfig(name)) for name in self.cluster_names},
+        }
+
+
+def with_workers(options: TopologyOptions, workers: Iterable[Any]) -> TopologyOptions:
+    return replace(options, workers=list(workers))
