@@ -1,0 +1,632 @@
+"""The Kubernetes boundary: the only module importing ``kubernetes`` (and urllib3).
+
+``Kube`` is one API server (one cluster): async CRUD, patch in its four flavours, a list-then-watch
+``informer`` and discovery, over the official client's configuration, authentication and
+connection pool. Requests go out as raw paths built by ``Resource.path()`` and bodies are parsed
+with orjson — model (de)serialisation would cost more than the request. Blocking calls run on a
+thread pool sized ``KubeSettings.max_concurrency``; each watch streams in its own thread feeding an
+``asyncio.Queue``. Every HTTP failure and every client exception becomes a ``federation.errors``
+error in ``_error_for_status`` / ``_guard`` and nowhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Protocol
+from urllib.parse import quote, urlencode
+
+import orjson
+import urllib3
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
+
+from federation.clock import Clock, SystemClock
+from federation.errors import (
+    AlreadyExists,
+    Conflict,
+    FederationError,
+    Invalid,
+    NotFound,
+    Permanent,
+    Transport,
+)
+from federation.settings import KubeSettings
+
+log = logging.getLogger(__name__)
+
+PatchType = Literal["merge", "json", "strategic", "apply"]
+CONTENT_TYPES: dict[str, str] = {
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+    "apply": "application/apply-patch+yaml",  # JSON is YAML: the body is sent as JSON
+}
+DEFAULT_FIELD_MANAGER = "mkd"
+LIST_PAGE = 500
+DISCOVERY_TTL = 10.0
+"""Seconds a discovery answer is trusted: a CRD installed now is seen within this."""
+
+
+@dataclass(frozen=True)
+class Resource:
+    """A resource type on the API server: where its objects live and what they are called."""
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def group_version_path(self) -> str:
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    def path(self, namespace: str | None = None, name: str | None = None,
+             subresource: str | None = None) -> str:
+        """``/api/v1/namespaces/x/pods/y/status``; without namespace a namespaced type is listed cluster-wide."""
+        parts = [self.group_version_path]
+        if self.namespaced and namespace:
+            parts.append(f"namespaces/{quote(namespace, safe='')}")
+        parts.append(self.plural)
+        if name is not None:
+            parts.append(quote(name, safe=""))
+            if subresource:
+                parts.append(subresource)
+        elif subresource:
+            raise ValueError("a subresource needs an object name")
+        return "/".join(parts)
+
+
+PODS = Resource("", "v1", "pods", "Pod")
+SERVICES = Resource("", "v1", "services", "Service")
+CONFIGMAPS = Resource("", "v1", "configmaps", "ConfigMap")
+SECRETS = Resource("", "v1", "secrets", "Secret")
+EVENTS = Resource("", "v1", "events", "Event")
+NAMESPACES = Resource("", "v1", "namespaces", "Namespace", namespaced=False)
+NODES = Resource("", "v1", "nodes", "Node", namespaced=False)
+SERVICEACCOUNTS = Resource("", "v1", "serviceaccounts", "ServiceAccount")
+JOBS = Resource("batch", "v1", "jobs", "Job")
+LEASES = Resource("coordination.k8s.io", "v1", "leases", "Lease")
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition",
+                namespaced=False)
+
+
+class _KindLike(Protocol):
+    name: str
+    group: str
+    version: str
+    plural: str
+
+
+def resource_for(kind: _KindLike) -> Resource:
+    """The Resource of a JobKind (every job kind is namespaced)."""
+    return Resource(kind.group, kind.version, kind.plural, kind.name)
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: Literal["ADDED", "MODIFIED", "DELETED"]
+    object: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ListResult:
+    items: list[dict[str, Any]]
+    resource_version: str
+
+
+# --- error mapping: the one place ------------------------------------------------------------
+
+
+def _error_for_status(status: int, body: bytes, headers: Mapping[str, str], what: str) -> FederationError:
+    """Map an HTTP status and its ``Status`` body onto the federation error tree."""
+    doc: dict[str, Any] = {}
+    with contextlib.suppress(ValueError, TypeError):
+        parsed = orjson.loads(body) if body else {}
+        doc = parsed if isinstance(parsed, dict) else {}
+    message = str(doc.get("message") or body[:300].decode(errors="replace") or f"HTTP {status}")
+    reason = str(doc.get("reason") or "")
+    text = f"{what}: {message}"
+    if status == 404:
+        return NotFound(text)
+    if status == 409:
+        return AlreadyExists(text) if reason == "AlreadyExists" else Conflict(text)
+    if status == 410:
+        return Conflict(f"{what}: resource version expired (410 Gone): {message}")
+    if status in (400, 422):
+        causes = (doc.get("details") or {}).get("causes") or []
+        first = causes[0] if causes and isinstance(causes[0], dict) else {}
+        return Invalid(str(first.get("field") or "(request)"), str(first.get("message") or message))
+    if status in (401, 403):
+        return Permanent(text, reason="Unauthorized" if status == 401 else "Forbidden")
+    if status == 429 or status >= 500 or status == 0:
+        delay = 1.0
+        retry_after = headers.get("Retry-After") or headers.get("retry-after")
+        with contextlib.suppress(TypeError, ValueError):
+            delay = max(0.0, float(retry_after)) if retry_after is not None else delay
+        return Transport(f"{what}: HTTP {status}: {message}", delay=delay)
+    return Permanent(f"{what}: HTTP {status}: {message}", reason=reason or f"HTTP{status}")
+
+
+@contextlib.contextmanager
+def _guard(what: str) -> Iterator[None]:
+    """Library exceptions (client, urllib3, sockets, config) become federation errors."""
+    try:
+        yield
+    except FederationError:
+        raise
+    except ApiException as exc:
+        body = exc.body if isinstance(exc.body, bytes) else str(exc.body or exc.reason or "").encode()
+        raise _error_for_status(int(exc.status or 0), body, dict(exc.headers or {}), what) from exc
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        raise Transport(f"{what}: {type(exc).__name__}: {exc}") from exc
+    except ConfigException as exc:
+        raise Permanent(f"{what}: kubeconfig unusable: {exc}", reason="KubeConfig") from exc
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def _rv(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("resourceVersion") or "")
+
+
+# --- the client ----------------------------------------------------------------------------
+
+
+class Kube:
+    """One API server; an async context manager (state: new → open → closed)."""
+
+    def __init__(self, kubeconfig: str | Path | None = None, *, context: str | None = None,
+                 settings: KubeSettings | None = None, clock: Clock | None = None) -> None:
+        base = settings or KubeSettings()
+        self.kubeconfig = Path(kubeconfig) if kubeconfig is not None else base.kubeconfig
+        self.context = context if context is not None else base.context
+        self.settings = base
+        self.clock = clock or SystemClock()
+        self.state: Literal["new", "open", "closed"] = "new"
+        self._api: Any = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._discovery: dict[str, tuple[float, set[str]]] = {}
+        self._watches: set[_WatchStream] = set()
+
+    @classmethod
+    def from_settings(cls, settings: KubeSettings, *, clock: Clock | None = None) -> Kube:
+        return cls(settings.kubeconfig, context=settings.context, settings=settings, clock=clock)
+
+    async def __aenter__(self) -> Kube:
+        if self.state != "new":
+            raise RuntimeError(f"Kube is {self.state}; enter a new one")
+        self._api = await asyncio.to_thread(self._load_client)
+        self._pool = ThreadPoolExecutor(self.settings.max_concurrency, thread_name_prefix="kube")
+        self.state = "open"
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        self.state = "closed"
+        for stream in list(self._watches):
+            stream.stop()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._api is not None:
+            with contextlib.suppress(Exception):
+                self._api.rest_client.pool_manager.clear()
+
+    def _load_client(self) -> Any:
+        configuration = k8s_client.Configuration()
+        with _guard("load Kubernetes configuration"):
+            if self.kubeconfig is None and os.environ.get("KUBERNETES_SERVICE_HOST"):
+                k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+            else:
+                path = str(self.kubeconfig) if self.kubeconfig else None
+                k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
+                    config_file=path, context=self.context, client_configuration=configuration,
+                    persist_config=False)
+        # Watches hold a connection each; calls need max_concurrency more without queueing.
+        configuration.connection_pool_maxsize = self.settings.max_concurrency + 8
+        return k8s_client.ApiClient(configuration)
+
+    # --- raw requests (run in threads) ---
+
+    def _open_response(self, method: str, path: str, query: list[tuple[str, str]] | None,
+                       body: bytes | None, content_type: str | None,
+                       timeout: urllib3.Timeout) -> urllib3.BaseHTTPResponse:
+        if self.state != "open":
+            raise RuntimeError("Kube used outside `async with`")
+        headers = {"Accept": "application/json"}
+        if content_type:
+            headers["Content-Type"] = content_type
+        # param_serialize applies the kubeconfig's auth (bearer token, refreshed by exec plugins).
+        _, url, headers, _, _ = self._api.param_serialize(method, path, header_params=headers,
+                                                          auth_settings=["BearerToken"])
+        if query:
+            url += "?" + urlencode(query)
+        response: urllib3.BaseHTTPResponse = self._api.rest_client.pool_manager.request(
+            method, url, body=body, headers=headers, timeout=timeout, retries=False, preload_content=False)
+        return response
+
+    def _request_sync(self, method: str, path: str, query: list[tuple[str, str]] | None,
+                      body: bytes | None, content_type: str | None, what: str) -> Any:
+        with _guard(what):
+            timeout = urllib3.Timeout(connect=self.settings.timeout, read=self.settings.timeout)
+            response = self._open_response(method, path, query, body, content_type, timeout)
+            try:
+                data = response.read()
+            finally:
+                response.release_conn()
+            if not 200 <= response.status < 300:
+                raise _error_for_status(response.status, data, dict(response.headers), what)
+            return orjson.loads(data) if data else {}
+
+    async def _request(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
+                       body: Any = None, content_type: str | None = None, what: str = "") -> Any:
+        if self.state != "open" or self._pool is None:
+            raise RuntimeError(f"Kube is {self.state}; use it inside `async with`")
+        payload = orjson.dumps(body) if body is not None else None
+        if payload is not None and content_type is None:
+            content_type = "application/json"
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, self._request_sync, method, path, query, payload,
+                                          content_type, what or f"{method} {path}")
+
+    # --- CRUD ---
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]:
+        obj: dict[str, Any] = await self._request("GET", res.path(namespace, name),
+                                                  what=f"get {res.kind} {_where(namespace, name)}")
+        return obj
+
+    async def list(self, res: Resource, namespace: str | None = None, *, label_selector: str | None = None,
+                   field_selector: str | None = None) -> ListResult:
+        """Every object, paging through ``continue`` tokens; items carry kind and apiVersion."""
+        items: list[dict[str, Any]] = []
+        resource_version = ""
+        token = ""
+        while True:
+            query = [("limit", str(LIST_PAGE))]
+            if label_selector:
+                query.append(("labelSelector", label_selector))
+            if field_selector:
+                query.append(("fieldSelector", field_selector))
+            if token:
+                query.append(("continue", token))
+            page = await self._request("GET", res.path(namespace), query=query,
+                                       what=f"list {res.plural} in {namespace or 'all namespaces'}")
+            meta = page.get("metadata") or {}
+            resource_version = resource_version or str(meta.get("resourceVersion") or "")
+            for item in page.get("items") or []:
+                item.setdefault("kind", res.kind)
+                item.setdefault("apiVersion", res.api_version)
+                items.append(item)
+            token = str(meta.get("continue") or "")
+            if not token:
+                return ListResult(items, resource_version)
+
+    async def create(self, res: Resource, body: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
+        ns = namespace or _namespace_of(body)
+        obj: dict[str, Any] = await self._request(
+            "POST", res.path(ns), body=dict(body),
+            what=f"create {res.kind} {_where(ns, _name_of(body))}")
+        return obj
+
+    async def replace(self, res: Resource, body: Mapping[str, Any], namespace: str | None = None, *,
+                      subresource: str | None = None) -> dict[str, Any]:
+        ns = namespace or _namespace_of(body)
+        name = _name_of(body)
+        obj: dict[str, Any] = await self._request(
+            "PUT", res.path(ns, name, subresource), body=dict(body),
+            what=f"replace {res.kind} {_where(ns, name)}{'/' + subresource if subresource else ''}")
+        return obj
+
+    async def patch(self, res: Resource, name: str, patch: Any, namespace: str | None = None, *,
+                    patch_type: PatchType = "merge", subresource: str | None = None,
+                    field_manager: str | None = None, force: bool = False) -> dict[str, Any]:
+        """Patch; ``json`` takes a list of operations, the others an object; ``apply`` is server-side apply."""
+        query: list[tuple[str, str]] = []
+        if patch_type == "apply":
+            query.append(("fieldManager", field_manager or DEFAULT_FIELD_MANAGER))
+            if force:
+                query.append(("force", "true"))
+        elif field_manager:
+            query.append(("fieldManager", field_manager))
+        obj: dict[str, Any] = await self._request(
+            "PATCH", res.path(namespace, name, subresource), query=query, body=patch,
+            content_type=CONTENT_TYPES[patch_type],
+            what=f"patch ({patch_type}) {res.kind} {_where(namespace, name)}"
+                 f"{'/' + subresource if subresource else ''}")
+        return obj
+
+    async def delete(self, res: Resource, name: str, namespace: str | None = None, *,
+                     propagation: Literal["Background", "Foreground", "Orphan"] = "Background") -> None:
+        await self._request("DELETE", res.path(namespace, name),
+                            body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation},
+                            what=f"delete {res.kind} {_where(namespace, name)}")
+
+    # --- discovery and events ---
+
+    async def served(self, res: Resource) -> bool:
+        """Is ``res`` served now (its CRD installed)? Discovery answers are cached ``DISCOVERY_TTL`` seconds."""
+        path = res.group_version_path
+        cached = self._discovery.get(path)
+        now = self.clock.monotonic()
+        if cached is None or now - cached[0] > DISCOVERY_TTL:
+            try:
+                doc = await self._request("GET", path, what=f"discover {res.api_version}")
+                plurals = {str(r.get("name")) for r in doc.get("resources") or [] if isinstance(r, dict)}
+            except NotFound:
+                plurals = set()
+            cached = (now, plurals)
+            self._discovery[path] = cached
+        return res.plural in cached[1]
+
+    async def event(self, involved: Mapping[str, Any], *, type: Literal["Normal", "Warning"], reason: str,
+                    message: str, component: str) -> None:
+        """Record a core/v1 Event on ``involved``; best effort: failures are logged, never raised."""
+        meta = involved.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
+                "name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+            "type": type, "reason": reason, "message": message[:1024],
+            "source": {"component": component}, "reportingComponent": component,
+            "reportingInstance": component, "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        try:
+            await self.create(EVENTS, body, namespace)
+        except (FederationError, RuntimeError) as exc:
+            log.warning("could not record event %s on %s/%s: %s", reason, namespace, meta.get("name"), exc)
+
+    # --- informer ---
+
+    def informer(self, res: Resource, namespace: str | None = None, *,
+                 label_selector: str | None = None) -> AsyncIterator[WatchEvent]:
+        """List (ADDED for each), then watch; see ``_Informer``. Never ends by itself."""
+        return _Informer(self, res, namespace, label_selector).run()
+
+    def _start_watch(self, res: Resource, namespace: str | None, label_selector: str | None,
+                     resource_version: str) -> _WatchStream:
+        query = [("watch", "true"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
+                 ("timeoutSeconds", str(self.settings.watch_timeout))]
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        stream = _WatchStream(self, res.path(namespace), query, f"watch {res.plural}")
+        self._watches.add(stream)
+        stream.start()
+        return stream
+
+
+def _where(namespace: str | None, name: str | None) -> str:
+    return f"{namespace}/{name}" if namespace else str(name)
+
+
+def _name_of(body: Mapping[str, Any]) -> str:
+    name = (body.get("metadata") or {}).get("name")
+    if not name:
+        raise Invalid("metadata.name", "is required", fix="set metadata.name")
+    return str(name)
+
+
+def _namespace_of(body: Mapping[str, Any]) -> str | None:
+    ns = (body.get("metadata") or {}).get("namespace")
+    return str(ns) if ns else None
+
+
+@dataclass
+class _WatchStream:
+    """One watch request streaming in its own thread; lines, the end, or an error go to ``queue``."""
+
+    kube: Kube
+    path: str
+    query: list[tuple[str, str]]
+    what: str
+    queue: asyncio.Queue[tuple[str, Any]] = field(default_factory=asyncio.Queue)
+    _loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
+    _stopped: threading.Event = field(default_factory=threading.Event)
+    _response: urllib3.BaseHTTPResponse | None = None
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name=self.what, daemon=True).start()
+
+    def stop(self) -> None:
+        """Unblock the thread's read and let it exit; safe from any thread, any number of times."""
+        self._stopped.set()
+        response = self._response
+        if response is not None:
+            with contextlib.suppress(Exception):
+                response.shutdown()  # type: ignore[attr-defined]
+        self.kube._watches.discard(self)
+
+    def _put(self, item: tuple[str, Any]) -> None:
+        if not self._stopped.is_set():
+            with contextlib.suppress(RuntimeError):  # loop closed
+                self._loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+    def _run(self) -> None:
+        try:
+            with _guard(self.what):
+                settings = self.kube.settings
+                # A read timeout beyond the server's timeoutSeconds notices a connection that died silently.
+                timeout = urllib3.Timeout(connect=settings.timeout, read=settings.watch_timeout + 30)
+                response = self.kube._open_response("GET", self.path, self.query, None, None, timeout)
+                self._response = response
+                if self._stopped.is_set():
+                    response.shutdown()  # type: ignore[attr-defined]
+                if response.status != 200:
+                    data = response.read()
+                    response.release_conn()
+                    if response.status == 410:
+                        self._put(("gone", None))
+                        return
+                    raise _error_for_status(response.status, data, dict(response.headers), self.what)
+                buffer = b""
+                for chunk in _chunks(response):
+                    if self._stopped.is_set():
+                        break
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            self._put(("line", line))
+                response.release_conn()
+            self._put(("end", None))
+        except FederationError as exc:
+            self._put(("error", exc))
+        except Exception as exc:  # the thread must always report, never die silently
+            self._put(("error", Transport(f"{self.what}: {type(exc).__name__}: {exc}")))
+        finally:
+            self.kube._watches.discard(self)
+
+
+def _chunks(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
+    if getattr(response, "chunked", False):
+        yield from response.read_chunked(decode_content=True)  # type: ignore[attr-defined]
+        return
+    while chunk := response.read1(65536):  # type: ignore[attr-defined]
+        yield chunk
+
+
+class _Informer:
+    """List, then watch from the list's resourceVersion; resume after drops, relist on 410 Gone.
+
+    ``known`` is what the consumer has been told; after a relist the difference between it and the
+    new list is emitted (ADDED / MODIFIED / DELETED) so the consumer's view is complete.
+    Transport errors back off (capped, on the Kube's clock) and retry; NotFound (the CRD is not
+    installed yet) retries too; Permanent errors (forbidden, invalid selector) are raised.
+    """
+
+    BACKOFF_INITIAL = 0.2
+    BACKOFF_MAX = 30.0
+
+    def __init__(self, kube: Kube, res: Resource, namespace: str | None, label_selector: str | None) -> None:
+        self.kube = kube
+        self.res = res
+        self.namespace = namespace
+        self.label_selector = label_selector
+        self.known: dict[tuple[str, str], dict[str, Any]] = {}
+        self.resource_version = ""
+        self.failures = 0
+
+    async def _backoff(self, exc: FederationError) -> None:
+        self.failures += 1
+        delay = min(self.BACKOFF_MAX, self.BACKOFF_INITIAL * 2 ** min(self.failures - 1, 20))
+        if isinstance(exc, Transport):
+            delay = max(delay, min(exc.delay, self.BACKOFF_MAX))
+        log.warning("%s informer: %s; retrying in %.1fs", self.res.plural, exc, delay)
+        await self.kube.clock.sleep(delay)
+
+    async def _relist(self) -> list[WatchEvent]:
+        listed = await self.kube.list(self.res, self.namespace, label_selector=self.label_selector)
+        fresh = {_key(o): o for o in listed.items}
+        events: list[WatchEvent] = []
+        for key, obj in fresh.items():
+            old = self.known.get(key)
+            if old is None:
+                events.append(WatchEvent("ADDED", obj))
+            elif _rv(old) != _rv(obj):
+                events.append(WatchEvent("MODIFIED", obj))
+        events.extend(WatchEvent("DELETED", old) for key, old in self.known.items() if key not in fresh)
+        self.known = fresh
+        self.resource_version = listed.resource_version
+        return events
+
+    def _apply(self, line: bytes) -> WatchEvent | Literal["gone"] | None:
+        try:
+            doc = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            log.warning("%s watch: undecodable line dropped: %r", self.res.plural, line[:200])
+            return None
+        kind = doc.get("type")
+        obj = doc.get("object") or {}
+        if kind == "BOOKMARK":
+            self.resource_version = _rv(obj) or self.resource_version
+            return None
+        if kind == "ERROR":
+            if obj.get("code") == 410:
+                return "gone"
+            raise _error_for_status(int(obj.get("code") or 500), line, {}, f"watch {self.res.plural}")
+        if kind not in ("ADDED", "MODIFIED", "DELETED"):
+            return None
+        self.resource_version = _rv(obj) or self.resource_version
+        if kind == "DELETED":
+            self.known.pop(_key(obj), None)
+        else:
+            self.known[_key(obj)] = obj
+        return WatchEvent(kind, obj)
+
+    async def run(self) -> AsyncIterator[WatchEvent]:
+        need_list = True
+        while True:
+            if need_list:
+                try:
+                    events = await self._relist()
+                except (Transport, NotFound, Conflict) as exc:
+                    await self._backoff(exc)
+                    continue
+                need_list = False
+                for event in events:
+                    yield event
+            stream = self.kube._start_watch(self.res, self.namespace, self.label_selector, self.resource_version)
+            started = time.monotonic()
+            try:
+                while True:
+                    what, value = await stream.queue.get()
+                    if what == "line":
+                        try:
+                            outcome = self._apply(value)
+                        except Permanent:
+                            raise
+                        except FederationError as exc:  # an ERROR event other than 410
+                            await self._backoff(exc)
+                            break
+                        if outcome == "gone":
+                            need_list = True
+                            break
+                        if outcome is not None:
+                            self.failures = 0
+                            yield outcome
+                    elif what == "gone":
+                        need_list = True
+                        break
+                    elif what == "end":
+                        break
+                    else:
+                        error: FederationError = value
+                        if isinstance(error, Permanent):
+                            raise error
+                        await self._backoff(error)
+                        break
+            finally:
+                stream.stop()
+            if not need_list and time.monotonic() - started < 0.05 and self.failures == 0:
+                # A watch that ends at once every time (a proxy closing it) must not spin.
+                await self.kube.clock.sleep(self.BACKOFF_INITIAL)
