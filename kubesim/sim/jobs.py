@@ -1,0 +1,575 @@
+"""The simulated batch/v1 Job controller and TTL-after-finished controller of kube-controller-manager.
+
+Owns Job pods and Job status. Pods are created from the template with the controller ownerReference,
+the ``batch.kubernetes.io/job-tracking`` finalizer and the job labels (``batch.kubernetes.io/controller-uid``,
+``batch.kubernetes.io/job-name``, ``controller-uid``, ``job-name``); Indexed Jobs add the completion index
+annotation and label, the ``JOB_COMPLETION_INDEX`` env var and the hostname ``{job}-{index}``. A terminal pod
+is counted once (succeeded / failed / completedIndexes) and then loses its finalizer, as the real controller
+tracks pods; pods of vanished Jobs lose it too. Status carries active, ready, terminating, succeeded, failed,
+startTime, completionTime and the k8s ≥ 1.31 conditions: SuccessCriteriaMet then Complete, FailureTarget
+then Failed (BackoffLimitExceeded, DeadlineExceeded), the terminal condition being added once no pod is
+still running. Suspend deletes active pods (not counted as failures) and clears startTime; resume sets it
+anew. podReplacementPolicy Failed waits for terminating pods before replacing them. Jobs whose
+``spec.managedBy`` names another controller are left alone. Reconciles are coalesced per Job and batched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from kubesim.sim.common import (
+    Key,
+    StoreLike,
+    find_condition,
+    key_of,
+    log,
+    now_ts,
+    parse_ts,
+    record_event,
+    set_condition,
+)
+
+JOBS = "jobs.batch"
+CONTROLLER = "kubernetes.io/job-controller"
+TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
+INDEX_KEY = "batch.kubernetes.io/job-completion-index"
+COMPONENT = "job-controller"
+SUCCESS_REASON = "CompletionsReached"
+SUCCESS_MESSAGE = "Reached expected number of succeeded pods"
+BACKOFF_REASON = "BackoffLimitExceeded"
+BACKOFF_MESSAGE = "Job has reached the specified backoff limit"
+DEADLINE_REASON = "DeadlineExceeded"
+DEADLINE_MESSAGE = "Job was active longer than specified deadline"
+BATCH_SIZE = 500
+"""Jobs reconciled per loop iteration, so a burst of Jobs does not starve the API server's loop."""
+CREATE_BURST = 500
+"""Pods created for one Job in one reconcile (the real controller's slow start caps it too)."""
+
+
+@dataclass
+class PodSummary:
+    """What the controller needs to know about one of its pods."""
+
+    name: str
+    uid: str
+    phase: str
+    ready: bool
+    deleting: bool
+    index: int | None
+    tracked: bool
+    restarts: int
+    seq: int
+
+    @property
+    def terminal(self) -> bool:
+        return self.phase in ("Succeeded", "Failed")
+
+    @property
+    def active(self) -> bool:
+        return not self.terminal and not self.deleting
+
+
+def _summary(pod: Mapping[str, Any], seq: int) -> PodSummary:
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    ready = False
+    for cond in status.get("conditions") or ():
+        if cond.get("type") == "Ready":
+            ready = cond.get("status") == "True"
+    raw_index = (meta.get("annotations") or {}).get(INDEX_KEY)
+    try:
+        index = int(raw_index) if raw_index is not None else None
+    except ValueError:
+        index = None
+    restarts = sum(int(cs.get("restartCount") or 0)
+                   for cs in list(status.get("containerStatuses") or ()) + list(status.get("initContainerStatuses") or ()))
+    return PodSummary(name=meta.get("name") or "", uid=meta.get("uid") or "", phase=status.get("phase") or "Pending",
+                      ready=ready, deleting=bool(meta.get("deletionTimestamp")), index=index,
+                      tracked=TRACKING_FINALIZER in (meta.get("finalizers") or ()), restarts=restarts, seq=seq)
+
+
+def _owner_uid(pod: Mapping[str, Any]) -> str | None:
+    for ref in (pod.get("metadata") or {}).get("ownerReferences") or ():
+        if ref.get("controller") and ref.get("kind") == "Job" and str(ref.get("apiVersion", "")).startswith("batch/"):
+            return str(ref.get("uid"))
+    return None
+
+
+def format_indexes(indexes: Iterable[int]) -> str:
+    """completedIndexes form: sorted, consecutive runs as "a-b" ("1,3-5,7")."""
+    out: list[str] = []
+    run: list[int] = []
+    for i in sorted(set(indexes)):
+        if run and i == run[-1] + 1:
+            run.append(i)
+            continue
+        if run:
+            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+        run = [i]
+    if run:
+        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ",".join(out)
+
+
+def parse_indexes(text: str | None) -> set[int]:
+    result: set[int] = set()
+    for part in (text or "").split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            if "-" in part:
+                lo, hi = part.split("-", 1)
+                result.update(range(int(lo), int(hi) + 1))
+            else:
+                result.add(int(part))
+        except ValueError:
+            continue
+    return result
+
+
+def _finished(conditions: list[dict[str, Any]] | None) -> dict[str, Any] | None:
+    for cond in conditions or ():
+        if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
+            return cond
+    return None
+
+
+def _true(conditions: list[dict[str, Any]] | None, ctype: str) -> dict[str, Any] | None:
+    cond = find_condition(conditions, ctype)
+    return cond if cond is not None and cond.get("status") == "True" else None
+
+
+class JobController:
+    """One per simulated cluster; fed by the Simulation's store subscription."""
+
+    def __init__(self, store: StoreLike, loop: asyncio.AbstractEventLoop) -> None:
+        self.store = store
+        self.loop = loop
+        self.job_keys: dict[str, Key] = {}                       # job uid -> key
+        self.pods: dict[str, dict[str, PodSummary]] = {}         # job uid -> pod name -> summary
+        self.counted: dict[str, set[str]] = {}                   # job uid -> pod uids already counted
+        self.deleted_by_us: set[str] = set()                     # pod uids deleted for suspend/excess/finish
+        self.written_rv: dict[Key, str] = {}
+        self.timers: dict[Key, tuple[float, asyncio.TimerHandle]] = {}
+        self.dirty: dict[Key, None] = {}
+        self._handle: asyncio.Handle | None = None
+        self._busy: Key | None = None
+        self._seq = 0
+        self.reconciles = 0
+
+    def stop(self) -> None:
+        for _, handle in self.timers.values():
+            handle.cancel()
+        self.timers.clear()
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+
+    # --- events -------------------------------------------------------------------------------
+    def on_job(self, event: str, job: Mapping[str, Any]) -> None:
+        key = key_of(job)
+        meta = job.get("metadata") or {}
+        uid = str(meta.get("uid") or "")
+        if event == "DELETED":
+            self.job_keys.pop(uid, None)
+            self.written_rv.pop(key, None)
+            timer = self.timers.pop(key, None)
+            if timer is not None:
+                timer[1].cancel()
+            for pod in list((self.pods.pop(uid, None) or {}).values()):
+                if pod.tracked and (pod.terminal or pod.deleting):
+                    self.loop.call_soon(self._drop_finalizer, key[0], pod.name, pod.uid)
+            self.counted.pop(uid, None)
+            return
+        self.job_keys[uid] = key
+        if self.written_rv.get(key) == meta.get("resourceVersion"):
+            return  # our own status write
+        self._mark(key)
+
+    def on_pod(self, event: str, pod: Mapping[str, Any]) -> None:
+        owner = _owner_uid(pod)
+        meta = pod.get("metadata") or {}
+        tracked = TRACKING_FINALIZER in (meta.get("finalizers") or ())
+        if owner is None or owner not in self.job_keys:
+            if tracked and event != "DELETED" and (owner is None or owner not in self.job_keys):
+                status = pod.get("status") or {}
+                if meta.get("deletionTimestamp") or status.get("phase") in ("Succeeded", "Failed"):
+                    self.loop.call_soon(self._drop_orphan_finalizer, str(meta.get("namespace") or ""),
+                                        str(meta.get("name") or ""), str(meta.get("uid") or ""))
+            return
+        self._remember(owner, event, pod)
+        key = self.job_keys[owner]
+        if key != self._busy:
+            self._mark(key)
+
+    def _remember(self, owner: str, event: str, pod: Mapping[str, Any]) -> None:
+        name = (pod.get("metadata") or {}).get("name") or ""
+        pods = self.pods.setdefault(owner, {})
+        if event == "DELETED":
+            gone = pods.pop(name, None)
+            if gone is not None:
+                self.deleted_by_us.discard(gone.uid)
+            return
+        old = pods.get(name)
+        if old is None:
+            self._seq += 1
+        pods[name] = _summary(pod, old.seq if old is not None else self._seq)
+
+    def _mark(self, key: Key) -> None:
+        self.dirty[key] = None
+        if self._handle is None:
+            self._handle = self.loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._handle = None
+        batch = []
+        for key in self.dirty:
+            batch.append(key)
+            if len(batch) >= BATCH_SIZE:
+                break
+        for key in batch:
+            del self.dirty[key]
+        for key in batch:
+            self._busy = key
+            try:
+                self.reconcile(key)
+            except Exception:
+                log.exception("job %s/%s reconcile failed", *key)
+            finally:
+                self._busy = None
+        if self.dirty and self._handle is None:
+            self._handle = self.loop.call_soon(self._drain)
+
+    def _wake_at(self, key: Key, when: float) -> None:
+        """Reconcile ``key`` again at wall-clock time ``when`` (deadline, TTL)."""
+        current = self.timers.get(key)
+        if current is not None and current[0] <= when:
+            return
+        if current is not None:
+            current[1].cancel()
+        delay = max(when - time.time(), 0.0)
+
+        def fire() -> None:
+            self.timers.pop(key, None)
+            self._mark(key)
+
+        self.timers[key] = (when, self.loop.call_later(delay + 0.005, fire))
+
+    # --- reconcile ----------------------------------------------------------------------------
+    def reconcile(self, key: Key) -> None:
+        self.reconciles += 1
+        job = self.store.get(JOBS, *key)
+        if job is None:
+            return
+        meta = job["metadata"]
+        spec = job.get("spec") or {}
+        if spec.get("managedBy") not in (None, CONTROLLER):
+            return
+        uid = str(meta.get("uid"))
+        self.job_keys[uid] = key
+        status = job.setdefault("status", {})
+        before = copy.deepcopy(status)
+        conditions: list[dict[str, Any]] = status.setdefault("conditions", [])
+        pods = self.pods.get(uid, {})
+        now = time.time()
+        stamp = now_ts(now)
+        indexed = spec.get("completionMode") == "Indexed"
+        completions = spec.get("completions")
+        parallelism = int(spec.get("parallelism", 1) if spec.get("parallelism") is not None else 1)
+        finished = _finished(conditions)
+        events: list[tuple[str, str, str]] = []
+
+        # 1. Count terminal pods once, then release their finalizers.
+        counted = self.counted.setdefault(uid, set())
+        succeeded_indexes = parse_indexes(status.get("completedIndexes"))
+        newly_counted: list[PodSummary] = []
+        for pod in pods.values():
+            if not pod.terminal or pod.uid in counted:
+                continue
+            if not pod.tracked:
+                counted.add(pod.uid)
+                continue
+            newly_counted.append(pod)
+            counted.add(pod.uid)
+            if finished is not None:
+                continue
+            if pod.phase == "Succeeded":
+                if indexed:
+                    if pod.index is not None and (completions is None or pod.index < completions):
+                        succeeded_indexes.add(pod.index)
+                else:
+                    status["succeeded"] = int(status.get("succeeded") or 0) + 1
+            elif pod.uid not in self.deleted_by_us:
+                status["failed"] = int(status.get("failed") or 0) + 1
+        if indexed:
+            status["completedIndexes"] = format_indexes(succeeded_indexes)
+            status["succeeded"] = len(succeeded_indexes)
+
+        active = [p for p in pods.values() if p.active]
+        terminating = [p for p in pods.values() if p.deleting and not p.terminal]
+        succeeded = int(status.get("succeeded") or 0)
+        failed = int(status.get("failed") or 0)
+
+        suspended = bool(spec.get("suspend"))
+        failure_target = _true(conditions, "FailureTarget")
+        success_met = _true(conditions, "SuccessCriteriaMet")
+
+        if finished is None and failure_target is None and success_met is None:
+            if suspended:
+                if set_condition(conditions, "Suspended", "True", "JobSuspended", "Job suspended", now=stamp):
+                    events.append(("Normal", "Suspended", "Job suspended"))
+                self._delete_pods(key, active)
+                active = []
+                if status.get("startTime"):
+                    status.pop("startTime", None)
+            else:
+                cond = find_condition(conditions, "Suspended")
+                if cond is not None and cond.get("status") == "True":
+                    set_condition(conditions, "Suspended", "False", "JobResumed", "Job resumed", now=stamp)
+                    events.append(("Normal", "Resumed", "Job resumed"))
+                    status["startTime"] = stamp
+                status.setdefault("startTime", stamp)
+                failure = self._failure(job, spec, status, active, failed, now)
+                if failure is not None:
+                    reason, message = failure
+                    set_condition(conditions, "FailureTarget", "True", reason, message, now=stamp)
+                    failure_target = find_condition(conditions, "FailureTarget")
+                    events.append(("Warning", reason, message))
+                elif self._succeeded(indexed, completions, succeeded, succeeded_indexes, active):
+                    set_condition(conditions, "SuccessCriteriaMet", "True", SUCCESS_REASON, SUCCESS_MESSAGE, now=stamp)
+                    success_met = find_condition(conditions, "SuccessCriteriaMet")
+                else:
+                    active = self._manage(job, key, pods, active, terminating, parallelism, completions, indexed,
+                                          succeeded, succeeded_indexes, events)
+
+        if finished is None and (failure_target is not None or success_met is not None):
+            self._delete_pods(key, active)
+            active = []
+            if not any(not p.terminal for p in pods.values()):
+                if failure_target is not None:
+                    set_condition(conditions, "Failed", "True", failure_target.get("reason"),
+                                  failure_target.get("message"), now=stamp)
+                else:
+                    set_condition(conditions, "Complete", "True", SUCCESS_REASON, SUCCESS_MESSAGE, now=stamp)
+                    status["completionTime"] = stamp
+                    events.append(("Normal", "Completed", "Job completed"))
+                finished = _finished(conditions)
+        elif finished is not None:
+            self._delete_pods(key, active)
+            active = []
+
+        ready = sum(1 for p in active if p.ready and p.name in pods and pods[p.name].active)
+        terminating_now = sum(1 for p in pods.values() if p.deleting and not p.terminal)
+        live = sum(1 for p in pods.values() if p.active)
+        _set_count(status, "active", live)
+        status["ready"] = ready
+        status["terminating"] = terminating_now
+        _set_count(status, "succeeded", int(status.get("succeeded") or 0))
+        _set_count(status, "failed", int(status.get("failed") or 0))
+        status.setdefault("uncountedTerminatedPods", {})
+        if not conditions:
+            status.pop("conditions", None)
+        if not status.get("completedIndexes"):
+            status.pop("completedIndexes", None)
+
+        if status != before:
+            try:
+                written = self.store.update(JOBS, job, subresource="status")
+                self.written_rv[key] = written["metadata"].get("resourceVersion")
+            except Exception as exc:
+                log.debug("job %s/%s status not written: %s", key[0], key[1], exc)
+                self._mark(key)
+                return
+        for pod in newly_counted:
+            self._drop_finalizer(key[0], pod.name, pod.uid)
+        for type_, reason, message in events:
+            record_event(self.store, job, kind="Job", api_version="batch/v1", type_=type_, reason=reason,
+                         message=message, component=COMPONENT)
+        self._timers(key, spec, status, conditions, now)
+
+    def _failure(self, job: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any],
+                 active: list[PodSummary], failed: int, now: float) -> tuple[str, str] | None:
+        limit = spec.get("backoffLimit")
+        limit = 6 if limit is None else int(limit)
+        if failed > limit:
+            return BACKOFF_REASON, BACKOFF_MESSAGE
+        template_spec = ((spec.get("template") or {}).get("spec") or {})
+        if template_spec.get("restartPolicy") == "OnFailure":
+            restarts = sum(p.restarts for p in active)
+            if (restarts > 0) if limit == 0 else (restarts >= limit):
+                return BACKOFF_REASON, BACKOFF_MESSAGE
+        deadline = spec.get("activeDeadlineSeconds")
+        started = parse_ts(status.get("startTime"))
+        if deadline is not None and started is not None and now - started >= int(deadline):
+            return DEADLINE_REASON, DEADLINE_MESSAGE
+        return None
+
+    @staticmethod
+    def _succeeded(indexed: bool, completions: int | None, succeeded: int, succeeded_indexes: set[int],
+                   active: list[PodSummary]) -> bool:
+        if completions is None:
+            return succeeded > 0 and not active
+        if indexed:
+            return len(succeeded_indexes) >= int(completions)
+        return succeeded >= int(completions)
+
+    def _manage(self, job: Mapping[str, Any], key: Key, pods: Mapping[str, PodSummary], active: list[PodSummary],
+                terminating: list[PodSummary], parallelism: int, completions: int | None, indexed: bool,
+                succeeded: int, succeeded_indexes: set[int], events: list[tuple[str, str, str]]) -> list[PodSummary]:
+        spec = job.get("spec") or {}
+        policy = spec.get("podReplacementPolicy") or ("Failed" if spec.get("podFailurePolicy") else "TerminatingOrFailed")
+        occupying = active + (terminating if policy == "Failed" else [])
+        active = sorted(active, key=lambda p: p.seq)
+        if indexed:
+            total = int(completions if completions is not None else parallelism)
+            excess: list[PodSummary] = []
+            seen: set[int] = set()
+            for pod in active:
+                if pod.index is None or pod.index >= total or pod.index in succeeded_indexes or pod.index in seen:
+                    excess.append(pod)
+                else:
+                    seen.add(pod.index)
+            busy = {p.index for p in occupying if p.index is not None}
+            keep = [p for p in active if p not in excess]
+            if len(keep) > parallelism:
+                excess += _removal_order(keep)[: len(keep) - parallelism]
+            self._delete_pods(key, excess)
+            active = [p for p in active if p not in excess]
+            room = parallelism - len([p for p in occupying if p not in excess])
+            wanted = [i for i in range(total) if i not in succeeded_indexes and i not in busy][: max(room, 0)]
+            for index in wanted[:CREATE_BURST]:
+                self._create_pod(job, key, index, events)
+        else:
+            if completions is None:
+                want = parallelism if succeeded == 0 else len(active)
+            else:
+                want = min(parallelism, int(completions) - succeeded)
+            want = max(want, 0)
+            if len(active) > want:
+                excess = _removal_order(active)[: len(active) - want]
+                self._delete_pods(key, excess)
+                active = [p for p in active if p not in excess]
+            missing = want - len(occupying)
+            for _ in range(min(max(missing, 0), CREATE_BURST)):
+                self._create_pod(job, key, None, events)
+        uid = str(job["metadata"].get("uid"))
+        return [p for p in self.pods.get(uid, {}).values() if p.active]
+
+    # --- writes -------------------------------------------------------------------------------
+    def _create_pod(self, job: Mapping[str, Any], key: Key, index: int | None,
+                    events: list[tuple[str, str, str]]) -> None:
+        meta = job["metadata"]
+        name = meta["name"]
+        uid = str(meta.get("uid"))
+        template = copy.deepcopy((job.get("spec") or {}).get("template") or {})
+        tmeta = template.get("metadata") or {}
+        pod_spec = template.get("spec") or {}
+        labels = dict(tmeta.get("labels") or {})
+        labels.update({"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": name,
+                       "controller-uid": uid, "job-name": name})
+        annotations = dict(tmeta.get("annotations") or {})
+        generate = f"{name}-"
+        if index is not None:
+            labels[INDEX_KEY] = str(index)
+            annotations[INDEX_KEY] = str(index)
+            generate = f"{name}-{index}-"
+            pod_spec.setdefault("hostname", f"{name}-{index}")
+            for container in list(pod_spec.get("containers") or ()) + list(pod_spec.get("initContainers") or ()):
+                env = container.setdefault("env", [])
+                if not any(e.get("name") == "JOB_COMPLETION_INDEX" for e in env):
+                    env.append({"name": "JOB_COMPLETION_INDEX", "valueFrom": {"fieldRef": {
+                        "apiVersion": "v1", "fieldPath": f"metadata.labels['{INDEX_KEY}']"}}})
+        pod: dict[str, Any] = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": generate,
+                "namespace": key[0],
+                "labels": labels,
+                "annotations": annotations,
+                "finalizers": [TRACKING_FINALIZER],
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid,
+                                     "controller": True, "blockOwnerDeletion": True}],
+            },
+            "spec": pod_spec,
+        }
+        if not annotations:
+            del pod["metadata"]["annotations"]
+        try:
+            created = self.store.create("pods", pod)
+        except Exception as exc:
+            log.warning("job %s/%s: creating a pod failed: %s", key[0], key[1], exc)
+            events.append(("Warning", "FailedCreate", f"Error creating: {exc}"))
+            return
+        events.append(("Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}"))
+
+    def _delete_pods(self, key: Key, pods: Iterable[PodSummary]) -> None:
+        for pod in pods:
+            if pod.deleting:
+                continue
+            self.deleted_by_us.add(pod.uid)
+            try:
+                self.store.delete("pods", key[0], pod.name)
+            except Exception as exc:
+                log.debug("deleting pod %s/%s: %s", key[0], pod.name, exc)
+
+    def _drop_finalizer(self, namespace: str, name: str, uid: str) -> None:
+        try:
+            pod = self.store.get("pods", namespace, name)
+            if pod is None or pod["metadata"].get("uid") != uid:
+                return
+            finalizers = [f for f in pod["metadata"].get("finalizers") or () if f != TRACKING_FINALIZER]
+            if len(finalizers) == len(pod["metadata"].get("finalizers") or ()):
+                return
+            self.store.patch("pods", namespace, name, {"metadata": {"finalizers": finalizers or None}})
+        except Exception as exc:
+            log.debug("finalizer on pod %s/%s not removed: %s", namespace, name, exc)
+
+    def _drop_orphan_finalizer(self, namespace: str, name: str, uid: str) -> None:
+        pod = self.store.get("pods", namespace, name)
+        if pod is None:
+            return
+        owner = _owner_uid(pod)
+        if owner is not None and owner in self.job_keys:
+            return
+        self._drop_finalizer(namespace, name, uid)
+
+    def _timers(self, key: Key, spec: Mapping[str, Any], status: Mapping[str, Any],
+                conditions: list[dict[str, Any]], now: float) -> None:
+        finished = _finished(conditions)
+        if finished is not None:
+            ttl = spec.get("ttlSecondsAfterFinished")
+            if ttl is None:
+                return
+            since = parse_ts(finished.get("lastTransitionTime")) or now
+            expiry = since + int(ttl)
+            if expiry <= now:
+                try:
+                    self.store.delete(JOBS, key[0], key[1], propagation="Background")
+                except Exception as exc:
+                    log.debug("TTL delete of job %s/%s: %s", key[0], key[1], exc)
+            else:
+                self._wake_at(key, expiry)
+            return
+        deadline = spec.get("activeDeadlineSeconds")
+        started = parse_ts(status.get("startTime"))
+        if deadline is not None and started is not None and not spec.get("suspend"):
+            self._wake_at(key, started + int(deadline))
+
+
+def _set_count(status: dict[str, Any], field: str, value: int) -> None:
+    if value:
+        status[field] = value
+    else:
+        status.pop(field, None)
+
+
+def _removal_order(pods: list[PodSummary]) -> list[PodSummary]:
+    """Which active pods go first when there are too many: unscheduled/pending, not ready, newest."""
+    return sorted(pods, key=lambda p: (p.phase == "Running", p.ready, -p.seq))
