@@ -1,0 +1,300 @@
+"""mkctl's command line: output formats, one-line errors, flags generated from the settings classes.
+
+The admin commands run against a real SQLite database built by the alembic migrations (``mkctl db
+upgrade``) and filled through the dispatcher's table definitions, then read back through the CLI
+in each output format.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+from typer.testing import CliRunner
+
+from federation.errors import Invalid, Transport
+from federation.settings import KubeSettings, MqttSettings
+from mkctl import flags
+from mkctl.errors import EXIT_USAGE, CommandFailed, describe
+from mkctl.main import app
+from mkctl.output import Column, OutputFormat, render, table
+
+runner = CliRunner()
+NOW = datetime.now(UTC)
+
+
+def invoke(*args: str, env: dict[str, str] | None = None) -> Any:
+    return runner.invoke(app, list(args), env=env or {}, catch_exceptions=False)
+
+
+def error_lines(result: Any) -> list[str]:
+    text = result.stderr if hasattr(result, "stderr") else result.output
+    return [line for line in text.splitlines() if line.strip()]
+
+
+# --- a database with a little history ------------------------------------------------------------
+
+
+@pytest.fixture
+def db_url(tmp_path: Path) -> str:
+    url = f"sqlite+aiosqlite:///{tmp_path / 'mkd.db'}"
+    result = invoke("db", "upgrade", "--database-url", url)
+    assert result.exit_code == 0, result.output
+    asyncio.run(_fill(url))
+    return url
+
+
+async def _fill(url: str) -> None:
+    from dispatcher.db import make_engine
+    from dispatcher.db.models import clusters, events, placements, workloads
+
+    engine = make_engine(url)
+    try:
+        async with engine.begin() as conn:
+            base = {"api_version": "kubeflow.org/v1", "queue": "default", "requests": {}, "podsets": [],
+                    "excluded": [], "created_at": NOW - timedelta(minutes=5), "updated_at": NOW}
+            await conn.execute(workloads.insert(), [
+                {**base, "uid": "uid-1", "namespace": "team-a", "name": "bert", "kind": "PyTorchJob",
+                 "state": "running", "attempt": 1, "cluster": "worker-2", "reason": ""},
+                {**base, "uid": "uid-2", "namespace": "team-a", "name": "huge", "kind": "PyTorchJob",
+                 "state": "pending", "attempt": 0, "cluster": None,
+                 "reason": "needs 64 nvidia.com/gpu in one cluster; most free: worker-3 has 8"},
+            ])
+            await conn.execute(placements.insert(), [
+                {"workload_uid": "uid-1", "attempt": 1, "cluster": "worker-2", "epoch": 7, "state": "running",
+                 "created_at": NOW - timedelta(minutes=4), "accepted_at": NOW - timedelta(minutes=4)},
+            ])
+            await conn.execute(events.insert(), [
+                {"workload_uid": "uid-1", "at": NOW - timedelta(minutes=4), "type": "placed",
+                 "cluster": "worker-2", "reason": "Placed", "message": "placed on worker-2"},
+            ])
+            await conn.execute(clusters.insert(), [
+                {"name": "worker-1", "labels": {"zone": "a"}, "capacity": {"free": {"cpu": "8"}}, "kinds": {},
+                 "online": True, "interval_seconds": 10.0, "last_heartbeat": NOW - timedelta(minutes=2),
+                 "updated_at": NOW},
+                {"name": "worker-2", "labels": {}, "capacity": {"free": {"cpu": "60", "nvidia.com/gpu": "0"}},
+                 "kinds": {}, "online": True, "interval_seconds": 10.0, "last_heartbeat": NOW, "updated_at": NOW},
+                {"name": "worker-3", "labels": {}, "capacity": {}, "kinds": {}, "online": False,
+                 "interval_seconds": 10.0, "last_heartbeat": NOW - timedelta(hours=1), "updated_at": NOW},
+            ])
+    finally:
+        await engine.dispose()
+
+
+# --- admin views -----------------------------------------------------------------------------------
+
+
+def test_placements_list_table_shows_pending_and_placed_workloads(db_url: str) -> None:
+    result = invoke("placements", "list", "--database-url", db_url)
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].split()[:7] == ["NAMESPACE", "JOB", "KIND", "QUEUE", "CLUSTER", "STATE", "REASON"]
+    bert = next(line for line in lines if " bert " in line)
+    assert "worker-2" in bert and "running" in bert
+    huge = next(line for line in lines if " huge " in line)
+    assert "pending" in huge and "needs 64 nvidia.com/gpu" in huge
+    assert "UID" not in lines[0]
+
+
+def test_placements_list_wide_adds_attempt_epoch_and_uid(db_url: str) -> None:
+    result = invoke("placements", "list", "-o", "wide", "--database-url", db_url)
+    assert result.exit_code == 0, result.output
+    assert {"ATTEMPT", "EPOCH", "UID"} <= set(result.output.splitlines()[0].split())
+    assert "uid-1" in result.output
+
+
+def test_placements_list_json_and_yaml_carry_every_field(db_url: str) -> None:
+    as_json = json.loads(invoke("placements", "list", "-o", "json", "--database-url", db_url).output)
+    assert as_json["kind"] == "PlacementList"
+    by_name = {item["name"]: item for item in as_json["items"]}
+    assert by_name["bert"]["cluster"] == "worker-2" and by_name["bert"]["epoch"] == 7
+    assert by_name["huge"]["state"] == "pending" and by_name["huge"]["cluster"] is None
+    assert by_name["bert"]["created_at"].endswith("Z")
+    as_yaml = yaml.safe_load(invoke("placements", "list", "-o", "yaml", "--database-url", db_url).output)
+    assert as_yaml == as_json
+
+
+def test_placements_list_filters(db_url: str) -> None:
+    result = invoke("placements", "list", "--state", "pending", "-o", "json", "--database-url", db_url)
+    assert [i["name"] for i in json.loads(result.output)["items"]] == ["huge"]
+    result = invoke("placements", "list", "--cluster", "worker-9", "--database-url", db_url)
+    assert result.output.strip() == "No resources found."
+
+
+def test_placements_show_prints_history(db_url: str) -> None:
+    result = invoke("placements", "show", "team-a/bert", "--database-url", db_url)
+    assert result.exit_code == 0, result.output
+    assert "Placements:" in result.output and "Events:" in result.output
+    assert "placed on worker-2" in result.output
+    data = json.loads(invoke("placements", "show", "uid-1", "-o", "json", "--database-url", db_url).output)
+    assert data["name"] == "bert" and data["placements"][0]["cluster"] == "worker-2"
+    assert data["events"][0]["type"] == "placed"
+
+
+def test_placements_show_unknown_job_is_one_line(db_url: str) -> None:
+    result = invoke("placements", "show", "team-a/nope", "--database-url", db_url)
+    assert result.exit_code == 1
+    lines = error_lines(result)
+    assert len(lines) == 1 and lines[0].startswith("error: job: no workload 'team-a/nope'")
+    assert "Traceback" not in result.output
+
+
+def test_clusters_list_health_from_heartbeat_age(db_url: str) -> None:
+    result = invoke("clusters", "list", "-o", "json", "--database-url", db_url)
+    items = {i["name"]: i for i in json.loads(result.output)["items"]}
+    assert items["worker-1"]["health"] == "stale"  # 2 min > 3 x 10 s
+    assert items["worker-2"]["health"] == "online" and items["worker-2"]["running"] == 1
+    assert items["worker-3"]["health"] == "offline"
+    table_out = invoke("clusters", "list", "--database-url", db_url).output
+    assert table_out.splitlines()[0].split()[:3] == ["CLUSTER", "HEALTH", "HEARTBEAT"]
+
+
+def test_database_url_from_environment(db_url: str) -> None:
+    result = invoke("clusters", "list", "-o", "json", env={"MKD_DATABASE_URL": db_url})
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(result.output)["items"]) == 3
+
+
+# --- errors ----------------------------------------------------------------------------------------
+
+
+def test_missing_schema_is_one_line_naming_the_fix(tmp_path: Path) -> None:
+    result = invoke("placements", "list", "--database-url", f"sqlite+aiosqlite:///{tmp_path / 'empty.db'}")
+    assert result.exit_code == 1
+    lines = error_lines(result)
+    assert len(lines) == 1 and lines[0].startswith("error: database:") and "mkctl db upgrade" in lines[0]
+
+
+def test_bad_database_url_names_the_flag() -> None:
+    result = invoke("placements", "list", "--database-url", "nosuch://x")
+    lines = error_lines(result)
+    assert result.exit_code == 1 and len(lines) == 1
+    assert lines[0].startswith("error: --database-url:")
+
+
+def test_unknown_output_format_is_a_usage_error(db_url: str) -> None:
+    result = invoke("placements", "list", "-o", "xml", "--database-url", db_url)
+    assert result.exit_code == 2
+
+
+def test_debug_lets_the_traceback_through() -> None:
+    with pytest.raises(Exception):  # noqa: B017 - any failure; the point is that it is not swallowed
+        invoke("--debug", "placements", "list", "--database-url", "nosuch://x")
+
+
+def test_version() -> None:
+    result = invoke("--version")
+    assert result.exit_code == 0 and result.output.startswith("mkctl ")
+
+
+def test_describe_maps_the_error_tree() -> None:
+    assert describe(Invalid("spec.x", "must be positive", fix="set 1"))[0] == "spec.x: must be positive; set 1"
+    assert describe(Invalid("spec.x", "bad"))[1] == EXIT_USAGE
+    assert "check the address" in describe(Transport("broker 127.0.0.1:1 refused"))[0]
+    assert describe(CommandFailed("x", code=3)) == ("x", 3)
+    message, code = describe(RuntimeError("boom\nsecond line"))
+    assert message.startswith("RuntimeError: boom") and "--debug" in message and code == 1
+
+
+# --- flags generated from settings ---------------------------------------------------------------
+
+
+class ToySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MKD_TOY_", env_nested_delimiter="__", extra="forbid")
+
+    kube: KubeSettings = Field(default_factory=KubeSettings)
+    """The cluster."""
+    database_url: str = "sqlite+aiosqlite:///toy.db"
+    """Where rows go."""
+    heartbeat_seconds: float = Field(default=10.0, gt=0)
+    """Seconds between heartbeats."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Cluster labels."""
+    dry_run: bool = False
+    """Change nothing."""
+    mqtt: MqttSettings = Field(default_factory=MqttSettings)
+    """The broker."""
+
+
+def _toy_app() -> Any:
+    import typer
+
+    seen: list[BaseModel] = []
+    toy = typer.Typer()
+    toy.command("run")(flags.settings_command(ToySettings, lambda s: seen.append(s), name="run", doc="Toy."))
+
+    @toy.command("noop")
+    def noop() -> None:
+        """A second command so `run` stays a sub-command."""
+
+    return toy, seen
+
+
+def test_settings_flags_names_env_and_docs() -> None:
+    by_flag = {s.flag: s for s in flags.settings_of(ToySettings)}
+    assert {"--kubeconfig", "--context", "--database-url", "--heartbeat-seconds", "--labels", "--dry-run",
+            "--mqtt-url", "--mqtt-topic-root"} <= set(by_flag)
+    assert by_flag["--mqtt-url"].env == "MKD_TOY_MQTT__URL"
+    assert by_flag["--heartbeat-seconds"].doc == "Seconds between heartbeats."
+    assert by_flag["--mqtt-url"].default == "mqtt://127.0.0.1:1883"
+    assert "| `--database-url` | `MKD_TOY_DATABASE_URL` | `sqlite+aiosqlite:///toy.db` | Where rows go. |" in \
+        flags.reference_markdown(ToySettings)
+
+
+def test_flag_beats_env_beats_default() -> None:
+    toy, seen = _toy_app()
+    env = {"MKD_TOY_MQTT__URL": "mqtt://env:1883", "MKD_TOY_HEARTBEAT_SECONDS": "3",
+           "MKD_TOY_MQTT__TOPIC_ROOT": "from-env/v1"}
+    result = runner.invoke(toy, ["run", "--mqtt-url", "mqtt://flag:1883", "--labels", "zone=a,gpu=yes",
+                                 "--dry-run", "--kubeconfig", "/tmp/kc"], env=env)
+    assert result.exit_code == 0, result.output
+    settings = seen[0]
+    assert isinstance(settings, ToySettings)
+    assert settings.mqtt.url == "mqtt://flag:1883" and settings.mqtt.topic_root == "from-env/v1"
+    assert settings.heartbeat_seconds == 3.0 and settings.labels == {"zone": "a", "gpu": "yes"}
+    assert settings.dry_run is True and settings.kube.kubeconfig == Path("/tmp/kc")
+    assert settings.database_url == "sqlite+aiosqlite:///toy.db"
+
+
+def test_invalid_setting_names_flag_and_env() -> None:
+    toy, _ = _toy_app()
+    result = runner.invoke(toy, ["run", "--heartbeat-seconds", "-1"])
+    assert isinstance(result.exception, CommandFailed)
+    assert result.exception.code == EXIT_USAGE
+    assert result.exception.message.startswith("--heartbeat-seconds / MKD_TOY_HEARTBEAT_SECONDS:")
+    result = runner.invoke(toy, ["run", "--labels", "novalue"])
+    assert isinstance(result.exception, CommandFailed) and "key=value" in result.exception.message
+
+
+def test_service_commands_take_their_settings_flags() -> None:
+    result = invoke("dispatcher", "--help")
+    assert result.exit_code == 0
+    for flag in ("--database-url", "--mqtt-url", "--kubeconfig", "--heartbeat-timeout-seconds"):
+        assert flag in result.output
+
+
+def test_service_command_bad_setting_is_one_line() -> None:
+    result = invoke("dispatcher", "--heartbeat-timeout-seconds", "0")
+    assert result.exit_code == EXIT_USAGE
+    lines = error_lines(result)
+    assert len(lines) == 1
+    assert lines[0].startswith("error: --heartbeat-timeout-seconds / MKD_DISPATCHER_HEARTBEAT_TIMEOUT_SECONDS:")
+
+
+# --- output helpers ----------------------------------------------------------------------------------
+
+
+def test_table_aligns_and_hides_wide_columns() -> None:
+    rows = [{"a": "x", "b": None, "c": "long value"}, {"a": "yyyy", "b": 2, "c": "z"}]
+    cols = [Column("a", "a"), Column("bee", "b"), Column("c", "c", wide=True)]
+    assert table(rows, cols).splitlines() == ["A      BEE", "x      -", "yyyy   2"]
+    assert table(rows, cols, wide=True).splitlines()[0] == "A      BEE   C"
+    assert render([], cols, OutputFormat.table) == "No resources found."
+    assert json.loads(render(rows, cols, OutputFormat.json))["items"][1]["a"] == "yyyy"
