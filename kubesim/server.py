@@ -1,0 +1,587 @@
+"""The HTTP face of one simulated cluster: Kubernetes REST paths, discovery, watch streams and faults.
+
+One aiohttp application per cluster routes every request through a single handler that parses the
+Kubernetes URL layout (``/api/v1/...``, ``/apis/<group>/<version>/...``, namespaced or not, with a
+subresource) and calls the cluster's ``Store``. Bodies go out as the stored JSON bytes where possible.
+``Faults`` lets tests make the server fail, throttle, hang or drop its watch connections.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+import orjson
+import yaml
+from aiohttp import web
+
+from kubesim.errors import ApiError, not_found
+from kubesim.resources import ResourceType
+from kubesim.selectors import matches, parse_field_selector, parse_label_selector
+from kubesim.store import RETURNS_OBJECT, Rec, Store
+
+log = logging.getLogger("kubesim.server")
+
+VERSION_INFO = {
+    "major": "1", "minor": "31", "gitVersion": "v1.31.0-kubesim", "gitCommit": "kubesim", "gitTreeState": "clean",
+    "buildDate": "2026-01-01T00:00:00Z", "goVersion": "go1.22", "compiler": "gc", "platform": "linux/amd64",
+}
+PATCH_TYPES = {
+    "application/merge-patch+json": "merge",
+    "application/json-patch+json": "json",
+    "application/strategic-merge-patch+json": "strategic",
+    "application/apply-patch+yaml": "apply",
+    "application/apply-patch+json": "apply",
+}
+JSON = "application/json"
+
+
+@dataclass
+class Faults:
+    """Failure injection for one cluster; safe to set from any thread (plain float deadlines)."""
+
+    fail_status: int = 0
+    fail_until: float = 0.0
+    pause_until: float = 0.0
+    _drop: Any = None  # set by the server: a thread-safe callable that drops all watches
+
+    def fail(self, status: int = 500, seconds: float = 1.0) -> None:
+        """Answer every request with ``status`` (500 or 429 with Retry-After) for ``seconds``."""
+        self.fail_status = status
+        self.fail_until = time.monotonic() + seconds
+
+    def pause(self, seconds: float) -> None:
+        """Hold every request arriving in the next ``seconds`` until the pause ends, then serve it."""
+        self.pause_until = time.monotonic() + seconds
+
+    def drop_watches(self) -> None:
+        """Cut every open watch connection, as a broken network or an apiserver restart would."""
+        if self._drop is not None:
+            self._drop()
+
+    def clear(self) -> None:
+        self.fail_until = self.pause_until = 0.0
+
+
+@dataclass
+class Target:
+    """A parsed resource URL."""
+
+    rt: ResourceType
+    version: str
+    namespace: str | None
+    name: str | None
+    sub: str | None
+
+
+@dataclass(eq=False)
+class Watcher:
+    queue: asyncio.Queue[bytes | None]
+    transport: Any
+    tasks: set[Any] = field(default_factory=set)
+
+
+def status_body(e: ApiError) -> bytes:
+    return orjson.dumps(e.status())
+
+
+def error_response(e: ApiError, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(body=status_body(e), status=e.code, content_type=JSON, headers=headers)
+
+
+class ApiServer:
+    """Routes requests for one cluster onto its store."""
+
+    def __init__(self, store: Store, faults: Faults, bookmark_seconds: float = 1.0) -> None:
+        self.store = store
+        self.faults = faults
+        self.bookmark_seconds = bookmark_seconds
+        self.watchers: set[Watcher] = set()
+        self.address = "127.0.0.1:0"
+
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    def drop_watches(self) -> None:
+        for w in list(self.watchers):
+            with contextlib.suppress(Exception):
+                w.queue.put_nowait(None)
+            if w.transport is not None:
+                w.transport.abort() if hasattr(w.transport, "abort") else w.transport.close()
+        self.watchers.clear()
+
+    # ------------------------------------------------------------------ entry
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        f = self.faults
+        if f.pause_until:
+            delay = f.pause_until - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+        if f.fail_until and time.monotonic() < f.fail_until:
+            if f.fail_status == 429:
+                return error_response(ApiError(429, "TooManyRequests", "kubesim: injected throttling, please "
+                                               "retry", {"retryAfterSeconds": 1}), {"Retry-After": "1"})
+            return error_response(ApiError(f.fail_status or 500, "InternalError",
+                                           "Internal error occurred: kubesim: injected fault",
+                                           {"causes": [{"message": "kubesim: injected fault"}]}))
+        try:
+            return await self._route(request)
+        except ApiError as e:
+            return error_response(e)
+        except Exception as e:  # the real server answers 500 with a Status, and so do we
+            log.exception("kubesim handler failed: %s %s", request.method, request.path)
+            return error_response(ApiError(500, "InternalError", f"Internal error occurred: {e!r}"))
+
+    async def _route(self, request: web.Request) -> web.StreamResponse:
+        path = request.path
+        parts = [unquote(p) for p in path.strip("/").split("/")] if path.strip("/") else []
+        if not parts:
+            return self._json({"paths": ["/api", "/api/v1", "/apis", "/version", "/healthz"]})
+        head = parts[0]
+        if head in ("healthz", "readyz", "livez"):
+            return web.Response(text="ok")
+        if head == "version":
+            return self._json(VERSION_INFO)
+        if head == "api":
+            if len(parts) == 1:
+                return self._json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
+                    {"clientCIDR": "0.0.0.0/0", "serverAddress": self.address}]})
+            group, version, rest = "", parts[1], parts[2:]
+        elif head == "apis":
+            if len(parts) == 1:
+                return self._json({"kind": "APIGroupList", "apiVersion": "v1",
+                                   "groups": [self._group(g, vs) for g, vs in self.store.catalogue.groups().items()]})
+            groups = self.store.catalogue.groups()
+            if parts[1] not in groups:
+                raise self._no_such_path()
+            if len(parts) == 2:
+                return self._json({"kind": "APIGroup", "apiVersion": "v1", **self._group(parts[1], groups[parts[1]])})
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise self._no_such_path()
+        if not rest:
+            if (group == "" and version != "v1") or (group and version not in self.store.catalogue.groups()[group]):
+                raise self._no_such_path()
+            return self._json(self.store.catalogue.api_resource_list(group, version))
+        watch_path = False
+        if rest[0] == "watch":
+            watch_path, rest = True, rest[1:]
+        target = self._target(group, version, rest)
+        return await self._dispatch(request, target, watch_path)
+
+    def _no_such_path(self) -> ApiError:
+        return ApiError(404, "NotFound", "the server could not find the requested resource", {})
+
+    def _group(self, g: str, versions: list[str]) -> dict[str, Any]:
+        vs = [{"groupVersion": f"{g}/{v}", "version": v} for v in versions]
+        return {"name": g, "versions": vs, "preferredVersion": vs[0]}
+
+    def _target(self, group: str, version: str, rest: list[str]) -> Target:
+        cat = self.store.catalogue
+        ns: str | None = None
+        if rest[0] == "namespaces" and len(rest) >= 3 and not (group == "" and len(rest) == 3
+                                                               and rest[2] in ("status", "finalize")):
+            ns, rest = rest[1], rest[2:]
+        rt = cat.find(group, version, rest[0])
+        if rt is None or (ns is not None and not rt.namespaced):
+            raise self._no_such_path()
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if len(rest) > 3 or (sub is not None and sub not in rt.subresources):
+            raise self._no_such_path()
+        if rt.key == "namespaces" and name is None and ns is not None:
+            raise self._no_such_path()
+        return Target(rt, version, ns, name, sub)
+
+    # ------------------------------------------------------------------ dispatch
+
+    async def _dispatch(self, request: web.Request, t: Target, watch_path: bool) -> web.StreamResponse:
+        q = request.query
+        m = request.method
+        dry = q.get("dryRun") == "All"
+        store = self.store
+        rt = t.rt
+        if t.name is None:
+            if m == "GET":
+                if watch_path or q.get("watch") in ("true", "1", "True"):
+                    return await self._watch(request, t)
+                return self._list(request, t)
+            if m == "POST":
+                obj = await self._body(request)
+                self._check_ns(obj, t)
+                rec = store.create_rec(rt.key, obj, dry_run=dry)
+                return self._obj(rec, t, 201)
+            if m == "DELETE":
+                return self._delete_collection(request, t)
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested "
+                           "resource", {})
+        name = t.name
+        if watch_path:
+            return await self._watch(request, t, name)
+        if t.sub == "scale":
+            return await self._scale(request, t)
+        if t.sub == "log":
+            store.get_rec(rt.key, t.namespace, name) or self._raise_nf(t)
+            return web.Response(text="", content_type="text/plain")
+        if t.sub == "binding":
+            return await self._binding(request, t)
+        sub = "status" if t.sub in ("status", "finalize") else None
+        if m == "GET":
+            rec = store.get_rec(rt.key, t.namespace, name)
+            if rec is None:
+                self._raise_nf(t)
+            return self._obj(rec, t)
+        if m == "PUT":
+            obj = await self._body(request)
+            meta = obj.get("metadata") or {}
+            if meta.get("name") != name:
+                raise ApiError(400, "BadRequest", "the name of the object "
+                               f"({meta.get('name')}) does not match the name on the URL ({name})")
+            self._check_ns(obj, t)
+            if t.sub == "finalize":
+                rec = store.get_rec(rt.key, None, name) or self._raise_nf(t)
+                cur = rec.obj()
+                cur.setdefault("spec", {})["finalizers"] = (obj.get("spec") or {}).get("finalizers") or []
+                obj = cur
+            return self._obj(store.update_rec(rt.key, obj, sub, dry_run=dry), t)
+        if m == "PATCH":
+            ctype = request.content_type
+            ptype = PATCH_TYPES.get(ctype)
+            if ptype is None:
+                raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
+                               "accepted media types include: " + ", ".join(PATCH_TYPES), {})
+            raw = await request.read()
+            if ptype == "apply":
+                manager = q.get("fieldManager")
+                if not manager:
+                    raise ApiError(400, "BadRequest", "PATCH /apply: fieldManager is required for apply requests")
+                try:
+                    body = yaml.safe_load(raw.decode()) if ctype.endswith("yaml") else orjson.loads(raw)
+                except Exception as e:
+                    raise ApiError(400, "BadRequest", f"error decoding YAML: {e}") from None
+                if not isinstance(body, dict):
+                    raise ApiError(400, "BadRequest", "apply body must be an object")
+                existed = store.get_rec(rt.key, t.namespace, name) is not None
+                rec = store.apply_rec(rt.key, t.namespace, name, body, manager, q.get("force") == "true", sub,
+                                      dry_run=dry)
+                return self._obj(rec, t, 200 if existed else 201)
+            try:
+                patch = orjson.loads(raw)
+            except orjson.JSONDecodeError as e:
+                raise ApiError(400, "BadRequest", f"error decoding patch: {e}") from None
+            return self._obj(store.patch_rec(rt.key, t.namespace, name, patch, ptype, sub, dry_run=dry), t)
+        if m == "DELETE":
+            return await self._delete(request, t)
+        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource",
+                       {})
+
+    def _raise_nf(self, t: Target) -> Rec:
+        raise not_found(t.rt.plural, t.rt.group, t.name or "")
+
+    async def _body(self, request: web.Request) -> dict[str, Any]:
+        raw = await request.read()
+        try:
+            obj = orjson.loads(raw) if raw.lstrip()[:1] in (b"{", b"[") else yaml.safe_load(raw.decode())
+        except Exception as e:
+            raise ApiError(400, "BadRequest", f"the object provided is unrecognized: {e}") from None
+        if not isinstance(obj, dict):
+            raise ApiError(400, "BadRequest", "the object provided is unrecognized (must be an object)")
+        return obj
+
+    def _check_ns(self, obj: dict[str, Any], t: Target) -> None:
+        if not t.rt.namespaced:
+            return
+        meta = obj.setdefault("metadata", {})
+        if not isinstance(meta, dict):
+            raise ApiError(400, "BadRequest", "metadata must be an object")
+        ns = meta.get("namespace")
+        if ns and t.namespace and ns != t.namespace:
+            raise ApiError(400, "BadRequest", "the namespace of the provided object does not match the namespace "
+                           "sent on the request")
+        if t.namespace:
+            meta["namespace"] = t.namespace
+
+    # ------------------------------------------------------------------ rendering
+
+    def _render(self, rec: Rec, t: Target) -> bytes:
+        rt = t.rt
+        if rt.builtin or len(rt.versions) == 1:
+            return rec.raw
+        # Custom resources read through another served version get that apiVersion (conversion "None").
+        want = rt.api_version(t.version)
+        if f'"apiVersion":"{want}"'.encode() in rec.raw:
+            return rec.raw
+        obj = rec.obj()
+        obj["apiVersion"] = want
+        return orjson.dumps(obj)
+
+    def _obj(self, rec: Rec, t: Target, status: int = 200) -> web.Response:
+        return web.Response(body=self._render(rec, t), status=status, content_type=JSON)
+
+    def _json(self, body: Any, status: int = 200) -> web.Response:
+        return web.Response(body=orjson.dumps(body), status=status, content_type=JSON)
+
+    def _list(self, request: web.Request, t: Target) -> web.Response:
+        q = request.query
+        rt = t.rt
+        recs = self.store.list_recs(rt.key, t.namespace, q.get("labelSelector"), q.get("fieldSelector"))
+        meta: dict[str, Any] = {"resourceVersion": str(self.store.rv)}
+        cont = q.get("continue")
+        if cont:
+            try:
+                token = orjson.loads(base64.urlsafe_b64decode(cont))
+                after = (token["ns"], token["name"])
+            except Exception:
+                raise ApiError(400, "BadRequest", "continue key is not valid: illegal base64 data") from None
+            recs = [r for r in recs if (r.ns, r.name) > after]
+        limit = int(q.get("limit") or 0)
+        if limit > 0 and len(recs) > limit:
+            last = recs[limit - 1]
+            meta["continue"] = base64.urlsafe_b64encode(orjson.dumps(
+                {"v": "meta.k8s.io/v1", "rv": self.store.rv, "ns": last.ns, "name": last.name})).decode()
+            meta["remainingItemCount"] = len(recs) - limit
+            recs = recs[:limit]
+        if "as=Table" in request.headers.get("Accept", ""):
+            return self._json(self._table(recs, meta))
+        head = orjson.dumps({"kind": f"{rt.kind}List", "apiVersion": rt.api_version(t.version), "metadata": meta})
+        body = b"".join((head[:-1], b',"items":[', b",".join(self._render(r, t) for r in recs), b"]}"))
+        return web.Response(body=body, content_type=JSON)
+
+    def _table(self, recs: list[Rec], meta: dict[str, Any]) -> dict[str, Any]:
+        """A minimal meta.k8s.io Table so that ``kubectl get`` prints names and ages."""
+        rows = []
+        for r in recs:
+            o = r.obj()
+            m = o["metadata"]
+            row_meta = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": m}
+            phase = (o.get("status") or {}).get("phase", "") if isinstance(o.get("status"), dict) else ""
+            rows.append({"cells": [m["name"], phase, m.get("creationTimestamp", "")], "object": row_meta})
+        cols = [{"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0},
+                {"name": "Status", "type": "string", "format": "", "description": "Phase", "priority": 0},
+                {"name": "Created At", "type": "date", "format": "", "description": "Created", "priority": 0}]
+        return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "columnDefinitions": cols,
+                "rows": rows}
+
+    # ------------------------------------------------------------------ delete
+
+    async def _delete_options(self, request: web.Request) -> dict[str, Any]:
+        opts: dict[str, Any] = {}
+        raw = await request.read()
+        if raw.strip():
+            with contextlib.suppress(Exception):
+                parsed = orjson.loads(raw)
+                if isinstance(parsed, dict):
+                    opts = parsed
+        q = request.query
+        for k in ("propagationPolicy", "gracePeriodSeconds", "orphanDependents"):
+            if k in q and k not in opts:
+                opts[k] = q[k]
+        if "propagationPolicy" not in opts and "orphanDependents" in opts:
+            opts["propagationPolicy"] = "Orphan" if str(opts["orphanDependents"]).lower() == "true" \
+                else "Background"
+        return opts
+
+    async def _delete(self, request: web.Request, t: Target) -> web.Response:
+        opts = await self._delete_options(request)
+        pre = opts.get("preconditions") or {}
+        rt = t.rt
+        assert t.name is not None
+        rec, gone = self.store.delete_rec(rt.key, t.namespace, t.name, opts.get("propagationPolicy"),
+                                          pre.get("uid"), pre.get("resourceVersion"),
+                                          dry_run=request.query.get("dryRun") == "All")
+        if gone and rt.key not in RETURNS_OBJECT:
+            details: dict[str, Any] = {"name": t.name, "kind": rt.plural, "uid": rec.uid}
+            if rt.group:
+                details["group"] = rt.group
+            return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+                               "details": details})
+        return self._obj(rec, t)
+
+    def _delete_collection(self, request: web.Request, t: Target) -> web.Response:
+        q = request.query
+        recs = self.store.list_recs(t.rt.key, t.namespace, q.get("labelSelector"), q.get("fieldSelector"))
+        items = []
+        for r in recs:
+            with contextlib.suppress(ApiError):
+                rec, _ = self.store.delete_rec(t.rt.key, r.ns or None, r.name, q.get("propagationPolicy"))
+                items.append(self._render(rec, t))
+        head = orjson.dumps({"kind": f"{t.rt.kind}List", "apiVersion": t.rt.api_version(t.version),
+                             "metadata": {"resourceVersion": str(self.store.rv)}})
+        return web.Response(body=head[:-1] + b',"items":[' + b",".join(items) + b"]}", content_type=JSON)
+
+    # ------------------------------------------------------------------ subresources
+
+    async def _binding(self, request: web.Request, t: Target) -> web.Response:
+        if request.method != "POST":
+            raise ApiError(405, "MethodNotAllowed", "the server does not allow this method", {})
+        body = await self._body(request)
+        node = (body.get("target") or {}).get("name")
+        assert t.name is not None
+        rec = self.store.get_rec("pods", t.namespace, t.name) or self._raise_nf(t)
+        pod = rec.obj()
+        if pod["spec"].get("nodeName"):
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{t.name}": pod '
+                           f'{t.name} is already assigned to node "{pod["spec"]["nodeName"]}"',
+                           {"name": t.name, "kind": "pods/binding"})
+        if not node:
+            raise ApiError(422, "Invalid", "target.name: Required value")
+        # Binding writes spec.nodeName, which ordinary updates may not touch, so it goes in as a raw commit.
+        pod["spec"]["nodeName"] = node
+        conds = [c for c in pod.get("status", {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                      "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
+        pod.setdefault("status", {})["conditions"] = conds
+        self.store._commit(t.rt, pod, "MODIFIED", rec)
+        return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
+                          201)
+
+    async def _scale(self, request: web.Request, t: Target) -> web.Response:
+        rt = t.rt
+        assert t.name is not None and rt.scale is not None
+        rec = self.store.get_rec(rt.key, t.namespace, t.name) or self._raise_nf(t)
+        spec_path = rt.scale.get("specReplicasPath", ".spec.replicas").lstrip(".").split(".")
+        status_path = rt.scale.get("statusReplicasPath", ".status.replicas").lstrip(".").split(".")
+        if request.method in ("PUT", "PATCH"):
+            body = await self._body(request)
+            replicas = (body.get("spec") or {}).get("replicas")
+            obj = rec.obj()
+            cur = obj
+            for p in spec_path[:-1]:
+                cur = cur.setdefault(p, {})
+            cur[spec_path[-1]] = replicas
+            rec = self.store.update_rec(rt.key, obj)
+        obj = rec.obj()
+
+        def dig(path: list[str]) -> Any:
+            cur: Any = obj
+            for p in path:
+                cur = cur.get(p) if isinstance(cur, dict) else None
+            return cur
+
+        m = obj["metadata"]
+        return self._json({"kind": "Scale", "apiVersion": "autoscaling/v1",
+                           "metadata": {k: m[k] for k in ("name", "namespace", "uid", "resourceVersion",
+                                                          "creationTimestamp") if k in m},
+                           "spec": {"replicas": dig(spec_path) or 0},
+                           "status": {"replicas": dig(status_path) or 0}})
+
+    # ------------------------------------------------------------------ watch
+
+    async def _watch(self, request: web.Request, t: Target, name: str | None = None) -> web.StreamResponse:
+        q = request.query
+        rt = t.rt
+        store = self.store
+        lreq = parse_label_selector(q.get("labelSelector"))
+        fsel = q.get("fieldSelector") or ""
+        if name:
+            fsel = f"metadata.name={name}" + ("," + fsel if fsel else "")
+        freq = parse_field_selector(rt.key, fsel)
+        ns = t.namespace
+        bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
+        timeout = float(q.get("timeoutSeconds") or 0) or 1800.0
+        rv_param = q.get("resourceVersion") or ""
+        send_initial = q.get("sendInitialEvents") == "true"
+        queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        fields_match = store.fields_match
+
+        def wanted(rec: Rec | None) -> bool:
+            if rec is None:
+                return False
+            if ns and rec.ns != ns:
+                return False
+            if lreq and not matches(lreq, rec.labels):
+                return False
+            return not (freq and not fields_match(freq, rec))
+
+        def line(etype: str, rec: Rec) -> bytes:
+            return b'{"type":"' + etype.encode() + b'","object":' + self._render(rec, t) + b"}\n"
+
+        def on_event(etype: str, res: str, rec: Rec, old: Rec | None) -> None:
+            if res != rt.key:
+                return
+            now_ok = wanted(rec)
+            if etype == "MODIFIED" and (lreq or freq):
+                was_ok = wanted(old)
+                if now_ok and not was_ok:
+                    etype = "ADDED"
+                elif was_ok and not now_ok:
+                    etype, now_ok = "DELETED", True
+            if now_ok:
+                queue.put_nowait(line(etype, rec))
+
+        resp = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
+        resp.enable_chunked_encoding()
+        initial: list[bytes] = []
+        # Subscribe and read the starting state in one synchronous step, so no event falls in between.
+        if rv_param in ("", "0") or send_initial:
+            initial = [line("ADDED", r) for r in store.list_recs(rt.key, ns) if wanted(r)]
+            if send_initial and bookmarks:
+                initial.append(self._bookmark(rt, store.rv, initial_end=True))
+        else:
+            try:
+                since = int(rv_param)
+            except ValueError:
+                raise ApiError(400, "BadRequest", f"invalid resource version: {rv_param}") from None
+            events = store.events_since(since)
+            if events is None:
+                gone = ApiError(410, "Expired", f"too old resource version: {since} ({store.compacted + 1})")
+                await resp.prepare(request)
+                await resp.write(b'{"type":"ERROR","object":' + status_body(gone) + b"}\n")
+                await resp.write_eof()
+                return resp
+            for _rv, etype, _res, rec, old in events:
+                if _res == rt.key:
+                    on_event(etype, _res, rec, old)
+        unsub = store.subscribe_raw(on_event)
+        watcher = Watcher(queue, request.transport)
+        self.watchers.add(watcher)
+        deadline = time.monotonic() + timeout
+        last_bookmark = time.monotonic()
+        try:
+            await resp.prepare(request)
+            if initial:
+                await resp.write(b"".join(initial))
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                wait = min(left, self.bookmark_seconds) if bookmarks else left
+                try:
+                    item = await asyncio.wait_for(queue.get(), wait)
+                except TimeoutError:
+                    if bookmarks and time.monotonic() - last_bookmark >= self.bookmark_seconds * 0.99:
+                        await resp.write(self._bookmark(rt, store.rv))
+                        last_bookmark = time.monotonic()
+                    continue
+                if item is None:
+                    break
+                chunk = [item]
+                while not queue.empty():
+                    nxt = queue.get_nowait()
+                    if nxt is None:
+                        break
+                    chunk.append(nxt)
+                await resp.write(b"".join(chunk))
+            await resp.write_eof()
+        except (ConnectionResetError, asyncio.CancelledError, RuntimeError):
+            pass
+        finally:
+            unsub()
+            self.watchers.discard(watcher)
+        return resp
+
+    def _bookmark(self, rt: ResourceType, rv: int, initial_end: bool = False) -> bytes:
+        meta: dict[str, Any] = {"resourceVersion": str(rv)}
+        if initial_end:
+            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+        return orjson.dumps({"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version(),
+                                                            "metadata": meta}}) + b"\n"

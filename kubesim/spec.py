@@ -1,0 +1,40 @@
+"""Cluster topology for kubesim: what one simulated cluster looks like (its nodes and kubelet defaults).
+
+These dataclasses are the whole configuration surface of a simulated cluster; the API server turns each
+``NodeSpec`` into a Node object and the simulators in ``kubesim.sim`` read ``KubeletSpec`` and ``seed``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class KubeletSpec:
+    """Defaults for the simulated kubelet; pod annotations ``kubesim.mkd.dev/*`` override them per pod."""
+
+    start_seconds: float = 0.05
+    run_seconds: float = 1.0
+    exit_code: int = 0
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node: its allocatable resources (quantities as Kubernetes strings) and extra labels."""
+
+    name: str
+    cpu: str = "8"
+    memory: str = "32Gi"
+    pods: int = 110
+    extended: dict[str, str] = field(default_factory=dict)
+    labels: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """One simulated cluster; ``seed`` makes the simulators deterministic."""
+
+    name: str
+    nodes: list[NodeSpec] = field(default_factory=list)
+    seed: int = 0
+    kubelet: KubeletSpec = field(default_factory=KubeletSpec)
