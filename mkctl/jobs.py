@@ -30,8 +30,8 @@ EXPECT_ANNOTATION = "mkd.dev/demo-expect"
 """An example may state its expected end explicitly (Succeeded, Failed, Pending, Untouched)."""
 
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
-DEMO_SETS = ("", "special")
-"""Sub-folders of ``examples/`` the demo submits by default: the top level and ``special/``."""
+DEMO_SETS = ("**",)
+"""Glob patterns of folders under ``examples/`` the demo submits: all of them."""
 
 
 def examples_dir() -> Path:
@@ -98,23 +98,23 @@ def load_examples(root: Path | None = None, sets: Iterable[str] = DEMO_SETS) -> 
     """Every document of ``*.yaml`` in the chosen folders of ``examples/``, sorted into samples and runtimes."""
     root = root or examples_dir()
     found = Examples()
-    for sub in sets:
-        folder = root / sub if sub else root
-        for path in sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml")):
-            with path.open() as fh:
-                docs = [d for d in yaml.safe_load_all(fh) if isinstance(d, dict)]
-            for doc in docs:
-                kind = str(doc.get("kind", ""))
-                if kind in RUNTIME_KINDS:
-                    found.runtimes.append(doc)
-                elif kind == "Namespace":
-                    found.namespaces.add(str(doc["metadata"]["name"]))
-                elif _kind_of(doc) is not None:
-                    sample = Sample(doc, path, expectation(doc, path))
-                    found.samples.append(sample)
-                    found.namespaces.add(sample.namespace)
-                else:
-                    found.skipped.append(f"{path.name}: {doc.get('apiVersion')}/{kind}")
+    paths = sorted({p for sub in sets for pattern in ("*.yaml", "*.yml")
+                    for p in root.glob(f"{sub}/{pattern}" if sub else pattern)})
+    for path in paths:
+        with path.open() as fh:
+            docs = [d for d in yaml.safe_load_all(fh) if isinstance(d, dict)]
+        for doc in docs:
+            kind = str(doc.get("kind", ""))
+            if kind in RUNTIME_KINDS:
+                found.runtimes.append(doc)
+            elif kind == "Namespace":
+                found.namespaces.add(str(doc["metadata"]["name"]))
+            elif _kind_of(doc) is not None:
+                sample = Sample(doc, path, expectation(doc, path))
+                found.samples.append(sample)
+                found.namespaces.add(sample.namespace)
+            else:
+                found.skipped.append(f"{path.name}: {doc.get('apiVersion')}/{kind}")
     for runtime in found.runtimes:
         ns = runtime.get("metadata", {}).get("namespace")
         if runtime.get("kind") == "TrainingRuntime":

@@ -73,8 +73,8 @@ class TopologyOptions:
     dispatcher_overrides: dict[str, Any] = field(default_factory=dict)
     agent_overrides: dict[str, Any] = field(default_factory=dict)
     origin: str = "mkd-demo"
-    sim_in_subprocess: bool = False
-    """Reserved for the benchmark, which starts kubesim with ``python -m kubesim`` itself."""
+    start_services: bool = True
+    """False: clusters, broker and database only (the benchmark runs the services elsewhere)."""
 
 
 def build_settings(cls: type[BaseModel], values: Mapping[str, Any]) -> Any:
@@ -126,7 +126,6 @@ class Topology:
     # --- lifecycle -------------------------------------------------------------------------------
     async def __aenter__(self) -> Topology:
         from federation.kube import Kube
-
         from federation.tasks import Supervisor
 
         started = time.monotonic()
@@ -148,9 +147,10 @@ class Topology:
                 self.kubes[name] = await stack.enter_async_context(Kube(self.kubeconfig(name)))
             await asyncio.gather(*(self.install_crds(name) for name in self.cluster_names))
             self._supervisor = await stack.enter_async_context(Supervisor(grace=5.0))
-            self.start_dispatcher()
-            for name in self.worker_names:
-                self.start_agent(name)
+            if self.options.start_services:
+                self.start_dispatcher()
+                for name in self.worker_names:
+                    self.start_agent(name)
         except BaseException:
             await stack.__aexit__(None, None, None)
             self._stack = None
@@ -177,10 +177,9 @@ class Topology:
 
     async def install_crds(self, cluster: str) -> None:
         """mkd's CRD manifests into one cluster; waits until each kind is served."""
+        from federation.errors import AlreadyExists
         from federation.kinds.crds import load_crds
         from federation.kube import CRDS
-
-        from federation.errors import AlreadyExists
 
         kube = self.kubes[cluster]
         for crd in load_crds():
