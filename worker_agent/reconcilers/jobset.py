@@ -191,7 +191,7 @@ class _Pass:
 
     def _all_ready(self) -> bool:
         total = sum(int(r["replicas"]) for r in self.rjobs)
-        ready = sum(s["ready"] + s["succeeded"] for s in self.status["replicatedJobsStatus"])
+        ready = sum(int(s["ready"]) + int(s["succeeded"]) for s in self.status["replicatedJobsStatus"])
         return total == ready
 
     # -- policies ----------------------------------------------------------------------------------

@@ -246,13 +246,13 @@ class _Pass:
                     self.plan.deletes.append((PODS, pod_name))
         pods: list[dict[str, Any]] = []
         for i in range(replicas):
-            pod = self._get(PODS, mpi.worker_name(self.job, i))
-            if pod is None:
-                pod = mpi.worker_pod(self.job, i, self.stamp)
-                self.plan.creates.append((PODS, pod))
+            current = self._get(PODS, mpi.worker_name(self.job, i))
+            if current is None:
+                current = mpi.worker_pod(self.job, i, self.stamp)
+                self.plan.creates.append((PODS, current))
             else:
-                self._owned_or_block(pod, "Pod")
-            pods.append(pod)
+                self._owned_or_block(current, "Pod")
+            pods.append(current)
         return pods
 
     def _sync_launcher_suspend(self, launcher: dict[str, Any]) -> None:

@@ -183,14 +183,12 @@ class _Pass:
             self._mpi_objects(built.hostfile, stamp)
         if self.jobset is not None and not self.suspended and not (self.jobset.get("spec") or {}).get("suspend"):
             return  # both running: nothing is re-applied (spec changes land only while suspended)
-        desired = {
-            "apiVersion": f"{JOBSETS.group}/{JOBSETS.version}", "kind": "JobSet",
-            "metadata": {"name": self.name, "namespace": self.namespace,
-                         "labels": {**built.labels, **stamp}, "annotations": built.annotations},
-            "spec": built.spec,
-        }
-        if not built.annotations:
-            del desired["metadata"]["annotations"]
+        metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace,
+                                    "labels": {**built.labels, **stamp}}
+        if built.annotations:
+            metadata["annotations"] = built.annotations
+        desired: dict[str, Any] = {"apiVersion": f"{JOBSETS.group}/{JOBSETS.version}", "kind": "JobSet",
+                                   "metadata": metadata, "spec": built.spec}
         if self.jobset is None:
             self.plan.creates.append((JOBSETS, desired))
             return

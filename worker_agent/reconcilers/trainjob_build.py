@@ -200,7 +200,7 @@ def build(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> Built:
         if trainer_rjob is not None and num_nodes is not None:
             counts[trainer_rjob["name"]] = int(num_nodes)
         node = _node_container(trainer_rjob) if (trainer_rjob is not None and trainer) else None
-        if node is not None and trainer is not None:
+        if node is not None and trainer is not None and trainer.get("env"):
             env = node.setdefault("env", [])
             for item in trainer.get("env") or []:
                 _upsert(env, copy.deepcopy(item))
@@ -265,7 +265,7 @@ def _trainer_overrides(rjobs: list[dict[str, Any]], trainer: Mapping[str, Any] |
                 for key in ("image", "command", "args"):
                     if trainer.get(key) is not None:
                         container[key] = copy.deepcopy(trainer[key])
-            if is_trainer or (launcher_as_node and rjob["name"] == NODE):
+            if (is_trainer or (launcher_as_node and rjob["name"] == NODE)) and trainer.get("env"):
                 env = container.setdefault("env", [])
                 for item in trainer.get("env") or []:
                     _upsert(env, copy.deepcopy(item))
