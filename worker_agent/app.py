@@ -1,0 +1,222 @@
+"""The agent process: wires caches, informers, the apply loop, the inbox and the reports under one Supervisor.
+
+Tasks (all named, all owned by the Supervisor): one informer per watched job kind (label
+selector = this agent's origin) and per child resource (pods, services, ... plus nodes for
+capacity), the apply loop's worker pool, the MQTT link loop (reconnect with LinkHealth; on each
+connect: subscribe to the commands topic, send an Inventory and a heartbeat), the outbox
+senders and the heartbeat loop. The will message is a Heartbeat with ``online=False``; a clean
+shutdown publishes the same before leaving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from federation import __version__, topics
+from federation.clock import Clock, SystemClock
+from federation.errors import Transport
+from federation.kinds.base import JobKind
+from federation.kinds.registry import KINDS
+from federation.kube import NODES, PODS, Kube, Resource
+from federation.labels import origin_selector
+from federation.messages import Capacity, encode
+from federation.mqtt import LinkHealth, MqttLink, Will
+from federation.tasks import Supervisor
+from worker_agent.apply import ApplyLoop, JobKey
+from worker_agent.cache import ObjectCache, key_of, kind_resource, rv_of
+from worker_agent.inbox import Inbox
+from worker_agent.reconcilers.base import Reconciler
+from worker_agent.reconcilers.registry import reconcilers as all_reconcilers
+from worker_agent.reports import CapacityMeter, Outbox, Reporter, heartbeat, sleep_or
+from worker_agent.settings import AgentSettings
+
+log = logging.getLogger(__name__)
+
+SENDERS = 4
+
+
+class Agent:
+    """One agent for one worker cluster; ``run`` until ``stop`` is set."""
+
+    def __init__(self, settings: AgentSettings, kube: Kube, *, clock: Clock | None = None) -> None:
+        self.settings = settings
+        self.kube = kube
+        self.clock = clock or SystemClock()
+        self.kinds: dict[str, JobKind] = {k.name: k for k in KINDS}
+        self.delegated = {k: v for k, v in settings.delegate.items() if k in self.kinds}
+        recs = all_reconcilers()
+        self.reconcilers: dict[str, Reconciler] = {
+            name: r for name, r in recs.items() if name in self.kinds and name not in self.delegated}
+        self.job_resources: dict[str, Resource] = {}
+        self.child_resources: dict[str, Resource] = {PODS.plural: PODS, NODES.plural: NODES}
+        self.caches: dict[str, ObjectCache] = {}
+        self.by_uid: dict[str, JobKey] = {}
+        self.outbox = Outbox()
+        root = settings.mqtt.topic_root
+        self.reporter = Reporter(settings.cluster_name, topics.reports(settings.cluster_name, root), self.outbox,
+                                 settings.origin)
+        self.apply: ApplyLoop | None = None
+        self.inbox: Inbox | None = None
+        self.capacity_changed = asyncio.Event()
+        self.connected = asyncio.Event()
+        self.meter: CapacityMeter | None = None
+
+    async def discover(self) -> None:
+        """Watch the kinds whose CRDs are served now (reconciled or delegated); log the others."""
+        for name in sorted(set(self.reconcilers) | set(self.delegated)):
+            res = kind_resource(self.kinds[name])
+            if await self.kube.served(res):
+                self.job_resources[name] = res
+            else:
+                log.warning("%s (%s) is not served by this cluster; its placements will be rejected",
+                            name, res.plural)
+        for name in self.job_resources:
+            for res in getattr(self.reconcilers.get(name), "children", ()):
+                self.child_resources.setdefault(res.plural, res)
+        for res in [*self.job_resources.values(), *self.child_resources.values()]:
+            self.caches.setdefault(res.plural, ObjectCache(res.plural))
+        self.meter = CapacityMeter(self.caches[NODES.plural], self.caches[PODS.plural])
+        served_kinds = {n: self.kinds[n] for n in self.job_resources}
+        self.apply = ApplyLoop(self.kube, {n: r for n, r in self.reconcilers.items() if n in self.job_resources},
+                               self.job_resources, self.caches, self.clock,
+                               concurrency=self.settings.concurrency, on_status=self._own_status)
+        self.inbox = Inbox(self.kube, self.caches, self.reporter, origin=self.settings.origin, kinds=served_kinds,
+                           delegate=self.delegated, create_namespaces=self.settings.create_namespaces)
+
+    def _own_status(self, kind: str, job: dict[str, Any]) -> None:
+        self.reporter.job_changed(self.kinds[kind], job)
+
+    # --- watchers ---------------------------------------------------------------------------
+    async def follow_jobs(self, name: str) -> None:
+        res = self.job_resources[name]
+        kind = self.kinds[name]
+        cache = self.caches[res.plural]
+        assert self.apply is not None and self.inbox is not None
+        async for event in self.kube.informer(res, label_selector=origin_selector(self.settings.origin)):
+            obj = event.object
+            ns, job_name = key_of(obj)
+            uid = str((obj.get("metadata") or {}).get("uid") or "")
+            if event.type == "DELETED":
+                cache.delete_event(obj)
+                if cache.get((ns, job_name)) is None:
+                    self.by_uid.pop(uid, None)
+                self.inbox.job_seen(name, obj, deleted=True)
+                self.reporter.job_changed(kind, obj, deleted=True)
+                continue
+            if not cache.upsert(obj):
+                continue
+            self.by_uid[uid] = (name, ns, job_name)
+            self.inbox.job_seen(name, obj)
+            self.reporter.job_changed(kind, obj)
+            self.apply.enqueue((name, ns, job_name))
+
+    async def follow_children(self, plural: str) -> None:
+        res = self.child_resources[plural]
+        cache = self.caches[plural]
+        assert self.apply is not None
+        async for event in self.kube.informer(res):
+            obj = event.object
+            if event.type == "DELETED":
+                cache.delete_event(obj)
+            else:
+                current = cache.get(key_of(obj))
+                if current is not None and rv_of(current) > rv_of(obj):
+                    continue
+                cache.upsert(obj)
+            if plural in (PODS.plural, NODES.plural):
+                self.capacity_changed.set()
+            if plural != NODES.plural:
+                self.apply.enqueue_owner(obj, self.by_uid)
+
+    # --- MQTT ---------------------------------------------------------------------------------
+    def _heartbeat(self, capacity: Capacity, online: bool = True) -> bytes:
+        running = sum(1 for name, res in self.job_resources.items()
+                      for job in self.caches[res.plural].objects.values() if not self.kinds[name].finished(job))
+        return encode(heartbeat(self.settings.cluster_name, capacity, version=__version__,
+                                interval=self.settings.heartbeat_interval_seconds,
+                                cluster_labels=self.settings.cluster_labels,
+                                reconciled=[n for n in self.job_resources if n in self.reconcilers],
+                                delegated={n: v for n, v in self.delegated.items() if n in self.job_resources},
+                                running=running, online=online))
+
+    async def link_loop(self) -> None:
+        settings = self.settings
+        root = settings.mqtt.topic_root
+        presence = topics.presence(settings.cluster_name, root)
+        will = Will(presence, self._heartbeat(Capacity(), online=False), retain=True)
+        health = LinkHealth(settings.mqtt, self.clock)
+        assert self.inbox is not None
+        while True:
+            try:
+                async with MqttLink(settings.mqtt, client_id=settings.client_id(), will=will) as link:
+                    health.connected_now()
+                    await link.subscribe(topics.commands(settings.cluster_name, root))
+                    self.outbox.attach(link)
+                    self.connected.set()
+                    self.capacity_changed.set()  # a heartbeat at once
+                    self.reporter.inventory(await self.inbox.inventory_items(self.job_resources))
+                    try:
+                        async for message in link.messages():
+                            self.inbox.receive(message.payload)
+                    except asyncio.CancelledError:
+                        with contextlib.suppress(Exception):
+                            await asyncio.wait_for(link.publish(presence, will.payload, retain=True), 2.0)
+                        raise
+            except Transport as exc:
+                self.outbox.attach(None)
+                self.connected.clear()
+                health.failed(exc)
+                log.warning("MQTT link lost (%s); retrying in %.1fs", exc, health.next_delay())
+                await self.clock.sleep(health.next_delay())
+            finally:
+                self.outbox.attach(None)
+
+    async def heartbeat_loop(self) -> None:
+        assert self.meter is not None
+        presence = topics.presence(self.settings.cluster_name, self.settings.mqtt.topic_root)
+        last: Capacity | None = None
+        last_sent = -1e18
+        interval = self.settings.heartbeat_interval_seconds
+        while True:
+            await self.connected.wait()
+            capacity = await asyncio.to_thread(self.meter.measure) if len(self.caches[PODS.plural].objects) > 2000 \
+                else self.meter.measure()
+            now = self.clock.monotonic()
+            if capacity != last or now - last_sent >= interval:
+                self.outbox.put(presence, self._heartbeat(capacity), retain=True)
+                last, last_sent = capacity, now
+            self.capacity_changed.clear()
+            await sleep_or(self.capacity_changed, max(0.0, interval - (self.clock.monotonic() - last_sent)))
+            await asyncio.sleep(self.settings.capacity_debounce_seconds)
+
+    # --- run ------------------------------------------------------------------------------------
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.discover()
+        assert self.apply is not None
+        async with Supervisor() as sup:
+            for name in self.job_resources:
+                sup.start(f"watch-{self.job_resources[name].plural}", self._bind(self.follow_jobs, name), restart=True)
+            for plural in self.child_resources:
+                sup.start(f"watch-{plural}", self._bind(self.follow_children, plural), restart=True)
+            sup.start("apply", self.apply.run, restart=True)
+            for i in range(SENDERS):
+                sup.start(f"outbox-{i}", self.outbox.run_sender, restart=True)
+            sup.start("mqtt", self.link_loop, restart=True)
+            sup.start("heartbeat", self.heartbeat_loop, restart=True)
+            await sup.run_until_stopped(stop)
+        if self.inbox is not None:
+            await self.inbox.drain()
+
+    @staticmethod
+    def _bind(fn: Callable[[str], Coroutine[Any, Any, None]], arg: str) -> Callable[[], Coroutine[Any, Any, None]]:
+        return lambda: fn(arg)
+
+
+async def run(settings: AgentSettings, *, stop: asyncio.Event, clock: Clock | None = None) -> None:
+    """Run the agent for ``settings.cluster_name`` until ``stop`` is set."""
+    async with Kube.from_settings(settings.kube_settings(), clock=clock) as kube:
+        await Agent(settings, kube, clock=clock).run(stop)

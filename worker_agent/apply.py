@@ -1,0 +1,267 @@
+"""The one apply loop: per job key serial, parallel across jobs; render a Plan and carry it out.
+
+Keys are ``(kind, namespace, name)``. ``enqueue`` marks a key dirty; a bounded pool of workers
+takes keys off one queue, and a key being reconciled is never handed to a second worker (a
+change arriving meanwhile re-queues it once the pass ends), so no locks guard one job's state.
+A pass reads the job and its children from the caches (informers plus the agent's own writes),
+calls the kind's ``render``, then deletes, creates (concurrently; children get a controller
+owner reference to the job so the cluster's GC removes them), updates, writes ``.status``
+through the status subresource only when it changed, records Events and schedules a requeue
+after ``requeue_after`` seconds on the injected clock. A create that finds its name taken aborts
+the pass before the status write, as upstream does; Temporary errors retry with a capped backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from federation.clock import Clock
+from federation.errors import AlreadyExists, Conflict, FederationError, NotFound, Permanent, Temporary
+from federation.kube import Kube, Resource
+from worker_agent.cache import Key, ObjectCache, rv_of
+from worker_agent.reconcilers.base import Observed, Plan, Reconciler
+
+log = logging.getLogger(__name__)
+
+JobKey = tuple[str, str, str]
+"""(kind name, namespace, name)."""
+
+COMPONENT = "mkd-agent"
+BACKOFF_INITIAL = 0.2
+BACKOFF_MAX = 30.0
+
+
+def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
+    meta = job.get("metadata") or {}
+    return {"apiVersion": job.get("apiVersion"), "kind": job.get("kind"), "name": meta.get("name"),
+            "uid": meta.get("uid"), "controller": True, "blockOwnerDeletion": True}
+
+
+class ApplyLoop:
+    """Reconciles the jobs of the kinds in ``reconcilers``; caches are shared with the watchers."""
+
+    def __init__(self, kube: Kube, reconcilers: Mapping[str, Reconciler], resources: Mapping[str, Resource],
+                 caches: Mapping[str, ObjectCache], clock: Clock, *, concurrency: int = 16,
+                 component: str = COMPONENT, on_status: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+        self.kube = kube
+        self.reconcilers = dict(reconcilers)
+        self.resources = dict(resources)
+        """JobKind name -> its Resource."""
+        self.caches = caches
+        """Resource.plural -> cache (jobs of every kind and every child resource)."""
+        self.clock = clock
+        self.concurrency = concurrency
+        self.component = component
+        self.on_status = on_status
+        self._queue: asyncio.Queue[JobKey] = asyncio.Queue()
+        self._queued: set[JobKey] = set()
+        self._running: set[JobKey] = set()
+        self._dirty: set[JobKey] = set()
+        self._timers: dict[JobKey, tuple[float, asyncio.Task[None]]] = {}
+        self._failures: dict[JobKey, int] = {}
+        self.passes = 0
+
+    # --- queueing ---------------------------------------------------------------------------
+    def enqueue(self, key: JobKey) -> None:
+        if key[0] not in self.reconcilers:
+            return
+        if key in self._running:
+            self._dirty.add(key)
+        elif key not in self._queued:
+            self._queued.add(key)
+            self._queue.put_nowait(key)
+
+    def enqueue_after(self, key: JobKey, delay: float) -> None:
+        """Re-queue ``key`` after ``delay`` seconds (the sooner of two requests wins)."""
+        due = self.clock.monotonic() + delay
+        current = self._timers.get(key)
+        if current is not None:
+            if current[0] <= due and not current[1].done():
+                return
+            current[1].cancel()
+        self._timers[key] = (due, asyncio.get_running_loop().create_task(self._later(key, delay)))
+
+    async def _later(self, key: JobKey, delay: float) -> None:
+        await self.clock.sleep(delay)
+        self._timers.pop(key, None)
+        self.enqueue(key)
+
+    def enqueue_owner(self, child: Mapping[str, Any], by_uid: Mapping[str, JobKey]) -> None:
+        """A child changed: requeue its controlling job (or, for label-only children, every job so named)."""
+        meta = child.get("metadata") or {}
+        for ref in meta.get("ownerReferences") or []:
+            if ref.get("controller"):
+                key = by_uid.get(str(ref.get("uid")))
+                if key is not None:
+                    self.enqueue(key)
+                    return
+        job_name = (meta.get("labels") or {}).get("training.kubeflow.org/job-name")
+        if job_name:
+            ns = str(meta.get("namespace") or "")
+            for kind, res in self.resources.items():
+                if kind in self.reconcilers and self.caches[res.plural].get((ns, job_name)) is not None:
+                    self.enqueue((kind, ns, job_name))
+
+    async def run(self) -> None:
+        """Run the worker pool until cancelled."""
+        try:
+            await asyncio.gather(*(self._worker() for _ in range(self.concurrency)))
+        finally:
+            for _, task in self._timers.values():
+                task.cancel()
+
+    async def _worker(self) -> None:
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            self._running.add(key)
+            try:
+                await self._pass(key)
+            finally:
+                self._running.discard(key)
+                if key in self._dirty:
+                    self._dirty.discard(key)
+                    self.enqueue(key)
+
+    async def _pass(self, key: JobKey) -> None:
+        try:
+            retry = await self.reconcile(key)
+        except Temporary as exc:
+            self._retry(key, exc.delay, exc)
+            return
+        except Permanent as exc:
+            log.warning("reconcile %s/%s/%s: %s", *key, exc)
+            self._failures.pop(key, None)
+            return
+        except NotFound:
+            return
+        except Exception as exc:  # a bug in one job's pass must not stop the loop
+            log.exception("reconcile %s/%s/%s failed", *key)
+            self._retry(key, 0.0, exc)
+            return
+        if retry is not None:
+            self._retry(key, retry, None)
+        else:
+            self._failures.pop(key, None)
+
+    def _retry(self, key: JobKey, delay: float, exc: BaseException | None) -> None:
+        n = self._failures.get(key, 0) + 1
+        self._failures[key] = n
+        backoff = min(BACKOFF_INITIAL * 2 ** (n - 1), BACKOFF_MAX)
+        if exc is not None:
+            log.info("reconcile %s/%s/%s: %s; retrying in %.2fs", *key, exc, max(delay, backoff))
+        self.enqueue_after(key, max(delay, backoff))
+
+    # --- one pass -------------------------------------------------------------------------------
+    def observe(self, key: JobKey) -> Observed | None:
+        kind, ns, name = key
+        job = self.caches[self.resources[kind].plural].get((ns, name))
+        if job is None:
+            return None
+        reconciler = self.reconcilers[kind]
+        children: dict[str, list[dict[str, Any]]] = {}
+        if reconciler.children:
+            selector = reconciler.child_selector(job)
+            for res in reconciler.children:
+                children[res.plural] = self.caches[res.plural].select(ns, selector)
+        return Observed(job=copy.deepcopy(job), children=children, now=self.clock.now())
+
+    async def reconcile(self, key: JobKey) -> float | None:
+        """One pass; returns a retry delay when the pass was cut short."""
+        observed = self.observe(key)
+        if observed is None:
+            return None
+        self.passes += 1
+        plan = self.reconcilers[key[0]].render(observed)
+        return await self.carry_out(key, observed.job, plan)
+
+    async def carry_out(self, key: JobKey, job: dict[str, Any], plan: Plan) -> float | None:
+        kind, ns, name = key
+        job_res = self.resources[kind]
+        for res, child in plan.deletes:
+            await self._delete(res, child, ns)
+        aborted = False
+        if plan.creates:
+            owner = owner_reference(job)
+            results = await asyncio.gather(*(self._create(res, body, ns, owner) for res, body in plan.creates),
+                                           return_exceptions=True)
+            for result in results:
+                if isinstance(result, AlreadyExists):
+                    log.info("reconcile %s/%s/%s: %s", kind, ns, name, result)
+                    aborted = True
+                elif isinstance(result, Permanent):
+                    await self.kube.event(job, type="Warning", reason="FailedCreate", message=result.message,
+                                          component=self.component)
+                    aborted = True
+                elif isinstance(result, BaseException):
+                    raise result
+        for res, body in plan.updates:
+            updated = await self.kube.replace(res, body, ns)
+            self.caches[res.plural].upsert(updated)
+        retry: float | None = None
+        if aborted:
+            retry = 1.0
+        elif plan.status is not None:
+            retry = await self._write_status(job_res, job, plan.status)
+        for etype, reason, message in plan.events:
+            await self.kube.event(job, type="Warning" if etype == "Warning" else "Normal", reason=reason,
+                                  message=message, component=self.component)
+        if plan.delete_job:
+            await self._delete(job_res, name, ns)
+            return retry
+        if plan.requeue_after is not None:
+            self.enqueue_after(key, plan.requeue_after)
+        return retry
+
+    async def _delete(self, res: Resource, name: str, ns: str) -> None:
+        cache = self.caches.get(res.plural)
+        current = cache.get((ns, name)) if cache is not None else None
+        try:
+            await self.kube.delete(res, name, ns, propagation="Background")
+        except NotFound:
+            pass
+        if cache is not None and res.plural != "pods":
+            cache.remove((ns, name), rv=rv_of(current))
+        elif cache is not None and current is not None:
+            # a pod lingers while it terminates; mark it so the next pass does not count it active
+            marked = {**current, "metadata": {**(current.get("metadata") or {}),
+                                              "deletionTimestamp": self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")}}
+            cache.objects[(ns, name)] = marked
+            cache.by_namespace.setdefault(ns, {})[name] = marked
+
+    async def _create(self, res: Resource, body: dict[str, Any], ns: str, owner: dict[str, Any]) -> None:
+        meta = body.setdefault("metadata", {})
+        meta["namespace"] = ns
+        refs = meta.setdefault("ownerReferences", [])
+        if not any(r.get("uid") == owner["uid"] for r in refs):
+            refs.append(owner)
+        created = await self.kube.create(res, body, ns)
+        cache = self.caches.get(res.plural)
+        if cache is not None:
+            cache.upsert(created)
+
+    async def _write_status(self, res: Resource, job: dict[str, Any], status: dict[str, Any]) -> float | None:
+        body = {**job, "status": status}
+        meta = job.get("metadata") or {}
+        cache = self.caches[res.plural]
+        try:
+            updated = await self.kube.replace(res, body, meta.get("namespace"), subresource="status")
+        except Conflict:
+            fresh = await self.kube.get(res, str(meta.get("name")), meta.get("namespace"))
+            cache.upsert(fresh)
+            return 0.0
+        cache.upsert(updated)
+        if self.on_status is not None:
+            self.on_status(str(job.get("kind")), updated)
+        return None
+
+
+def job_key(kind: str, key: Key) -> JobKey:
+    return kind, key[0], key[1]
+
+
+__all__ = ["ApplyLoop", "FederationError", "JobKey", "job_key", "owner_reference"]

@@ -1,0 +1,159 @@
+"""The agent's view of a worker cluster: per-resource object caches fed by informers and by its own writes.
+
+An informer can lag behind the agent's own writes; reconciling from a stale copy would create a
+pod twice or re-add a condition. So a cache keeps, per object, the newest version by
+resourceVersion, whether it came from a watch event or from the response to the agent's own
+create / replace; a local delete leaves a tombstone so a late watch event of the old object
+cannot resurrect it. Pods are trimmed to what reconcilers and capacity need (metadata and status,
+plus the spec fields the scheduler counts) so 20,000 pods fit in little memory.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from federation.kinds.base import JobKind
+from federation.kube import Resource
+
+Key = tuple[str, str]
+"""(namespace, name); namespace "" for cluster-scoped objects."""
+
+_DROP_META = ("managedFields",)
+_POD_SPEC_KEEP = ("nodeName", "containers", "initContainers", "overhead", "restartPolicy")
+
+
+def kind_resource(kind: JobKind) -> Resource:
+    """The API resource of a JobKind (every supported kind is namespaced)."""
+    return Resource(kind.group, kind.version, kind.plural, kind.name)
+
+
+def key_of(obj: Mapping[str, Any]) -> Key:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+
+
+def rv_of(obj: Mapping[str, Any] | None) -> int:
+    """resourceVersion as an integer (kube-apiserver and kubesim both use etcd revisions); -1 if unknown."""
+    if not obj:
+        return -1
+    raw = (obj.get("metadata") or {}).get("resourceVersion")
+    try:
+        return int(str(raw))
+    except (TypeError, ValueError):
+        return -1
+
+
+def trim(obj: dict[str, Any], plural: str) -> dict[str, Any]:
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and any(k in meta for k in _DROP_META):
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k not in _DROP_META}}
+    if plural == "pods":
+        spec = obj.get("spec") or {}
+        slim_spec = {k: spec[k] for k in _POD_SPEC_KEEP if k in spec}
+        for key in ("containers", "initContainers"):
+            if key in slim_spec:
+                slim_spec[key] = [{k: c[k] for k in ("name", "resources", "restartPolicy") if k in c}
+                                  for c in slim_spec[key]]
+        obj = {"metadata": obj.get("metadata"), "spec": slim_spec, "status": obj.get("status") or {}}
+    return obj
+
+
+@dataclass
+class ObjectCache:
+    """One resource's objects, by key, with a per-namespace index and an owner-uid index."""
+
+    plural: str
+    objects: dict[Key, dict[str, Any]] = field(default_factory=dict)
+    by_namespace: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    tombstones: dict[Key, int] = field(default_factory=dict)
+    synced: bool = False
+
+    def get(self, key: Key) -> dict[str, Any] | None:
+        return self.objects.get(key)
+
+    def upsert(self, obj: dict[str, Any]) -> bool:
+        """Store ``obj`` unless a newer version (or a local delete) is already known; True if stored."""
+        key = key_of(obj)
+        rv = rv_of(obj)
+        current = self.objects.get(key)
+        if current is not None and rv >= 0 and rv < rv_of(current):
+            return False
+        dead = self.tombstones.get(key)
+        if dead is not None:
+            if rv >= 0 and rv <= dead:
+                return False
+            del self.tombstones[key]
+        slim = trim(obj, self.plural)
+        self.objects[key] = slim
+        self.by_namespace.setdefault(key[0], {})[key[1]] = slim
+        return True
+
+    def remove(self, key: Key, *, rv: int = -1) -> None:
+        current = self.objects.pop(key, None)
+        ns = self.by_namespace.get(key[0])
+        if ns is not None:
+            ns.pop(key[1], None)
+            if not ns:
+                del self.by_namespace[key[0]]
+        mark = max(rv, rv_of(current))
+        if mark >= 0:
+            self.tombstones[key] = mark
+            if len(self.tombstones) > 50_000:  # bounded: the oldest guards are no longer needed
+                for old in list(self.tombstones)[:25_000]:
+                    del self.tombstones[old]
+
+    def delete_event(self, obj: Mapping[str, Any]) -> None:
+        """A watch said ``obj`` is gone; ignore it when the name now holds a newer object (another uid)."""
+        key = key_of(obj)
+        current = self.objects.get(key)
+        uid = (obj.get("metadata") or {}).get("uid")
+        if current is not None and uid and (current.get("metadata") or {}).get("uid") not in (None, uid):
+            return
+        self.remove(key, rv=rv_of(obj))
+
+    def in_namespace(self, namespace: str) -> Iterable[dict[str, Any]]:
+        return list((self.by_namespace.get(namespace) or {}).values())
+
+    def select(self, namespace: str, selector: str) -> list[dict[str, Any]]:
+        match = Selector.parse(selector)
+        return [o for o in self.in_namespace(namespace) if match.matches((o.get("metadata") or {}).get("labels"))]
+
+
+_REQ = re.compile(r"^\s*(!?)([A-Za-z0-9_./-]+)\s*(?:(==|=|!=)\s*([A-Za-z0-9_.-]*))?\s*$")
+
+
+@dataclass(frozen=True)
+class Selector:
+    """Equality-based label selector (``k=v``, ``k==v``, ``k!=v``, ``k``, ``!k``), as reconcilers write them."""
+
+    requirements: tuple[tuple[str, str, str], ...]
+
+    @classmethod
+    def parse(cls, text: str) -> Selector:
+        reqs: list[tuple[str, str, str]] = []
+        for part in filter(None, (p.strip() for p in text.split(","))):
+            m = _REQ.match(part)
+            if m is None:
+                raise ValueError(f"unsupported label selector term {part!r}")
+            neg, key, op, value = m.groups()
+            if op is None:
+                reqs.append((key, "!exists" if neg else "exists", ""))
+            else:
+                reqs.append((key, "!=" if op == "!=" else "=", value or ""))
+        return cls(tuple(reqs))
+
+    def matches(self, labels: Mapping[str, str] | None) -> bool:
+        labels = labels or {}
+        for key, op, value in self.requirements:
+            if op == "=" and labels.get(key) != value:
+                return False
+            if op == "!=" and labels.get(key) == value:
+                return False
+            if op == "exists" and key not in labels:
+                return False
+            if op == "!exists" and key in labels:
+                return False
+        return True

@@ -1,0 +1,358 @@
+"""The agent's inbox: Commands from the dispatcher turned into worker Jobs, exactly once in effect.
+
+Per workload the newest applied ``(attempt, epoch, spec_version)`` lives on the worker Job itself
+(labels ``PLACEMENT_ATTEMPT`` / ``EPOCH``, annotation ``SPEC_VERSION_ANNOTATION``), so an agent
+restart loses nothing: the index is rebuilt from the job informers, and a Command racing the
+first list finds the Job by its AlreadyExists. A repeat re-sends Accepted; an older attempt, or an
+older epoch for the same attempt, is Rejected as stale; a newer spec version replaces the Job's
+spec (suspend / resume). Place creates the namespace when allowed, stamps origin / workload /
+placement / kind labels and clears managedBy (or sets a delegate operator's value). Delete
+deletes the Job with Background propagation (children go by GC). Resync deletes owned Jobs the
+dispatcher no longer expects, checking the origin label first. Commands for one workload are
+handled in arrival order; different workloads in parallel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from federation import labels
+from federation.errors import (
+    AlreadyExists,
+    Conflict,
+    FederationError,
+    Invalid,
+    NotFound,
+    Permanent,
+    Temporary,
+)
+from federation.kinds.base import JobKind
+from federation.kinds.registry import by_name
+from federation.kube import NAMESPACES, Kube, Resource
+from federation.messages import (
+    Delete,
+    InventoryItem,
+    MessageRefused,
+    Place,
+    PlacementKey,
+    Resync,
+    decode_command,
+)
+from worker_agent.cache import ObjectCache, kind_resource
+from worker_agent.reports import Reporter, job_ref, placement_of, spec_version_of
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What the worker cluster holds for one workload."""
+
+    kind: str
+    namespace: str
+    name: str
+    attempt: int
+    epoch: int
+    spec_version: int
+
+    @classmethod
+    def of(cls, kind: str, job: Mapping[str, Any]) -> Applied | None:
+        placement = placement_of(job)
+        if placement is None:
+            return None
+        meta = job.get("metadata") or {}
+        return cls(kind, str(meta.get("namespace")), str(meta.get("name")), placement.attempt, placement.epoch,
+                   spec_version_of(job))
+
+
+class Inbox:
+    def __init__(self, kube: Kube, caches: Mapping[str, ObjectCache], reporter: Reporter, *, origin: str,
+                 kinds: Mapping[str, JobKind], delegate: Mapping[str, str], create_namespaces: bool) -> None:
+        self.kube = kube
+        self.caches = caches
+        self.reporter = reporter
+        self.origin = origin
+        self.kinds = dict(kinds)
+        self.delegate = dict(delegate)
+        self.create_namespaces = create_namespaces
+        self.workloads: dict[str, Applied] = {}
+        self.deleted: dict[str, tuple[int, int]] = {}
+        """workload uid -> (attempt, epoch) of the last Delete applied (refuses late Places)."""
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._known_namespaces: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.highest_epoch = 0
+
+    # --- the index, fed by the job watchers -------------------------------------------------------
+    def job_seen(self, kind: str, job: Mapping[str, Any], *, deleted: bool = False) -> None:
+        if ((job.get("metadata") or {}).get("labels") or {}).get(labels.ORIGIN) != self.origin:
+            return
+        applied = Applied.of(kind, job)
+        if applied is None:
+            return
+        uid = str(((job.get("metadata") or {}).get("labels") or {})[labels.WORKLOAD_UID])
+        current = self.workloads.get(uid)
+        if deleted:
+            if current is not None and (current.attempt, current.epoch) <= (applied.attempt, applied.epoch):
+                del self.workloads[uid]
+            return
+        if current is None or (applied.attempt, applied.epoch, applied.spec_version) >= (
+                current.attempt, current.epoch, current.spec_version):
+            self.workloads[uid] = applied
+
+    # --- receiving ---------------------------------------------------------------------------------
+    def receive(self, payload: bytes) -> None:
+        """Decode and dispatch one Command; handling runs in the background, ordered per workload."""
+        try:
+            command = decode_command(payload)
+        except MessageRefused as exc:
+            log.warning("refused command: %s", exc)
+            return
+        key = command.placement.workload_uid if isinstance(command, Place | Delete) else "__resync__"
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        task = asyncio.get_running_loop().create_task(self._handle(lock, key, command))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, lock: asyncio.Lock, key: str, command: Place | Delete | Resync) -> None:
+        async with lock:
+            for attempt in range(5):
+                try:
+                    if isinstance(command, Place):
+                        await self.place(command)
+                    elif isinstance(command, Delete):
+                        await self.delete(command)
+                    else:
+                        await self.resync(command)
+                    break
+                except Temporary as exc:
+                    log.info("command %s for %s: %s (try %d)", command.type, key, exc, attempt + 1)
+                    await asyncio.sleep(min(exc.delay or 0.2 * 2 ** attempt, 5.0))
+                except Exception:
+                    log.exception("command %s for %s failed", command.type, key)
+                    break
+        if not lock.locked() and key in self._locks and self._locks[key] is lock:
+            del self._locks[key]
+
+    async def drain(self) -> None:
+        """Wait for the commands being handled (tests and shutdown)."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+    # --- Place -------------------------------------------------------------------------------------
+    def _stale(self, placement: PlacementKey, current: Applied) -> str | None:
+        if placement.attempt < current.attempt:
+            return (f"placement attempt {placement.attempt} is older than attempt {current.attempt} "
+                    "already applied on this cluster")
+        if placement.attempt == current.attempt and placement.epoch < current.epoch:
+            return (f"dispatcher epoch {placement.epoch} is older than epoch {current.epoch} that already "
+                    f"placed attempt {current.attempt}")
+        return None
+
+    async def place(self, cmd: Place) -> None:
+        p = cmd.placement
+        uid = p.workload_uid
+        try:
+            kind = self.kinds.get(cmd.job.kind) or by_name(cmd.job.kind)
+        except Invalid as exc:
+            self.reporter.rejected(p, cmd.spec_version, "UnsupportedKind", exc.message)
+            return
+        gone = self.deleted.get(uid)
+        if gone is not None and (p.attempt, p.epoch) <= gone:
+            self.reporter.rejected(p, cmd.spec_version, "Deleted",
+                                   f"placement attempt {p.attempt} was deleted on this cluster")
+            return
+        current = self.workloads.get(uid)
+        if current is not None:
+            stale = self._stale(p, current)
+            if stale:
+                self.reporter.rejected(p, cmd.spec_version, "Stale", stale)
+                return
+            if p.attempt > current.attempt:
+                await self._delete_job(current)  # a new attempt replaces the old copy
+                self.workloads.pop(uid, None)
+            elif cmd.spec_version <= current.spec_version and p.epoch == current.epoch:
+                self.reporter.accepted(p, current.spec_version)  # a repeat: no-op
+                return
+            else:
+                await self._update(kind, cmd, current)
+                return
+        errors = kind.validate(cmd.manifest)
+        if errors:
+            first = errors[0]
+            self.reporter.rejected(p, cmd.spec_version, "Invalid",
+                                   "; ".join(e.message for e in errors[:5]) or first.message)
+            return
+        body = self._body(kind, cmd)
+        ns = cmd.job.namespace
+        if not await self._ensure_namespace(ns):
+            self.reporter.rejected(p, cmd.spec_version, "NamespaceMissing",
+                                   f"namespace {ns!r} does not exist on this cluster and the agent is "
+                                   "configured not to create namespaces; create it or place elsewhere",
+                                   permanent=False)
+            return
+        res = kind_resource(kind)
+        try:
+            created = await self.kube.create(res, body, ns)
+        except AlreadyExists:
+            existing = await self.kube.get(res, cmd.job.name, ns)
+            found = Applied.of(kind.name, existing)
+            ours = ((existing.get("metadata") or {}).get("labels") or {}).get(labels.ORIGIN) == self.origin
+            if not ours or found is None or placement_of(existing) is None or \
+                    (placement_of(existing) or p).workload_uid != uid:
+                self.reporter.rejected(p, cmd.spec_version, "NameTaken",
+                                       f"{kind.name} {ns}/{cmd.job.name} already exists on this cluster and "
+                                       "does not belong to this workload", permanent=False)
+                return
+            self.caches[res.plural].upsert(existing)
+            self.workloads[uid] = found
+            await self.place(cmd)  # decide again against what is really there
+            return
+        except Invalid as exc:
+            self.reporter.rejected(p, cmd.spec_version, "Invalid", exc.message)
+            return
+        except Permanent as exc:
+            self.reporter.rejected(p, cmd.spec_version, exc.reason, exc.message, permanent=False)
+            return
+        self.caches[res.plural].upsert(created)
+        self.workloads[uid] = Applied(kind.name, ns, cmd.job.name, p.attempt, p.epoch, cmd.spec_version)
+        self.reporter.accepted(p, cmd.spec_version)
+
+    def _body(self, kind: JobKind, cmd: Place) -> dict[str, Any]:
+        p = cmd.placement
+        stamp = {labels.ORIGIN: self.origin, labels.WORKLOAD_UID: p.workload_uid,
+                 labels.PLACEMENT_ATTEMPT: str(p.attempt), labels.EPOCH: str(p.epoch),
+                 labels.JOB_KIND: kind.name}
+        body = kind.prepare_for_worker(cmd.manifest, stamp=stamp, managed_by=self.delegate.get(kind.name))
+        meta = body.setdefault("metadata", {})
+        meta["name"] = cmd.job.name
+        meta["namespace"] = cmd.job.namespace
+        meta["annotations"] = {**(meta.get("annotations") or {}),
+                               labels.SPEC_VERSION_ANNOTATION: str(cmd.spec_version)}
+        return body
+
+    async def _update(self, kind: JobKind, cmd: Place, current: Applied) -> None:
+        res = kind_resource(kind)
+        p = cmd.placement
+        version = max(cmd.spec_version, current.spec_version)
+        for _ in range(5):
+            existing = await self.kube.get(res, current.name, current.namespace)
+            if cmd.spec_version > current.spec_version:
+                body = self._body(kind, cmd)
+            else:  # same spec, newer epoch: only the fencing label moves
+                body = {**existing, "metadata": {**existing["metadata"],
+                                                 "labels": {**(existing["metadata"].get("labels") or {}),
+                                                            labels.EPOCH: str(p.epoch)}}}
+            body["metadata"]["resourceVersion"] = existing["metadata"].get("resourceVersion")
+            body["metadata"]["annotations"] = {**(body["metadata"].get("annotations") or {}),
+                                               labels.SPEC_VERSION_ANNOTATION: str(version)}
+            try:
+                updated = await self.kube.replace(res, body, current.namespace)
+            except Conflict:
+                continue
+            except Invalid as exc:
+                self.reporter.rejected(p, cmd.spec_version, "Invalid", exc.message)
+                return
+            self.caches[res.plural].upsert(updated)
+            self.workloads[p.workload_uid] = Applied(kind.name, current.namespace, current.name, p.attempt,
+                                                     p.epoch, version)
+            self.reporter.accepted(p, version)
+            return
+        raise Conflict(f"{kind.name} {current.namespace}/{current.name} kept changing", delay=0.5)
+
+    async def _ensure_namespace(self, ns: str) -> bool:
+        if ns in self._known_namespaces:
+            return True
+        try:
+            await self.kube.get(NAMESPACES, ns)
+        except NotFound:
+            if not self.create_namespaces:
+                return False
+            try:
+                await self.kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                                    "metadata": {"name": ns}})
+            except AlreadyExists:
+                pass
+        self._known_namespaces.add(ns)
+        return True
+
+    # --- Delete and Resync -------------------------------------------------------------------------
+    async def _delete_job(self, applied: Applied) -> None:
+        kind = self.kinds.get(applied.kind) or by_name(applied.kind)
+        res = kind_resource(kind)
+        cached = self.caches[res.plural].get((applied.namespace, applied.name))
+        if cached is not None and ((cached.get("metadata") or {}).get("labels") or {}).get(
+                labels.ORIGIN) != self.origin:
+            return  # never delete what another origin (or a user) owns
+        try:
+            await self.kube.delete(res, applied.name, applied.namespace, propagation="Background")
+        except NotFound:
+            pass
+
+    async def delete(self, cmd: Delete) -> None:
+        p = cmd.placement
+        current = self.workloads.get(p.workload_uid)
+        self.deleted[p.workload_uid] = max(self.deleted.get(p.workload_uid, (0, 0)), (p.attempt, p.epoch))
+        if current is None or p.attempt < current.attempt:
+            self.reporter.status(p, {}, None, gone=True)  # nothing of this attempt runs here
+            return
+        stale = self._stale(p, current)
+        if stale:
+            self.reporter.rejected(p, 0, "Stale", stale)
+            return
+        await self._delete_job(current)
+        del self.workloads[p.workload_uid]
+        res = kind_resource(self.kinds.get(current.kind) or by_name(current.kind))
+        cached = self.caches[res.plural].get((current.namespace, current.name))
+        if cached is None:
+            self.reporter.status(p, {}, None, gone=True)
+        # otherwise the watcher's DELETED event reports gone with the last status
+
+    async def resync(self, cmd: Resync) -> None:
+        if cmd.epoch < self.highest_epoch:
+            log.info("ignoring resync from epoch %d (seen %d)", cmd.epoch, self.highest_epoch)
+            return
+        self.highest_epoch = cmd.epoch
+        expected = {(k.workload_uid, k.attempt) for k in cmd.expected}
+        for kind_name, kind in self.kinds.items():
+            res = kind_resource(kind)
+            for job in list(self.caches[res.plural].objects.values()):
+                job_labels = (job.get("metadata") or {}).get("labels") or {}
+                if job_labels.get(labels.ORIGIN) != self.origin:
+                    continue  # checked before anything is deleted
+                placement = placement_of(job)
+                if placement is None:
+                    continue
+                if (placement.workload_uid, placement.attempt) in expected:
+                    self.reporter.job_changed(kind, job, force=True)
+                    continue
+                applied = Applied.of(kind_name, job)
+                if applied is not None:
+                    log.info("garbage: %s %s/%s (workload %s attempt %d) is not expected", kind_name,
+                             applied.namespace, applied.name, placement.workload_uid, placement.attempt)
+                    await self._delete_job(applied)
+                    self.workloads.pop(placement.workload_uid, None)
+
+    async def inventory_items(self, resources: Mapping[str, Resource]) -> list[InventoryItem]:
+        """What this agent runs, listed from the API server (complete even before the informers sync)."""
+        items: list[InventoryItem] = []
+        for kind_name, res in resources.items():
+            kind = self.kinds[kind_name]
+            try:
+                listed = await self.kube.list(res, label_selector=labels.origin_selector(self.origin))
+            except (NotFound, FederationError) as exc:
+                log.info("inventory: cannot list %s: %s", res.plural, exc)
+                continue
+            for job in listed.items:
+                placement = placement_of(job)
+                if placement is None:
+                    continue
+                self.job_seen(kind_name, job)
+                items.append(InventoryItem(placement=placement, spec_version=spec_version_of(job),
+                                           job=job_ref(kind, job),
+                                           last_seq=self.reporter.last_seq.get(placement.workload_uid, 0)))
+        return items

@@ -1,0 +1,269 @@
+"""What the agent tells the dispatcher: Status per placement, Accepted/Rejected, Inventory and Heartbeats.
+
+``Outbox`` queues encoded reports and a few sender coroutines publish them on the current MQTT
+link (QoS 1); while the link is down they wait, so nothing sent during a reconnect is lost.
+``Sequencer`` hands out ``seq`` numbers that are strictly increasing across agent restarts
+(microseconds since the epoch, bumped past the last one issued), so the dispatcher's
+"drop a Status whose seq is not newer" rule works without persisting a counter.
+``Reporter`` follows the owned jobs: every change of ``.status`` becomes a Status report
+carrying it whole, ``finished`` from the JobKind, ``gone`` when the job is deleted.
+``capacity`` sums allocatable over Ready nodes minus the requests of non-terminal pods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Mapping
+from decimal import Decimal
+from typing import Any
+
+from federation import labels
+from federation.errors import Invalid, Transport
+from federation.kinds.base import JobKind
+from federation.messages import (
+    Accepted,
+    Capacity,
+    Heartbeat,
+    Inventory,
+    JobRef,
+    PlacementKey,
+    Rejected,
+    Status,
+    encode,
+)
+from federation.mqtt import MqttLink
+from federation.podset import Resources, add, format_resources, parse_resources, pod_requests, sub
+from worker_agent.cache import ObjectCache
+
+log = logging.getLogger(__name__)
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+class Sequencer:
+    """Strictly increasing report sequence numbers, across restarts (time based)."""
+
+    def __init__(self) -> None:
+        self._last = 0
+
+    def next(self) -> int:
+        self._last = max(self._last + 1, time.time_ns() // 1000)
+        return self._last
+
+
+class Outbox:
+    """Reports waiting for the link; publish order is kept per sender, several senders run at once."""
+
+    def __init__(self, *, limit: int = 200_000) -> None:
+        self._items: deque[tuple[str, bytes, bool]] = deque(maxlen=limit)
+        self._ready = asyncio.Event()
+        self._link: MqttLink | None = None
+        self._linked = asyncio.Event()
+        self.sent = 0
+
+    def put(self, topic: str, payload: bytes, *, retain: bool = False) -> None:
+        self._items.append((topic, payload, retain))
+        self._ready.set()
+
+    def attach(self, link: MqttLink | None) -> None:
+        self._link = link
+        if link is None:
+            self._linked.clear()
+        else:
+            self._linked.set()
+
+    async def run_sender(self) -> None:
+        """One sender; runs until cancelled. A failed publish is put back for the next link."""
+        while True:
+            while not self._items:
+                self._ready.clear()
+                await self._ready.wait()
+            await self._linked.wait()
+            link = self._link
+            if link is None or not self._items:
+                continue
+            item = self._items.popleft()
+            try:
+                await link.publish(item[0], item[1], retain=item[2])
+                self.sent += 1
+            except (Transport, RuntimeError) as exc:
+                self._items.appendleft(item)
+                if self._link is link:
+                    self.attach(None)
+                log.info("publish failed (%s); waiting for the link", exc)
+
+    def pending(self) -> int:
+        return len(self._items)
+
+
+def placement_of(job: Mapping[str, Any]) -> PlacementKey | None:
+    job_labels = (job.get("metadata") or {}).get("labels") or {}
+    try:
+        return PlacementKey(workload_uid=job_labels[labels.WORKLOAD_UID],
+                            attempt=int(job_labels.get(labels.PLACEMENT_ATTEMPT, "0")),
+                            epoch=int(job_labels.get(labels.EPOCH, "0")))
+    except (KeyError, ValueError):
+        return None
+
+
+def spec_version_of(job: Mapping[str, Any]) -> int:
+    annotations = (job.get("metadata") or {}).get("annotations") or {}
+    try:
+        return int(annotations.get(labels.SPEC_VERSION_ANNOTATION, "0"))
+    except ValueError:
+        return 0
+
+
+def job_ref(kind: JobKind, job: Mapping[str, Any]) -> JobRef:
+    meta = job.get("metadata") or {}
+    return JobRef(kind=kind.name, api_version=kind.api_version, namespace=str(meta.get("namespace")),
+                  name=str(meta.get("name")))
+
+
+class Reporter:
+    """Builds reports and puts them in the outbox; remembers the last status sent per placement."""
+
+    def __init__(self, cluster: str, report_topic: str, outbox: Outbox, origin: str) -> None:
+        self.cluster = cluster
+        self.topic = report_topic
+        self.outbox = outbox
+        self.origin = origin
+        self.seq = Sequencer()
+        self.last_seq: dict[str, int] = {}
+        """workload uid -> last seq sent."""
+        self._last_status: dict[str, tuple[int, int, str]] = {}
+        """workload uid -> (attempt, epoch, repr of the status last sent)."""
+
+    def _send(self, report: Accepted | Rejected | Status | Inventory) -> None:
+        self.outbox.put(self.topic, encode(report))
+
+    def accepted(self, placement: PlacementKey, spec_version: int) -> None:
+        seq = self.seq.next()
+        self.last_seq[placement.workload_uid] = seq
+        self._send(Accepted(cluster=self.cluster, placement=placement, spec_version=spec_version, seq=seq))
+
+    def rejected(self, placement: PlacementKey, spec_version: int, reason: str, message: str, *,
+                 permanent: bool = True) -> None:
+        seq = self.seq.next()
+        self.last_seq[placement.workload_uid] = seq
+        self._send(Rejected(cluster=self.cluster, placement=placement, spec_version=spec_version, seq=seq,
+                            reason=reason, message=message[:4000], permanent=permanent))
+
+    def status(self, placement: PlacementKey, status: Mapping[str, Any], finished: str | None, *,
+               gone: bool = False) -> None:
+        seq = self.seq.next()
+        self.last_seq[placement.workload_uid] = seq
+        self._send(Status(cluster=self.cluster, placement=placement, seq=seq, status=dict(status),
+                          finished=finished if finished in ("Succeeded", "Failed") else None,  # type: ignore[arg-type]
+                          gone=gone))
+
+    def job_changed(self, kind: JobKind, job: Mapping[str, Any], *, deleted: bool = False,
+                    force: bool = False) -> None:
+        """A watched job changed: send a Status when its ``.status`` differs from the last one sent."""
+        if ((job.get("metadata") or {}).get("labels") or {}).get(labels.ORIGIN) != self.origin:
+            return
+        placement = placement_of(job)
+        if placement is None:
+            return
+        status = job.get("status") or {}
+        finished = kind.finished(job)
+        outcome = finished.outcome if finished else None
+        if deleted:
+            self._last_status.pop(placement.workload_uid, None)
+            self.status(placement, status, outcome, gone=True)
+            return
+        fingerprint = (placement.attempt, placement.epoch, repr(status))
+        if not force and self._last_status.get(placement.workload_uid) == fingerprint:
+            return
+        self._last_status[placement.workload_uid] = fingerprint
+        self.status(placement, status, outcome)
+
+    def inventory(self, items: list[Any]) -> None:
+        self._send(Inventory(cluster=self.cluster, items=items))
+
+
+# --- capacity ---------------------------------------------------------------------------------
+
+
+def _node_ready(node: Mapping[str, Any]) -> bool:
+    if (node.get("spec") or {}).get("unschedulable"):
+        return False
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready":
+            return bool(condition.get("status") == "True")
+    return False
+
+
+class CapacityMeter:
+    """Allocatable and free capacity from the node and pod caches; pod requests cached per pod uid."""
+
+    def __init__(self, nodes: ObjectCache, pods: ObjectCache) -> None:
+        self.nodes = nodes
+        self.pods = pods
+        self._requests: dict[str, Resources] = {}
+
+    def _pod_requests(self, pod: Mapping[str, Any]) -> Resources:
+        uid = str((pod.get("metadata") or {}).get("uid") or id(pod))
+        cached = self._requests.get(uid)
+        if cached is None:
+            try:
+                cached = pod_requests(pod.get("spec") or {})
+            except Invalid:
+                cached = {}
+            self._requests[uid] = cached
+        return cached
+
+    def measure(self) -> Capacity:
+        allocatable: Resources = {}
+        per_node: dict[str, Resources] = {}
+        for node in self.nodes.objects.values():
+            if not _node_ready(node):
+                continue
+            try:
+                alloc = parse_resources((node.get("status") or {}).get("allocatable"), "status.allocatable")
+            except Invalid:
+                continue
+            allocatable = add(allocatable, alloc)
+            per_node[str((node.get("metadata") or {}).get("name"))] = alloc
+        used: Resources = {}
+        used_on: dict[str, Resources] = {}
+        live: set[str] = set()
+        for pod in self.pods.objects.values():
+            if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+                continue
+            live.add(str((pod.get("metadata") or {}).get("uid") or id(pod)))
+            req = self._pod_requests(pod)
+            used = add(used, req)
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            if node_name in per_node:
+                used_on[node_name] = add(used_on.get(node_name, {}), req)
+        if len(self._requests) > 2 * len(live) + 1000:
+            self._requests = {k: v for k, v in self._requests.items() if k in live}
+        free = {k: max(v, Decimal(0)) for k, v in sub(allocatable, used).items() if k in allocatable}
+        largest: Resources = {}
+        for node_name, alloc in per_node.items():
+            node_free = sub(alloc, used_on.get(node_name, {}))
+            for resource, amount in node_free.items():
+                if resource in alloc and amount > largest.get(resource, Decimal(-1)):
+                    largest[resource] = max(amount, Decimal(0))
+        return Capacity(allocatable=format_resources(allocatable), free=format_resources(free),
+                        largest_node_free=format_resources(largest))
+
+
+def heartbeat(cluster: str, capacity: Capacity, *, version: str, interval: float,
+              cluster_labels: Mapping[str, str], reconciled: list[str], delegated: Mapping[str, str],
+              running: int, online: bool = True) -> Heartbeat:
+    return Heartbeat(cluster=cluster, online=online, agent_version=version, interval_seconds=interval,
+                     labels=dict(cluster_labels), capacity=capacity, kinds_reconciled=sorted(reconciled),
+                     kinds_delegated=dict(delegated), running=running)
+
+
+async def sleep_or(event: asyncio.Event, seconds: float) -> None:
+    """Wait until ``event`` is set or ``seconds`` (real) seconds pass."""
+    try:
+        await asyncio.wait_for(event.wait(), seconds)
+    except TimeoutError:
+        pass

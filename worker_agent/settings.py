@@ -1,0 +1,61 @@
+"""The agent's one settings object (env prefix ``MKD_AGENT_``, nested groups with ``__``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from federation.settings import KubeSettings, MqttSettings
+
+
+class AgentSettings(BaseSettings):
+    """Everything ``mkctl agent`` needs; passed explicitly, never read from module globals."""
+
+    model_config = SettingsConfigDict(env_prefix="MKD_AGENT_", env_nested_delimiter="__", extra="forbid")
+
+    cluster_name: str = Field(min_length=1, max_length=63)
+    """This worker cluster's name as the dispatcher knows it (a DNS-1123 label); names the MQTT topics."""
+
+    kubeconfig: Path | None = None
+    """Kubeconfig of the worker cluster. None: in-cluster service account, else ~/.kube/config.
+    Overrides ``kube.kubeconfig`` when set."""
+
+    kube: KubeSettings = Field(default_factory=KubeSettings)
+    """API client tuning (context, concurrency, timeouts)."""
+
+    mqtt: MqttSettings = Field(default_factory=MqttSettings)
+    """Broker connection; the client id defaults to ``mkd-agent-<cluster_name>`` (a stable persistent session)."""
+
+    origin: str = "mkd"
+    """Which dispatcher origin this agent serves: stamped on everything it creates; GC only touches it."""
+
+    heartbeat_interval_seconds: float = Field(default=10.0, gt=0)
+    """Seconds between presence heartbeats; also sent at once when capacity changes. 10 s lets the
+    dispatcher see capacity within one placement cycle without flooding the broker."""
+
+    capacity_debounce_seconds: float = Field(default=1.0, ge=0)
+    """A capacity change is announced at most this often (pods come and go in bursts)."""
+
+    delegate: dict[str, str] = Field(default_factory=dict)
+    """JobKind name -> managedBy value of an operator installed in this cluster (e.g.
+    ``{"MPIJob": "kubeflow.org/mpi-operator"}``). Delegated kinds are created with that value and
+    only mirrored; the agent runs no reconciler for them."""
+
+    create_namespaces: bool = True
+    """Create a Job's namespace when missing. False: reject the placement (permanent=False) naming it."""
+
+    cluster_labels: dict[str, str] = Field(default_factory=dict)
+    """Labels announced in the heartbeat (region, gpu type, ...) that placement can match on."""
+
+    concurrency: int = Field(default=16, ge=1, le=256)
+    """Jobs reconciled at once (each job is always reconciled by one worker at a time)."""
+
+    def kube_settings(self) -> KubeSettings:
+        if self.kubeconfig is None:
+            return self.kube
+        return self.kube.model_copy(update={"kubeconfig": self.kubeconfig})
+
+    def client_id(self) -> str:
+        return self.mqtt.client_id or f"mkd-agent-{self.cluster_name}"
