@@ -113,7 +113,7 @@ async def _start_sim(store: Store, spec: ClusterSpec, loop: asyncio.AbstractEven
 class Sim:
     """Handle on a set of running clusters; methods are safe to call from any thread except the sim loop."""
 
-    def __init__(self, specs: list[ClusterSpec], state_dir: Path) -> None:
+    def __init__(self, specs: list[ClusterSpec], state_dir: Path, ports: dict[str, int] | None = None) -> None:
         names = [s.name for s in specs]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate cluster names: {names}")
@@ -122,6 +122,7 @@ class Sim:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name="kubesim-loop", daemon=True)
         self.clusters: dict[str, SimCluster] = {}
+        self.ports = ports or {}
 
     def _run_loop(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -145,7 +146,7 @@ class Sim:
 
         async def start_all() -> None:
             for spec in self.specs:
-                c = SimCluster(spec, self.state_dir, self.loop)
+                c = SimCluster(spec, self.state_dir, self.loop, self.ports.get(spec.name))
                 self.clusters[spec.name] = c
                 await c.start()
         try:
@@ -197,9 +198,9 @@ class Sim:
 
 
 @contextlib.contextmanager
-def serve(specs: list[ClusterSpec], state_dir: Path | str) -> Iterator[Sim]:
-    """Serve ``specs`` until the block exits (sync callers)."""
-    sim = Sim(list(specs), Path(state_dir)).open()
+def serve(specs: list[ClusterSpec], state_dir: Path | str, ports: dict[str, int] | None = None) -> Iterator[Sim]:
+    """Serve ``specs`` until the block exits (sync callers); ``ports`` pins cluster ports."""
+    sim = Sim(list(specs), Path(state_dir), ports).open()
     try:
         yield sim
     finally:
@@ -207,9 +208,10 @@ def serve(specs: list[ClusterSpec], state_dir: Path | str) -> Iterator[Sim]:
 
 
 @contextlib.asynccontextmanager
-async def serve_async(specs: list[ClusterSpec], state_dir: Path | str) -> AsyncIterator[Sim]:
+async def serve_async(specs: list[ClusterSpec], state_dir: Path | str,
+                      ports: dict[str, int] | None = None) -> AsyncIterator[Sim]:
     """Serve ``specs`` until the block exits (async callers; the servers still run on their own thread)."""
-    sim = await asyncio.to_thread(lambda: Sim(list(specs), Path(state_dir)).open())
+    sim = await asyncio.to_thread(lambda: Sim(list(specs), Path(state_dir), ports).open())
     try:
         yield sim
     finally:

@@ -425,22 +425,10 @@ class ApiServer:
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method", {})
         body = await self._body(request)
         node = (body.get("target") or {}).get("name")
-        assert t.name is not None
-        rec = self.store.get_rec("pods", t.namespace, t.name) or self._raise_nf(t)
-        pod = rec.obj()
-        if pod["spec"].get("nodeName"):
-            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{t.name}": pod '
-                           f'{t.name} is already assigned to node "{pod["spec"]["nodeName"]}"',
-                           {"name": t.name, "kind": "pods/binding"})
+        assert t.name is not None and t.namespace is not None
         if not node:
             raise ApiError(422, "Invalid", "target.name: Required value")
-        # Binding writes spec.nodeName, which ordinary updates may not touch, so it goes in as a raw commit.
-        pod["spec"]["nodeName"] = node
-        conds = [c for c in pod.get("status", {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
-        conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
-                      "lastTransitionTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())})
-        pod.setdefault("status", {})["conditions"] = conds
-        self.store._commit(t.rt, pod, "MODIFIED", rec)
+        self.store.bind(t.namespace, t.name, node)
         return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
                           201)
 

@@ -68,7 +68,7 @@ class Store:
     def __init__(self, spec: ClusterSpec, history: int = HISTORY) -> None:
         self.spec = spec
         self.rng = random.Random(spec.seed)
-        self._names = random.Random(f"{spec.seed}/names")
+        self._names = random.Random(f"{spec.seed}/{spec.name}/names")
         self.catalogue = Catalogue()
         self._objs: dict[str, dict[str, dict[str, Rec]]] = {}
         self._uids: dict[str, tuple[str, str, str]] = {}
@@ -219,7 +219,8 @@ class Store:
         return prefix[:58] + "".join(self._names.choice(NAME_CHARS) for _ in range(5))
 
     def new_uid(self) -> str:
-        return str(uuid.UUID(int=self._names.getrandbits(128), version=4))
+        # Random, not seeded: UIDs must stay unique across clusters and across runs of the same topology.
+        return str(uuid.uuid4())
 
     def alloc_ip(self) -> str:
         n = self._next_ip
@@ -321,7 +322,7 @@ class Store:
         old = rec.obj()
         ometa = old["metadata"]
         if subresource == "status":
-            new = old
+            new = rec.obj()
             new_status = obj.get("status")
             if new_status is None:
                 new.pop("status", None)
@@ -442,6 +443,27 @@ class Store:
                       and m.get("subresource") == entry.get("subresource"))]
         new["metadata"]["managedFields"] = [*mf, entry]
         return self._replace(rt, rec, new, subresource, dry_run)
+
+    def bind(self, namespace: str, name: str, node: str) -> dict[str, Any]:
+        """What POST pods/binding does: set spec.nodeName (otherwise immutable) and PodScheduled=True."""
+        rt = self.rtype("pods")
+        rec = self._must(rt, namespace, name)
+        pod = rec.obj()
+        if pod["spec"].get("nodeName"):
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": pod '
+                           f'{name} is already assigned to node "{pod["spec"]["nodeName"]}"',
+                           {"name": name, "kind": "pods/binding"})
+        if "deletionTimestamp" in pod["metadata"]:
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": pod '
+                           f"{name} is being deleted, cannot be assigned to a host",
+                           {"name": name, "kind": "pods/binding"})
+        pod["spec"]["nodeName"] = node
+        status = pod.setdefault("status", {})
+        conds = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
+                      "lastTransitionTime": now()})
+        status["conditions"] = conds
+        return self._commit(rt, pod, "MODIFIED", rec).obj()
 
     # ------------------------------------------------------------------ delete and GC
 
