@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -105,6 +106,9 @@ class Topology:
         self._supervisor: Any = None
         self._stops: dict[str, asyncio.Event] = {}
         self.kubes: dict[str, Any] = {}
+        # MQTT client ids must differ between federations sharing one broker (persistent sessions
+        # are per client id), and stay stable across an agent's restart within one federation.
+        self._tag = hashlib.sha1(self.options.topic_root.encode()).hexdigest()[:6]
 
     # --- names ---------------------------------------------------------------------------------
     @property
@@ -194,7 +198,7 @@ class Topology:
             "kube": {"kubeconfig": self.kubeconfig(MANAGER)},
             "database_url": self.database_url,
             "mqtt": {"url": self.mqtt_url, "topic_root": self.options.topic_root,
-                     "client_id": f"{self.options.origin}-dispatcher"},
+                     "client_id": f"{self.options.origin}-{self._tag}-dispatcher"},
             "origin": self.options.origin,
             "heartbeat_timeout_seconds": self.options.heartbeat_timeout_seconds,
             "placement_retry_seconds": 2.0,
@@ -208,12 +212,12 @@ class Topology:
 
         values: dict[str, Any] = {
             "cluster_name": cluster,
-            "kube": {"kubeconfig": self.kubeconfig(cluster)},
+            "kubeconfig": self.kubeconfig(cluster),
             "mqtt": {"url": self.mqtt_url, "topic_root": self.options.topic_root,
-                     "client_id": f"{self.options.origin}-agent-{cluster}"},
+                     "client_id": f"{self.options.origin}-{self._tag}-agent-{cluster}"},
             "origin": self.options.origin,
-            "heartbeat_seconds": self.options.heartbeat_seconds,
             "heartbeat_interval_seconds": self.options.heartbeat_seconds,
+            "capacity_debounce_seconds": 0.2,
         }
         values.update(self.options.agent_overrides)
         return build_settings(AgentSettings, values)

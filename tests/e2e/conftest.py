@@ -1,0 +1,50 @@
+"""The demo's federation for end-to-end tests, and a bounded wait that says what it was waiting for.
+
+Each test gets its own :class:`~mkctl.topology.Topology` (kubesim manager + three workers, dispatcher,
+three agents) on the shared ``mqtt_url`` / ``database_url`` / ``topic_root`` fixtures: real Mosquitto
+and PostgreSQL when reachable, the embedded broker and SQLite otherwise. Tests drive it through the
+manager cluster's API only (``top.manager``, a ``federation.kube.Kube``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from mkctl.topology import Topology, TopologyOptions
+
+T = TypeVar("T")
+
+WAIT_SECONDS = 60.0
+"""Every wait in the suite is bounded by this; a hang fails with what was last seen."""
+
+
+@pytest.fixture
+async def federation(tmp_path: Path, mqtt_url: str, database_url: str, topic_root: str) -> AsyncIterator[Topology]:
+    options = TopologyOptions(
+        state_dir=tmp_path / "state", mqtt_url=mqtt_url, database_url=database_url, topic_root=topic_root,
+        heartbeat_seconds=1.0, heartbeat_timeout_seconds=3.0, origin="mkd-e2e",
+    )
+    async with Topology(options) as top:
+        yield top
+        top.check_running()  # a service that crashed during the test fails it, with its cause
+
+
+async def wait_for(probe: Callable[[], Awaitable[T | None]], what: str, *, within: float = WAIT_SECONDS,
+                   top: Topology | None = None, every: float = 0.25) -> T:
+    """Poll ``probe`` until it returns something truthy; fail naming ``what`` and the last value seen."""
+    deadline = time.monotonic() + within
+    last: Any = None
+    while time.monotonic() < deadline:
+        if top is not None:
+            top.check_running()
+        last = await probe()
+        if last:
+            return last
+        await asyncio.sleep(every)
+    pytest.fail(f"timed out after {within:.0f}s waiting for {what}; last seen: {last!r}"[:2000])

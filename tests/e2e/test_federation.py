@@ -1,0 +1,183 @@
+"""End to end, through the manager cluster's API only: the sample jobs, a lost agent, and ``mkctl demo``.
+
+The federation is the demo's (``mkctl.topology``); jobs are the ``examples/`` manifests. Every
+assertion reads the manager cluster (the user's view) or the dispatcher's database through
+``mkctl`` (the admin's view); worker clusters are only read to know *when* to bring an agent back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from federation import labels
+from federation.kinds.registry import by_api
+from federation.kube import resource_for
+from mkctl import jobs
+from mkctl.demo import observe_all, read_job, submit
+from mkctl.main import app
+from mkctl.topology import Topology
+from tests.e2e.conftest import wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def kind_of(job: dict[str, Any]) -> Any:
+    kind = by_api(job["apiVersion"], job["kind"])
+    assert kind is not None
+    return kind
+
+
+def assert_mirrored(job: dict[str, Any]) -> None:
+    """The manager Job carries the worker's final status the way MultiKueue mirrors it."""
+    status = job.get("status") or {}
+    name = f"{job['kind']} {job['metadata']['namespace']}/{job['metadata']['name']}"
+    done = kind_of(job).finished(job)
+    assert done is not None and done.outcome == "Succeeded", f"{name}: not succeeded: {status}"
+    types = [c["type"] for c in status.get("conditions", []) if c.get("status") == "True"]
+    dispatched = jobs.condition(job, labels.CONDITION_DISPATCHED)
+    assert dispatched is not None and dispatched["status"] == "True", f"{name}: {status.get('conditions')}"
+    if job["kind"] in ("PyTorchJob", "MPIJob"):
+        assert "Created" in types and "Succeeded" in types, f"{name}: conditions {types}"
+        assert status.get("startTime") and status.get("completionTime"), f"{name}: times missing: {status}"
+        replicas = status.get("replicaStatuses") or {}
+        assert replicas, f"{name}: no replicaStatuses"
+        if job["kind"] == "MPIJob":
+            assert replicas.get("Launcher", {}).get("succeeded") == 1, f"{name}: {replicas}"
+        else:
+            succeeded = sum(int(r.get("succeeded", 0)) for r in replicas.values())
+            assert succeeded >= 1, f"{name}: {replicas}"
+    elif job["kind"] == "Job":
+        assert status.get("succeeded") == job["spec"].get("completions", 1), f"{name}: {status}"
+        assert status.get("startTime") and status.get("completionTime"), f"{name}: {status}"
+    elif job["kind"] == "JobSet":
+        assert "Completed" in types, f"{name}: {types}"
+        assert status.get("replicatedJobsStatus"), f"{name}: {status}"
+    elif job["kind"] == "TrainJob":
+        assert "Complete" in types, f"{name}: {types}"
+
+
+async def test_every_sample_job_reaches_its_end(federation: Topology) -> None:
+    examples = jobs.load_examples()
+    kinds = {s.kind for s in examples.samples}
+    assert {"PyTorchJob", "MPIJob", "TrainJob", "Job", "JobSet"} <= kinds
+    await submit(federation, examples)
+
+    async def all_reached() -> dict[str, jobs.Observation] | None:
+        seen = await observe_all(federation.manager, examples.samples)
+        missing = [f"{s.key}: {seen[s.key].state} {seen[s.key].reason}" for s in examples.samples
+                   if not jobs.reached(s, seen[s.key])]
+        return None if missing else seen
+
+    await wait_for(all_reached, "every sample job at its expected end", within=90, top=federation)
+
+    for sample in examples.samples:
+        job = await read_job(federation.manager, sample)
+        assert job is not None
+        if sample.expect == "Succeeded":
+            assert_mirrored(job)
+        elif sample.expect == "Untouched":
+            assert not job.get("status"), f"{sample.key} got a status: {job.get('status')}"
+            meta = job["metadata"]
+            assert not any(k.startswith(labels.PREFIX) for k in {**meta.get("labels", {}),
+                                                               **meta.get("annotations", {})})
+            assert kind_of(job).managed_by(job) == kind_of(sample.manifest).managed_by(sample.manifest)
+        elif sample.expect == "Pending":
+            cond = jobs.condition(job, labels.CONDITION_DISPATCHED)
+            assert cond is not None and cond["status"] == "False", job.get("status")
+            assert "nvidia.com/gpu" in cond.get("message", ""), cond
+            assert kind_of(job).finished(job) is None
+
+
+def _gpu_job(run_seconds: int) -> jobs.Sample:
+    """The GPU example (fits worker-3 only), running long enough to lose its agent in the middle."""
+    examples = jobs.load_examples()
+    sample = next(s for s in examples.samples if s.name == "pytorch-dist-mnist-gloo")
+    manifest = copy.deepcopy(sample.manifest)
+    manifest["metadata"]["name"] = "agent-outage"
+    for spec in manifest["spec"]["pytorchReplicaSpecs"].values():
+        annotations = spec["template"].setdefault("metadata", {}).setdefault("annotations", {})
+        annotations["kubesim.mkd.dev/run-seconds"] = str(run_seconds)
+    return jobs.Sample(manifest, sample.source, "Succeeded")
+
+
+def clusters_json(database_url: str) -> dict[str, dict[str, Any]]:
+    """``mkctl clusters list -o json``, run as the admin would (in a thread: it has its own event loop)."""
+    result = CliRunner().invoke(app, ["clusters", "list", "-o", "json", "--database-url", database_url])
+    assert result.exit_code == 0, result.output
+    return {item["name"]: item for item in json.loads(result.output)["items"]}
+
+
+async def test_lost_agent_is_noticed_and_nothing_is_lost(federation: Topology) -> None:
+    sample = _gpu_job(run_seconds=6)
+    examples = jobs.Examples(samples=[sample], namespaces={sample.namespace})
+    await submit(federation, examples)
+
+    async def running() -> dict[str, Any] | None:
+        job = await read_job(federation.manager, sample)
+        return job if job and jobs.condition(job, "Running") else None
+
+    await wait_for(running, "the GPU job Running on the manager (mirrored from worker-3)", top=federation)
+    health = await asyncio.to_thread(clusters_json, federation.database_url)
+    assert health["worker-3"]["health"] == "online", health["worker-3"]
+
+    await federation.stop_agent("worker-3")
+
+    async def noticed() -> str | None:
+        state = (await asyncio.to_thread(clusters_json, federation.database_url))["worker-3"]["health"]
+        return state if state in ("stale", "offline") else None
+
+    await wait_for(noticed, "worker-3 shown stale or offline by `mkctl clusters list`", top=federation)
+
+    # The job finishes on worker-3 while its agent is away (read there only to know when).
+    worker = federation.kubes["worker-3"]
+    res = resource_for(kind_of(sample.manifest))
+
+    async def finished_on_worker() -> bool:
+        found = await worker.list(res, sample.namespace)
+        return any(kind_of(j).finished(j) for j in found.items)
+
+    await wait_for(finished_on_worker, "the job to finish on worker-3", top=federation)
+    job = await read_job(federation.manager, sample)
+    assert job is not None and kind_of(job).finished(job) is None, "nobody could have reported the end yet"
+
+    federation.start_agent("worker-3")
+
+    async def mirrored() -> dict[str, Any] | None:
+        job = await read_job(federation.manager, sample)
+        return job if job and kind_of(job).finished(job) else None
+
+    assert_mirrored(await wait_for(mirrored, "the end reported after the agent came back", top=federation))
+
+    async def back_online() -> bool:
+        return (await asyncio.to_thread(clusters_json, federation.database_url))["worker-3"]["health"] == "online"
+
+    await wait_for(back_online, "worker-3 online again", top=federation)
+
+
+async def test_mkctl_demo_runs_to_the_end(tmp_path: Path, mqtt_url: str, database_url: str) -> None:
+    """``make demo`` as CI runs it: no TTY, plain lines, exit 0 when every job ended as expected."""
+    env = {**os.environ, "COLUMNS": "160"}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "mkctl.main", "demo", "--state-dir", str(tmp_path / "state"), "--timeout", "90",
+        "--mqtt-url", mqtt_url, "--database-url", database_url,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout=150)
+    except TimeoutError:
+        proc.kill()
+        pytest.fail("mkctl demo did not end within 150 s")
+    text = out.decode()
+    assert proc.returncode == 0, text[-4000:]
+    assert "every sample job reached its expected end" in text
+    assert "too-large stays pending" in text and "other-controller was left alone" in text
+    assert f"mkctl placements list --database-url '{database_url}'" in text
+    assert "\x1b[" not in text, "no terminal escapes when stdout is not a TTY"
