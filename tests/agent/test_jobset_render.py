@@ -12,7 +12,7 @@ from worker_agent.reconcilers.jobset import JobSetReconciler
 JS = "jobset.sigs.k8s.io"
 
 MANIFEST = """
-apiVersion: jobset.sigs.k8s.io/v1alpha2
+apiVersion: jobset.x-k8s.io/v1alpha2
 kind: JobSet
 metadata: {name: js, namespace: ns1, labels: {mkd.dev/origin: fed-a}}
 spec:

@@ -32,7 +32,8 @@ from worker_agent.reconcilers.jobset_support import (
 )
 
 GROUP = "jobset.sigs.k8s.io"
-JOBSETS = Resource(GROUP, "v1alpha2", "jobsets", "JobSet")
+"""Prefix of the label and annotation keys; the API group itself is ``jobset.x-k8s.io``."""
+JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
 OWNER_UID_LABEL = f"{mkd_labels.PREFIX}/owner-uid"
 
 JOBSET_NAME = f"{GROUP}/jobset-name"
@@ -70,7 +71,7 @@ def subdomain(js: Mapping[str, Any]) -> str:
 
 
 class JobSetReconciler:
-    """Reconciler for ``jobset.sigs.k8s.io/v1alpha2`` JobSet."""
+    """Reconciler for ``jobset.x-k8s.io/v1alpha2`` JobSet."""
 
     kind = "JobSet"
     children: tuple[Resource, ...] = (JOBS, SERVICES)

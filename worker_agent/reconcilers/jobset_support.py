@@ -15,12 +15,14 @@ from typing import Any
 from federation import labels as mkd_labels
 from worker_agent.reconcilers.conditions import rfc3339
 
-_COPIED_LABELS = (mkd_labels.ORIGIN, mkd_labels.WORKLOAD_UID, mkd_labels.PLACEMENT_ATTEMPT)
+_COPIED_LABELS = (mkd_labels.ORIGIN,)
+"""Only the origin: with a workload uid a child (a TrainJob's JobSet) would pass for a placed Job."""
 
 
 def child_stamp(job: Mapping[str, Any], owner_label: str) -> dict[str, str]:
-    """The parent's uid under ``owner_label`` plus its mkd origin labels (so GC by label finds
-    children too); the JobKind label is not copied, so a child never looks like a placed Job."""
+    """The parent's uid under ``owner_label`` plus its origin label. The origin lets the agent's
+    origin-selected informers see a TrainJob's JobSet (and reconcile it as a JobSet); without the
+    workload uid and attempt it is never taken for a placed Job (no status Report, no GC)."""
     meta = job.get("metadata") or {}
     parent_labels = meta.get("labels") or {}
     stamp = {key: str(parent_labels[key]) for key in _COPIED_LABELS if key in parent_labels}

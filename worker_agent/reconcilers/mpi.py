@@ -21,31 +21,14 @@ from federation.kube import CONFIGMAPS, JOBS, PODS, SECRETS, SERVICES, Resource
 from worker_agent.reconcilers import mpi_support as mpi
 from worker_agent.reconcilers.base import Observed, Plan
 from worker_agent.reconcilers.conditions import parse_time, rfc3339
+from worker_agent.reconcilers.jobset_support import child_stamp, controlled_by
 
 OWNER_UID_LABEL = f"{mkd_labels.PREFIX}/owner-uid"
 """Stamped on every child (and pod template) so one selector lists all of them."""
-_COPIED_LABELS = (mkd_labels.ORIGIN, mkd_labels.WORKLOAD_UID, mkd_labels.PLACEMENT_ATTEMPT)
-
 CREATED, RUNNING, SUCCEEDED, FAILED, SUSPENDED = "Created", "Running", "Succeeded", "Failed", "Suspended"
 ERR_RESOURCE_EXISTS = "ErrResourceExists"
 MESSAGE_RESOURCE_EXISTS = 'Resource "{name}" of Kind "{kind}" already exists and is not managed by MPIJob'
 RETRY_SECONDS = 5.0
-
-
-def child_stamp(job: Mapping[str, Any]) -> dict[str, str]:
-    """Labels every child carries: the owner uid plus the job's mkd origin labels (GC by label)."""
-    meta = job.get("metadata") or {}
-    job_labels = meta.get("labels") or {}
-    stamp = {key: str(job_labels[key]) for key in _COPIED_LABELS if key in job_labels}
-    stamp[OWNER_UID_LABEL] = str(meta.get("uid") or "")
-    return stamp
-
-
-def controlled_by(obj: Mapping[str, Any], owner_uid: str) -> bool:
-    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
-        if ref.get("controller") and ref.get("uid") == owner_uid:
-            return True
-    return False
 
 
 def _phase(pod: Mapping[str, Any]) -> str:
@@ -118,7 +101,7 @@ class _Pass:
         self.uid = str(job["metadata"].get("uid") or "")
         self.now = observed.now
         self.plan = plan
-        self.stamp = child_stamp(job)
+        self.stamp = child_stamp(job, OWNER_UID_LABEL)
         self.old_status = copy.deepcopy(job.get("status") or {})
         self.status = copy.deepcopy(self.old_status)
         self.by_name: dict[str, dict[str, dict[str, Any]]] = {
