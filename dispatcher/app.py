@@ -1,0 +1,131 @@
+"""The dispatcher service: wires intake, engine, report subscriber, outbox publisher and writer.
+
+``run(settings, stop=...)`` checks the schema (refusing to start on one that is behind, naming
+``mkctl db upgrade``), takes a fencing epoch, and runs these named tasks under one Supervisor
+until ``stop`` is set: ``intake/<Kind>[/<namespace>]`` per JobKind, ``engine``, ``reports``,
+``outbox``, ``kube-writer`` and ``ticker``. ``Dispatcher`` is the same thing as an object, for
+tests and the benchmark that want to look inside (engine counters, the writer's backlog).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+from dispatcher import db
+from dispatcher.db.queries import list_clusters, list_placements, show_workload
+from dispatcher.engine import Engine, Tick
+from dispatcher.intake import Intake
+from dispatcher.kubewriter import KubeWriter
+from dispatcher.outbox import Publisher
+from dispatcher.reports import ReportSubscriber
+from dispatcher.settings import DispatcherSettings
+from federation.clock import Clock, SystemClock
+from federation.kinds.base import JobKind
+from federation.kinds.registry import KINDS
+from federation.kube import Kube
+from federation.tasks import Supervisor
+
+__all__ = ["Dispatcher", "list_clusters", "list_placements", "run", "show_workload"]
+log = logging.getLogger(__name__)
+
+
+def _ensure_sqlite_dir(url: str) -> None:
+    prefix = "sqlite+aiosqlite:///"
+    if url.startswith(prefix) and ":memory:" not in url:
+        Path(url[len(prefix):]).parent.mkdir(parents=True, exist_ok=True)
+
+
+class Dispatcher:
+    """One dispatcher instance; ``async with Dispatcher(settings) as d: await d.run(stop)``."""
+
+    def __init__(self, settings: DispatcherSettings, *, clock: Clock | None = None,
+                 kinds: tuple[JobKind, ...] = KINDS, check_schema: bool = True) -> None:
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.kinds = kinds
+        self.check_schema = check_schema
+        self.kube: Kube | None = None
+        self.engine: Engine | None = None
+        self.intake: Intake | None = None
+        self.writer: KubeWriter | None = None
+        self.publisher: Publisher | None = None
+        self.reports: ReportSubscriber | None = None
+        self.supervisor: Supervisor | None = None
+        self._engine_sql: Any = None
+
+    async def __aenter__(self) -> Dispatcher:
+        s = self.settings
+        _ensure_sqlite_dir(s.database_url)
+        if self.check_schema:
+            await db.check_current(s.database_url)
+        self._engine_sql = db.make_engine(s.database_url)
+        sessions = db.sessionmaker(self._engine_sql)
+        self.kube = await Kube.from_settings(s.kube, clock=self.clock).__aenter__()
+        cache: dict[str, dict[str, Any]] = {}
+        self.writer = KubeWriter(self.kube, cache, self.clock, workers=s.kube_writers)
+        self.engine = Engine(s, sessions, self.kube, self.writer, self.clock, cache=cache)
+        await self.engine.start()
+        self.intake = Intake(self.kube, self.engine, self.clock, kinds=self.kinds, namespaces=s.namespaces,
+                             recheck_seconds=s.kind_recheck_seconds)
+        base = s.mqtt.client_id or f"mkd-dispatcher-{s.origin}"
+        self.publisher = Publisher(s, sessions, self.clock, self.engine.outbox_wake, client_id=f"{base}-out")
+        self.reports = ReportSubscriber(s, self.engine, self.clock, client_id=f"{base}-in")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.kube is not None:
+            await self.kube.__aexit__(None, None, None)
+        if self._engine_sql is not None:
+            await self._engine_sql.dispose()
+
+    async def _ticker(self) -> None:
+        assert self.engine is not None
+        period = min(self.settings.placement_retry_seconds, self.settings.heartbeat_timeout_seconds / 3)
+        while True:
+            await self.clock.sleep(period)
+            self.engine.inbox.put_nowait(Tick())
+
+    async def _reports_after_intake(self) -> None:
+        # Inventory answers re-send Place commands from the Job cache: fill it first (bounded wait).
+        assert self.intake is not None and self.reports is not None
+        try:
+            await asyncio.wait_for(self.intake.ready.wait(), timeout=30)
+        except TimeoutError:
+            log.warning("intake has not listed every kind after 30s; taking Reports anyway")
+        await self.reports.run()
+
+    async def _outbox_after_subscribe(self) -> None:
+        assert self.reports is not None and self.publisher is not None
+        try:
+            await asyncio.wait_for(self.reports.subscribed.wait(), timeout=60)
+        except TimeoutError:
+            log.warning("not subscribed to Reports after 60s; sending Commands anyway")
+        await self.publisher.run()
+
+    def start_tasks(self, sup: Supervisor) -> None:
+        assert self.engine and self.intake and self.writer and self.publisher and self.reports
+        for kind in self.kinds:
+            for ns in self.intake.namespaces:
+                name = f"intake/{kind.name}" + (f"/{ns}" if ns else "")
+                sup.start(name, lambda kind=kind, ns=ns: self.intake.watch(kind, ns),  # type: ignore[union-attr,misc]
+                          restart=True)
+        sup.start("engine", self.engine.run, restart=True)
+        sup.start("kube-writer", self.writer.run, restart=True)
+        sup.start("outbox", self._outbox_after_subscribe, restart=True)
+        sup.start("reports", self._reports_after_intake, restart=True)
+        sup.start("ticker", self._ticker, restart=True)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        async with Supervisor(clock=self.clock) as sup:
+            self.supervisor = sup
+            self.start_tasks(sup)
+            await sup.run_until_stopped(stop)
+
+
+async def run(settings: DispatcherSettings, *, stop: asyncio.Event) -> None:
+    """Run the dispatcher until ``stop`` is set; raises Permanent when the schema is behind."""
+    async with Dispatcher(settings) as dispatcher:
+        await dispatcher.run(stop)

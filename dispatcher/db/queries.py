@@ -1,0 +1,311 @@
+"""Query functions over the dispatcher's tables. Each takes an ``AsyncSession`` and never commits:
+the caller owns the transaction, so one batch of Job changes and Reports is one commit.
+
+State changes that two dispatcher replicas could race on are compare-and-set: ``claim`` is an
+``INSERT ... ON CONFLICT DO NOTHING RETURNING`` keyed by the Job uid, ``mark_placed`` an
+``UPDATE ... WHERE state = 'pending' RETURNING``, ``advance_status_seq`` an
+``UPDATE ... WHERE last_status_seq < :seq``; the loser of a race sees no row and does nothing.
+The read-only functions at the end serve ``mkctl`` (``list_placements``, ``show_workload``,
+``list_clusters``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from dispatcher.db.models import clusters, dispatcher_epochs, events, outbox, placements, workloads
+
+ACTIVE_PLACEMENT = ("sent", "accepted", "running")
+"""A placement in one of these states holds (or is about to hold) a Job on its Cluster."""
+KEPT_PLACEMENT = (*ACTIVE_PLACEMENT, "finished", "failed")
+"""States whose worker copy still exists (finished copies stay until the manager Job is deleted)."""
+LIVE_WORKLOAD = ("pending", "placed", "running", "finished", "failed", "rejected")
+
+
+def _insert(session: AsyncSession, table: sa.Table) -> Any:
+    name = session.get_bind().dialect.name
+    if name == "postgresql":
+        return postgresql.insert(table)
+    if name == "sqlite":
+        return sqlite.insert(table)
+    raise NotImplementedError(f"database dialect {name!r} is not supported (use SQLite or PostgreSQL)")
+
+
+# --- epochs ----------------------------------------------------------------------------------
+
+
+async def new_epoch(session: AsyncSession, *, origin: str, host: str, now: datetime) -> int:
+    """A fresh fencing epoch for a starting dispatcher (strictly greater than every earlier one)."""
+    result = await session.execute(
+        sa.insert(dispatcher_epochs).values(origin=origin, host=host[:253], started_at=now)
+        .returning(dispatcher_epochs.c.epoch))
+    return int(result.scalar_one())
+
+
+# --- workloads -------------------------------------------------------------------------------
+
+
+async def claim(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> set[str]:
+    """Insert Workload rows; return the uids this call inserted (others were claimed before)."""
+    if not rows:
+        return set()
+    stmt = _insert(session, workloads).on_conflict_do_nothing(index_elements=["uid"]).returning(
+        workloads.c.uid)
+    result = await session.execute(stmt, list(rows))
+    return {r[0] for r in result.all()}
+
+
+async def load_workloads(session: AsyncSession, uids: Iterable[str]) -> dict[str, sa.Row[Any]]:
+    keys = list(set(uids))
+    out: dict[str, sa.Row[Any]] = {}
+    for i in range(0, len(keys), 1000):
+        result = await session.execute(sa.select(workloads).where(workloads.c.uid.in_(keys[i:i + 1000])))
+        out.update({r.uid: r for r in result})
+    return out
+
+
+async def known_uids(session: AsyncSession) -> dict[str, str]:
+    """uid → kind of every Workload whose Job may still exist on the manager."""
+    result = await session.execute(
+        sa.select(workloads.c.uid, workloads.c.kind).where(workloads.c.state.in_(LIVE_WORKLOAD)))
+    return {r.uid: r.kind for r in result}
+
+
+async def live_of_kind(session: AsyncSession, kind: str) -> list[Any]:
+    result = await session.execute(
+        sa.select(workloads.c.uid, workloads.c.namespace, workloads.c.name)
+        .where(workloads.c.kind == kind, workloads.c.state.in_(LIVE_WORKLOAD)))
+    return list(result.all())
+
+
+async def update_workload(session: AsyncSession, uid: str, **values: Any) -> None:
+    await session.execute(sa.update(workloads).where(workloads.c.uid == uid).values(**values))
+
+
+async def update_workloads(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Bulk update by primary key: each row holds ``b_uid`` plus the columns to set (same keys in all)."""
+    if not rows:
+        return
+    cols = [k for k in rows[0] if k != "b_uid"]
+    stmt = sa.update(workloads).where(workloads.c.uid == sa.bindparam("b_uid")).values(
+        {c: sa.bindparam(c) for c in cols})
+    await session.execute(stmt, list(rows), execution_options={"synchronize_session": False})
+
+
+async def pending_workloads(session: AsyncSession, limit: int) -> list[Any]:
+    """Pending, not suspended Workloads in placement order: priority first, then age."""
+    result = await session.execute(
+        sa.select(workloads).where(workloads.c.state == "pending", workloads.c.suspended.is_(False))
+        .order_by(workloads.c.priority.desc(), workloads.c.created_at, workloads.c.uid).limit(limit))
+    return list(result.all())
+
+
+async def mark_placed(session: AsyncSession, uids: Sequence[str], now: datetime) -> dict[str, int]:
+    """Compare-and-set pending → placed with the next attempt number; returns uid → attempt won."""
+    won: dict[str, int] = {}
+    for i in range(0, len(uids), 1000):
+        result = await session.execute(
+            sa.update(workloads)
+            .where(workloads.c.uid.in_(uids[i:i + 1000]), workloads.c.state == "pending")
+            .values(state="placed", attempt=workloads.c.attempt + 1, reason="", updated_at=now)
+            .returning(workloads.c.uid, workloads.c.attempt))
+        won.update({r.uid: r.attempt for r in result})
+    return won
+
+
+# --- placements ------------------------------------------------------------------------------
+
+
+async def add_placements(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> None:
+    if rows:
+        await session.execute(sa.insert(placements), list(rows))
+
+
+async def load_placements(session: AsyncSession, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], sa.Row[Any]]:
+    """Placements by (workload uid, attempt)."""
+    wanted = set(keys)
+    uids = list({uid for uid, _ in wanted})
+    out: dict[tuple[str, int], sa.Row[Any]] = {}
+    for i in range(0, len(uids), 1000):
+        result = await session.execute(sa.select(placements).where(placements.c.workload_uid.in_(uids[i:i + 1000])))
+        for r in result:
+            if (r.workload_uid, r.attempt) in wanted:
+                out[(r.workload_uid, r.attempt)] = r
+    return out
+
+
+async def update_placement(session: AsyncSession, uid: str, attempt: int, *, only_states: Sequence[str] = (),
+                           **values: Any) -> bool:
+    """Update one placement; with ``only_states`` only if it is in one of them. True if a row changed."""
+    stmt = sa.update(placements).where(placements.c.workload_uid == uid, placements.c.attempt == attempt)
+    if only_states:
+        stmt = stmt.where(placements.c.state.in_(only_states))
+    result = await session.execute(stmt.values(**values).returning(placements.c.id))
+    return result.first() is not None
+
+
+async def update_placements(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Bulk update by (``b_uid``, ``b_attempt``); every row sets the same columns."""
+    if not rows:
+        return
+    cols = [k for k in rows[0] if k not in ("b_uid", "b_attempt")]
+    stmt = (sa.update(placements)
+            .where(placements.c.workload_uid == sa.bindparam("b_uid"),
+                   placements.c.attempt == sa.bindparam("b_attempt"))
+            .values({c: sa.bindparam(c) for c in cols}))
+    await session.execute(stmt, list(rows), execution_options={"synchronize_session": False})
+
+
+async def advance_status_seq(session: AsyncSession, uid: str, attempt: int, seq: int) -> bool:
+    """Store ``seq`` as the placement's newest Status; False when it is not newer (a stale Report)."""
+    result = await session.execute(
+        sa.update(placements)
+        .where(placements.c.workload_uid == uid, placements.c.attempt == attempt,
+               placements.c.last_status_seq < seq)
+        .values(last_status_seq=seq).returning(placements.c.id))
+    return result.first() is not None
+
+
+async def active_placements(session: AsyncSession) -> list[Any]:
+    """Placements holding capacity now, with their Workload's requests (rebuilds the capacity book)."""
+    result = await session.execute(
+        sa.select(placements.c.workload_uid, placements.c.cluster, placements.c.accepted_at,
+                  workloads.c.requests)
+        .join(workloads, sa.and_(workloads.c.uid == placements.c.workload_uid,
+                                 workloads.c.attempt == placements.c.attempt))
+        .where(placements.c.state.in_(ACTIVE_PLACEMENT)))
+    return list(result.all())
+
+
+async def expected_on(session: AsyncSession, cluster: str) -> list[Any]:
+    """The current placements whose worker copy should exist on ``cluster`` (the Resync list)."""
+    result = await session.execute(
+        sa.select(placements.c.workload_uid, placements.c.attempt, placements.c.epoch, placements.c.state,
+                  workloads.c.spec_version, workloads.c.namespace, workloads.c.name, workloads.c.kind,
+                  workloads.c.api_version)
+        .join(workloads, sa.and_(workloads.c.uid == placements.c.workload_uid,
+                                 workloads.c.attempt == placements.c.attempt))
+        .where(placements.c.cluster == cluster, placements.c.state.in_(KEPT_PLACEMENT),
+               workloads.c.state != "deleted"))
+    return list(result.all())
+
+
+async def placements_on(session: AsyncSession, cluster: str, states: Sequence[str]) -> list[Any]:
+    result = await session.execute(
+        sa.select(placements).where(placements.c.cluster == cluster, placements.c.state.in_(states)))
+    return list(result.all())
+
+
+# --- events and outbox -----------------------------------------------------------------------
+
+
+async def add_events(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Append history rows: workload_uid, at, type, cluster, reason, message (missing keys default)."""
+    if rows:
+        full = [{"workload_uid": None, "cluster": None, "reason": "", "message": "", **r} for r in rows]
+        await session.execute(sa.insert(events), full)
+
+
+async def add_outbox(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Queue Commands: cluster, topic, payload, workload_uid, created_at."""
+    if rows:
+        await session.execute(sa.insert(outbox), list(rows))
+
+
+async def unsent(session: AsyncSession, limit: int) -> list[Any]:
+    result = await session.execute(
+        sa.select(outbox.c.id, outbox.c.topic, outbox.c.payload, outbox.c.attempts)
+        .where(outbox.c.sent_at.is_(None)).order_by(outbox.c.id).limit(limit))
+    return list(result.all())
+
+
+async def mark_sent(session: AsyncSession, ids: Sequence[int], now: datetime) -> None:
+    for i in range(0, len(ids), 1000):
+        await session.execute(sa.update(outbox).where(outbox.c.id.in_(ids[i:i + 1000]))
+                              .values(sent_at=now, attempts=outbox.c.attempts + 1))
+
+
+async def count_attempt(session: AsyncSession, ids: Sequence[int]) -> None:
+    for i in range(0, len(ids), 1000):
+        await session.execute(sa.update(outbox).where(outbox.c.id.in_(ids[i:i + 1000]))
+                              .values(attempts=outbox.c.attempts + 1))
+
+
+async def purge_sent(session: AsyncSession, before: datetime) -> int:
+    result = await session.execute(sa.delete(outbox).where(outbox.c.sent_at < before))
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+# --- clusters --------------------------------------------------------------------------------
+
+
+async def upsert_cluster(session: AsyncSession, row: Mapping[str, Any]) -> None:
+    stmt = _insert(session, clusters).values(**row)
+    stmt = stmt.on_conflict_do_update(index_elements=["name"],
+                                      set_={k: stmt.excluded[k] for k in row if k != "name"})
+    await session.execute(stmt)
+
+
+async def load_clusters(session: AsyncSession) -> list[Any]:
+    return list((await session.execute(sa.select(clusters).order_by(clusters.c.name))).all())
+
+
+# --- read-only, for mkctl --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WorkloadHistory:
+    workload: sa.Row[Any]
+    placements: list[sa.Row[Any]]
+    events: list[sa.Row[Any]]
+
+
+async def list_clusters(session: AsyncSession) -> list[Any]:
+    """Every Cluster ever heard of, by name: labels, capacity, online, last heartbeat, agent version."""
+    return await load_clusters(session)
+
+
+async def list_placements(session: AsyncSession, *, cluster: str | None = None, state: str | None = None,
+                          namespace: str | None = None, limit: int = 500) -> list[Any]:
+    """Newest placements first, joined with their Workload's namespace, name and kind."""
+    stmt = (sa.select(placements, workloads.c.namespace, workloads.c.name, workloads.c.kind,
+                      workloads.c.state.label("workload_state"))
+            .join(workloads, workloads.c.uid == placements.c.workload_uid)
+            .order_by(placements.c.created_at.desc(), placements.c.id.desc()).limit(limit))
+    if cluster:
+        stmt = stmt.where(placements.c.cluster == cluster)
+    if state:
+        stmt = stmt.where(placements.c.state == state)
+    if namespace:
+        stmt = stmt.where(workloads.c.namespace == namespace)
+    return list((await session.execute(stmt)).all())
+
+
+async def show_workload(session: AsyncSession, ref: str) -> WorkloadHistory | None:
+    """A Workload by uid or ``namespace/name`` (the newest of that name), with its placements and events."""
+    stmt = sa.select(workloads)
+    if "/" in ref:
+        namespace, name = ref.split("/", 1)
+        stmt = stmt.where(workloads.c.namespace == namespace, workloads.c.name == name)
+    else:
+        stmt = stmt.where(workloads.c.uid == ref)
+    row = (await session.execute(stmt.order_by(workloads.c.created_at.desc()).limit(1))).first()
+    if row is None:
+        return None
+    ps = await session.execute(sa.select(placements).where(placements.c.workload_uid == row.uid)
+                               .order_by(placements.c.attempt))
+    es = await session.execute(sa.select(events).where(events.c.workload_uid == row.uid).order_by(events.c.id))
+    return WorkloadHistory(row, list(ps.all()), list(es.all()))
+
+
+async def workload_counts(session: AsyncSession) -> dict[str, int]:
+    """How many Workloads are in each state."""
+    result = await session.execute(sa.select(workloads.c.state, sa.func.count()).group_by(workloads.c.state))
+    return {r[0]: int(r[1]) for r in result}

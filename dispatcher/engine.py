@@ -1,0 +1,653 @@
+"""The dispatcher's decision loop: Job changes and Reports in, one database transaction per batch.
+
+Intake and the report subscriber put items into one inbox; the engine takes whatever has piled
+up (up to ``batch_size``), decides everything in one transaction — claims, spec changes,
+deletions, accepted / rejected / status Reports, heartbeats, and a placement round — and only
+after the commit tells the world: it wakes the outbox publisher and hands condition, status and
+Event writes to the :class:`~dispatcher.kubewriter.KubeWriter`. One engine task owns the
+decisions, so the changes of one Job are applied serially in arrival order; writes to the
+manager cluster run in parallel across Jobs. A batch that fails is retried from the database's
+state (the in-memory capacity book and claimed-uid set are rebuilt first); on the second
+failure its items are handled one by one so one bad item cannot block the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from dispatcher import workload as wl
+from dispatcher.db import queries as q
+from dispatcher.kubewriter import JobKey, KubeWriter
+from dispatcher.placement import CapacityBook, Need, choose
+from dispatcher.settings import DispatcherSettings
+from federation import labels, messages, topics
+from federation.clock import Clock
+from federation.errors import Invalid, NotFound
+from federation.kinds.base import JobKind
+from federation.kinds.registry import KINDS, by_name
+from federation.podset import parse_quantity
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class JobChange:
+    """A manager Job was added / changed (``deleted`` False) or is gone (True)."""
+
+    kind: JobKind
+    obj: dict[str, Any]
+    deleted: bool = False
+
+
+@dataclass(frozen=True)
+class ReportIn:
+    report: messages.Accepted | messages.Rejected | messages.Status | messages.Inventory | messages.Heartbeat
+    received_at: datetime
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Time passed: retry pending Workloads, check heartbeat ages."""
+
+
+Item = JobChange | ReportIn | Tick
+
+
+@dataclass
+class _Batch:
+    now: datetime
+    w: dict[str, dict[str, Any]] = field(default_factory=dict)           # workload rows, mutable copies
+    w_updates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    p: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    p_updates: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    outbox: list[dict[str, Any]] = field(default_factory=list)
+    after: list[Callable[[], object]] = field(default_factory=list)
+    notes: list[tuple[str, str]] = field(default_factory=list)            # (event type, uid) for observers
+    placement_due: bool = False
+
+    def set_w(self, uid: str, **values: Any) -> None:
+        self.w[uid].update(values)
+        self.w_updates.setdefault(uid, {}).update(values)
+
+    def set_p(self, key: tuple[str, int], **values: Any) -> None:
+        self.p[key].update(values)
+        self.p_updates.setdefault(key, {}).update(values)
+
+    def event(self, uid: str | None, type_: str, *, cluster: str | None = None, reason: str = "",
+              message: str = "") -> None:
+        self.events.append({"workload_uid": uid, "at": self.now, "type": type_, "cluster": cluster,
+                            "reason": reason[:128], "message": message})
+        if uid is not None:
+            self.notes.append((type_, uid))
+
+
+def _key(row: Mapping[str, Any]) -> JobKey:
+    return JobKey(row["uid"], row["kind"], row["namespace"], row["name"])
+
+
+class Engine:
+    """See the module docstring. ``observers`` are called with (event type, uid) after each commit."""
+
+    def __init__(self, settings: DispatcherSettings, sessions: async_sessionmaker[AsyncSession], kube: Any,
+                 writer: KubeWriter, clock: Clock, *, cache: dict[str, dict[str, Any]] | None = None) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self.kube = kube
+        self.writer = writer
+        self.clock = clock
+        self.inbox: asyncio.Queue[Item] = asyncio.Queue()
+        self.cache: dict[str, dict[str, Any]] = cache if cache is not None else {}
+        self.known: dict[str, str] = {}
+        self.needs: dict[str, Need] = {}
+        self.book = CapacityBook(settle_seconds=settings.capacity_settle_seconds)
+        self.lost: dict[str, datetime] = {}
+        self.epoch = 0
+        self.outbox_wake = asyncio.Event()
+        self.observers: list[Callable[[str, str], None]] = []
+        self.stale_dropped = 0
+        self.batches = 0
+        self._last_place = 0.0
+
+    # --- start-up -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Take a fencing epoch and rebuild the in-memory view from the database."""
+        async with self.sessions.begin() as s:
+            self.epoch = await q.new_epoch(s, origin=self.settings.origin, host=socket.gethostname(),
+                                           now=self.clock.now())
+        await self.rebuild()
+        log.info("dispatcher epoch %d: %d Workloads known, %d placements hold capacity", self.epoch,
+                 len(self.known), len(self.book.reservations))
+
+    async def rebuild(self) -> None:
+        async with self.sessions() as s:
+            self.known = await q.known_uids(s)
+            book = CapacityBook(settle_seconds=self.settings.capacity_settle_seconds,
+                                heartbeats=self.book.heartbeats, received=self.book.received)
+            for row in await q.active_placements(s):
+                total = {k: parse_quantity(v, k) for k, v in (row.requests or {}).items()}
+                book.reserve(row.workload_uid, row.cluster, total)
+                if row.accepted_at is not None:
+                    book.accepted(row.workload_uid, row.accepted_at)
+            self.book = book
+            for c in await q.load_clusters(s):
+                if c.lost_since is not None:
+                    self.lost[c.name] = c.lost_since
+
+    def sync_kind(self, kind: JobKind, present: Iterable[str]) -> int:
+        """After intake listed ``kind``: Workloads whose Job vanished while mkd was away become deletions."""
+        seen = set(present)
+        gone = [uid for uid, k in self.known.items() if k == kind.name and uid not in seen]
+        for uid in gone:
+            self.inbox.put_nowait(JobChange(kind, {"metadata": {"uid": uid}}, deleted=True))
+        return len(gone)
+
+    # --- the loop ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        while True:
+            batch = [await self.inbox.get()]
+            while len(batch) < self.settings.batch_size and not self.inbox.empty():
+                batch.append(self.inbox.get_nowait())
+            await self.handle(batch)
+
+    async def handle(self, items: list[Item]) -> None:
+        for attempt in range(3):
+            try:
+                await self._handle(items)
+                return
+            except Exception as exc:  # a batch must not kill the loop
+                log.warning("batch of %d items failed (attempt %d): %r", len(items), attempt + 1, exc,
+                            exc_info=attempt > 0)
+                await self.rebuild()
+                await self.clock.sleep(0.2 * 2 ** attempt)
+        if len(items) > 1:
+            for item in items:
+                await self.handle([item])
+        else:
+            log.error("dropping %r after repeated failures", items[0])
+
+    async def _handle(self, items: list[Item]) -> None:
+        jobs: dict[str, JobChange] = {}
+        reports: list[ReportIn] = []
+        heartbeats: dict[str, ReportIn] = {}
+        tick = False
+        for item in items:
+            if isinstance(item, JobChange):
+                uid = wl.uid_of(item.obj)
+                old = jobs.get(uid)
+                jobs[uid] = item if not (old is not None and old.deleted) else old
+            elif isinstance(item, ReportIn):
+                if isinstance(item.report, messages.Heartbeat):
+                    heartbeats[item.report.cluster] = item
+                else:
+                    reports.append(item)
+            else:
+                tick = True
+        described = {uid: await self._describe(ch) for uid, ch in jobs.items()
+                     if not ch.deleted and not wl.being_deleted(ch.obj)
+                     and ch.kind.managed_by(ch.obj) == labels.MULTIKUEUE}
+        b = _Batch(now=self.clock.now())
+        async with self.sessions.begin() as s:
+            for hb in heartbeats.values():
+                await self._heartbeat(s, b, hb)
+            if tick:
+                await self._check_clusters(s, b)
+            await self._jobs(s, b, jobs, described)
+            await self._reports(s, b, reports)
+            await self._flush(s, b)
+            if b.placement_due or tick or self._retry_due():
+                await self._place(s, b)
+                await self._flush(s, b)
+            await q.add_events(s, b.events)
+            await q.add_outbox(s, b.outbox)
+        self.batches += 1
+        for fn in b.after:
+            fn()
+        if b.outbox:
+            self.outbox_wake.set()
+        for type_, uid in b.notes:
+            for observer in self.observers:
+                observer(type_, uid)
+
+    def _retry_due(self) -> bool:
+        return self.clock.monotonic() - self._last_place >= self.settings.placement_retry_seconds
+
+    async def _flush(self, s: AsyncSession, b: _Batch) -> None:
+        by_cols: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for uid, values in b.w_updates.items():
+            by_cols.setdefault(tuple(sorted(values)), []).append({"b_uid": uid, **values})
+        for rows in by_cols.values():
+            await q.update_workloads(s, rows)
+        b.w_updates.clear()
+        p_cols: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for (uid, attempt), values in b.p_updates.items():
+            p_cols.setdefault(tuple(sorted(values)), []).append({"b_uid": uid, "b_attempt": attempt, **values})
+        for rows in p_cols.values():
+            await q.update_placements(s, rows)
+        b.p_updates.clear()
+
+    async def _describe(self, ch: JobChange) -> wl.Described:
+        runtime = None
+        problem = None
+        ref = ch.kind.runtime_ref(ch.obj)
+        if ref is not None:
+            from federation.kube import Resource
+
+            group, _, version = ref.api_version.rpartition("/")
+            res = Resource(group, version, ref.plural, ref.kind, namespaced=ref.namespace is not None)
+            try:
+                runtime = await self.kube.get(res, ref.name, ref.namespace)
+            except NotFound:
+                where = f"namespace {ref.namespace}" if ref.namespace else "the manager cluster"
+                problem = Invalid("spec.runtimeRef.name", f"{ref.kind} {ref.name!r} does not exist in {where}",
+                                  fix=f"create the {ref.kind} on the manager cluster or name an existing one")
+        return wl.describe(ch.kind, ch.obj, runtime, problem)
+
+    # --- Job changes ------------------------------------------------------------------------------
+
+    async def _jobs(self, s: AsyncSession, b: _Batch, jobs: dict[str, JobChange],
+                    described: dict[str, wl.Described]) -> None:
+        if not jobs:
+            return
+        rows = await q.load_workloads(s, jobs)
+        b.w.update({uid: dict(r._mapping) for uid, r in rows.items()})
+        placed = [(uid, r.attempt) for uid, r in rows.items() if r.attempt and (uid, r.attempt) not in b.p]
+        if placed:
+            b.p.update({k: dict(r._mapping) for k, r in (await q.load_placements(s, placed)).items()})
+        claims: list[dict[str, Any]] = []
+        for uid, ch in jobs.items():
+            if uid in b.w:
+                self._change(b, b.w[uid], ch, described.get(uid))
+                continue
+            d = described.get(uid)
+            if d is None or not uid:
+                continue
+            cols = {**d.columns, "created_at": b.now, "updated_at": b.now, "state": "pending"}
+            if d.problems:
+                cols.update(state="rejected", reason=wl.problem_text(d.problems))
+            elif cols["suspended"]:
+                cols["reason"] = "suspended on the manager cluster; placed once resumed"
+            claims.append(cols)
+        won = await q.claim(s, claims)
+        for cols in claims:
+            uid = cols["uid"]
+            if uid not in won:
+                continue  # another dispatcher claimed it first
+            ch = jobs[uid]
+            d = described[uid]
+            self.known[uid] = ch.kind.name
+            self.cache[uid] = ch.obj
+            b.w[uid] = cols
+            b.event(uid, "claimed", message=f"{ch.kind.name} {cols['namespace']}/{cols['name']} claimed")
+            if d.problems:
+                self._reject(b, cols, d.problems, record=False)
+            else:
+                assert d.need is not None
+                self.needs[uid] = d.need
+                b.placement_due = True
+
+    def _reject(self, b: _Batch, row: dict[str, Any], problems: list[Invalid], *, record: bool = True) -> None:
+        text = wl.problem_text(problems)
+        if record:
+            b.set_w(row["uid"], state="rejected", reason=text, updated_at=b.now)
+        b.event(row["uid"], "invalid", reason="InvalidJob", message=text)
+        key = _key(row)
+        cond = wl.condition(labels.CONDITION_REJECTED, True, "InvalidJob", text, b.now)
+
+        def write() -> None:
+            self.writer.condition(key, cond)
+            for p in problems:
+                self.writer.event(key, "Warning", "InvalidJob", p.message)
+        b.after.append(write)
+
+    def _change(self, b: _Batch, row: dict[str, Any], ch: JobChange, d: wl.Described | None) -> None:
+        uid = row["uid"]
+        if row["state"] == "deleted":
+            return
+        if ch.deleted or wl.being_deleted(ch.obj):
+            self._delete(b, row, "the Job was deleted on the manager cluster")
+            return
+        self.cache[uid] = ch.obj
+        managed_by = ch.kind.managed_by(ch.obj)
+        if managed_by != labels.MULTIKUEUE:
+            if row["state"] == "rejected" and row["reason"].startswith("managedBy"):
+                return
+            field_path = ".".join(ch.kind.managed_by_path)
+            problem = Invalid(field_path, f"managedBy changed from {labels.MULTIKUEUE!r} to {managed_by!r} after "
+                              "mkd claimed the Job; mkd stopped managing it",
+                              fix="managedBy is immutable: delete the Job and create it again")
+            self._send_delete(b, row, "managedBy changed on the manager cluster")
+            b.set_w(uid, state="rejected", reason=f"managedBy changed to {managed_by!r}", cluster=None,
+                    updated_at=b.now)
+            b.event(uid, "rejected", reason="ManagedByChanged", message=problem.message)
+            key = _key(row)
+            cond = wl.condition(labels.CONDITION_REJECTED, True, "ManagedByChanged", problem.message, b.now)
+            b.after.append(lambda: self.writer.condition(key, cond))
+            b.after.append(lambda: self.writer.event(key, "Warning", "ManagedByChanged", problem.message))
+            return
+        generation = wl.generation_of(ch.obj)
+        if generation <= row["generation"]:
+            return
+        suspended = ch.kind.is_suspended(ch.obj)
+        was = row["suspended"]
+        b.set_w(uid, generation=generation, suspended=suspended, updated_at=b.now)
+        what = "suspended" if suspended and not was else "resumed" if was and not suspended else "updated"
+        if row["state"] in ("pending", "rejected") and d is not None:
+            if d.problems:
+                if row["state"] != "rejected" or row["reason"] != wl.problem_text(d.problems):
+                    self._reject(b, row, d.problems)
+                return
+            b.set_w(uid, state="pending", requests=d.columns["requests"], podsets=d.columns["podsets"],
+                    reason="suspended on the manager cluster; placed once resumed" if suspended else "")
+            if row["state"] == "rejected":
+                key = _key(row)
+                cond = wl.condition(labels.CONDITION_REJECTED, False, "Corrected", "the Job is valid now", b.now)
+                b.after.append(lambda: self.writer.condition(key, cond))
+            assert d.need is not None
+            self.needs[uid] = d.need
+            b.event(uid, what, message=f"generation {generation}")
+            b.placement_due = b.placement_due or not suspended
+        elif row["state"] in ("placed", "running"):
+            version = row["spec_version"] + 1
+            b.set_w(uid, spec_version=version)
+            b.event(uid, what, cluster=row["cluster"],
+                    message=f"generation {generation}: spec version {version} sent to {row['cluster']}")
+            self._send_place(b, row, ch.kind, ch.obj, attempt=row["attempt"], cluster=row["cluster"],
+                             spec_version=version)
+
+    def _delete(self, b: _Batch, row: dict[str, Any], reason: str) -> None:
+        uid = row["uid"]
+        self._send_delete(b, row, reason)
+        b.set_w(uid, state="deleted", reason=reason, updated_at=b.now)
+        b.event(uid, "deleted", cluster=row.get("cluster"), message=reason)
+
+        def forget() -> None:
+            self.known.pop(uid, None)
+            self.cache.pop(uid, None)
+            self.needs.pop(uid, None)
+            if self.book.release(uid):
+                pass
+            self.writer.forget(uid)
+        b.after.append(forget)
+        b.placement_due = True
+
+    def _send_delete(self, b: _Batch, row: dict[str, Any], reason: str) -> None:
+        cluster = row.get("cluster")
+        if not cluster or not row.get("attempt"):
+            return
+        key = (row["uid"], row["attempt"])
+        if key in b.p and b.p[key]["state"] in q.ACTIVE_PLACEMENT:
+            b.set_p(key, state="deleted", finished_at=b.now, reason=reason)
+        cmd = messages.Delete(
+            placement=messages.PlacementKey(workload_uid=row["uid"], attempt=row["attempt"], epoch=self.epoch),
+            job=messages.JobRef(kind=row["kind"], api_version=row["api_version"], namespace=row["namespace"],
+                                name=row["name"]),
+            reason=reason, sent_at=b.now)
+        self._queue(b, cluster, row["uid"], cmd)
+        b.set_w(row["uid"], cluster=None)
+        b.after.append(lambda: self.book.release(row["uid"]))
+
+    def _send_place(self, b: _Batch, row: Mapping[str, Any], kind: JobKind, obj: Mapping[str, Any], *,
+                    attempt: int, cluster: str, spec_version: int) -> None:
+        cmd = wl.place_command(kind, obj, origin=self.settings.origin, attempt=attempt, epoch=self.epoch,
+                               spec_version=spec_version, now=b.now)
+        self._queue(b, cluster, row["uid"], cmd)
+
+    def _queue(self, b: _Batch, cluster: str, uid: str, cmd: messages.Place | messages.Delete | messages.Resync) -> None:
+        b.outbox.append({"cluster": cluster, "topic": topics.commands(cluster, self.settings.mqtt.topic_root),
+                         "payload": messages.encode(cmd), "workload_uid": uid, "created_at": b.now})
+
+    # --- Reports ----------------------------------------------------------------------------------
+
+    async def _reports(self, s: AsyncSession, b: _Batch, reports: list[ReportIn]) -> None:
+        if not reports:
+            return
+        keys = [(r.report.placement.workload_uid, r.report.placement.attempt) for r in reports
+                if not isinstance(r.report, messages.Inventory | messages.Heartbeat)]
+        missing = [uid for uid, _ in keys if uid not in b.w]
+        if missing:
+            rows = await q.load_workloads(s, missing)
+            b.w.update({uid: dict(r._mapping) for uid, r in rows.items()})
+        wanted = [k for k in keys if k not in b.p]
+        if wanted:
+            prow = await q.load_placements(s, wanted)
+            b.p.update({k: dict(r._mapping) for k, r in prow.items()})
+        for item in reports:
+            r = item.report
+            if isinstance(r, messages.Inventory):
+                await self._inventory(s, b, r)
+                continue
+            assert not isinstance(r, messages.Heartbeat)
+            key = (r.placement.workload_uid, r.placement.attempt)
+            row = b.w.get(key[0])
+            p = b.p.get(key)
+            if row is None or p is None or p["cluster"] != r.cluster:
+                log.info("report %s for unknown placement %s from %s dropped", r.type, key, r.cluster)
+                continue
+            current = row["attempt"] == key[1] and row["state"] != "deleted"
+            if isinstance(r, messages.Accepted):
+                self._accepted(b, row, p, r, current)
+            elif isinstance(r, messages.Rejected):
+                self._rejected(b, row, p, r, current)
+            else:
+                self._status(b, row, p, r, current)
+
+    def _accepted(self, b: _Batch, row: dict[str, Any], p: dict[str, Any], r: messages.Accepted,
+                  current: bool) -> None:
+        if not current or p["state"] != "sent":
+            return
+        uid = row["uid"]
+        b.set_p((uid, p["attempt"]), state="accepted", accepted_at=b.now)
+        if row["state"] == "placed":
+            b.set_w(uid, state="running", reason="", updated_at=b.now)
+        b.event(uid, "accepted", cluster=r.cluster, message=f"attempt {p['attempt']} accepted by {r.cluster}")
+        key = _key(row)
+        cond = wl.condition(labels.CONDITION_DISPATCHED, True, "Placed",
+                            f"placed on cluster {r.cluster} (attempt {p['attempt']})", b.now)
+        now = b.now
+        b.after.append(lambda: self.book.accepted(uid, now))
+        b.after.append(lambda: self.writer.condition(key, cond))
+
+    def _rejected(self, b: _Batch, row: dict[str, Any], p: dict[str, Any], r: messages.Rejected,
+                  current: bool) -> None:
+        if not current or p["state"] not in q.ACTIVE_PLACEMENT:
+            return
+        uid = row["uid"]
+        text = f"{r.reason}: {r.message}"
+        b.set_p((uid, p["attempt"]), state="rejected", reason=text, finished_at=b.now)
+        b.event(uid, "rejected", cluster=r.cluster, reason=r.reason, message=r.message)
+        excluded = list(row["excluded"]) + ([r.cluster] if r.permanent and r.cluster not in row["excluded"] else [])
+        self._requeue(b, row, f"rejected by {r.cluster}: {text}", excluded=excluded)
+
+    def _requeue(self, b: _Batch, row: dict[str, Any], reason: str, *, excluded: list[str] | None = None) -> None:
+        uid = row["uid"]
+        if excluded is not None:
+            b.set_w(uid, excluded=excluded)
+        b.after.append(lambda: self.book.release(uid))
+        key = _key(row)
+        if row["attempt"] >= self.settings.max_placement_attempts:
+            text = f"gave up after {row['attempt']} placement attempts; last: {reason}"
+            b.set_w(uid, state="failed", reason=text, cluster=None, updated_at=b.now)
+            b.event(uid, "failed", reason="PlacementAttemptsExhausted", message=text)
+            cond = wl.condition(labels.CONDITION_DISPATCHED, False, "PlacementFailed", text, b.now)
+            b.after.append(lambda: self.writer.condition(key, cond))
+            b.after.append(lambda: self.writer.event(key, "Warning", "PlacementFailed", text))
+            return
+        b.set_w(uid, state="pending", reason=reason, cluster=None, updated_at=b.now)
+        b.event(uid, "requeued", message=reason)
+        cond = wl.condition(labels.CONDITION_DISPATCHED, False, "Requeued", reason, b.now)
+        b.after.append(lambda: self.writer.condition(key, cond))
+        b.placement_due = True
+
+    def _status(self, b: _Batch, row: dict[str, Any], p: dict[str, Any], r: messages.Status, current: bool) -> None:
+        uid = row["uid"]
+        if not current or r.seq <= p["last_status_seq"]:
+            self.stale_dropped += 1
+            return
+        pkey = (uid, p["attempt"])
+        b.set_p(pkey, last_status_seq=r.seq)
+        if r.gone:
+            if p["state"] in q.ACTIVE_PLACEMENT:
+                b.set_p(pkey, state="lost", finished_at=b.now, reason="the worker Job disappeared")
+                self._requeue(b, row, f"the Job disappeared from {r.cluster}")
+            return
+        if p["state"] == "sent":  # Status before Accepted (lost or reordered): it evidently runs
+            b.set_p(pkey, state="accepted", accepted_at=b.now)
+            if row["state"] == "placed":
+                b.set_w(uid, state="running", updated_at=b.now)
+        if r.finished is not None and p["state"] not in ("finished", "failed"):
+            outcome = "finished" if r.finished == "Succeeded" else "failed"
+            b.set_p(pkey, state=outcome, finished_at=b.now)
+            b.set_w(uid, state=outcome, reason=r.finished, updated_at=b.now)
+            b.event(uid, outcome, cluster=r.cluster, reason=r.finished, message=_last_condition(r.status))
+            b.after.append(lambda: self.book.release(uid))
+            b.placement_due = True
+        elif r.finished is None and p["state"] in ("sent", "accepted") and r.status.get("startTime"):
+            b.set_p(pkey, state="running")
+            b.event(uid, "running", cluster=r.cluster, message=f"started on {r.cluster}")
+        key = _key(row)
+        status = r.status
+        b.after.append(lambda: self.writer.mirror(key, status))
+
+    async def _inventory(self, s: AsyncSession, b: _Batch, r: messages.Inventory) -> None:
+        have = {(i.placement.workload_uid, i.placement.attempt): i for i in r.items}
+        expected = await q.expected_on(s, r.cluster)
+        keys = [messages.PlacementKey(workload_uid=e.workload_uid, attempt=e.attempt, epoch=self.epoch)
+                for e in expected]
+        self._queue(b, r.cluster, "", messages.Resync(cluster=r.cluster, epoch=self.epoch, expected=keys,
+                                                      sent_at=b.now))
+        resent = 0
+        for e in expected:
+            item = have.get((e.workload_uid, e.attempt))
+            if e.state not in q.ACTIVE_PLACEMENT or (item is not None and item.spec_version >= e.spec_version):
+                continue
+            obj = self.cache.get(e.workload_uid)
+            if obj is None:
+                log.warning("cannot re-send placement %s/%s: the manager Job is not in the cache",
+                            e.namespace, e.name)
+                continue
+            self._send_place(b, dict(e._mapping, uid=e.workload_uid), by_name(e.kind), obj, attempt=e.attempt,
+                             cluster=r.cluster, spec_version=e.spec_version)
+            resent += 1
+        log.info("inventory from %s: %d items, %d expected, %d Place re-sent", r.cluster, len(r.items),
+                 len(expected), resent)
+
+    # --- Clusters ---------------------------------------------------------------------------------
+
+    async def _heartbeat(self, s: AsyncSession, b: _Batch, item: ReportIn) -> None:
+        hb = item.report
+        assert isinstance(hb, messages.Heartbeat)
+        old = self.book.heartbeats.get(hb.cluster)
+        if self.book.heartbeat(hb, item.received_at):
+            b.placement_due = True
+        lost = hb.cluster in self.lost
+        if hb.online and (old is None or not old.online or lost):
+            self.lost.pop(hb.cluster, None)
+            b.event(None, "cluster_online", cluster=hb.cluster, message=f"agent {hb.agent_version} online")
+        elif not hb.online and (old is None or old.online):
+            self.lost.setdefault(hb.cluster, item.received_at)
+            b.event(None, "cluster_lost", cluster=hb.cluster, reason="Offline", message="the agent went offline")
+        await q.upsert_cluster(s, {
+            "name": hb.cluster, "labels": dict(hb.labels), "capacity": hb.capacity.model_dump(),
+            "kinds": sorted({*hb.kinds_reconciled, *hb.kinds_delegated}), "online": hb.online,
+            "agent_version": hb.agent_version[:64], "interval_seconds": hb.interval_seconds,
+            "last_heartbeat": item.received_at, "lost_since": self.lost.get(hb.cluster), "updated_at": b.now})
+
+    async def _check_clusters(self, s: AsyncSession, b: _Batch) -> None:
+        timeout = timedelta(seconds=self.settings.heartbeat_timeout_seconds)
+        for name, received in list(self.book.received.items()):
+            if name not in self.lost and b.now - received > timeout:
+                self.lost[name] = b.now
+                b.event(None, "cluster_lost", cluster=name, reason="HeartbeatTimeout",
+                        message=f"no heartbeat for {self.settings.heartbeat_timeout_seconds:g}s")
+                hb = self.book.heartbeats[name]
+                await q.upsert_cluster(s, {"name": name, "labels": dict(hb.labels),
+                                           "capacity": hb.capacity.model_dump(), "kinds": [], "online": hb.online,
+                                           "lost_since": b.now, "updated_at": b.now})
+        limit = self.settings.worker_lost_timeout_seconds
+        if limit is None:
+            return
+        for name, since in list(self.lost.items()):
+            if b.now - since < timedelta(seconds=limit):
+                continue
+            for p in await q.placements_on(s, name, q.ACTIVE_PLACEMENT):
+                key = (p.workload_uid, p.attempt)
+                rows = await q.load_workloads(s, [p.workload_uid])
+                if p.workload_uid not in rows or rows[p.workload_uid].attempt != p.attempt:
+                    continue
+                b.w.setdefault(p.workload_uid, dict(rows[p.workload_uid]._mapping))
+                b.p.setdefault(key, dict(p._mapping))
+                b.set_p(key, state="lost", finished_at=b.now, reason=f"cluster {name} lost")
+                self._requeue(b, b.w[p.workload_uid], f"cluster {name} was lost for more than {limit:g}s")
+
+    # --- placement --------------------------------------------------------------------------------
+
+    async def _place(self, s: AsyncSession, b: _Batch) -> None:
+        self._last_place = self.clock.monotonic()
+        rows = await q.pending_workloads(s, self.settings.batch_size * 4)
+        if not rows:
+            return
+        views = {v.name: v for v in self.book.views()}
+        chosen: list[tuple[dict[str, Any], str, Need]] = []
+        waiting: list[tuple[dict[str, Any], str]] = []
+        for r in rows:
+            row = b.w.setdefault(r.uid, dict(r._mapping))
+            if r.uid not in self.cache:
+                continue  # intake has not listed it since start-up: next round
+            need = self.needs.get(r.uid)
+            if need is None:
+                need = self.needs[r.uid] = wl.need_of(r.kind, r.podsets)
+            decision = choose(need, views.values(), now=b.now, timeout=self.settings.heartbeat_timeout_seconds,
+                              exclude=r.excluded)
+            if decision.cluster is None:
+                if decision.reason != r.reason:
+                    waiting.append((row, decision.reason))
+                continue
+            self.book.take(views[decision.cluster], need)
+            chosen.append((row, decision.cluster, need))
+        won = await q.mark_placed(s, [row["uid"] for row, _, _ in chosen], b.now)
+        placements, clusters = [], []
+        for row, cluster, need in chosen:
+            uid = row["uid"]
+            if uid not in won:
+                continue
+            attempt = won[uid]
+            row.update(state="placed", attempt=attempt, cluster=cluster, reason="")
+            placements.append({"workload_uid": uid, "attempt": attempt, "cluster": cluster, "epoch": self.epoch,
+                               "state": "sent", "spec_version": row["spec_version"], "created_at": b.now})
+            clusters.append({"b_uid": uid, "cluster": cluster})
+            kind = by_name(row["kind"])
+            self._send_place(b, row, kind, self.cache[uid], attempt=attempt, cluster=cluster,
+                             spec_version=row["spec_version"])
+            b.event(uid, "placed", cluster=cluster, message=f"attempt {attempt} on {cluster}")
+            self.book.reserve(uid, cluster, need.total)
+        await q.add_placements(s, placements)
+        await q.update_workloads(s, clusters)
+        for row, reason in waiting:
+            b.set_w(row["uid"], reason=reason, updated_at=b.now)
+            b.event(row["uid"], "pending", reason="NoFittingCluster", message=reason)
+            key = _key(row)
+            cond = wl.condition(labels.CONDITION_DISPATCHED, False, "NoFittingCluster", reason, b.now)
+            b.after.append(lambda key=key, cond=cond: self.writer.condition(key, cond))  # type: ignore[misc]
+
+
+def _last_condition(status: Mapping[str, Any]) -> str:
+    conds = [c for c in status.get("conditions") or [] if isinstance(c, Mapping) and c.get("status") == "True"]
+    if not conds:
+        return ""
+    last = conds[-1]
+    return f"{last.get('type')}: {last.get('reason', '')} {last.get('message', '')}".strip()
+
+
+def supported_kinds() -> tuple[JobKind, ...]:
+    return KINDS

@@ -1,0 +1,104 @@
+"""Intake: list and watch one JobKind across the manager cluster and feed the engine what matters.
+
+One task per kind (and per namespace when ``namespaces`` is set). A kind whose CRD is not
+served yet is re-checked every ``kind_recheck_seconds`` and picked up when it appears. The first
+list after start-up fills the Job cache and turns Workloads whose Job vanished while the
+dispatcher was away into deletions. From then on the informer's events are filtered here,
+without touching the database: a Job whose managedBy is not ``kueue.x-k8s.io/multikueue`` and
+that mkd never claimed is ignored (never written to); for a claimed Job only a new generation,
+a managedBy change, a deletion timestamp or the deletion itself are passed on — the MODIFIED
+events caused by mkd's own status writes are not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from dispatcher import workload as wl
+from dispatcher.engine import Engine, JobChange
+from federation import labels
+from federation.clock import Clock
+from federation.errors import Temporary
+from federation.kinds.base import JobKind
+from federation.kube import Kube, resource_for
+
+log = logging.getLogger(__name__)
+
+
+def relevant(kind: JobKind, engine: Engine, obj: Mapping[str, Any], deleted: bool) -> bool:
+    """Whether a watch event needs the engine; updates the Job cache for claimed Jobs."""
+    uid = wl.uid_of(obj)
+    claimed = uid in engine.known
+    managed_by = kind.managed_by(obj)
+    if not claimed and managed_by != labels.MULTIKUEUE:
+        return False
+    if deleted:
+        return claimed
+    previous = engine.cache.get(uid)
+    if previous is None or not claimed:
+        if claimed:
+            engine.cache[uid] = dict(obj)
+        return True
+    engine.cache[uid] = dict(obj)
+    return (wl.generation_of(obj) != wl.generation_of(previous)
+            or kind.managed_by(previous) != managed_by
+            or wl.being_deleted(obj) != wl.being_deleted(previous))
+
+
+class Intake:
+    """Watches every (kind, namespace) pair; ``ready`` is set once each has done its first list."""
+
+    def __init__(self, kube: Kube, engine: Engine, clock: Clock, *, kinds: tuple[JobKind, ...],
+                 namespaces: list[str], recheck_seconds: float) -> None:
+        self.kube = kube
+        self.engine = engine
+        self.clock = clock
+        self.kinds = kinds
+        self.namespaces: list[str | None] = list(namespaces) or [None]
+        self.recheck_seconds = recheck_seconds
+        self.ready = asyncio.Event()
+        self._pending = {(k.name, ns) for k in kinds for ns in self.namespaces}
+        self.watching: set[str] = set()
+
+    def _listed(self, kind: JobKind, namespace: str | None) -> None:
+        self._pending.discard((kind.name, namespace))
+        if not self._pending:
+            self.ready.set()
+
+    async def watch(self, kind: JobKind, namespace: str | None) -> None:
+        res = resource_for(kind)  # type: ignore[arg-type]
+        first = True
+        while not await self._served(res):
+            if first:
+                log.info("%s is not served by the manager cluster (CRD not installed); checking every %gs",
+                         kind.name, self.recheck_seconds)
+                self._listed(kind, namespace)  # nothing to wait for
+                first = False
+            await self.clock.sleep(self.recheck_seconds)
+        listing = await self.kube.list(res, namespace)
+        present = []
+        for obj in listing.items:
+            present.append(wl.uid_of(obj))
+            if relevant(kind, self.engine, obj, False):
+                self.engine.inbox.put_nowait(JobChange(kind, obj))
+        if namespace is None:
+            gone = self.engine.sync_kind(kind, present)
+            if gone:
+                log.info("%d %s Jobs were deleted while the dispatcher was away", gone, kind.name)
+        self._listed(kind, namespace)
+        self.watching.add(kind.name)
+        log.info("watching %s in %s", kind.name, namespace or "all namespaces")
+        async for event in self.kube.informer(res, namespace):
+            deleted = event.type == "DELETED"
+            if relevant(kind, self.engine, event.object, deleted):
+                self.engine.inbox.put_nowait(JobChange(kind, event.object, deleted=deleted))
+
+    async def _served(self, res: Any) -> bool:
+        try:
+            return await self.kube.served(res)
+        except Temporary as exc:
+            log.warning("discovery of %s failed: %s", res.plural, exc)
+            return False

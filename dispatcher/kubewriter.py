@@ -1,0 +1,184 @@
+"""Writes to manager Jobs — mkd's conditions, the mirrored worker status, Events — serial per Job.
+
+The engine decides, this module carries it out after the decision is committed. Work is kept
+per Job uid and coalesced (ten Status Reports that arrive while a write is in flight become one
+write of the newest), one coroutine works on a given Job at a time, and ``workers`` Jobs are
+written in parallel. The status is written the MultiKueue way: the worker's ``.status`` copied
+whole onto the manager Job's status subresource (merge patch; keys the worker no longer has are
+nulled), with mkd's own ``MultiCluster*`` conditions kept on top.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from dispatcher.workload import MKD_CONDITIONS, merge_status
+from federation.clock import Clock
+from federation.errors import FederationError, NotFound, Temporary
+from federation.kinds.registry import by_name
+
+log = logging.getLogger(__name__)
+COMPONENT = "mkd-dispatcher"
+
+
+@dataclass(frozen=True)
+class JobKey:
+    """Which manager Job: uid plus what is needed to address it."""
+
+    uid: str
+    kind: str
+    namespace: str
+    name: str
+
+
+@dataclass
+class _Todo:
+    key: JobKey
+    conditions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    status: dict[str, Any] | None = None
+    events: list[tuple[Literal["Normal", "Warning"], str, str]] = field(default_factory=list)
+    tries: int = 0
+
+
+class KubeWriter:
+    """Per-Job serial, cross-Job parallel writer of manager Job status, conditions and Events."""
+
+    def __init__(self, kube: Any, cache: MutableMapping[str, dict[str, Any]], clock: Clock, *,
+                 workers: int = 16, resource_for: Callable[[Any], Any] | None = None) -> None:
+        self.kube = kube
+        self.cache = cache
+        self.clock = clock
+        self.workers = workers
+        if resource_for is None:
+            from federation.kube import resource_for as default_resource_for
+            resource_for = default_resource_for
+        self._resource_for = resource_for
+        self._todo: dict[str, _Todo] = {}
+        self._busy: set[str] = set()
+        self._queue: asyncio.Queue[str] = asyncio.Queue()
+        self._mkd: dict[str, dict[str, dict[str, Any]]] = {}
+        self._worker_status: dict[str, dict[str, Any]] = {}
+        self._written: dict[str, dict[str, Any]] = {}
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self.writes = 0
+        self.failures = 0
+
+    # --- what the engine calls (after its transaction committed) ------------------------------
+
+    def _entry(self, key: JobKey) -> _Todo:
+        todo = self._todo.get(key.uid)
+        if todo is None:
+            todo = self._todo[key.uid] = _Todo(key)
+            if key.uid not in self._busy:
+                self._queue.put_nowait(key.uid)
+            self._idle.clear()
+        return todo
+
+    def condition(self, key: JobKey, cond: dict[str, Any]) -> None:
+        self._entry(key).conditions[cond["type"]] = cond
+
+    def mirror(self, key: JobKey, status: Mapping[str, Any]) -> None:
+        self._entry(key).status = dict(status)
+
+    def event(self, key: JobKey, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
+        self._entry(key).events.append((type_, reason, message))
+
+    def forget(self, uid: str) -> None:
+        """The Job is gone: drop what is remembered about it (queued work still runs and meets NotFound)."""
+        self._mkd.pop(uid, None)
+        self._worker_status.pop(uid, None)
+        self._written.pop(uid, None)
+
+    async def wait_idle(self) -> None:
+        await self._idle.wait()
+
+    @property
+    def backlog(self) -> int:
+        return len(self._todo) + len(self._busy)
+
+    # --- the workers --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        await asyncio.gather(*(self._work() for _ in range(self.workers)))
+
+    async def _work(self) -> None:
+        while True:
+            uid = await self._queue.get()
+            todo = self._todo.pop(uid, None)
+            if todo is None:
+                continue
+            self._busy.add(uid)
+            try:
+                await self._apply(todo)
+            except Temporary as exc:
+                todo.tries += 1
+                self.failures += 1
+                log.warning("writing manager Job %s/%s failed (%s); retrying", todo.key.namespace,
+                            todo.key.name, exc)
+                await self.clock.sleep(min(30.0, max(exc.delay, 0.2 * 2 ** min(todo.tries, 8))))
+                self._requeue(todo)
+            except NotFound:
+                self.forget(uid)
+            except FederationError as exc:
+                self.failures += 1
+                log.error("writing manager Job %s/%s failed: %s", todo.key.namespace, todo.key.name, exc)
+            finally:
+                self._busy.discard(uid)
+                if uid in self._todo:
+                    self._queue.put_nowait(uid)
+                elif not self._todo and not self._busy:
+                    self._idle.set()
+
+    def _requeue(self, old: _Todo) -> None:
+        newer = self._todo.get(old.key.uid)
+        if newer is None:
+            self._todo[old.key.uid] = old
+            return
+        # newer work wins over the failed one, events are kept in order
+        newer.conditions = {**old.conditions, **newer.conditions}
+        newer.status = newer.status if newer.status is not None else old.status
+        newer.events = old.events + newer.events
+        newer.tries = old.tries
+
+    def _baseline(self, uid: str) -> dict[str, Any] | None:
+        if uid in self._written:
+            return self._written[uid]
+        obj = self.cache.get(uid)
+        status = obj.get("status") if obj else None
+        return status if isinstance(status, dict) else None
+
+    async def _apply(self, todo: _Todo) -> None:
+        key = todo.key
+        kind = by_name(key.kind)
+        res = self._resource_for(kind)  # type: ignore[arg-type]
+        if todo.conditions or todo.status is not None:
+            current = self._baseline(key.uid)
+            mkd = self._mkd.get(key.uid)
+            if mkd is None:  # after a restart: keep the conditions mkd wrote before
+                mkd = {c["type"]: c for c in (current or {}).get("conditions") or []
+                       if isinstance(c, dict) and c.get("type") in MKD_CONDITIONS}
+            for type_, cond in todo.conditions.items():
+                old = mkd.get(type_)
+                if old is not None and old.get("status") == cond["status"]:
+                    cond = {**cond, "lastTransitionTime": old.get("lastTransitionTime", cond["lastTransitionTime"])}
+                mkd[type_] = cond
+            worker = todo.status if todo.status is not None else self._worker_status.get(key.uid)
+            status = merge_status(worker, mkd, current)
+            result = await self.kube.patch(res, key.name, {"status": status}, key.namespace, subresource="status")
+            self.writes += 1
+            self._mkd[key.uid] = mkd
+            if todo.status is not None:
+                self._worker_status[key.uid] = todo.status
+            written = result.get("status") if isinstance(result, dict) else None
+            self._written[key.uid] = written if isinstance(written, dict) else {
+                k: v for k, v in status.items() if v is not None}
+        for type_, reason, message in todo.events:
+            involved = {"apiVersion": kind.api_version, "kind": kind.name, "namespace": key.namespace,
+                        "name": key.name, "uid": key.uid}
+            await self.kube.event(involved, type=type_, reason=reason, message=message, component=COMPONENT)
+        todo.events.clear()

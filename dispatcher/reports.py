@@ -1,0 +1,70 @@
+"""The report subscriber: agents' Reports and heartbeats from MQTT into the engine's inbox.
+
+Subscribes to ``<root>/+/reports`` and ``<root>/+/presence`` on a persistent session (Reports
+sent while the dispatcher was away are delivered when it comes back). Payloads are decoded with
+``federation.messages``; a refused payload, or one whose cluster differs from the topic's, is
+logged and dropped (an agent may only speak for its own cluster).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from dispatcher.engine import Engine, ReportIn
+from dispatcher.settings import DispatcherSettings
+from federation import messages, topics
+from federation.clock import Clock
+from federation.errors import Invalid, Transport
+from federation.mqtt import LinkHealth, MqttLink
+
+log = logging.getLogger(__name__)
+
+
+class ReportSubscriber:
+    def __init__(self, settings: DispatcherSettings, engine: Engine, clock: Clock, *, client_id: str) -> None:
+        self.settings = settings
+        self.engine = engine
+        self.clock = clock
+        self.client_id = client_id
+        self.refused = 0
+        self.received = 0
+        self.subscribed = asyncio.Event()
+        """Set once the first subscription is in place: the outbox waits for it, so that no agent answers
+        a Command before anyone listens (the persistent session covers later reconnects)."""
+
+    async def run(self) -> None:
+        root = self.settings.mqtt.topic_root
+        health = LinkHealth(self.settings.mqtt, self.clock)
+        while True:
+            try:
+                async with MqttLink(self.settings.mqtt, client_id=self.client_id) as link:
+                    await link.subscribe(topics.all_reports(root), topics.all_presence(root))
+                    self.subscribed.set()
+                    health.connected_now()
+                    async for msg in link.messages():
+                        self.accept(msg.topic, msg.payload)
+            except Transport as exc:
+                health.failed(exc)
+                delay = health.next_delay()
+                log.warning("report link down (%s); reconnecting in %.1fs", exc, delay)
+                await self.clock.sleep(delay)
+
+    def accept(self, topic: str, payload: bytes) -> None:
+        root = self.settings.mqtt.topic_root
+        if not payload:
+            return  # a cleared retained presence message
+        try:
+            where = topics.parse(topic, root)
+            report = messages.decode_report(payload)
+        except (Invalid, messages.MessageRefused) as exc:
+            self.refused += 1
+            log.warning("refused message on %s: %s", topic, exc)
+            return
+        if getattr(report, "cluster", where.cluster) != where.cluster:
+            self.refused += 1
+            log.warning("refused %s on %s: it claims to come from cluster %s", report.type, topic,
+                        report.cluster)
+            return
+        self.received += 1
+        self.engine.inbox.put_nowait(ReportIn(report, self.clock.now()))

@@ -1,0 +1,168 @@
+"""From a Job to a Workload and back: pure helpers shared by intake, placement and the status mirror.
+
+``describe`` turns a manager Job into the Workload row mkd claims (kind, queue, PodSets, total
+requests, suspended) or into the list of problems that make it impossible to run;
+``need_of`` reads a Workload row's PodSets back for placement; ``place_command`` builds the
+Place Command with the ownership stamp every worker copy carries; ``condition`` builds a
+``metav1.Condition`` the way Kubernetes controllers write them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from dispatcher.placement import Need
+from federation import labels, messages
+from federation.errors import Invalid
+from federation.kinds.base import JobKind
+from federation.podset import format_resources, parse_quantity, total_requests
+
+
+def meta(job: Mapping[str, Any]) -> Mapping[str, Any]:
+    value = job.get("metadata")
+    return value if isinstance(value, Mapping) else {}
+
+
+def uid_of(job: Mapping[str, Any]) -> str:
+    return str(meta(job).get("uid") or "")
+
+
+def generation_of(job: Mapping[str, Any]) -> int:
+    value = meta(job).get("generation")
+    return value if isinstance(value, int) else 0
+
+
+def being_deleted(job: Mapping[str, Any]) -> bool:
+    return bool(meta(job).get("deletionTimestamp"))
+
+
+@dataclass
+class Described:
+    """What intake learned from one Job: the Workload columns, or why it cannot run."""
+
+    columns: dict[str, Any]
+    need: Need | None
+    problems: list[Invalid] = field(default_factory=list)
+
+
+def describe(kind: JobKind, job: Mapping[str, Any], runtime: Mapping[str, Any] | None,
+             runtime_problem: Invalid | None = None) -> Described:
+    """Validate a Job and compute its PodSets; never raises for a bad Job (problems are returned)."""
+    md = meta(job)
+    job_labels = md.get("labels") if isinstance(md.get("labels"), Mapping) else {}
+    assert isinstance(job_labels, Mapping)
+    columns: dict[str, Any] = {
+        "uid": uid_of(job), "namespace": str(md.get("namespace") or ""), "name": str(md.get("name") or ""),
+        "kind": kind.name, "api_version": kind.api_version,
+        "queue": str(job_labels.get(labels.QUEUE_NAME) or labels.DEFAULT_QUEUE),
+        "priority": 0, "generation": generation_of(job), "suspended": kind.is_suspended(job),
+        "requests": {}, "podsets": [], "excluded": [], "spec_version": 1, "attempt": 0,
+        "reason": "", "cluster": None,
+    }
+    problems: list[Invalid] = [runtime_problem] if runtime_problem is not None else []
+    if not problems:
+        try:
+            problems = list(kind.validate(job, runtime))
+        except Invalid as exc:
+            problems = [exc]
+    if problems:
+        return Described(columns, None, problems)
+    try:
+        podsets = kind.podsets(job, runtime)
+    except Invalid as exc:
+        return Described(columns, None, [exc])
+    total = total_requests(podsets)
+    columns["requests"] = format_resources(total)
+    columns["podsets"] = [{"name": p.name, "count": p.count, "requests": format_resources(p.requests)}
+                          for p in podsets]
+    need = Need(kind.name, total, tuple((p.name, dict(p.requests)) for p in podsets))
+    return Described(columns, need)
+
+
+def need_of(kind: str, podsets: list[dict[str, Any]]) -> Need:
+    """A Workload row's PodSets as placement input."""
+    total: dict[str, Decimal] = {}
+    pods = []
+    for p in podsets:
+        per_pod = {k: parse_quantity(v, f"podsets.{p['name']}.{k}") for k, v in p["requests"].items()}
+        pods.append((str(p["name"]), per_pod))
+        for k, v in per_pod.items():
+            total[k] = total.get(k, Decimal(0)) + v * int(p["count"])
+    return Need(kind, total, tuple(pods))
+
+
+def problem_text(problems: list[Invalid]) -> str:
+    return "; ".join(p.message for p in problems)
+
+
+def stamp(*, origin: str, uid: str, attempt: int, epoch: int, kind: str) -> dict[str, str]:
+    """The labels every worker copy carries (ownership and garbage collection go by them)."""
+    return {
+        labels.ORIGIN: origin, labels.WORKLOAD_UID: uid, labels.PLACEMENT_ATTEMPT: str(attempt),
+        labels.EPOCH: str(epoch), labels.JOB_KIND: kind, labels.KUEUE_ORIGIN: origin,
+    }
+
+
+def place_command(kind: JobKind, job: Mapping[str, Any], *, origin: str, attempt: int, epoch: int,
+                  spec_version: int, now: datetime) -> messages.Place:
+    """The Place Command for one placement attempt at one spec version.
+
+    The worker copy has managedBy removed (the agent sets what its cluster needs), like MultiKueue.
+    """
+    uid = uid_of(job)
+    md = meta(job)
+    manifest = kind.prepare_for_worker(
+        job, stamp=stamp(origin=origin, uid=uid, attempt=attempt, epoch=epoch, kind=kind.name), managed_by=None)
+    annotations = dict(manifest["metadata"].get("annotations") or {})
+    annotations[labels.SPEC_VERSION_ANNOTATION] = str(spec_version)
+    annotations[labels.MANAGER_NAMESPACE_ANNOTATION] = str(md.get("namespace") or "")
+    annotations[labels.MANAGER_NAME_ANNOTATION] = str(md.get("name") or "")
+    manifest["metadata"]["annotations"] = annotations
+    return messages.Place(
+        placement=messages.PlacementKey(workload_uid=uid, attempt=attempt, epoch=epoch),
+        spec_version=spec_version,
+        job=messages.JobRef(kind=kind.name, api_version=kind.api_version,
+                            namespace=str(md.get("namespace")), name=str(md.get("name"))),
+        manifest=manifest, sent_at=now,
+    )
+
+
+def condition(type_: str, status: bool, reason: str, message: str, now: datetime,
+              observed_generation: int | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "type": type_, "status": "True" if status else "False", "reason": reason,
+        "message": message[:32768], "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+    if observed_generation:
+        out["observedGeneration"] = observed_generation
+    return out
+
+
+MKD_CONDITIONS = (labels.CONDITION_DISPATCHED, labels.CONDITION_REJECTED)
+
+
+def merge_status(worker: Mapping[str, Any] | None, mkd: Mapping[str, dict[str, Any]],
+                 current: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The manager Job's new ``.status``: the worker's copied whole, plus mkd's own conditions.
+
+    ``current`` is the manager's status now; keys it has that the new status lacks are set to
+    null so a merge patch removes them (the copy is whole, not a merge). Before any worker status
+    arrived (``worker`` None), the manager's own non-mkd status is kept.
+    """
+    base = dict(worker) if worker is not None else {
+        k: v for k, v in (current or {}).items() if k != "conditions"}
+    conds = worker.get("conditions") if worker is not None else (current or {}).get("conditions")
+    kept = [c for c in (conds or []) if isinstance(c, Mapping) and c.get("type") not in MKD_CONDITIONS]
+    out: dict[str, Any] = {**base, "conditions": [*kept, *mkd.values()]}
+    if not out["conditions"]:
+        out["conditions"] = None if current and current.get("conditions") else []
+        if out["conditions"] == []:
+            del out["conditions"]
+    for key in (current or {}):
+        if key not in out:
+            out[key] = None
+    return out
