@@ -1,0 +1,219 @@
+"""The simulated batch/v1 Job controller seen through the official client.
+
+Covers NonIndexed and Indexed Jobs (pod names, hostnames, index annotation/label, completedIndexes),
+backoffLimit failure, suspend/resume, ttlSecondsAfterFinished, managedBy and the job pod labels.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from kubernetes import client, config
+
+import kubesim
+from kubesim import ClusterSpec, KubeletSpec, NodeSpec
+
+T = TypeVar("T")
+NS = "default"
+INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def wait_for(probe: Callable[[], T | None], timeout: float = 10.0, what: str = "condition") -> T:
+    """Poll ``probe`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = probe()
+        if last:
+            return last
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
+
+
+@dataclass
+class Apis:
+    core: client.CoreV1Api
+    batch: client.BatchV1Api
+
+
+@contextmanager
+def cluster(tmp_path: Path, seed: int = 0) -> Iterator[Apis]:
+    spec = ClusterSpec("j", [NodeSpec("node-1", cpu="16"), NodeSpec("node-2", cpu="16")], seed=seed,
+                       kubelet=KubeletSpec(start_seconds=0.02, run_seconds=0.1))
+    with kubesim.serve([spec], tmp_path) as sim:
+        api = config.new_client_from_config(config_file=str(sim.kubeconfig("j")))
+        try:
+            yield Apis(client.CoreV1Api(api), client.BatchV1Api(api))
+        finally:
+            api.close()
+
+
+def job(name: str, annotations: dict[str, str] | None = None, restart: str = "Never", **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+            "spec": {"template": {"metadata": {"annotations": annotations or {}},
+                                  "spec": {"restartPolicy": restart,
+                                           "containers": [{"name": "main", "image": "busybox"}]}}, **spec}}
+
+
+def status(apis: Apis, name: str) -> Any:
+    return apis.batch.read_namespaced_job_status(name, NS).status
+
+
+def condition(apis: Apis, name: str, ctype: str) -> Any:
+    for cond in status(apis, name).conditions or ():
+        if cond.type == ctype and cond.status == "True":
+            return cond
+    return None
+
+
+def pods_of(apis: Apis, name: str) -> list[Any]:
+    return apis.core.list_namespaced_pod(NS, label_selector=f"batch.kubernetes.io/job-name={name}").items  # type: ignore[no-any-return]
+
+
+def test_non_indexed_job_completes_with_counts_and_conditions(tmp_path: Path) -> None:
+    with cluster(tmp_path) as apis:
+        created = apis.batch.create_namespaced_job(NS, job("simple", completions=3, parallelism=2))
+        uid = created.metadata.uid
+        active = wait_for(lambda: (s := status(apis, "simple")).active and s, what="active pods")
+        assert active.active <= 2 and active.start_time is not None
+        pods = pods_of(apis, "simple")
+        assert pods and all(p.metadata.name.startswith("simple-") for p in pods)
+        first = pods[0]
+        assert first.metadata.labels["batch.kubernetes.io/controller-uid"] == uid
+        assert first.metadata.labels["controller-uid"] == uid
+        assert first.metadata.labels["job-name"] == "simple"
+        owner = first.metadata.owner_references[0]
+        assert (owner.kind, owner.name, owner.uid, owner.controller) == ("Job", "simple", uid, True)
+        complete = wait_for(lambda: condition(apis, "simple", "Complete"), what="Complete")
+        assert complete.reason == "CompletionsReached"
+        assert complete.message == "Reached expected number of succeeded pods"
+        final = status(apis, "simple")
+        assert final.succeeded == 3 and not final.active and not final.failed
+        assert final.completion_time is not None
+        assert condition(apis, "simple", "SuccessCriteriaMet") is not None
+        assert len(pods_of(apis, "simple")) == 3
+        # Counted pods lose the tracking finalizer.
+        assert all(not p.metadata.finalizers for p in pods_of(apis, "simple"))
+
+
+def test_indexed_job_pods_hostnames_and_completed_indexes(tmp_path: Path) -> None:
+    with cluster(tmp_path) as apis:
+        body = job("idx", completions=3, parallelism=3, completionMode="Indexed",
+                   annotations={"kubesim.mkd.dev/run-seconds": "0.3"})
+        body["spec"]["template"]["spec"]["subdomain"] = "idx-svc"
+        apis.batch.create_namespaced_job(NS, body)
+        pods = wait_for(lambda: len(p := pods_of(apis, "idx")) == 3 and p, what="three pods")
+        by_index = {int(p.metadata.annotations[INDEX]): p for p in pods}
+        assert sorted(by_index) == [0, 1, 2]
+        for i, p in by_index.items():
+            assert p.metadata.labels[INDEX] == str(i)
+            assert p.metadata.name.startswith(f"idx-{i}-") and len(p.metadata.name) == len(f"idx-{i}-") + 5
+            assert p.spec.hostname == f"idx-{i}"
+            assert p.spec.subdomain == "idx-svc"
+            assert p.metadata.annotations["kubesim.mkd.dev/run-seconds"] == "0.3"
+            env = {e.name: e for e in p.spec.containers[0].env}
+            assert env["JOB_COMPLETION_INDEX"].value_from.field_ref.field_path == f"metadata.labels['{INDEX}']"
+        wait_for(lambda: condition(apis, "idx", "Complete"), what="Complete")
+        final = status(apis, "idx")
+        assert final.completed_indexes == "0-2"
+        assert final.succeeded == 3
+
+
+def test_backoff_limit_fails_the_job(tmp_path: Path) -> None:
+    with cluster(tmp_path) as apis:
+        apis.batch.create_namespaced_job(NS, job("crash", backoffLimit=1,
+                                                 annotations={"kubesim.mkd.dev/exit-code": "2"}))
+        failed = wait_for(lambda: condition(apis, "crash", "Failed"), what="Failed")
+        assert failed.reason == "BackoffLimitExceeded"
+        assert failed.message == "Job has reached the specified backoff limit"
+        assert condition(apis, "crash", "FailureTarget") is not None
+        final = status(apis, "crash")
+        assert final.failed == 2 and not final.active and final.completion_time is None
+        assert all(p.status.phase == "Failed" for p in pods_of(apis, "crash"))
+
+
+def test_fail_attempts_with_on_failure_count_restarts_not_pods(tmp_path: Path) -> None:
+    with cluster(tmp_path) as apis:
+        apis.batch.create_namespaced_job(NS, job("retry", restart="OnFailure", backoffLimit=4, annotations={
+            "kubesim.mkd.dev/fail-attempts": "2", "kubesim.mkd.dev/run-seconds": "0.05"}))
+        wait_for(lambda: condition(apis, "retry", "Complete"), what="Complete")
+        pods = pods_of(apis, "retry")
+        assert len(pods) == 1
+        assert pods[0].status.container_statuses[0].restart_count == 2
+        assert not status(apis, "retry").failed
+
+
+def test_active_deadline_fails_the_job(tmp_path: Path) -> None:
+    with cluster(tmp_path) as apis:
+        apis.batch.create_namespaced_job(NS, job("slow", activeDeadlineSeconds=1,
+                                                 annotations={"kubesim.mkd.dev/run-forever": "true"}))
+        failed = wait_for(lambda: condition(apis, "slow", "Failed"), timeout=10, what="DeadlineExceeded")
+        assert failed.reason == "DeadlineExceeded"
+        wait_for(lambda: all(p.status.phase in ("Failed", "Succeeded") for p in pods_of(apis, "slow"))
+                 or not pods_of(apis, "slow"), what="pods stopped")
+
+
+def test_suspend_deletes_pods_and_resume_restarts_them(tmp_path: Path) -> None:
+    with cluster(tmp_path) as apis:
+        apis.batch.create_namespaced_job(NS, job("sus", parallelism=2, completions=2,
+                                                 annotations={"kubesim.mkd.dev/run-forever": "true"}))
+        wait_for(lambda: status(apis, "sus").active == 2, what="two active")
+        first_start = status(apis, "sus").start_time
+        apis.batch.patch_namespaced_job("sus", NS, {"spec": {"suspend": True}})
+        suspended = wait_for(lambda: condition(apis, "sus", "Suspended"), what="Suspended")
+        assert suspended.reason == "JobSuspended"
+        wait_for(lambda: not pods_of(apis, "sus"), what="pods deleted")
+        wait_for(lambda: not (s := status(apis, "sus")).active and s.start_time is None, what="startTime cleared")
+        assert not status(apis, "sus").failed  # pods deleted for suspension are not failures
+        time.sleep(1.0)  # startTime has second precision; make the resumed one visibly later
+        apis.batch.patch_namespaced_job("sus", NS, {"spec": {"suspend": False}})
+        wait_for(lambda: status(apis, "sus").active == 2, what="active again")
+        resumed = [c for c in status(apis, "sus").conditions if c.type == "Suspended"][0]
+        assert (resumed.status, resumed.reason) == ("False", "JobResumed")
+        assert status(apis, "sus").start_time > first_start
+
+
+def test_job_created_suspended_creates_no_pods(tmp_path: Path) -> None:
+    with cluster(tmp_path) as apis:
+        apis.batch.create_namespaced_job(NS, job("held", suspend=True))
+        wait_for(lambda: condition(apis, "held", "Suspended"), what="Suspended")
+        assert not pods_of(apis, "held")
+        assert status(apis, "held").start_time is None
+
+
+def test_ttl_after_finished_deletes_job_and_pods(tmp_path: Path) -> None:
+    with cluster(tmp_path) as apis:
+        apis.batch.create_namespaced_job(NS, job("short", ttlSecondsAfterFinished=1))
+        wait_for(lambda: condition(apis, "short", "Complete"), what="Complete")
+
+        def gone() -> bool:
+            return not [j for j in apis.batch.list_namespaced_job(NS).items if j.metadata.name == "short"]
+
+        wait_for(gone, timeout=10, what="job deleted by TTL")
+        wait_for(lambda: not pods_of(apis, "short"), what="pods garbage-collected")
+
+
+def test_jobs_managed_by_another_controller_are_left_alone(tmp_path: Path) -> None:
+    with cluster(tmp_path) as apis:
+        apis.batch.create_namespaced_job(NS, job("elsewhere", managedBy="kueue.x-k8s.io/multikueue"))
+        apis.batch.create_namespaced_job(NS, job("here"))
+        wait_for(lambda: condition(apis, "here", "Complete"), what="the unmanaged Job completes")
+        assert not pods_of(apis, "elsewhere")
+        assert not status(apis, "elsewhere").start_time
+
+
+def test_pod_names_are_deterministic_under_a_seed(tmp_path: Path) -> None:
+    def names(run: int) -> list[str]:
+        (tmp_path / str(run)).mkdir()
+        with cluster(tmp_path / str(run), seed=11) as apis:
+            apis.batch.create_namespaced_job(NS, job("det", completions=3, parallelism=3,
+                                                     completionMode="Indexed"))
+            pods = wait_for(lambda: len(p := pods_of(apis, "det")) == 3 and p, what="pods")
+            return sorted(p.metadata.name for p in pods)
+
+    assert names(0) == names(1)
