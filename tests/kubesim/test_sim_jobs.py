@@ -173,7 +173,7 @@ def test_suspend_deletes_pods_and_resume_restarts_them(tmp_path: Path) -> None:
         time.sleep(1.0)  # startTime has second precision; make the resumed one visibly later
         apis.batch.patch_namespaced_job("sus", NS, {"spec": {"suspend": False}})
         wait_for(lambda: status(apis, "sus").active == 2, what="active again")
-        resumed = [c for c in status(apis, "sus").conditions if c.type == "Suspended"][0]
+        resumed = next(c for c in status(apis, "sus").conditions if c.type == "Suspended")
         assert (resumed.status, resumed.reason) == ("False", "JobResumed")
         assert status(apis, "sus").start_time > first_start
 
