@@ -37,7 +37,7 @@ from federation.kinds.base import (
     validate_managed_by,
 )
 from federation.kinds.jobset import replicated_jobs, validate_replicated_jobs
-from federation.podset import PodSet, parse_resources
+from federation.podset import PodSet, parse_resources, pod_requests
 
 GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
@@ -253,7 +253,16 @@ class TrainJobKind(BaseKind):
                                       f"the trainer replicated job {rjobs[index].get('name')!r} needs a container named {NODE!r}",
                                       fix=f"name the main container {NODE!r}"))
         effective = {"replicatedJobs": rjobs}
-        return errors + validate_replicated_jobs(effective, f"{RUNTIME_FIELD}.template.spec")
+        errors += validate_replicated_jobs(effective, f"{RUNTIME_FIELD}.template.spec")
+        # a malformed quantity in the runtime is wrong even where resourcesPerNode overrides it
+        for index, raw in enumerate(replicated_jobs(as_map(template_spec))):
+            pod_field = f"{RUNTIME_FIELD}.template.spec.replicatedJobs[{index}].template.spec.template.spec"
+            try:
+                pod_requests(as_map(get_path(raw, ("template", "spec", "template", "spec"))), pod_field)
+            except Invalid as exc:
+                if exc.field not in {e.field for e in errors}:
+                    errors.append(exc)
+        return errors
 
     def podsets(self, job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> list[PodSet]:
         if runtime is None:
