@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import shutil
+import sys
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -343,7 +344,14 @@ def setup_demo_logging(state_dir: Path, console: Console, debug: bool) -> Path:
     file_handler = logging.FileHandler(path, mode="w")
     file_handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)-7s %(name)s: %(message)s"))
     root.addHandler(file_handler)
-    screen = RichHandler(console=console, show_path=False, level=logging.DEBUG if debug else logging.WARNING)
+    level = logging.DEBUG if debug else logging.WARNING
+    screen: logging.Handler
+    if console.is_terminal:  # shares the console with the live table, so lines land above it
+        screen = RichHandler(console=console, show_path=False, level=level)
+    else:
+        screen = logging.StreamHandler(sys.stderr)
+        screen.setLevel(level)
+        screen.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root.addHandler(screen)
     for noisy in ("kubernetes", "urllib3", "aiosqlite", "amqtt", "transitions", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

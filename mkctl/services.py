@@ -201,12 +201,32 @@ def sim_up(ctx: typer.Context,
 # --- settings reference ---------------------------------------------------------------------------
 
 
-def settings_reference(service: Annotated[str, typer.Argument(help="dispatcher or agent")]) -> None:
+def settings_reference(
+    service: Annotated[str, typer.Argument(help="dispatcher or agent")],
+    update: Annotated[Path | None, typer.Option(
+        "--update", help="Rewrite the table between this service's markers in a Markdown file (the README).",
+        show_default=False)] = None,
+) -> None:
     """Print the configuration reference of a service as a Markdown table (flag, env var, default, meaning)."""
     loaders = {"dispatcher": dispatcher_settings_class, "agent": agent_settings_class}
     if service not in loaders:
         raise CommandFailed(f"service: {service!r} is not known; use one of {', '.join(loaders)}", code=EXIT_USAGE)
-    typer.echo(flags.reference_markdown(loaders[service]()))
+    table = flags.reference_markdown(loaders[service]())
+    if update is None:
+        typer.echo(table)
+        return
+    text = update.read_text(encoding="utf-8")
+    begin, end = reference_markers(service)
+    if begin not in text or end not in text:
+        raise CommandFailed(f"--update: {update} has no {begin} ... {end} markers", code=EXIT_USAGE)
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    update.write_text(f"{head}{begin}\n{table}\n{end}{tail}", encoding="utf-8")
+    typer.echo(f"updated the {service} settings in {update}")
+
+
+def reference_markers(service: str) -> tuple[str, str]:
+    return f"<!-- settings:{service} -->", f"<!-- /settings:{service} -->"
 
 
 def register(app: typer.Typer) -> None:

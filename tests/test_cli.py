@@ -298,3 +298,19 @@ def test_table_aligns_and_hides_wide_columns() -> None:
     assert table(rows, cols, wide=True).splitlines()[0] == "A      BEE   C"
     assert render([], cols, OutputFormat.table) == "No resources found."
     assert json.loads(render(rows, cols, OutputFormat.json))["items"][1]["a"] == "yyyy"
+
+
+# --- the README's configuration reference ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("service", ["dispatcher", "agent"])
+def test_readme_configuration_reference_is_current(service: str) -> None:
+    from mkctl.services import agent_settings_class, dispatcher_settings_class, reference_markers
+
+    cls = {"dispatcher": dispatcher_settings_class, "agent": agent_settings_class}[service]()
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    begin, end = reference_markers(service)
+    current = readme.partition(begin)[2].partition(end)[0].strip()
+    assert current == flags.reference_markdown(cls), \
+        f"README's {service} settings are stale: run `mkctl settings {service} --update README.md`"
+    assert "make demo" in readme and "make test" in readme
