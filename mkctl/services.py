@@ -178,24 +178,34 @@ sim_app = typer.Typer(help="kubesim, the Kubernetes API emulator the demo and te
 
 @sim_app.command("up", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
 def sim_up(ctx: typer.Context,
-           state_dir: Annotated[Path, typer.Option("--state-dir", help="Where kubeconfigs and state go.")] = Path(
+           state_dir: Annotated[Path, typer.Option("--state-dir", help="Where the kubeconfigs are written.")] = Path(
                "state/sim"),
            ) -> None:
-    """Start simulated clusters (the demo's topology unless kubesim flags say otherwise) until ^C.
+    """Serve simulated clusters until ^C: the demo's topology unless --clusters/--topology say otherwise.
 
-    Extra arguments are passed to ``python -m kubesim`` unchanged.
+    Other arguments go to kubesim's own entry point (``python -m kubesim --help`` lists them).
     """
-    import runpy
+    import kubesim
 
-    argv = ["kubesim", "--state-dir", str(state_dir), *ctx.args]
-    saved = sys.argv
-    sys.argv = argv
-    try:
-        runpy.run_module("kubesim", run_name="__main__", alter_sys=True)
-    except ImportError as exc:
-        raise CommandFailed(f"kubesim is not available in this installation ({exc})") from None
-    finally:
-        sys.argv = saved
+    argv = ["--state-dir", str(state_dir), *ctx.args]
+    if not any(a.startswith(("--clusters", "--topology")) for a in ctx.args):
+        argv += ["--topology", str(write_demo_topology(state_dir))]
+    raise typer.Exit(kubesim.cli_main(argv))
+
+
+def write_demo_topology(state_dir: Path) -> Path:
+    """The demo's clusters (mkctl.topology) as a kubesim topology file."""
+    import dataclasses
+
+    import yaml
+
+    from mkctl.topology import default_workers, manager_spec
+
+    state_dir.mkdir(parents=True, exist_ok=True)
+    path = state_dir / "topology.yaml"
+    clusters = [dataclasses.asdict(spec) for spec in [manager_spec(), *default_workers()]]
+    path.write_text(yaml.safe_dump({"clusters": clusters}, sort_keys=False), encoding="utf-8")
+    return path
 
 
 # --- settings reference ---------------------------------------------------------------------------
