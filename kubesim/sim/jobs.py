@@ -45,7 +45,7 @@ BACKOFF_REASON = "BackoffLimitExceeded"
 BACKOFF_MESSAGE = "Job has reached the specified backoff limit"
 DEADLINE_REASON = "DeadlineExceeded"
 DEADLINE_MESSAGE = "Job was active longer than specified deadline"
-BATCH_SIZE = 500
+BATCH_SIZE = 100
 """Jobs reconciled per loop iteration, so a burst of Jobs does not starve the API server's loop."""
 CREATE_BURST = 500
 """Pods created for one Job in one reconcile (the real controller's slow start caps it too)."""

@@ -37,6 +37,8 @@ from kubesim.sim.scheduler import TERMINAL, Scheduler
 RESTART_DELAY = 0.05
 """First CrashLoopBackOff wait in seconds (the real one is 10 s), doubling up to RESTART_DELAY_MAX."""
 RESTART_DELAY_MAX = 0.5
+READY_DELAY = 0.05
+"""Seconds from a container's start to its first passing readinessProbe."""
 TERMINATION_SECONDS_MAX = 0.1
 """terminationGracePeriodSeconds is scaled down to at most this many seconds."""
 
@@ -234,18 +236,44 @@ class Kubelet:
         status.setdefault("startTime", run.started_at)
         status.setdefault("qosClass", _qos_class(spec))
         conditions = status.setdefault("conditions", [])
+        containers = list(spec.get("containers") or ())
+        # A container with a readinessProbe turns ready only once its first probe passes (READY_DELAY later).
+        probed = [str(c.get("name")) for c in containers if c.get("readinessProbe")]
         for ctype in ("PodReadyToStartContainers", "Initialized", "ContainersReady", "Ready", "PodScheduled"):
+            if probed and ctype in ("ContainersReady", "Ready"):
+                set_condition(conditions, ctype, "False", "ContainersNotReady",
+                              f"containers with unready status: [{' '.join(probed)}]", now=stamp, probe_times=True)
+                continue
             set_condition(conditions, ctype, "True", probe_times=True, now=stamp)
             _clear_reason(conditions, ctype)
         status["containerStatuses"] = [
-            _container_status(c, run, {"running": {"startedAt": stamp}}, ready=True,
+            _container_status(c, run, {"running": {"startedAt": stamp}}, ready=c.get("name") not in probed,
                               last=_previous_last(status, c.get("name")))
-            for c in spec.get("containers") or ()
+            for c in containers
         ]
         if spec.get("initContainers"):
             status["initContainerStatuses"] = [_init_status(c, run, stamp) for c in spec["initContainers"]]
         self._write_status(run, pod)
         self._schedule_exit(run)
+        if probed:
+            self.loop.call_later(READY_DELAY, self._ready, run, run.attempt)
+
+    def _ready(self, run: PodRun, attempt: int) -> None:
+        if run.state != "running" or run.attempt != attempt:
+            return
+        pod = self._current(run)
+        if pod is None:
+            return
+        status = pod.setdefault("status", {})
+        stamp = now_ts()
+        for cs in status.get("containerStatuses") or ():
+            if "running" in (cs.get("state") or {}):
+                cs["ready"] = True
+        conditions = status.setdefault("conditions", [])
+        for ctype in ("ContainersReady", "Ready"):
+            set_condition(conditions, ctype, "True", now=stamp, probe_times=True)
+            _clear_reason(conditions, ctype)
+        self._write_status(run, pod)
 
     def _exit(self, run: PodRun) -> None:
         run.handle = None

@@ -28,6 +28,8 @@ DEFAULT_SCHEDULER = "default-scheduler"
 UNRESOLVABLE = "Preemption is not helpful for scheduling"
 NO_VICTIMS = "No preemption victims found for incoming pod"
 TERMINAL = frozenset({"Succeeded", "Failed"})
+PASS_WRITE_BUDGET = 200
+"""Writes (binds, unschedulable status + event) one scheduling pass may make before yielding the loop."""
 
 
 @dataclass
@@ -85,6 +87,7 @@ class Scheduler:
         self._move_all = False
         self._handle: asyncio.Handle | None = None
         self._sorted_nodes: list[NodeInfo] | None = None
+        self._backlog: list[Key] = []
         self.binds = 0
         self.stopped = False
         self.passes = 0
@@ -229,15 +232,20 @@ class Scheduler:
         self._handle = None
         self.passes += 1
         if self._move_all:
-            keys = list(self.pending)
+            self._backlog = self._ordered(list(self.pending))
             self._move_all = False
         else:
-            keys = [k for k in self.active if k in self.pending]
+            fresh = [k for k in self.active if k in self.pending]
             if len(self.priorities) <= 1:
-                keys.sort(key=lambda k: self.pending[k].seq)
+                fresh.sort(key=lambda k: self.pending[k].seq)
+            self._backlog = self._ordered(fresh) + self._backlog if self._backlog else self._ordered(fresh)
         self.active.clear()
         failed: dict[str, str] = {}
-        for key in self._ordered(keys):
+        budget = PASS_WRITE_BUDGET
+        position = 0
+        for position, key in enumerate(self._backlog):  # noqa: B007 - position is used after the loop
+            if budget <= 0:
+                break
             entry = self.pending.get(key)
             if entry is None:
                 continue
@@ -246,11 +254,19 @@ class Scheduler:
                 node, message = self._place(entry)
                 if node is not None:
                     self._bind(entry, node)
+                    budget -= 1
                     continue
                 failed[entry.signature] = message
             if self.unschedulable.get(key) != message:
                 self.unschedulable[key] = message
                 self._mark_unschedulable(entry, message)
+                budget -= 2
+        else:
+            position = len(self._backlog)
+        # Out of budget: the rest waits for the next loop iteration so the API server stays responsive.
+        self._backlog = self._backlog[position:]
+        if self._backlog and self._handle is None and not self.stopped:
+            self._handle = self.loop.call_soon(self._pass)
 
     def _nodes(self) -> list[NodeInfo]:
         if self._sorted_nodes is None:

@@ -137,3 +137,21 @@ def test_deleted_running_pod_goes_away(tmp_path: Path) -> None:
         core.delete_namespaced_pod("gone", NS)
         wait_for(lambda: not [p for p in core.list_namespaced_pod(NS).items if p.metadata.name == "gone"],
                  what="pod removed")
+
+
+def test_readiness_probe_delays_ready_until_after_start(tmp_path: Path) -> None:
+    with cluster(tmp_path) as core:
+        body = pod("probed", annotations={"kubesim.mkd.dev/run-forever": "true"})
+        body["spec"]["containers"][0]["readinessProbe"] = {"exec": {"command": ["true"]}}
+        core.create_namespaced_pod(NS, body)
+        seen: list[tuple[str, bool]] = []
+
+        def ready() -> bool:
+            p = core.read_namespaced_pod("probed", NS)
+            if p.status.phase == "Running":
+                seen.append((conditions(p).get("Ready", ""), p.status.container_statuses[0].ready))
+            return conditions(p).get("Ready") == "True"
+
+        wait_for(ready, what="Ready after the probe")
+        assert seen[-1] == ("True", True)
+        assert all(c == "False" and not r for c, r in seen[:-1])
