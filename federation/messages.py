@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from federation.errors import Permanent
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION: Final = 1
 MAX_PAYLOAD_BYTES = 1_048_576
 """1 MiB: a Kubernetes object is at most ~1.5 MiB in etcd; a Job this large is refused, not truncated."""
 
@@ -228,10 +228,11 @@ def _decode(payload: bytes, adapter: TypeAdapter[Any], what: str) -> Any:
     if not isinstance(raw, dict):
         raise MessageRefused(f"{what} payload must be a JSON object")
     version = raw.get("v")
-    if version != SCHEMA_VERSION:
+    if type(version) is not int or version != SCHEMA_VERSION:  # true == 1 and 1.0 == 1 in Python
         raise MessageRefused(f"{what} schema version {version!r} is not supported (this side speaks {SCHEMA_VERSION})")
     try:
-        return adapter.validate_python(raw)
+        # strict: JSON false is not attempt 0, "3" is not seq 3 (lax mode would coerce both)
+        return adapter.validate_json(bytes(payload), strict=True)
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "(root)"
