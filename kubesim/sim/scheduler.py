@@ -386,13 +386,13 @@ def bind_pod(store: StoreLike, namespace: str, name: str, uid: str, node: str) -
     The pod spec is immutable through update and patch (as upstream), so binding uses the store's
     ``bind`` when it offers one, else commits the bound object the way the binding subresource does.
     """
+    rec = store.get_rec("pods", namespace, name)  # type: ignore[attr-defined]
+    if rec is None or rec.uid != uid:
+        return False  # gone, or a new pod of the same name that gets its own scheduling attempt
     binder = getattr(store, "bind", None)
     if callable(binder):
         binder(namespace, name, node)
         return True
-    rec = store.get_rec("pods", namespace, name)  # type: ignore[attr-defined]
-    if rec is None:
-        return False
     pod = rec.obj()
     meta = pod.get("metadata") or {}
     if meta.get("uid") != uid or (pod.get("spec") or {}).get("nodeName") or meta.get("deletionTimestamp"):
