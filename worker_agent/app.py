@@ -158,7 +158,9 @@ class Agent:
                     self.outbox.attach(link)
                     self.connected.set()
                     self.capacity_changed.set()  # a heartbeat at once
-                    self.reporter.inventory(await self.inbox.inventory_items(self.job_resources))
+                    items = await self.inbox.inventory_items(self.job_resources)
+                    self.reporter.inventory(items)
+                    log.info("connected to the broker; inventory of %d jobs sent", len(items))
                     try:
                         async for message in link.messages():
                             self.inbox.receive(message.payload)
@@ -199,9 +201,9 @@ class Agent:
         assert self.apply is not None
         async with Supervisor() as sup:
             for name in self.job_resources:
-                sup.start(f"watch-{self.job_resources[name].plural}", self._bind(self.follow_jobs, name), restart=True)
+                sup.start(f"watch-kind-{name}", self._bind(self.follow_jobs, name), restart=True)
             for plural in self.child_resources:
-                sup.start(f"watch-{plural}", self._bind(self.follow_children, plural), restart=True)
+                sup.start(f"watch-child-{plural}", self._bind(self.follow_children, plural), restart=True)
             sup.start("apply", self.apply.run, restart=True)
             for i in range(SENDERS):
                 sup.start(f"outbox-{i}", self.outbox.run_sender, restart=True)
