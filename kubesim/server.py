@@ -122,10 +122,9 @@ class ApiServer:
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         f = self.faults
-        if f.pause_until:
-            delay = f.pause_until - time.monotonic()
-            if delay > 0:
-                await asyncio.sleep(delay)
+        while f.pause_until and time.monotonic() < f.pause_until:  # noqa: ASYNC110 - set from other threads
+            # Short naps so that Faults.clear() releases held requests promptly.
+            await asyncio.sleep(min(0.05, f.pause_until - time.monotonic()))
         if f.fail_until and time.monotonic() < f.fail_until:
             if f.fail_status == 429:
                 return error_response(ApiError(429, "TooManyRequests", "kubesim: injected throttling, please "

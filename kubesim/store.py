@@ -634,6 +634,13 @@ class Store:
 
     # ------------------------------------------------------------------ history
 
+    def compact(self, upto: int | None = None) -> None:
+        """Forget history up to ``upto`` (default: all), as etcd compaction does; older watches get 410."""
+        upto = self.rv if upto is None else upto
+        while self.history and self.history[0][0] <= upto:
+            self.history.popleft()
+        self.compacted = max(self.compacted, upto)
+
     def events_since(self, rv: int) -> list[tuple[int, str, str, Rec, Rec | None]] | None:
         """Events after ``rv`` from the window, or None when ``rv`` is older than the window (410)."""
         if rv < self.compacted:

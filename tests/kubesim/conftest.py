@@ -8,6 +8,7 @@ kubesim-only features (faults, restarts) take ``sim_only`` and are skipped again
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -74,3 +75,38 @@ def ns(api: client.ApiClient) -> Iterator[str]:
     except client.ApiException as e:
         if e.status != 404:
             raise
+
+
+WIDGET_GROUP = "kubesim.mkd.dev"
+
+
+@pytest.fixture(scope="module")
+def crd_group(api: client.ApiClient) -> Iterator[str]:
+    """A namespaced ``widgets`` CRD (v1 storage + v1beta1 served, status subresource) for the module."""
+    from tests.kubesim.helpers import eventually
+
+    ext = client.ApiextensionsV1Api(api)
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    body = {"metadata": {"name": f"widgets.{WIDGET_GROUP}"}, "spec": {
+        "group": WIDGET_GROUP, "scope": "Namespaced",
+        "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "shortNames": ["wd"]},
+        "versions": [
+            {"name": "v1", "served": True, "storage": True, "schema": schema,
+             "subresources": {"status": {}}},
+            {"name": "v1beta1", "served": True, "storage": False, "schema": schema,
+             "subresources": {"status": {}}},
+        ]}}
+    try:
+        ext.create_custom_resource_definition(body)
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+
+    def established() -> bool:
+        crd = ext.read_custom_resource_definition(f"widgets.{WIDGET_GROUP}")
+        return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
+
+    eventually(established, what="CRD Established")
+    yield WIDGET_GROUP
+    with contextlib.suppress(client.ApiException):
+        ext.delete_custom_resource_definition(f"widgets.{WIDGET_GROUP}")

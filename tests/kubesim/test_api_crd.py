@@ -1,0 +1,101 @@
+"""CustomResourceDefinitions: becoming served, versions, scope, status subresource, DynamicClient, removal."""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+from kubernetes.dynamic import DynamicClient
+
+from tests.kubesim.helpers import eventually, gone, status_of
+
+pytestmark = pytest.mark.realcluster
+
+
+def widget(group: str, name: str, version: str = "v1", **spec: object) -> dict:
+    return {"apiVersion": f"{group}/{version}", "kind": "Widget", "metadata": {"name": name},
+            "spec": spec, "status": {"ready": True}}
+
+
+def test_crd_conditions_and_discovery(api: client.ApiClient, crd_group: str) -> None:
+    crd = client.ApiextensionsV1Api(api).read_custom_resource_definition(f"widgets.{crd_group}")
+    conds = {c.type: c.status for c in crd.status.conditions}
+    assert conds["Established"] == "True" and conds["NamesAccepted"] == "True"
+    assert crd.status.accepted_names.kind == "Widget"
+    resources = client.CustomObjectsApi(api).get_api_resources(crd_group, "v1") if False else None
+    del resources
+    dc = DynamicClient(api)
+    res = dc.resources.get(api_version=f"{crd_group}/v1", kind="Widget")
+    assert res.namespaced and res.name == "widgets"
+
+
+def test_custom_resource_crud_with_status_subresource(api: client.ApiClient, crd_group: str, ns: str) -> None:
+    co = client.CustomObjectsApi(api)
+    w = co.create_namespaced_custom_object(crd_group, "v1", ns, "widgets", widget(crd_group, "a", size=1,
+                                                                                  extra={"free": ["form"]}))
+    assert "status" not in w  # status is dropped on create when the status subresource is on
+    assert w["spec"]["extra"] == {"free": ["form"]}  # preserve-unknown-fields keeps everything
+    assert w["metadata"]["generation"] == 1
+    w = co.patch_namespaced_custom_object(crd_group, "v1", ns, "widgets", "a", {"status": {"ready": True}})
+    assert "status" not in w
+    w = co.patch_namespaced_custom_object_status(crd_group, "v1", ns, "widgets", "a",
+                                                 {"status": {"ready": True}, "spec": {"size": 9}})
+    assert w["status"] == {"ready": True} and w["spec"]["size"] == 1
+    assert w["metadata"]["generation"] == 1
+    w = co.patch_namespaced_custom_object(crd_group, "v1", ns, "widgets", "a", {"spec": {"size": 2}})
+    assert w["metadata"]["generation"] == 2 and w["status"] == {"ready": True}
+    listed = co.list_namespaced_custom_object(crd_group, "v1", ns, "widgets")
+    assert [i["metadata"]["name"] for i in listed["items"]] == ["a"]
+    assert listed["kind"] == "WidgetList"
+    beta = co.get_namespaced_custom_object(crd_group, "v1beta1", ns, "widgets", "a")
+    assert beta["apiVersion"] == f"{crd_group}/v1beta1"
+    co.delete_namespaced_custom_object(crd_group, "v1", ns, "widgets", "a")
+    with pytest.raises(client.ApiException) as ei:
+        co.get_namespaced_custom_object(crd_group, "v1", ns, "widgets", "a")
+    assert ei.value.status == 404
+    assert status_of(ei.value)["details"]["group"] == crd_group
+
+
+def test_cr_with_wrong_kind_is_400(api: client.ApiClient, crd_group: str, ns: str) -> None:
+    body = widget(crd_group, "k")
+    body["kind"] = "Gadget"
+    with pytest.raises(client.ApiException) as ei:
+        client.CustomObjectsApi(api).create_namespaced_custom_object(crd_group, "v1", ns, "widgets", body)
+    assert ei.value.status == 400
+
+
+def test_cluster_scoped_crd_and_removal(api: client.ApiClient) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    group = "scoped.kubesim.mkd.dev"
+    ext.create_custom_resource_definition({"metadata": {"name": f"gizmos.{group}"}, "spec": {
+        "group": group, "scope": "Cluster", "names": {"plural": "gizmos", "kind": "Gizmo"},
+        "versions": [{"name": "v1alpha1", "served": True, "storage": True,
+                      "schema": {"openAPIV3Schema": {"type": "object",
+                                                     "x-kubernetes-preserve-unknown-fields": True}}}]}})
+    co = client.CustomObjectsApi(api)
+
+    def create() -> bool:
+        try:
+            co.create_cluster_custom_object(group, "v1alpha1", "gizmos", {
+                "apiVersion": f"{group}/v1alpha1", "kind": "Gizmo", "metadata": {"name": "g1"}})
+        except client.ApiException as e:
+            if e.status == 404:
+                return False
+            raise
+        return True
+
+    eventually(create, what="gizmos served")
+    g = co.get_cluster_custom_object(group, "v1alpha1", "gizmos", "g1")
+    assert "namespace" not in g["metadata"]
+    ext.delete_custom_resource_definition(f"gizmos.{group}")
+    eventually(gone(lambda: co.get_cluster_custom_object(group, "v1alpha1", "gizmos", "g1")), timeout=30,
+               what="custom resources removed with their CRD")
+
+
+def test_crd_name_must_match_plural_and_group(api: client.ApiClient) -> None:
+    with pytest.raises(client.ApiException) as ei:
+        client.ApiextensionsV1Api(api).create_custom_resource_definition({
+            "metadata": {"name": "wrong.example.com"}, "spec": {
+                "group": "example.com", "scope": "Namespaced", "names": {"plural": "things", "kind": "Thing"},
+                "versions": [{"name": "v1", "served": True, "storage": True,
+                              "schema": {"openAPIV3Schema": {"type": "object"}}}]}})
+    assert ei.value.status == 422

@@ -1,0 +1,110 @@
+"""Patches: JSON merge, JSON patch, strategic merge (merge keys and directives), server-side apply."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import DynamicApiError
+
+from tests.kubesim.helpers import pod_body, status_of
+
+pytestmark = pytest.mark.realcluster
+
+
+def test_json_merge_patch_replaces_lists_and_null_deletes(api: client.ApiClient, ns: str) -> None:
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_config_map(ns, {"metadata": {"name": "m", "labels": {"a": "1", "b": "2"}},
+                                         "data": {"x": "1"}})
+    dc = DynamicClient(api)
+    cms = dc.resources.get(api_version="v1", kind="ConfigMap")
+    res = cms.patch(name="m", namespace=ns, body={"metadata": {"labels": {"a": None, "c": "3"}}},
+                    content_type="application/merge-patch+json")
+    assert dict(res.metadata.labels) == {"b": "2", "c": "3"}
+
+
+def test_json_patch_ops(api: client.ApiClient, ns: str) -> None:
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_config_map(ns, {"metadata": {"name": "j"}, "data": {"a": "1", "b": "2"}})
+    cm = v1.patch_namespaced_config_map("j", ns, [
+        {"op": "test", "path": "/data/a", "value": "1"},
+        {"op": "replace", "path": "/data/a", "value": "10"},
+        {"op": "remove", "path": "/data/b"},
+        {"op": "add", "path": "/metadata/labels", "value": {"k": "v"}},
+        {"op": "copy", "from": "/data/a", "path": "/data/c"},
+    ])
+    assert cm.data == {"a": "10", "c": "10"}
+    assert cm.metadata.labels == {"k": "v"}
+    with pytest.raises(client.ApiException) as ei:
+        v1.patch_namespaced_config_map("j", ns, [{"op": "test", "path": "/data/a", "value": "nope"}])
+    assert ei.value.status == 422
+
+
+def test_strategic_merge_by_name_for_containers_and_env(api: client.ApiClient, ns: str) -> None:
+    batch = client.BatchV1Api(api)
+    batch.create_namespaced_job(ns, {"metadata": {"name": "s"}, "spec": {"suspend": True, "template": {"spec": {
+        "restartPolicy": "Never", "containers": [
+            {"name": "a", "image": "x", "env": [{"name": "E1", "value": "1"}, {"name": "E2", "value": "2"}]},
+            {"name": "b", "image": "y"}]}}}})
+    job = batch.patch_namespaced_job("s", ns, {"spec": {"template": {"spec": {"containers": [
+        {"name": "a", "env": [{"name": "E2", "value": "two"}, {"name": "E3", "value": "3"}]}]}}}})
+    cs = job.spec.template.spec.containers
+    assert [c.name for c in cs] == ["a", "b"]
+    assert cs[0].image == "x"
+    assert [(e.name, e.value) for e in cs[0].env] == [("E1", "1"), ("E2", "two"), ("E3", "3")]
+    job = batch.patch_namespaced_job("s", ns, {"spec": {"template": {"spec": {"containers": [
+        {"name": "b", "$patch": "delete"}]}}}})
+    assert [c.name for c in job.spec.template.spec.containers] == ["a"]
+
+
+def test_strategic_merge_ports_volumes_and_status_conditions(api: client.ApiClient, ns: str) -> None:
+    v1 = client.CoreV1Api(api)
+    svc = v1.create_namespaced_service(ns, {"metadata": {"name": "p"}, "spec": {"ports": [
+        {"name": "http", "port": 80}, {"name": "https", "port": 443}]}})
+    svc = v1.patch_namespaced_service("p", ns, {"spec": {"ports": [{"name": "http2", "port": 80,
+                                                                    "targetPort": 8080}]}})
+    assert [(p.port, p.name, p.target_port) for p in svc.spec.ports] == [(80, "http2", 8080), (443, "https", 443)]
+    body = pod_body("c")
+    v1.create_namespaced_pod(ns, {**body, "spec": {**body["spec"], "schedulerName": "none"}})
+    v1.patch_namespaced_pod_status("c", ns, {"status": {"conditions": [{"type": "A", "status": "True"}]}})
+    pod = v1.patch_namespaced_pod_status("c", ns, {"status": {"conditions": [{"type": "B", "status": "False"}]}})
+    conds = {c.type: c.status for c in pod.status.conditions}
+    assert (conds["A"], conds["B"]) == ("True", "False")
+
+
+def test_strategic_patch_is_415_on_custom_resources(api: client.ApiClient, crd_group: str, ns: str) -> None:
+    co = client.CustomObjectsApi(api)
+    co.create_namespaced_custom_object(crd_group, "v1", ns, "widgets", {
+        "apiVersion": f"{crd_group}/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"size": 1}})
+    with pytest.raises(client.ApiException) as ei:
+        co.patch_namespaced_custom_object(crd_group, "v1", ns, "widgets", "w", {"spec": {"size": 2}},
+                                          _content_type="application/strategic-merge-patch+json")
+    assert ei.value.status == 415
+    assert status_of(ei.value)["reason"] == "UnsupportedMediaType"
+    w = co.patch_namespaced_custom_object(crd_group, "v1", ns, "widgets", "w", {"spec": {"size": 2}})
+    assert w["spec"]["size"] == 2
+
+
+def test_server_side_apply_creates_then_merges_with_managed_fields(api: client.ApiClient, ns: str) -> None:
+    dc = DynamicClient(api)
+    cms = dc.resources.get(api_version="v1", kind="ConfigMap")
+    manifest = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa", "namespace": ns,
+                                                                      "labels": {"a": "1"}}, "data": {"k": "v"}}
+    first = cms.server_side_apply(body=manifest, field_manager="mkd-test", force_conflicts=True)
+    assert first.data.k == "v"
+    manifest["data"] = {"k": "v2", "k2": "x"}
+    second = cms.server_side_apply(body=manifest, field_manager="mkd-test", force_conflicts=True)
+    assert dict(second.data) == {"k": "v2", "k2": "x"}
+    assert second.metadata.uid == first.metadata.uid
+    managers = [(m.manager, m.operation) for m in second.metadata.managedFields]
+    assert ("mkd-test", "Apply") in managers
+
+
+def test_apply_without_field_manager_is_rejected(api: client.ApiClient, ns: str) -> None:
+    body = yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "nofm"}})
+    dc = DynamicClient(api)
+    with pytest.raises(DynamicApiError) as ei:
+        dc.request("patch", f"/api/v1/namespaces/{ns}/configmaps/nofm", body=body,
+                   content_type="application/apply-patch+yaml")
+    assert ei.value.status in (400, 422)
