@@ -32,7 +32,7 @@ from rich.text import Text
 from mkctl import jobs as samples_mod
 from mkctl.errors import EXIT_UNFINISHED, CommandFailed
 from mkctl.jobs import Examples, Observation, Sample
-from mkctl.output import duration
+from mkctl.output import Column, duration, table
 from mkctl.services import redact
 from mkctl.topology import MANAGER, Topology, TopologyOptions
 
@@ -275,8 +275,13 @@ async def follow(top: Topology, progress: Progress, reader: PlacementReader, vie
 
 
 def summary(console: Console, top: Topology, progress: Progress, opts: DemoOptions, problems: list[str]) -> None:
-    if console.is_terminal is False:
-        console.print(render_table(progress))
+    if not console.is_terminal:  # the live table was never drawn: print the final one, plain
+        rows = [{"job": s.key, "kind": o.kind, "queue": o.queue, "cluster": o.cluster, "state": o.state,
+                 "reason": o.reason, "elapsed": f"{o.elapsed():.1f}s"}
+                for s in progress.samples if (o := progress.observed.get(s.key)) is not None]
+        console.print(table(rows, [Column(h, h) for h in ("job", "kind", "queue", "cluster", "state", "reason",
+                                                          "elapsed")], max_width=70),
+                      markup=False, highlight=False, soft_wrap=True)
     states = Counter(o.state for o in progress.observed.values())
     clusters = Counter(o.cluster for o in progress.observed.values() if o.cluster)
     console.print()
@@ -353,8 +358,10 @@ def setup_demo_logging(state_dir: Path, console: Console, debug: bool) -> Path:
         screen.setLevel(level)
         screen.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root.addHandler(screen)
-    for noisy in ("kubernetes", "urllib3", "aiosqlite", "amqtt", "transitions", "alembic"):
+    for noisy in ("kubernetes", "aiosqlite", "amqtt", "transitions", "alembic"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # "Connection pool is full" is urllib3 telling us it closed a spare connection: not news.
+    logging.getLogger("urllib3").setLevel(logging.ERROR)
     return path
 
 
@@ -377,7 +384,7 @@ def demo(
 ) -> None:
     """Run the whole federation in one process on embedded defaults and submit the sample jobs."""
     debug = bool(getattr(ctx.find_root().obj, "debug", False))
-    console = Console(highlight=False)
+    console = Console(highlight=False, soft_wrap=not sys.stdout.isatty())
     log_path = setup_demo_logging(state_dir, console, debug)
     opts = DemoOptions(state_dir, mqtt_url, database_url, timeout, keep_running, examples, fresh)
     try:

@@ -199,7 +199,8 @@ def observe(sample: Sample, job: Mapping[str, Any] | None) -> Observation:
         return obs
     dispatched = condition(job, labels.CONDITION_DISPATCHED)
     rejected = condition(job, labels.CONDITION_REJECTED)
-    obs.cluster = cluster_from(dispatched)
+    if dispatched is not None and dispatched.get("status") == "True":
+        obs.cluster = cluster_from(dispatched)
     status = job.get("status") or {}
     done = kind.finished(job) if kind else None
     if done is not None:
