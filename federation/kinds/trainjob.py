@@ -113,7 +113,8 @@ def _merge_resources(container: dict[str, Any], per_node: Mapping[str, Any]) -> 
 
 
 def _upsert_env(container: dict[str, Any], env: list[Any]) -> None:
-    current = [e for e in container.get("env") or [] if isinstance(e, Mapping)]
+    existing = container.get("env")
+    current = [e for e in existing if isinstance(e, Mapping)] if isinstance(existing, list) else []
     names = {e.get("name") for e in env if isinstance(e, Mapping)}
     container["env"] = [e for e in current if e.get("name") not in names] + [dict(e) for e in env if isinstance(e, Mapping)]
 
@@ -145,8 +146,9 @@ def effective_replicated_jobs(job: Mapping[str, Any], runtime: Mapping[str, Any]
             _merge_resources(container, per_node)
     if node_index is not None:
         count = _num_nodes(job, runtime) - (1 if _launcher_as_node(runtime) else 0)
-        job_spec = rjobs[node_index].setdefault("template", {}).setdefault("spec", {})
-        job_spec["parallelism"] = job_spec["completions"] = max(count, 0)
+        job_spec = get_path(rjobs[node_index], ("template", "spec"))
+        if isinstance(job_spec, dict):  # otherwise validation reports the missing Job spec
+            job_spec["parallelism"] = job_spec["completions"] = max(count, 0)
     return rjobs
 
 

@@ -4,14 +4,19 @@
 from __future__ import annotations
 
 import copy
+import functools
+import os
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from federation import labels
+from federation.errors import Invalid
 from federation.kinds.registry import by_api
 from federation.kinds.trainjob import RUNTIME_PLURALS
 from federation.podset import total_requests
@@ -51,12 +56,18 @@ TEMPLATE = {
 """A pod template of each example (its field path; ``runtime.`` = in the TrainJob's runtime)."""
 
 
-def documents() -> list[tuple[str, Obj]]:
+@functools.cache
+def _documents() -> tuple[tuple[str, Obj], ...]:
     out = []
     for path in sorted(EXAMPLES.rglob("*.yaml")):
         for doc in yaml.safe_load_all(path.read_text()):
             out.append((str(path.relative_to(EXAMPLES)), doc))
-    return out
+    return tuple(out)
+
+
+def documents() -> list[tuple[str, Obj]]:
+    """Fresh copies, so a test may mutate what it gets."""
+    return copy.deepcopy(list(_documents()))
 
 
 def runtimes() -> dict[tuple[str, str], Obj]:
@@ -153,3 +164,58 @@ def test_broken_variant_names_the_field(name: str, how: str) -> None:
     errors = kind.validate(job, runtime)
     assert field in [e.field for e in errors], [str(e) for e in errors]
     assert all(e.fix for e in errors)
+
+
+# --- robustness: user input never crashes a kind ----------------------------------------------------
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-3, 3) | st.floats(allow_nan=True) | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+
+
+def paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    out = [prefix] if prefix else []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            out += paths(value, (*prefix, key))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            out += paths(value, (*prefix, index))
+    return out
+
+
+@settings(max_examples=int(os.environ.get('MKD_FUZZ_EXAMPLES', '200')), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(sorted(PODSETS)), st.data())
+def test_mutated_examples_yield_invalid_never_a_crash(name: str, data: st.DataObject) -> None:
+    job = copy.deepcopy(jobs()[name])
+    kind = by_api(job["apiVersion"], job["kind"])
+    assert kind is not None
+    runtime = runtime_for(job)
+    for _ in range(data.draw(st.integers(1, 3))):
+        in_runtime = runtime is not None and data.draw(st.booleans())
+        target = runtime if in_runtime and runtime is not None else job
+        candidates = paths(target)
+        if not candidates:
+            break
+        path = data.draw(st.sampled_from(candidates))
+        node: Any = target
+        for key in path[:-1]:
+            node = node[key]
+        if data.draw(st.booleans()):
+            node[path[-1]] = data.draw(json_values)
+        elif isinstance(node, dict):
+            del node[path[-1]]
+    errors = kind.validate(job, runtime)
+    assert all(isinstance(e, Invalid) and e.field for e in errors)
+    try:
+        podsets = kind.podsets(job, runtime)
+    except Invalid:
+        return
+    assert all(p.count >= 0 and p.requests["pods"] == 1 for p in podsets)
+    kind.finished(job)
+    kind.is_suspended(job)
+    kind.managed_by(job)
+    kind.runtime_ref(job)
+    kind.prepare_for_worker(job, stamp={labels.ORIGIN: "o"}, managed_by=None)
