@@ -21,6 +21,7 @@ from aiohttp import web
 from federation.errors import AlreadyExists, Conflict, Invalid, NotFound, Permanent, Transport
 from federation.kube import (
     CONFIGMAPS,
+    CRDS,
     EVENTS,
     JOBS,
     NAMESPACES,
@@ -434,3 +435,132 @@ async def test_used_outside_context_is_an_error(fake: tuple[FakeApi, Path]) -> N
         pass
     with pytest.raises(RuntimeError):
         await kube.get(PODS, "x", "ns")
+
+
+# --- against kubesim (the emulator every other suite uses) ----------------------------------
+
+import kubesim  # noqa: E402  (tests may import kubesim; production code may not)
+
+GIZMOS = Resource("gizmo.mkd.dev", "v1", "gizmos", "Gizmo")
+
+
+@pytest.fixture
+async def sim(tmp_path: Path) -> AsyncIterator[kubesim.Sim]:
+    spec = kubesim.ClusterSpec("w1", [kubesim.NodeSpec("n1")])
+    async with kubesim.serve_async([spec], tmp_path / "sim") as s:
+        yield s
+
+
+def gizmo_crd() -> dict[str, Any]:
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "gizmos.gizmo.mkd.dev"},
+            "spec": {"group": "gizmo.mkd.dev", "scope": "Namespaced",
+                     "names": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo"},
+                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema,
+                                   "subresources": {"status": {}}}]}}
+
+
+async def eventually_served(kube: Kube, res: Resource) -> None:
+    for _ in range(100):
+        kube._discovery.clear()
+        if await kube.served(res):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{res.plural} never served")
+
+
+async def test_kubesim_crud_patches_and_errors(sim: kubesim.Sim) -> None:
+    async with Kube(sim.kubeconfig("w1")) as kube:
+        assert not await kube.served(GIZMOS)
+        await kube.create(CRDS, gizmo_crd())
+        await eventually_served(kube, GIZMOS)
+        body = {"apiVersion": "gizmo.mkd.dev/v1", "kind": "Gizmo", "metadata": {"name": "g", "namespace": "default"},
+                "spec": {"size": 1, "color": "red"}}
+        created = await kube.create(GIZMOS, body)
+        assert created["metadata"]["uid"] and created["metadata"]["resourceVersion"]
+        with pytest.raises(AlreadyExists):
+            await kube.create(GIZMOS, body)
+        merged = await kube.patch(GIZMOS, "g", {"spec": {"color": None, "size": 2}}, "default")
+        assert merged["spec"] == {"size": 2}
+        patched = await kube.patch(GIZMOS, "g", [{"op": "add", "path": "/spec/shape", "value": "round"}], "default",
+                                   patch_type="json")
+        assert patched["spec"]["shape"] == "round"
+        status = await kube.patch(GIZMOS, "g", {"status": {"ready": True}}, "default", subresource="status")
+        assert status["status"] == {"ready": True}
+        stale = dict(created)
+        with pytest.raises(Conflict) as conflict:
+            await kube.replace(GIZMOS, stale)
+        assert not isinstance(conflict.value, AlreadyExists)
+        fresh = await kube.get(GIZMOS, "g", "default")
+        fresh["spec"]["size"] = 3
+        assert (await kube.replace(GIZMOS, fresh))["spec"]["size"] == 3
+        applied = await kube.patch(CONFIGMAPS, "cm", {"apiVersion": "v1", "kind": "ConfigMap",
+                                                      "metadata": {"name": "cm"}, "data": {"a": "1"}},
+                                   "default", patch_type="apply", field_manager="mkd-test", force=True)
+        assert applied["data"] == {"a": "1"}
+        strategic = await kube.patch(CONFIGMAPS, "cm", {"data": {"b": "2"}}, "default", patch_type="strategic")
+        assert strategic["data"] == {"a": "1", "b": "2"}
+        with pytest.raises(Invalid) as invalid:
+            await kube.create(CONFIGMAPS, {"metadata": {"name": "Bad_Name"}}, "default")
+        assert invalid.value.field == "metadata.name"
+        await kube.delete(GIZMOS, "g", "default")
+        with pytest.raises(NotFound):
+            await kube.delete(GIZMOS, "g", "default")
+        sim.cluster("w1").faults.fail(status=429, seconds=30)
+        with pytest.raises(Transport) as throttled:
+            await kube.get(GIZMOS, "g", "default")
+        assert throttled.value.delay == 1.0  # Retry-After
+        sim.cluster("w1").faults.fail(status=500, seconds=30)
+        with pytest.raises(Transport):
+            await kube.list(PODS, "default")
+        sim.cluster("w1").faults.clear()
+
+
+async def test_kubesim_informer_resumes_after_dropped_watches(sim: kubesim.Sim) -> None:
+    async with Kube(sim.kubeconfig("w1")) as kube:
+        await kube.create(CONFIGMAPS, {"metadata": {"name": "a"}, "data": {}}, "default")
+        it = kube.informer(CONFIGMAPS, "default")
+        seen = {(await next_event(it)).object["metadata"]["name"]}
+        while "a" not in seen:
+            seen.add((await next_event(it)).object["metadata"]["name"])
+        sim.cluster("w1").faults.drop_watches()
+        await kube.patch(CONFIGMAPS, "a", {"data": {"x": "1"}}, "default")
+        event = await next_event(it)
+        assert (event.type, event.object["metadata"]["name"], event.object["data"]) == ("MODIFIED", "a", {"x": "1"})
+        await kube.delete(CONFIGMAPS, "a", "default")
+        deleted = await next_event(it)
+        assert (deleted.type, deleted.object["metadata"]["name"]) == ("DELETED", "a")
+        await it.aclose()  # type: ignore[attr-defined]
+        assert not kube._watches
+
+
+async def test_kubesim_informer_relists_after_compaction(sim: kubesim.Sim) -> None:
+    store = sim.cluster("w1").store
+    async with Kube(sim.kubeconfig("w1")) as kube:
+        for name in ("keep", "change", "gone"):
+            await kube.create(CONFIGMAPS, {"metadata": {"name": name, "labels": {"t": "r"}}, "data": {}}, "default")
+        it = kube.informer(CONFIGMAPS, "default", label_selector="t=r")
+        assert {(await next_event(it)).object["metadata"]["name"] for _ in range(3)} == {"keep", "change", "gone"}
+        # The generator is parked at its last yield, so no watch is open: changes made now and then
+        # compacted away are invisible to the watch it starts next, which gets ERROR 410 and relists.
+        lists = 0
+        real_list = kube.list
+
+        async def counting_list(*args: Any, **kwargs: Any) -> Any:
+            nonlocal lists
+            lists += 1
+            return await real_list(*args, **kwargs)
+
+        kube.list = counting_list  # type: ignore[method-assign]
+        await kube.patch(CONFIGMAPS, "change", {"data": {"v": "2"}}, "default")
+        await kube.delete(CONFIGMAPS, "gone", "default")
+        await kube.create(CONFIGMAPS, {"metadata": {"name": "new", "labels": {"t": "r"}}}, "default")
+        await asyncio.to_thread(sim.run, store.compact)
+        got = {(e.type, e.object["metadata"]["name"]) for e in [await next_event(it) for _ in range(3)]}
+        assert got == {("MODIFIED", "change"), ("DELETED", "gone"), ("ADDED", "new")}
+        await kube.create(CONFIGMAPS, {"metadata": {"name": "later", "labels": {"t": "r"}}}, "default")
+        later = await next_event(it)
+        assert (later.type, later.object["metadata"]["name"]) == ("ADDED", "later")
+        assert lists == 1  # exactly one relist
+        await it.aclose()  # type: ignore[attr-defined]
