@@ -1,0 +1,83 @@
+"""MPIJob v2beta1 end to end through the real apply loop on kubesim: pi to Succeeded, workers cleaned up."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from federation.kube import CONFIGMAPS, JOBS, PODS, SECRETS, SERVICES, Resource
+from tests.agent.test_jobset_loop import NS, LoopRig, cluster, conds
+from worker_agent.reconcilers.mpi import MPIJobReconciler
+
+MPIJOBS = Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob")
+
+PI = """
+apiVersion: kubeflow.org/v2beta1
+kind: MPIJob
+metadata: {name: pi, labels: {mkd.dev/origin: mkd}}
+spec:
+  slotsPerWorker: 1
+  sshAuthMountPath: /home/mpiuser/.ssh
+  runPolicy: {cleanPodPolicy: Running}
+  mpiReplicaSpecs:
+    Launcher:
+      replicas: 1
+      template:
+        metadata: {annotations: {kubesim.mkd.dev/run-seconds: "1.5"}}
+        spec:
+          containers:
+          - {name: mpi-launcher, image: mpioperator/mpi-pi:openmpi, command: [mpirun], args: ["-n", "2", /home/mpiuser/pi],
+             resources: {limits: {cpu: 500m, memory: 512Mi}}}
+    Worker:
+      replicas: 2
+      template:
+        metadata: {annotations: {kubesim.mkd.dev/run-seconds: "120"}}
+        spec:
+          containers:
+          - {name: mpi-worker, image: mpioperator/mpi-pi:openmpi, command: [/usr/sbin/sshd],
+             args: [-De, -f, /home/mpiuser/.sshd_config], resources: {limits: {cpu: 500m, memory: 512Mi}}}
+"""
+
+
+@pytest.mark.timeout(60)
+async def test_pi_runs_to_succeeded_and_running_workers_are_cleaned(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as kube:
+        rig = LoopRig(kube, {"MPIJob": (MPIJOBS, MPIJobReconciler())})
+        async with rig.running():
+            await kube.create(MPIJOBS, yaml.safe_load(PI), NS)
+            running = await rig.wait(MPIJOBS, "pi", lambda o: ("Running", "True", "MPIJobRunning") in conds(o))
+            assert running["status"]["replicaStatuses"] == {"Launcher": {"active": 1}, "Worker": {"active": 2}}
+            svc = await rig.get(SERVICES, "pi")
+            assert svc is not None and svc["spec"]["clusterIP"] == "None"
+            assert svc["spec"]["selector"] == {"training.kubeflow.org/operator-name": "mpi-operator",
+                                               "training.kubeflow.org/job-name": "pi"}
+            cm = await rig.get(CONFIGMAPS, "pi-config")
+            assert cm is not None and cm["data"] == {
+                "hostfile": "pi-worker-0.pi.default.svc slots=1\npi-worker-1.pi.default.svc slots=1\n",
+                "discover_hosts.sh": "#!/bin/sh\necho pi-worker-0.pi.default.svc\necho pi-worker-1.pi.default.svc\n"}
+            secret = await rig.get(SECRETS, "pi-ssh")
+            assert secret is not None
+            assert base64.b64decode(secret["data"]["ssh-privatekey"]).startswith(b"-----BEGIN EC PRIVATE KEY-----")
+            launcher = await rig.get(JOBS, "pi-launcher")
+            assert launcher is not None and launcher["metadata"]["ownerReferences"][0]["kind"] == "MPIJob"
+            done = await rig.wait(MPIJOBS, "pi", lambda o: ("Succeeded", "True", "MPIJobSucceeded") in conds(o))
+            assert conds(done) == [("Created", "True", "MPIJobCreated"), ("Running", "False", "MPIJobRunning"),
+                                   ("Succeeded", "True", "MPIJobSucceeded")]
+            assert done["status"]["completionTime"] == launcher_completion(await rig.get(JOBS, "pi-launcher"))
+            for _ in range(200):  # cleanPodPolicy Running: the workers still running are deleted
+                pods = [await rig.get(PODS, f"pi-worker-{i}") for i in (0, 1)]
+                if all(p is None or p["metadata"].get("deletionTimestamp") for p in pods):
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("running workers were not deleted after success")
+
+
+def launcher_completion(job: dict[str, Any] | None) -> Any:
+    assert job is not None
+    return (job.get("status") or {}).get("completionTime")

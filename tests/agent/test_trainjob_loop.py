@@ -1,0 +1,69 @@
+"""TrainJob end to end through the real apply loop on kubesim: runtime -> JobSet -> Indexed Jobs -> Complete."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from federation.kube import JOBS, Resource
+from tests.agent.test_jobset_loop import NS, LoopRig, cluster, conds
+from worker_agent.reconcilers.jobset import JOBSETS, JobSetReconciler
+from worker_agent.reconcilers.trainjob import CLUSTER_TRAINING_RUNTIMES, TrainJobReconciler
+from worker_agent.reconcilers.trainjob_build import GROUP
+
+TRAINJOBS = Resource(GROUP, "v1alpha1", "trainjobs", "TrainJob")
+
+RUNTIME = """
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: ClusterTrainingRuntime
+metadata: {name: torch-distributed}
+spec:
+  mlPolicy: {numNodes: 1, torch: {}}
+  template:
+    spec:
+      replicatedJobs:
+      - name: node
+        template:
+          metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}}
+          spec:
+            template:
+              metadata: {annotations: {kubesim.mkd.dev/run-seconds: "1.0"}}
+              spec:
+                containers:
+                - {name: node, image: pytorch/pytorch, command: [torchrun, train.py],
+                   resources: {requests: {cpu: 250m, memory: 256Mi}}}
+"""
+
+TRAINJOB = """
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainJob
+metadata: {name: multi-node-example, labels: {mkd.dev/origin: mkd}}
+spec:
+  runtimeRef: {name: torch-distributed}
+  trainer: {numNodes: 3}
+"""
+
+
+@pytest.mark.timeout(60)
+async def test_multi_node_trainjob_runs_to_complete(tmp_path: Path) -> None:
+    async with cluster(tmp_path) as kube:
+        await kube.create(CLUSTER_TRAINING_RUNTIMES, yaml.safe_load(RUNTIME))
+        rig = LoopRig(kube, {"TrainJob": (TRAINJOBS, TrainJobReconciler()), "JobSet": (JOBSETS, JobSetReconciler())})
+        async with rig.running():
+            await kube.create(TRAINJOBS, yaml.safe_load(TRAINJOB), NS)
+            js = await rig.wait(JOBSETS, "multi-node-example", lambda o: True)
+            assert js["metadata"]["ownerReferences"][0]["kind"] == "TrainJob"
+            assert js["metadata"]["labels"]["mkd.dev/origin"] == "mkd"
+            job = await rig.wait(JOBS, "multi-node-example-node-0", lambda o: True)
+            assert (job["spec"]["parallelism"], job["spec"]["completions"]) == (3, 3)
+            assert job["spec"]["template"]["spec"]["subdomain"] == "multi-node-example"
+            env = {e["name"]: e.get("value") for e in job["spec"]["template"]["spec"]["containers"][0]["env"]}
+            assert (env["PET_NNODES"], env["PET_MASTER_ADDR"]) == ("3", "multi-node-example-node-0-0.multi-node-example")
+            done = await rig.wait(TRAINJOBS, "multi-node-example", lambda o: ("Complete", "True", "AllJobsCompleted")
+                                  in conds(o))
+            assert conds(done) == [("Complete", "True", "AllJobsCompleted")]
+            assert done["status"]["conditions"][0]["message"] == "jobset completed successfully"
+            assert done["status"]["jobsStatus"] == [
+                {"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0, "suspended": 0}]
