@@ -77,6 +77,8 @@ class KubeflowV1Kind(BaseKind):
     at_most_one_of: tuple[str, ...] = ()
     """At most one of these types may be present (TFJob: Chief or Master)."""
     min_replicas: int = 0
+    single_replicas_explicit: bool = False
+    """The webhook reads the raw object: a single type without ``replicas`` is refused (PyTorch, XGBoost)."""
 
     @property
     def specs_path(self) -> tuple[str, str]:
@@ -120,7 +122,9 @@ class KubeflowV1Kind(BaseKind):
                                             required_container=self.container_name)
             replicas = spec.get("replicas")
             if rtype in self.single_types:
-                if replicas is not None and replicas != 1:
+                if replicas is None and self.single_replicas_explicit:
+                    errors.append(Invalid(f"{path}.replicas", "must be 1", fix="set replicas: 1"))
+                elif replicas is not None and replicas != 1:
                     errors.append(Invalid(f"{path}.replicas", f"must be 1, not {replicas!r}", fix="set replicas: 1"))
             else:
                 errors += validate_count(replicas, f"{path}.replicas", minimum=self.min_replicas)

@@ -1,6 +1,7 @@
 """PyTorchJob (kubeflow.org/v1): the Kubeflow v1 base plus the PyTorch webhook's own rules.
 
-Replica types Master (exactly 1) and Worker (at least 1); every replica has a container named
+Replica types Master (``replicas: 1`` written out: the webhook sees the raw object) and Worker
+(at least 1); every replica has a container named
 ``pytorch``; ``elasticPolicy`` needs a Worker spec; ``spec.nprocPerNode`` is ``auto``, ``cpu``,
 ``gpu`` or an integer and may not be combined with the deprecated ``elasticPolicy.nProcPerNode``.
 """
@@ -34,8 +35,8 @@ class PyTorchJobKind(KubeflowV1Kind):
         specs = get_path(job, self.specs_path)
         if elastic is not None:
             if not isinstance(specs, Mapping) or "Worker" not in specs:
-                errors.append(Invalid("spec.elasticPolicy", "requires a Worker replica spec",
-                                      fix="add spec.pytorchReplicaSpecs.Worker or drop elasticPolicy"))
+                errors.append(Invalid("spec.pytorchReplicaSpecs.Worker", "must be configured if elastic policy is used",
+                                      fix="add a Worker replica spec or drop spec.elasticPolicy"))
             if isinstance(elastic, Mapping):
                 backend = elastic.get("rdzvBackend")
                 if backend is not None and backend not in RDZV_BACKENDS:
@@ -56,5 +57,5 @@ PYTORCHJOB = PyTorchJobKind(
     name="PyTorchJob", group=GROUP, version="v1", plural="pytorchjobs", controller=labels.TRAINING_OPERATOR,
     managed_by_path=(*RUN_POLICY, "managedBy"), suspend_path=(*RUN_POLICY, "suspend"),
     replica_specs_field="pytorchReplicaSpecs", replica_types=("Master", "Worker"), container_name=CONTAINER,
-    min_replicas=1,
+    min_replicas=1, single_replicas_explicit=True,
 )

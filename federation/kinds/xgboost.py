@@ -6,4 +6,5 @@ from federation.kinds.kubeflow import v1_kind
 
 XGBOOSTJOB = v1_kind(
     "XGBoostJob", "xgboostjobs", "xgbReplicaSpecs", ("Master", "Worker"), "xgboost", required_types=("Master",),
+    single_replicas_explicit=True,
 )

@@ -74,10 +74,14 @@ def test_podset_order_follows_replica_types_not_the_map() -> None:
     assert [p.name for p in PYTORCHJOB.podsets(job)] == ["master", "worker"]
 
 
-def test_replicas_default_to_one() -> None:
-    job = v1_job("PyTorchJob", "pytorchReplicaSpecs", {"Master": replica("pytorch", None)})
+def test_worker_replicas_default_to_one_but_master_must_say_one() -> None:
+    job = v1_job("PyTorchJob", "pytorchReplicaSpecs", {"Master": replica("pytorch"), "Worker": replica("pytorch", None)})
     assert PYTORCHJOB.validate(job) == []
-    assert PYTORCHJOB.podsets(job)[0].count == 1
+    assert [p.count for p in PYTORCHJOB.podsets(job)] == [1, 1]
+    del job["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"]  # the webhook sees the raw object
+    assert [e.field for e in PYTORCHJOB.validate(job)] == ["spec.pytorchReplicaSpecs.Master.replicas"]
+    tf = v1_job("TFJob", "tfReplicaSpecs", {"Chief": replica("tensorflow", None)})
+    assert TFJOB.validate(tf) == []
 
 
 def test_per_pod_requests_count_init_containers_and_overhead() -> None:
@@ -123,6 +127,7 @@ BROKEN_PYTORCH: list[tuple[str, Callable[[Job], None], str]] = [
     ("no replica specs", _delete(["spec", "pytorchReplicaSpecs"]), "spec.pytorchReplicaSpecs"),
     ("lower-case type", _rename_master, "spec.pytorchReplicaSpecs.master"),
     ("two masters", _set([*M, "replicas"], 2), "spec.pytorchReplicaSpecs.Master.replicas"),
+    ("master count left out", _delete([*M, "replicas"]), "spec.pytorchReplicaSpecs.Master.replicas"),
     ("zero workers", _set(["spec", "pytorchReplicaSpecs", "Worker", "replicas"], 0),
      "spec.pytorchReplicaSpecs.Worker.replicas"),
     ("replicas not a number", _set(["spec", "pytorchReplicaSpecs", "Worker", "replicas"], "two"),
@@ -137,7 +142,7 @@ BROKEN_PYTORCH: list[tuple[str, Callable[[Job], None], str]] = [
     ("name too long", _set(["metadata", "name"], "p" * 64), "metadata.name"),
     ("unknown managedBy", _set(["spec", "runPolicy", "managedBy"], "example.com/mine"), "spec.runPolicy.managedBy"),
     ("bad restart policy", _set([*M, "restartPolicy"], "Sometimes"), "spec.pytorchReplicaSpecs.Master.restartPolicy"),
-    ("elastic without worker", _elastic_without_worker, "spec.elasticPolicy"),
+    ("elastic without worker", _elastic_without_worker, "spec.pytorchReplicaSpecs.Worker"),
     ("bad nprocPerNode", _set(["spec", "nprocPerNode"], "many"), "spec.nprocPerNode"),
     ("bad cleanPodPolicy", _set(["spec", "runPolicy", "cleanPodPolicy"], "Some"), "spec.runPolicy.cleanPodPolicy"),
     ("negative backoffLimit", _set(["spec", "runPolicy", "backoffLimit"], -1), "spec.runPolicy.backoffLimit"),
@@ -194,6 +199,8 @@ def test_xgboost_needs_its_master() -> None:
     job = v1_job("XGBoostJob", "xgbReplicaSpecs", {"Master": replica("xgboost"), "Worker": replica("xgboost", 3)})
     assert XGBOOSTJOB.validate(job) == []
     assert [(p.name, p.count) for p in XGBOOSTJOB.podsets(job)] == [("master", 1), ("worker", 3)]
+    del job["spec"]["xgbReplicaSpecs"]["Master"]["replicas"]
+    assert fields(XGBOOSTJOB.validate(job)) == ["spec.xgbReplicaSpecs.Master.replicas"]
     del job["spec"]["xgbReplicaSpecs"]["Master"]
     assert fields(XGBOOSTJOB.validate(job)) == ["spec.xgbReplicaSpecs.Master"]
 
