@@ -97,7 +97,10 @@ def env(container: dict[str, Any]) -> list[tuple[str, Any]]:
 def test_torch_multi_node_jobset() -> None:
     sim = sim_for(load(MULTI_NODE), load(TORCH_RUNTIME))
     plan = sim.step()
-    assert [(r.plural, b["metadata"]["name"]) for r, b in plan.creates] == [("jobsets", "multi-node-example")]
+    assert [(r.plural, b["metadata"]["name"]) for r, b in plan.creates] == [
+        ("configmaps", "multi-node-example-runtime-snapshot"), ("jobsets", "multi-node-example")]
+    snapshot = yaml.safe_load(sim.obj("configmaps", "multi-node-example-runtime-snapshot")["data"]["runtime"])
+    assert snapshot == load(TORCH_RUNTIME)
     js = sim.obj("jobsets", "multi-node-example")
     assert js["metadata"]["labels"] == {"tier": "gold", "mkd.dev/origin": "fed-a",
                                         "mkd.dev/owner-uid": "uid-multi-node-example"}
@@ -209,8 +212,8 @@ def test_unknown_runtime_kind_and_missing_runtime() -> None:
     plan = sim.step()
     assert not plan.creates and plan.requeue_after
     assert plan.events == [("Warning", "TrainJobResourcesCreationFailed",
-                            'TrainJob resources reconciliation failed: '
-                            'clustertrainingruntimes.trainer.kubeflow.org "x" not found')]
+                            "TrainJob resources reconciliation failed: not found ClusterTrainingRuntime specified "
+                            'in TrainJob: clustertrainingruntimes.trainer.kubeflow.org "x" not found')]
 
 
 def test_deepspeed_mpi_runtime() -> None:
@@ -221,7 +224,7 @@ def test_deepspeed_mpi_runtime() -> None:
     sim = sim_for(job, load(DEEPSPEED_RUNTIME))
     plan = sim.step()
     assert [(r.plural, b["metadata"]["name"]) for r, b in plan.creates] == [
-        ("secrets", "ds-mpi-ssh-auth"), ("configmaps", "ds-mpi-hostfile"), ("jobsets", "ds")]
+        ("configmaps", "ds-runtime-snapshot"), ("secrets", "ds-mpi-ssh-auth"), ("configmaps", "ds-mpi-hostfile"), ("jobsets", "ds")]
     secret = sim.obj("secrets", "ds-mpi-ssh-auth")
     assert secret["immutable"] is True and secret["type"] == "kubernetes.io/ssh-auth"
     assert base64.b64decode(secret["data"]["ssh-privatekey"]).startswith(b"-----BEGIN EC PRIVATE KEY-----")
@@ -245,3 +248,23 @@ def test_deepspeed_mpi_runtime() -> None:
     assert launcher["template"]["metadata"]["labels"][ANCESTOR] == "trainer"
     plan = sim.step()  # the Secret is never regenerated; the hostfile is stable
     assert not plan.creates and not plan.updates
+
+
+def test_runtime_snapshot_wins_over_later_runtime_edits() -> None:
+    sim = sim_for(load(MULTI_NODE, suspend=True), load(TORCH_RUNTIME))
+    sim.step()
+    edited = load(TORCH_RUNTIME)
+    edited["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"][0]["image"] = "edited:latest"
+    sim.extra = {"runtime": edited, "runtime_error": ""}
+    sim.job["spec"]["trainer"]["numNodes"] = 2  # type: ignore[index]
+    plan = sim.step()  # suspended: the JobSet is re-applied, from the snapshot
+    assert [r.plural for r, _ in plan.updates] == ["jobsets"] and not plan.creates
+    rjob = sim.obj("jobsets", "multi-node-example")["spec"]["replicatedJobs"][0]
+    assert rjob["template"]["spec"]["parallelism"] == 2
+    assert rjob["template"]["spec"]["template"]["spec"]["containers"][0]["image"].startswith("pytorch/")
+    cm = sim.obj("configmaps", "multi-node-example-runtime-snapshot")
+    cm["metadata"]["ownerReferences"] = [{"uid": "someone-else", "controller": True}]
+    plan = sim.step()
+    assert plan.events[0][2].startswith("TrainJob resources reconciliation failed: getting runtime snapshot: "
+                                        "invalid runtime snapshot: a snapshot configmap exists but is owned by")

@@ -4,9 +4,10 @@ The runtime lives in the worker cluster and carries none of our labels, so it ca
 as a child: ``prepare(kube, job)`` (async, called by the apply loop before ``render``) reads the
 (Cluster)TrainingRuntime and returns ``{"runtime": obj | None, "runtime_error": str}``; render
 reads it from ``observed.extra`` when the Observed carries that field, else from
-``observed.children["trainingruntimes" | "clustertrainingruntimes"]`` by name. A pass: skip jobs
-managed elsewhere; an unknown runtime kind fails the job; while unfinished, the mpi Secret (only
-when absent) and hostfile ConfigMap, and the JobSet ``{trainjob}`` (created, or re-applied only
+``observed.children["trainingruntimes" | "clustertrainingruntimes"]`` by name; once built, the
+runtime is snapshotted into ConfigMap ``{trainjob}-runtime-snapshot`` (trainer v2.3), which wins
+from then on. A pass: skip jobs managed elsewhere; an unknown runtime kind fails the job; while
+unfinished, the snapshot, the mpi Secret (only when absent) and hostfile ConfigMap, and the JobSet ``{trainjob}`` (created, or re-applied only
 while it or the TrainJob is suspended); then Suspended/Resumed, Complete/Failed copied from the
 JobSet with the type renamed, jobsStatus, and DeadlineExceeded on time via ``requeue_after``.
 The JobSet is stamped with the TrainJob's mkd origin labels and ``mkd.dev/owner-uid``; the agent
@@ -19,6 +20,8 @@ import copy
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, Protocol
+
+import yaml
 
 from federation import labels as mkd_labels
 from federation.errors import FederationError, NotFound
@@ -35,6 +38,9 @@ TRAINING_RUNTIMES = Resource(GROUP, "v1alpha1", "trainingruntimes", "TrainingRun
 CLUSTER_TRAINING_RUNTIMES = Resource(GROUP, "v1alpha1", "clustertrainingruntimes", "ClusterTrainingRuntime",
                                      namespaced=False)
 RUNTIMES = {"TrainingRuntime": TRAINING_RUNTIMES, "ClusterTrainingRuntime": CLUSTER_TRAINING_RUNTIMES}
+NOT_FOUND = {"ClusterTrainingRuntime": "not found ClusterTrainingRuntime specified in TrainJob",
+             "TrainingRuntime": "TrainingRuntime specified in TrainJob is not found"}
+SNAPSHOT_SUFFIX = "-runtime-snapshot"
 SUSPENDED, COMPLETE, FAILED = "Suspended", "Complete", "Failed"
 RETRY_SECONDS = 5.0
 
@@ -136,17 +142,46 @@ class _Pass:
     def _finished(self) -> bool:
         return _is_true(self.conditions, COMPLETE) or _is_true(self.conditions, FAILED)
 
-    def _runtime(self) -> tuple[dict[str, Any] | None, str]:
+    def _snapshot(self) -> tuple[dict[str, Any] | None, str]:
+        """The runtime as snapshotted at first build (``{tj}-runtime-snapshot``), or an error."""
+        cm = self.by_name.get(CONFIGMAPS.plural, {}).get(self.name + SNAPSHOT_SUFFIX)
+        if cm is None:
+            return None, ""
+        if not controlled_by(cm, self.uid):
+            return None, "invalid runtime snapshot: a snapshot configmap exists but is owned by another object"
+        text = (cm.get("data") or {}).get("runtime")
+        if text is None:
+            return None, 'invalid runtime snapshot: snapshot ConfigMap missing "runtime" data key'
+        try:
+            runtime = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            return None, f"invalid runtime snapshot: unable to unmarshal the snapshot: {exc}"
+        name, group, kind = runtime_ref(self.job)
+        found = (str((runtime.get("metadata") or {}).get("name")), str(runtime.get("apiVersion", "")).split("/")[0],
+                 str(runtime.get("kind")))
+        if found != (name, group, kind):
+            return None, ("invalid runtime snapshot: the snapshot refers to the wrong runtime: expecting a runtime "
+                          f'with name, api group and kind of "{name}", "{group}", "{kind}" but found runtime with '
+                          f'name, api group and kind of "{found[0]}", "{found[1]}", "{found[2]}"')
+        return runtime, ""
+
+    def _runtime(self) -> tuple[dict[str, Any] | None, str, bool]:
+        """(runtime, error, whether to snapshot it): the snapshot wins over the live runtime."""
+        snap, error = self._snapshot()
+        if snap is not None or error:
+            return snap, f"getting runtime snapshot: {error}" if error else "", False
         extra = getattr(self.observed, "extra", None)
-        if isinstance(extra, Mapping) and ("runtime" in extra or "runtime_error" in extra):
-            return extra.get("runtime"), str(extra.get("runtime_error") or "")
         name, _, kind = runtime_ref(self.job)
-        res = RUNTIMES.get(kind)
-        for obj in self.observed.children.get(res.plural if res else "", []):
-            if obj["metadata"]["name"] == name:
-                return obj, ""
-        plural = res.plural if res else kind.lower()
-        return None, f'{plural}.{GROUP} "{name}" not found'
+        res = RUNTIMES[kind]
+        if isinstance(extra, Mapping) and ("runtime" in extra or "runtime_error" in extra):
+            runtime, error = extra.get("runtime"), str(extra.get("runtime_error") or "")
+        else:
+            runtime = next((o for o in self.observed.children.get(res.plural, []) if o["metadata"]["name"] == name),
+                           None)
+            error = "" if runtime is not None else f'{res.plural}.{GROUP} "{name}" not found'
+        if runtime is None:
+            return None, f"{NOT_FOUND[kind]}: {error}", False
+        return runtime, "", True
 
     def run(self) -> Plan:
         _, group, kind = runtime_ref(self.job)
@@ -166,10 +201,10 @@ class _Pass:
         return self.plan
 
     def _objects(self) -> None:
-        runtime, error = self._runtime()
+        runtime, error, snapshot = self._runtime()
         try:
             if runtime is None:
-                raise LookupError(error or "runtime not found")
+                raise LookupError(error)
             built = build(self.job, runtime)
         except (LookupError, FederationError, ValueError, KeyError, TypeError) as exc:
             message = f"TrainJob resources reconciliation failed: {str(exc)[:950]}"
@@ -179,6 +214,16 @@ class _Pass:
             self.plan.requeue_after = RETRY_SECONDS
             return
         stamp = child_stamp(self.job, OWNER_UID_LABEL)
+        if snapshot:
+            # later edits of the runtime must not change a running job (trainer v2.3, KEP-2599)
+            kept = copy.deepcopy(runtime)
+            for key in ("managedFields", "resourceVersion", "generation"):
+                kept.get("metadata", {}).pop(key, None)
+            self.plan.creates.append((CONFIGMAPS, {
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": self.name + SNAPSHOT_SUFFIX, "namespace": self.namespace,
+                             "labels": dict(stamp)},
+                "data": {"runtime": yaml.safe_dump(kept, sort_keys=True)}}))
         if built.hostfile is not None:
             self._mpi_objects(built.hostfile, stamp)
         if self.jobset is not None and not self.suspended and not (self.jobset.get("spec") or {}).get("suspend"):
