@@ -1,8 +1,8 @@
 """The import boundaries, checked by reading every module's imports (including ones inside functions).
 
 * ``kubernetes`` only in federation/kube.py; ``aiomqtt`` / ``paho`` only in federation/mqtt.py;
-  ``amqtt`` only in federation/embedded_broker.py (tests/kubesim may drive kubesim with the
-  official client directly, to prove the emulator speaks its dialect);
+  ``amqtt`` only in federation/embedded_broker.py (kubesim's own tests and benchmark may drive it
+  with the official client directly, to prove the emulator speaks its dialect);
 * the dispatcher and the agent never import each other; federation imports neither;
 * production code (dispatcher, worker_agent, federation) never imports kubesim — tests, bench and
   mkctl's demo may.
@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,7 +27,7 @@ ONLY_IN = {
     "paho": {"federation/mqtt.py"},
     "amqtt": {"federation/embedded_broker.py"},
 }
-ONLY_IN_EXEMPT_DIRS = {"kubernetes": ("tests/kubesim/",)}
+ONLY_IN_EXEMPT_DIRS = {"kubernetes": ("tests/kubesim/", "bench/kubesim")}
 FORBIDDEN = {  # package directory -> top-level modules it must not import
     "dispatcher": {"worker_agent", "kubesim"},
     "worker_agent": {"dispatcher", "kubesim"},
@@ -43,15 +44,17 @@ def python_files() -> Iterator[Path]:
                 yield Path(directory, name)
 
 
-def imported_modules(path: Path) -> Iterator[tuple[str, int]]:
+@functools.cache
+def imported_modules(path: Path) -> tuple[tuple[str, int], ...]:
     """Absolute module names imported by ``path`` (relative imports stay inside their package)."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[tuple[str, int]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            for alias in node.names:
-                yield alias.name, node.lineno
+            found.extend((alias.name, node.lineno) for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            yield node.module, node.lineno
+            found.append((node.module, node.lineno))
+    return tuple(found)
 
 
 def violations() -> list[str]:
