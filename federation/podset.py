@@ -45,10 +45,14 @@ _FIX = "write a Kubernetes quantity such as 500m, 2, 1.5, 2Gi, 512Mi or 1e3"
 _BYTE_RESOURCES = ("memory", "ephemeral-storage", "storage")
 
 
-def parse_quantity(value: str | int | float, field: str) -> Decimal:
+def parse_quantity(value: str | int | float | Decimal, field: str) -> Decimal:
     """Parse a Kubernetes quantity into base units; raise :class:`Invalid` naming ``field`` if malformed."""
     if isinstance(value, bool):
         raise Invalid(field, f"{value!r} is not a quantity", fix=_FIX)
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise Invalid(field, f"{value!r} is not a finite quantity", fix=_FIX)
+        return _bound(value, field)
     if isinstance(value, int):
         return _bound(Decimal(value), field)
     if isinstance(value, float):

@@ -66,7 +66,8 @@ def test_parse_quantity(text: str, expected: Decimal) -> None:
     assert parse_quantity(text, "spec.x") == expected
 
 
-@pytest.mark.parametrize(("value", "expected"), [(2, D(2)), (0.25, D("0.25")), (1024, D(1024))])
+@pytest.mark.parametrize(("value", "expected"),
+                         [(2, D(2)), (0.25, D("0.25")), (1024, D(1024)), (D("0.0000000001"), D("1e-9"))])
 def test_parse_numbers_from_yaml(value: int | float, expected: Decimal) -> None:
     assert parse_quantity(value, "f") == expected
 
@@ -83,7 +84,7 @@ def test_parse_rejects_malformed(text: str) -> None:
     assert info.value.fix  # says what would fix it
 
 
-@pytest.mark.parametrize("value", [True, None, float("nan"), float("inf"), [1], {"a": 1}])
+@pytest.mark.parametrize("value", [True, None, float("nan"), float("inf"), D("NaN"), D("-Infinity"), [1], {"a": 1}])
 def test_parse_rejects_non_quantities(value: Any) -> None:
     with pytest.raises(Invalid):
         parse_quantity(value, "f")
