@@ -394,9 +394,11 @@ class ApiServer:
         pre = opts.get("preconditions") or {}
         rt = t.rt
         assert t.name is not None
+        grace = opts.get("gracePeriodSeconds")
         rec, gone = self.store.delete_rec(rt.key, t.namespace, t.name, opts.get("propagationPolicy"),
                                           pre.get("uid"), pre.get("resourceVersion"),
-                                          dry_run=request.query.get("dryRun") == "All")
+                                          dry_run=request.query.get("dryRun") == "All",
+                                          grace_period=None if grace is None else int(grace))
         if gone and rt.key not in RETURNS_OBJECT:
             details: dict[str, Any] = {"name": t.name, "kind": rt.plural, "uid": rec.uid}
             if rt.group:

@@ -15,7 +15,7 @@ import random
 import uuid
 from collections import deque
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -84,8 +84,8 @@ class Store:
         self.defer: Callable[[Callable[[], None]], Any] = lambda fn: fn()
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        for n in spec.nodes:
-            self.create("nodes", node_object(n))
+        for i, n in enumerate(spec.nodes):
+            self.create("nodes", node_object(n, i))
 
     # ------------------------------------------------------------------ public contract
 
@@ -107,11 +107,15 @@ class Store:
               patch_type: str = "merge", subresource: str | None = None) -> dict[str, Any]:
         return self.patch_rec(res, namespace, name, patch, patch_type, subresource).obj()
 
-    def delete(self, res: str, namespace: str | None, name: str,
-               propagation: str | None = "Background") -> dict[str, Any] | None:
-        """Delete; returns the object while it lingers for finalizers, else None."""
-        rec, gone = self.delete_rec(res, namespace, name, propagation)
+    def delete(self, res: str, namespace: str | None, name: str, propagation: str | None = "Background",
+               grace_period: int | None = None) -> dict[str, Any] | None:
+        """Delete; returns the object while it lingers (finalizers, graceful pod deletion), else None."""
+        rec, gone = self.delete_rec(res, namespace, name, propagation, grace_period=grace_period)
         return None if gone else rec.obj()
+
+    def finalize_delete(self, res: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The kubelet's closing DELETE with gracePeriodSeconds=0 (still waits for finalizers)."""
+        return self.delete(res, namespace, name, "Background", grace_period=0)
 
     def subscribe(self, fn: Subscriber) -> Callable[[], None]:
         self._subs.append(fn)
@@ -179,7 +183,8 @@ class Store:
         ns = meta.get("namespace", "") if rt.namespaced else ""
         name = meta["name"]
         owners = tuple(o.get("uid", "") for o in meta.get("ownerReferences") or ())
-        rec = Rec(orjson.dumps(obj), ns, name, self.rv, meta.get("uid", ""), meta.get("labels") or None, owners)
+        # orjson leaves slack capacity in the bytes it returns; an exact copy keeps the store compact.
+        rec = Rec(memoryview(orjson.dumps(obj)).tobytes(), ns, name, self.rv, meta.get("uid", ""), meta.get("labels") or None, owners)
         by_name = self._objs.setdefault(rt.key, {}).setdefault(ns, {})
         if old is not None:
             for o in old.owners:
@@ -370,7 +375,7 @@ class Store:
         if dry_run:
             return Rec(orjson.dumps(new), rec.ns, rec.name, rec.rv, rec.uid, None, ())
         meta = new["metadata"]
-        if "deletionTimestamp" in meta and not meta.get("finalizers"):
+        if "deletionTimestamp" in meta and not meta.get("finalizers") and not meta.get("deletionGracePeriodSeconds"):
             return self._remove(rt, rec, new)
         out = self._commit(rt, new, "MODIFIED", rec)
         if "deletionTimestamp" in meta:
@@ -469,7 +474,7 @@ class Store:
 
     def delete_rec(self, res: str, namespace: str | None, name: str, propagation: str | None = None,
                    precondition_uid: str | None = None, precondition_rv: str | None = None,
-                   dry_run: bool = False) -> tuple[Rec, bool]:
+                   dry_run: bool = False, grace_period: int | None = None) -> tuple[Rec, bool]:
         """Delete; returns (record, gone). ``propagation`` None means the resource's default policy."""
         rt = self.rtype(res)
         ns = (namespace or "default") if rt.namespaced else ""
@@ -503,18 +508,36 @@ class Store:
                 rec = self._commit(rt, obj, "MODIFIED", rec)
                 self.defer(lambda: self._finalize_namespace(name))
             return rec, False
-        if not fins:
+        grace = self._pod_grace(obj, grace_period) if res == "pods" else 0
+        if not fins and grace == 0:
             return self._remove(rt, rec, obj), True
-        if "deletionTimestamp" in meta and fins == list(meta.get("finalizers") or []):
+        if "deletionTimestamp" in meta and fins == list(meta.get("finalizers") or []) and (
+                grace >= int(meta.get("deletionGracePeriodSeconds") or 0)):
             return rec, False
-        meta.setdefault("deletionTimestamp", now())
-        meta.setdefault("deletionGracePeriodSeconds", 0)
-        meta["finalizers"] = fins
-        if rt.generation:
+        first = "deletionTimestamp" not in meta
+        if first or grace < int(meta.get("deletionGracePeriodSeconds") or 0):
+            # A bound, running pod is deleted gracefully: it lingers until its kubelet confirms with grace 0.
+            when = datetime.now(UTC) + timedelta(seconds=grace)
+            meta["deletionTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
+            meta["deletionGracePeriodSeconds"] = grace
+        if fins:
+            meta["finalizers"] = fins
+        if rt.generation and first:
             meta["generation"] = int(meta.get("generation") or 1) + 1
         rec = self._commit(rt, obj, "MODIFIED", rec)
         self.defer(lambda: self._process_deleting(rt.key, ns, name))
         return rec, False
+
+    @staticmethod
+    def _pod_grace(pod: dict[str, Any], requested: int | None) -> int:
+        """Upstream CheckGracefulDelete for pods: unbound or finished pods go at once."""
+        if not (pod.get("spec") or {}).get("nodeName"):
+            return 0
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return 0
+        if requested is not None:
+            return max(int(requested), 0)
+        return int((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30) or 0)
 
     def _remove(self, rt: ResourceType, rec: Rec, obj: dict[str, Any]) -> Rec:
         out = self._commit(rt, obj, "DELETED", rec)
@@ -679,7 +702,7 @@ def _fields_v1(obj: Any) -> dict[str, Any]:
     return out
 
 
-def node_object(n: Any) -> dict[str, Any]:
+def node_object(n: Any, index: int = 0) -> dict[str, Any]:
     """The Node a NodeSpec describes: capacity = allocatable, Ready, hostname label."""
     res = {"cpu": n.cpu, "memory": n.memory, "pods": str(n.pods), "ephemeral-storage": "100Gi", **n.extended}
     t = now()
@@ -700,7 +723,8 @@ def node_object(n: Any) -> dict[str, Any]:
                                   ("DiskPressure", "NoDiskPressure", "kubelet has no disk pressure"),
                                   ("PIDPressure", "SufficientPID", "kubelet has sufficient PID available"))],
             ],
-            "addresses": [{"type": "Hostname", "address": n.name}],
+            "addresses": [{"type": "InternalIP", "address": f"172.18.{index // 250}.{index % 250 + 2}"},
+                          {"type": "Hostname", "address": n.name}],
             "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": "v1.31.0-kubesim",
                          "containerRuntimeVersion": "kubesim://1.0", "kernelVersion": "6.0.0", "osImage": "kubesim",
                          "kubeProxyVersion": "v1.31.0-kubesim", "machineID": "", "systemUUID": "", "bootID": ""},

@@ -127,3 +127,25 @@ def test_namespace_deletion_terminates_then_removes_contents(api: client.ApiClie
                what="contents being deleted")
     v1.patch_namespaced_config_map("inside", "doomed-ns", {"metadata": {"finalizers": None}})
     eventually(gone(lambda: v1.read_namespace("doomed-ns")), timeout=60, what="namespace removed")
+
+
+def test_bound_pod_is_deleted_gracefully(api: client.ApiClient, ns: str) -> None:
+    v1 = client.CoreV1Api(api)
+    node = v1.list_node().items[0].metadata.name
+    v1.create_namespaced_pod(ns, {"metadata": {"name": "bound"}, "spec": {
+        "nodeName": node, "terminationGracePeriodSeconds": 5,
+        "containers": [{"name": "c", "image": "busybox:1.36", "command": ["sleep", "3600"]}]}})
+    out = json.loads(v1.delete_namespaced_pod("bound", ns, _preload_content=False).data)
+    assert out["kind"] == "Pod"
+    assert out["metadata"]["deletionGracePeriodSeconds"] == 5 and out["metadata"]["deletionTimestamp"]
+    eventually(gone(lambda: v1.read_namespaced_pod("bound", ns)), timeout=30, what="kubelet confirms deletion")
+
+
+def test_unbound_pod_is_deleted_at_once(api: client.ApiClient, ns: str) -> None:
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_pod(ns, {"metadata": {"name": "unbound"}, "spec": {
+        "schedulerName": "no-such-scheduler", "containers": [{"name": "c", "image": "busybox:1.36"}]}})
+    v1.delete_namespaced_pod("unbound", ns)
+    with pytest.raises(client.ApiException) as ei:
+        v1.read_namespaced_pod("unbound", ns)
+    assert ei.value.status == 404

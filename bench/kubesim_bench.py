@@ -1,0 +1,210 @@
+"""kubesim benchmark: one simulated cluster in a separate ``python -m kubesim`` process, driven by clients here.
+
+Prints pod creates/s from one official-client thread and from eight, the latency of listing 10,000 pods
+(raw bytes and typed), watch delivery latency p50/p99 and the server's RSS at 100,000 pods (``--quick``
+uses smaller counts and says so). Pods name a scheduler that does not exist so that they stay Pending:
+the figures are the API server's, not the simulated kubelet's.
+
+    .venv/bin/python bench/kubesim_bench.py [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import orjson
+import psutil
+import yaml
+from kubernetes import client, config
+
+ROOT = Path(__file__).resolve().parents[1]
+NS = "bench"
+
+
+def pod_body(name: str) -> dict[str, Any]:
+    """A pod shaped like the ones mkd's worker agent creates (labels, annotations, resources, env)."""
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "mkd", "mkd.dev/placement": "p-123",
+                                              "job-name": "train"},
+                     "annotations": {"mkd.dev/origin": "manager", "kubesim.mkd.dev/run-seconds": "60"}},
+        "spec": {"schedulerName": "kubesim-bench-unscheduled", "restartPolicy": "Never",
+                 "containers": [{"name": "trainer", "image": "ghcr.io/example/trainer:1.0",
+                                 "command": ["python", "-m", "train"], "env": [
+                                     {"name": "WORLD_SIZE", "value": "8"}, {"name": "RANK", "value": "0"},
+                                     {"name": "MASTER_ADDR", "value": "train-0.train"}],
+                                 "ports": [{"containerPort": 23456, "name": "dist"}],
+                                 "resources": {"requests": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"},
+                                               "limits": {"cpu": "4", "memory": "16Gi", "nvidia.com/gpu": "1"}}}]},
+    }
+
+
+class Server:
+    """``python -m kubesim`` in a child process with one cluster named ``bench``."""
+
+    def __init__(self, state: Path) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.proc = subprocess.Popen([sys.executable, "-m", "kubesim", "--clusters", "bench", "--nodes", "2",
+                                      "--state-dir", str(state)], stdout=subprocess.PIPE, text=True, env=env)
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if "ready" in line:
+                break
+        self.kubeconfig = state / "bench.kubeconfig"
+        self.ps = psutil.Process(self.proc.pid)
+
+    def rss_mb(self) -> float:
+        return float(self.ps.memory_info().rss) / 2**20
+
+    def close(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(20)
+
+
+def new_client(kc: Path) -> client.ApiClient:
+    return config.new_client_from_config(str(kc))
+
+
+def creates_per_second(kc: Path, threads: int, per_thread: int, prefix: str) -> float:
+    clients = [client.CoreV1Api(new_client(kc)) for _ in range(threads)]
+    barrier = threading.Barrier(threads + 1)
+
+    def work(i: int) -> None:
+        v1 = clients[i]
+        barrier.wait()
+        for j in range(per_thread):
+            v1.create_namespaced_pod(NS, pod_body(f"{prefix}-{i}-{j}"))
+
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(threads)]
+    for t in ts:
+        t.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for t in ts:
+        t.join()
+    return threads * per_thread / (time.perf_counter() - start)
+
+
+async def bulk_create(url: str, token: str, start: int, count: int, concurrency: int = 16) -> None:
+    """Fill the server quickly over raw HTTP (only the server's memory is measured with these)."""
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
+    it = iter(range(start, start + count))
+    async with aiohttp.ClientSession(headers=headers) as session:
+        async def worker() -> None:
+            for i in it:
+                async with session.post(f"{url}/api/v1/namespaces/{NS}/pods",
+                                        data=orjson.dumps(pod_body(f"fill-{i}"))) as r:
+                    if r.status != 201:
+                        raise RuntimeError(await r.text())
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+
+
+def list_latency(kc: Path, repeats: int = 3) -> tuple[float, float, int]:
+    v1 = client.CoreV1Api(new_client(kc))
+    raw_times, typed_times = [], []
+    n = 0
+    for _ in range(repeats):
+        t = time.perf_counter()
+        resp = v1.list_namespaced_pod(NS, _preload_content=False)
+        n = len(json.loads(resp.data)["items"])
+        raw_times.append(time.perf_counter() - t)
+    t = time.perf_counter()
+    v1.list_namespaced_pod(NS)
+    typed_times.append(time.perf_counter() - t)
+    return min(raw_times), min(typed_times), n
+
+
+def watch_latency(kc: Path, count: int, rate: float) -> tuple[float, float]:
+    api = new_client(kc)
+    v1 = client.CoreV1Api(api)
+    rv = v1.list_namespaced_pod(NS, limit=1).metadata.resource_version
+    sent: dict[str, float] = {}
+    lat: list[float] = []
+    done = threading.Event()
+
+    def reader() -> None:
+        resp = v1.list_namespaced_pod(NS, watch=True, resource_version=rv, timeout_seconds=300,
+                                      label_selector="mkd.dev/placement=watch", _preload_content=False)
+        buf = b""
+        for chunk in resp.stream(amt=None):
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                got = time.perf_counter()
+                ev = orjson.loads(line)
+                name = ev["object"]["metadata"]["name"]
+                if ev["type"] == "ADDED" and name in sent:
+                    lat.append(got - sent[name])
+                    if len(lat) >= count:
+                        done.set()
+                        resp.release_conn()
+                        return
+
+    t = threading.Thread(target=reader, daemon=True)
+    t.start()
+    time.sleep(0.3)  # let the watch connect before the first create
+    writer = client.CoreV1Api(new_client(kc))
+    for i in range(count):
+        body = pod_body(f"watch-{i}")
+        body["metadata"]["labels"]["mkd.dev/placement"] = "watch"
+        name = body["metadata"]["name"]
+        sent[name] = time.perf_counter()
+        writer.create_namespaced_pod(NS, body)
+        time.sleep(1.0 / rate)
+    done.wait(30)
+    lat.sort()
+    return statistics.median(lat) * 1000, lat[int(len(lat) * 0.99) - 1] * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="small counts, a few seconds")
+    args = ap.parse_args()
+    one = 300 if args.quick else 2000
+    eight = 60 if args.quick else 400
+    list_n = 2000 if args.quick else 10_000
+    rss_n = 10_000 if args.quick else 100_000
+    with tempfile.TemporaryDirectory() as d:
+        srv = Server(Path(d))
+        try:
+            kc = srv.kubeconfig
+            client.CoreV1Api(new_client(kc)).create_namespace({"metadata": {"name": NS}})
+            print(f"server pid {srv.proc.pid}, idle RSS {srv.rss_mb():.0f} MB")
+            r1 = creates_per_second(kc, 1, one, "one")
+            print(f"pod creates/s, 1 thread : {r1:7.0f}  ({one} pods)")
+            r8 = creates_per_second(kc, 8, eight, "eight")
+            print(f"pod creates/s, 8 threads: {r8:7.0f}  ({8 * eight} pods)")
+            kcfg = yaml.safe_load(kc.read_text())
+            host = kcfg["clusters"][0]["cluster"]["server"]
+            token = kcfg["users"][0]["user"]["token"]
+            have = one + 8 * eight
+            if list_n > have:
+                asyncio.run(bulk_create(host, token, 0, list_n - have))
+                have = list_n
+            raw, typed, n = list_latency(kc)
+            print(f"list {n} pods: {raw * 1000:7.0f} ms raw JSON, {typed * 1000:7.0f} ms typed (official client)")
+            p50, p99 = watch_latency(kc, 200 if args.quick else 1000, 200.0)
+            print(f"watch delivery latency: p50 {p50:5.1f} ms, p99 {p99:5.1f} ms")
+            if rss_n > have:
+                asyncio.run(bulk_create(host, token, have, rss_n - have))
+            total = len(json.loads(client.CoreV1Api(new_client(kc)).list_namespaced_pod(
+                NS, _preload_content=False).data)["items"])
+            print(f"server RSS at {total} pods: {srv.rss_mb():.0f} MB")
+        finally:
+            srv.close()
+
+
+if __name__ == "__main__":
+    main()
