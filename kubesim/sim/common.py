@@ -45,10 +45,18 @@ class StoreLike(Protocol):
     def subscribe(self, fn: Any) -> Any: ...
 
 
+_stamp_cache: tuple[int, str] = (0, "")
+
+
 def now_ts(when: float | None = None) -> str:
     """RFC 3339 UTC with second precision, as metav1.Time serialises."""
-    moment = datetime.fromtimestamp(time.time() if when is None else when, UTC)
-    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+    global _stamp_cache
+    second = int(time.time() if when is None else when)
+    if _stamp_cache[0] == second:
+        return _stamp_cache[1]
+    text = datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    _stamp_cache = (second, text)
+    return text
 
 
 def parse_ts(text: str | None) -> float | None:

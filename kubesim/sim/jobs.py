@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
+
 from kubesim.sim.common import (
     Key,
     StoreLike,
@@ -274,7 +276,7 @@ class JobController:
         uid = str(meta.get("uid"))
         self.job_keys[uid] = key
         status = job.setdefault("status", {})
-        before = copy.deepcopy(status)
+        before = orjson.dumps(status)
         conditions: list[dict[str, Any]] = status.setdefault("conditions", [])
         pods = self.pods.get(uid, {})
         now = time.time()
@@ -378,7 +380,7 @@ class JobController:
         if not status.get("completedIndexes"):
             status.pop("completedIndexes", None)
 
-        if status != before:
+        if orjson.dumps(status) != before:
             try:
                 written = self.store.update(JOBS, job, subresource="status")
                 self.written_rv[key] = written["metadata"].get("resourceVersion")

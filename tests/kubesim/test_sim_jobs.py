@@ -217,3 +217,20 @@ def test_pod_names_are_deterministic_under_a_seed(tmp_path: Path) -> None:
             return sorted(p.metadata.name for p in pods)
 
     assert names(0) == names(1)
+
+
+def test_jobs_progress_across_a_cluster_restart(tmp_path: Path) -> None:
+    spec = ClusterSpec("r", [NodeSpec("node-1")], kubelet=KubeletSpec(start_seconds=0.02, run_seconds=0.3))
+    with kubesim.serve([spec], tmp_path) as sim:
+        api = config.new_client_from_config(config_file=str(sim.kubeconfig("r")))
+        try:
+            apis = Apis(client.CoreV1Api(api), client.BatchV1Api(api))
+            apis.batch.create_namespaced_job(NS, job("survivor", completions=2, parallelism=1))
+            wait_for(lambda: status(apis, "survivor").active == 1, what="first pod active")
+            sim.stop_cluster("r")
+            sim.start_cluster("r")
+            wait_for(lambda: condition(apis, "survivor", "Complete"), what="Complete after restart")
+            assert status(apis, "survivor").succeeded == 2
+            assert len(pods_of(apis, "survivor")) == 2
+        finally:
+            api.close()
