@@ -81,3 +81,31 @@ async def test_pi_runs_to_succeeded_and_running_workers_are_cleaned(tmp_path: Pa
 def launcher_completion(job: dict[str, Any] | None) -> Any:
     assert job is not None
     return (job.get("status") or {}).get("completionTime")
+
+
+@pytest.mark.timeout(60)
+async def test_launcher_failure_fails_the_mpijob_with_completion_time(tmp_path: Path) -> None:
+    job = yaml.safe_load(PI)
+    job["spec"]["runPolicy"] = {"backoffLimit": 0, "cleanPodPolicy": "All"}
+    job["spec"]["mpiReplicaSpecs"]["Launcher"]["restartPolicy"] = "Never"  # a failed pod, not a restart
+    launcher_meta = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["metadata"]
+    launcher_meta["annotations"] = {"kubesim.mkd.dev/run-seconds": "0.3", "kubesim.mkd.dev/exit-code": "3"}
+    async with cluster(tmp_path) as kube:
+        rig = LoopRig(kube, {"MPIJob": (MPIJOBS, MPIJobReconciler())})
+        async with rig.running():
+            await kube.create(MPIJOBS, job, NS)
+            failed = await rig.wait(MPIJOBS, "pi", lambda o: any(c[0] == "Failed" for c in conds(o)))
+            cond = next(c for c in failed["status"]["conditions"] if c["type"] == "Failed")
+            # upstream appends the last failed launcher pod's status.reason and message, both empty
+            # for an ordinary container failure
+            assert (cond["status"], cond["reason"], cond["message"]) == (
+                "True", "BackoffLimitExceeded/", "Job has reached the specified backoff limit: ")
+            assert failed["status"]["completionTime"]
+            assert failed["status"]["replicaStatuses"]["Launcher"] == {"failed": 1}
+            for _ in range(200):  # cleanPodPolicy All: every worker goes
+                pods = [await rig.get(PODS, f"pi-worker-{i}") for i in (0, 1)]
+                if all(p is None or p["metadata"].get("deletionTimestamp") for p in pods):
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("workers were not deleted after failure")

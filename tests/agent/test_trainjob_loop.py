@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -67,3 +68,27 @@ async def test_multi_node_trainjob_runs_to_complete(tmp_path: Path) -> None:
             assert done["status"]["conditions"][0]["message"] == "jobset completed successfully"
             assert done["status"]["jobsStatus"] == [
                 {"name": "node", "ready": 0, "succeeded": 1, "failed": 0, "active": 0, "suspended": 0}]
+
+
+@pytest.mark.timeout(60)
+async def test_deadline_fails_the_trainjob_on_time_and_deletes_the_jobset(tmp_path: Path) -> None:
+    runtime = yaml.safe_load(RUNTIME)
+    runtime["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["metadata"] = {
+        "annotations": {"kubesim.mkd.dev/run-seconds": "120"}}
+    job = yaml.safe_load(TRAINJOB)
+    job["spec"]["activeDeadlineSeconds"] = 2
+    async with cluster(tmp_path) as kube:
+        await kube.create(CLUSTER_TRAINING_RUNTIMES, runtime)
+        rig = LoopRig(kube, {"TrainJob": (TRAINJOBS, TrainJobReconciler()), "JobSet": (JOBSETS, JobSetReconciler())})
+        async with rig.running():
+            await kube.create(TRAINJOBS, job, NS)
+            await rig.wait(JOBS, "multi-node-example-node-0", lambda o: (o.get("status") or {}).get("active") == 3)
+            failed = await rig.wait(TRAINJOBS, "multi-node-example", lambda o: bool(conds(o)), within=10)
+            assert conds(failed) == [("Failed", "True", "DeadlineExceeded")]
+            assert failed["status"]["conditions"][0]["message"] == "TrainJob exceeded its active deadline"
+            for _ in range(100):
+                if await rig.get(JOBSETS, "multi-node-example") is None:
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the JobSet was not deleted at the deadline")

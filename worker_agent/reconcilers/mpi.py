@@ -29,6 +29,7 @@ CREATED, RUNNING, SUCCEEDED, FAILED, SUSPENDED = "Created", "Running", "Succeede
 ERR_RESOURCE_EXISTS = "ErrResourceExists"
 MESSAGE_RESOURCE_EXISTS = 'Resource "{name}" of Kind "{kind}" already exists and is not managed by MPIJob'
 RETRY_SECONDS = 5.0
+POD_LAG_SECONDS = 5.0
 
 
 def _phase(pod: Mapping[str, Any]) -> str:
@@ -349,8 +350,10 @@ class _Pass:
                     "lastUpdateTime": stamp, "lastTransitionTime": stamp})
         elif launcher is not None and launcher_running >= 1 and running == len(workers):
             msg = f"MPIJob {ns_name} is running."
-            mpi.set_condition(status, RUNNING, "True", "MPIJobRunning", msg, now)
-            plan.events.append(("Normal", "MPIJobRunning", f"MPIJob {ns_name} is running"))
+            # upstream records the Event on every pass and the recorder folds repeats into one
+            # Event; emitting it on the transition only leaves the same Event behind
+            if mpi.set_condition(status, RUNNING, "True", "MPIJobRunning", msg, now):
+                plan.events.append(("Normal", "MPIJobRunning", f"MPIJob {ns_name} is running"))
 
     def _failed_from_launcher(self, launcher: dict[str, Any], pods: list[dict[str, Any]]) -> None:
         cond = _job_condition(launcher, "Failed") or {}
@@ -358,6 +361,14 @@ class _Pass:
         msg = str(cond.get("message") or "") or f"MPIJob {mpi.namespace_of(self.job)}/{self.name} has failed"
         if reason == "BackoffLimitExceeded":
             failed = [p for p in pods if _phase(p) == "Failed"]
+            since = parse_time(cond.get("lastTransitionTime"))
+            counted = int((launcher.get("status") or {}).get("failed") or 0)
+            if (not failed and counted and since is not None
+                    and (self.now - since).total_seconds() < POD_LAG_SECONDS):
+                # the Job counted a failed pod the pod watch has not shown yet: wait briefly for it
+                # (upstream appends its reason) rather than freeze a reason without it
+                self.plan.requeue_after = 0.5
+                return
             if failed:
                 last = max(failed, key=lambda p: str(p["metadata"].get("creationTimestamp") or ""))
                 reason += "/" + str((last.get("status") or {}).get("reason") or "")

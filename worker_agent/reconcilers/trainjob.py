@@ -274,8 +274,7 @@ class _Pass:
             new = {"type": SUSPENDED, "status": "False", "reason": "Resumed", "message": "TrainJob is resumed"}
         else:
             return
-        if set_status_condition(self.conditions, new, self.stamp_now):
-            self.plan.events.append(("Normal", new["reason"], new["message"]))
+        set_status_condition(self.conditions, new, self.stamp_now)
 
     def _copy_jobset_status(self) -> None:
         if self.jobset is None:
