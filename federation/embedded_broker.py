@@ -1,8 +1,8 @@
 """An MQTT broker inside the process (amqtt): the only module importing ``amqtt``.
 
 For ``mkd dev`` / the demo and for tests on machines without Mosquitto. ``EmbeddedBroker`` is an
-async context manager bound to ``127.0.0.1`` and a free port by default; ``.url`` is what
-``MqttSettings.url`` takes. Checked with aiomqtt as the client (tests/federation/test_mqtt.py): QoS 1
+async context manager bound to ``127.0.0.1`` and a free port by default (optionally TLS); ``.url``
+is what ``MqttSettings.url`` takes. Checked with aiomqtt as the client (tests/federation/test_mqtt.py): QoS 1
 delivery, retained messages, will messages on an unclean disconnect and persistent sessions
 (clean_session False) that queue QoS 1 messages while a subscriber is away.
 
@@ -13,8 +13,8 @@ What it lacks compared to Mosquitto (production deployments should run Mosquitto
 * messages queued for an offline persistent session arrive with the retain flag set (Mosquitto
   clears it), so consumers must not read meaning into ``Message.retain`` for commands/reports;
 * MQTT 3.1.1 only (no MQTT 5 properties, receive-maximum or session expiry per client);
-* every client is accepted (no ACLs, no password file; username/password are ignored) over plain TCP
-  (no TLS listener);
+* every client is accepted (no ACLs, no password file; username/password are ignored); a TLS
+  listener is available (``certfile`` / ``keyfile``) but client certificates are not required;
 * amqtt's stock anonymous-auth plugin disables persistent sessions for anonymous clients, so this
   module installs its own accept-all plugin (``AcceptAll``) to keep them working;
 * an order of magnitude slower than Mosquitto (pure Python, one event loop shared with its host).
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 from types import TracebackType
 from typing import Any
 
@@ -57,22 +58,30 @@ class AcceptAll(BaseAuthPlugin):  # type: ignore[misc]
 class EmbeddedBroker:
     """An amqtt broker listening on ``host:port`` (port 0: the OS picks a free one) while entered."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, *, certfile: Path | None = None,
+                 keyfile: Path | None = None) -> None:
+        """``certfile`` / ``keyfile`` (PEM) make it a TLS listener (``mqtts://``)."""
         self.host = host
         self.port = port
+        self.certfile = certfile
+        self.keyfile = keyfile
         self._broker: Broker | None = None
 
     @property
     def url(self) -> str:
         if self._broker is None:
             raise RuntimeError("EmbeddedBroker.url is known once the broker is entered")
-        return f"mqtt://{self.host}:{self.port}"
+        scheme = "mqtts" if self.certfile else "mqtt"
+        return f"{scheme}://{self.host}:{self.port}"
 
     async def __aenter__(self) -> EmbeddedBroker:
         if self._broker is not None:
             raise RuntimeError("EmbeddedBroker is already running")
+        listener: dict[str, Any] = {"type": "tcp", "bind": f"{self.host}:{self.port}"}
+        if self.certfile:
+            listener.update(ssl=True, certfile=str(self.certfile), keyfile=str(self.keyfile or self.certfile))
         config: dict[str, Any] = {
-            "listeners": {"default": {"type": "tcp", "bind": f"{self.host}:{self.port}"}},
+            "listeners": {"default": listener},
             # No $SYS publishing and no packet/event loggers: only what a federation needs.
             "plugins": {f"{__name__}.AcceptAll": {}},
         }

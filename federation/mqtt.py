@@ -213,6 +213,7 @@ class MqttLink:
         tls = _tls_context(self.settings) if address.tls or self.settings.tls_ca else None
         will = (aiomqtt.Will(self.will.topic, self.will.payload, qos=QOS, retain=self.will.retain)
                 if self.will else None)
+        self.state = "closed"  # until the connect succeeds: a failed link is not entered again
         with _translate(f"connect to {address.host}:{address.port}"):
             client = aiomqtt.Client(
                 address.host, address.port,

@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import random
 import socket
 import uuid
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from federation.clock import FakeClock
 from federation.embedded_broker import EmbeddedBroker
@@ -232,3 +239,37 @@ async def test_reconnect_loop_with_fake_clock() -> None:
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
+
+
+def self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 and its key (PEM files); the certificate is its own CA."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "mkd-test-broker")])
+    now = datetime.now(UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - timedelta(minutes=5))
+            .not_valid_after(now + timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "broker.pem", tmp_path / "broker.key"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+async def test_tls_round_trip_and_untrusted_broker_refused(tmp_path: Path, topic_root: str) -> None:
+    cert, key = self_signed(tmp_path)
+    async with EmbeddedBroker(certfile=cert, keyfile=key) as broker:
+        assert broker.url.startswith("mqtts://")
+        settings = MqttSettings(url=broker.url, tls_ca=cert)
+        async with MqttLink(settings, client_id=cid("tls"), persistent=False) as link:
+            await link.subscribe(f"{topic_root}/#")
+            await link.publish(f"{topic_root}/x", b"secret")
+            assert (await next_message(link)).payload == b"secret"
+        # the system CAs do not trust a self-signed broker
+        with pytest.raises(Transport):
+            async with MqttLink(MqttSettings(url=broker.url), client_id=cid("tls"), persistent=False):
+                pass
