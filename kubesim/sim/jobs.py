@@ -322,7 +322,11 @@ class JobController:
         failure_target = _true(conditions, "FailureTarget")
         success_met = _true(conditions, "SuccessCriteriaMet")
 
-        if finished is None and failure_target is None and success_met is None:
+        # A Job being deleted only has its pods counted; the garbage collector removes them.
+        being_deleted = bool(meta.get("deletionTimestamp"))
+        if being_deleted:
+            pass
+        elif finished is None and failure_target is None and success_met is None:
             if suspended:
                 if set_condition(conditions, "Suspended", "True", "JobSuspended", "Job suspended", now=stamp):
                     events.append(("Normal", "Suspended", "Job suspended"))
@@ -350,7 +354,9 @@ class JobController:
                     active = self._manage(job, key, pods, active, terminating, parallelism, completions, indexed,
                                           succeeded, succeeded_indexes, events)
 
-        if finished is None and (failure_target is not None or success_met is not None):
+        if being_deleted:
+            pass
+        elif finished is None and (failure_target is not None or success_met is not None):
             self._delete_pods(key, active)
             active = []
             if not any(not p.terminal for p in pods.values()):

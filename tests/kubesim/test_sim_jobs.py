@@ -234,3 +234,19 @@ def test_jobs_progress_across_a_cluster_restart(tmp_path: Path) -> None:
             assert len(pods_of(apis, "survivor")) == 2
         finally:
             api.close()
+
+
+def test_deleting_a_running_job_removes_it_and_its_pods(tmp_path: Path) -> None:
+    with cluster(tmp_path) as apis:
+        for name in ("fg", "bg"):
+            apis.batch.create_namespaced_job(NS, job(name, parallelism=2, completions=2,
+                                                     annotations={"kubesim.mkd.dev/run-forever": "true"}))
+        wait_for(lambda: status(apis, "fg").active == 2 and status(apis, "bg").active == 2, what="running")
+        apis.batch.delete_namespaced_job("fg", NS, propagation_policy="Foreground")
+        apis.batch.delete_namespaced_job("bg", NS, propagation_policy="Background")
+
+        def all_gone() -> bool:
+            jobs = [j.metadata.name for j in apis.batch.list_namespaced_job(NS).items]
+            return not jobs and not pods_of(apis, "fg") and not pods_of(apis, "bg")
+
+        wait_for(all_gone, what="jobs and pods deleted")
