@@ -268,3 +268,25 @@ def test_invalid_job_gets_a_validation_event_only() -> None:
     assert not plan.creates and plan.status is None
     assert plan.events[0][:2] == ("Warning", "ValidationError")
     assert "restartPolicy" in plan.events[0][2]
+
+
+def test_counted_failed_pod_not_yet_seen_waits_briefly_then_fails() -> None:
+    sim = Sim(MPIJobReconciler(), pi())
+    sim.step()
+    sim.obj("jobs", "pi-launcher")["status"] = {"failed": 1, "conditions": [
+        {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "lastTransitionTime": ts(sim.now),
+         "message": "Job has reached the specified backoff limit"}]}
+    plan = sim.step()
+    assert plan.requeue_after == 0.5 and ("Failed", "True", "BackoffLimitExceeded") not in sim.conditions()
+    sim.advance(6)  # the pod never shows up: fail without the pod's reason
+    sim.step()
+    assert ("Failed", "True", "BackoffLimitExceeded") in sim.conditions()
+
+
+def test_launcher_deadline_is_rechecked_on_time() -> None:
+    sim = Sim(MPIJobReconciler(), pi(runPolicy={"activeDeadlineSeconds": 30}))
+    sim.step()
+    assert sim.obj("jobs", "pi-launcher")["spec"]["activeDeadlineSeconds"] == 30
+    sim.obj("jobs", "pi-launcher")["status"] = {"startTime": ts(T0)}
+    sim.advance(10)
+    assert sim.step().requeue_after == 21.0

@@ -268,3 +268,50 @@ def test_runtime_snapshot_wins_over_later_runtime_edits() -> None:
     plan = sim.step()
     assert plan.events[0][2].startswith("TrainJob resources reconciliation failed: getting runtime snapshot: "
                                         "invalid runtime snapshot: a snapshot configmap exists but is owned by")
+
+
+MULTI_STEP_RUNTIME = """
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: TrainingRuntime
+metadata: {name: torch-with-dataset-init, namespace: default}
+spec:
+  mlPolicy: {numNodes: 1, torch: {}}
+  template:
+    spec:
+      replicatedJobs:
+      - name: dataset-initializer
+        template:
+          metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: dataset-initializer}}
+          spec:
+            template:
+              spec:
+                containers: [{name: dataset-initializer, image: ghcr.io/kubeflow/trainer/dataset-initializer}]
+      - name: node
+        dependsOn: [{name: dataset-initializer, status: Complete}]
+        template:
+          metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}}
+          spec:
+            template:
+              spec:
+                containers: [{name: node, image: pytorch/pytorch, env: [{name: PET_NNODES, value: "9"}]}]
+"""
+
+
+def test_multi_step_initializer_env_and_namespaced_runtime() -> None:
+    job = load(MULTI_NODE, runtimeRef={"name": "torch-with-dataset-init", "kind": "TrainingRuntime"},
+               initializer={"dataset": {"storageUri": "hf://tatsu-lab/alpaca", "env": [{"name": "X", "value": "y"}]}})
+    job["spec"]["trainer"] = {"numNodes": 2, "numProcPerNode": 4,
+                              "resourcesPerNode": {"requests": {"cpu": "2", "memory": "4Gi"},
+                                                   "limits": {"cpu": "4", "memory": "8Gi"}}}
+    sim = sim_for(job, load(MULTI_STEP_RUNTIME))
+    sim.step()
+    init, node = sim.obj("jobsets", "multi-node-example")["spec"]["replicatedJobs"]
+    assert init["replicas"] == 1 and init["template"]["spec"]["parallelism"] == 1
+    ic = init["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert env(ic) == [("STORAGE_URI", "hf://tatsu-lab/alpaca"), ("X", "y")]
+    nc = node["template"]["spec"]["template"]["spec"]["containers"][0]
+    assert node["template"]["spec"]["parallelism"] == 2 and node["dependsOn"] == [
+        {"name": "dataset-initializer", "status": "Complete"}]
+    assert env(nc)[0] == ("PET_NNODES", "2")  # upserted in place over the runtime's value
+    assert ("PET_NPROC_PER_NODE", "4") in env(nc)
+    assert nc["resources"] == {"limits": {"cpu": "4", "memory": "8Gi"}, "requests": {"cpu": "2", "memory": "4Gi"}}
