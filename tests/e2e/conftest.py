@@ -24,6 +24,10 @@ WAIT_SECONDS = 60.0
 """Every wait in the suite is bounded by this; a hang fails with what was last seen."""
 
 
+class NotYet(str):
+    """What a probe returns while the condition does not hold: the words for what is still missing."""
+
+
 @pytest.fixture
 async def federation(tmp_path: Path, mqtt_url: str, database_url: str, topic_root: str) -> AsyncIterator[Topology]:
     options = TopologyOptions(
@@ -35,16 +39,17 @@ async def federation(tmp_path: Path, mqtt_url: str, database_url: str, topic_roo
         top.check_running()  # a service that crashed during the test fails it, with its cause
 
 
-async def wait_for(probe: Callable[[], Awaitable[T | None]], what: str, *, within: float = WAIT_SECONDS,
+async def wait_for(probe: Callable[[], Awaitable[T | NotYet | None]], what: str, *, within: float = WAIT_SECONDS,
                    top: Topology | None = None, every: float = 0.25) -> T:
-    """Poll ``probe`` until it returns something truthy; fail naming ``what`` and the last value seen."""
+    """Poll ``probe`` until it returns something truthy that is not :class:`NotYet`; fail naming ``what``
+    and the last thing seen."""
     deadline = time.monotonic() + within
     last: Any = None
     while time.monotonic() < deadline:
         if top is not None:
             top.check_running()
         last = await probe()
-        if last:
-            return last
+        if last and not isinstance(last, NotYet):
+            return last  # type: ignore[return-value]
         await asyncio.sleep(every)
     pytest.fail(f"timed out after {within:.0f}s waiting for {what}; last seen: {last!r}"[:2000])

@@ -20,12 +20,12 @@ from typer.testing import CliRunner
 
 from federation import labels
 from federation.kinds.registry import by_api
-from federation.kube import resource_for
+from federation.kube import PODS
 from mkctl import jobs
 from mkctl.demo import observe_all, read_job, submit
 from mkctl.main import app
 from mkctl.topology import Topology
-from tests.e2e.conftest import wait_for
+from tests.e2e.conftest import NotYet, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -71,11 +71,11 @@ async def test_every_sample_job_reaches_its_end(federation: Topology) -> None:
     assert {"PyTorchJob", "MPIJob", "TrainJob", "Job", "JobSet"} <= kinds
     await submit(federation, examples)
 
-    async def all_reached() -> dict[str, jobs.Observation] | None:
+    async def all_reached() -> dict[str, jobs.Observation] | NotYet:
         seen = await observe_all(federation.manager, examples.samples)
-        missing = [f"{s.key}: {seen[s.key].state} {seen[s.key].reason}" for s in examples.samples
-                   if not jobs.reached(s, seen[s.key])]
-        return None if missing else seen
+        missing = [f"{s.key} expected {s.expect}, is {seen[s.key].state} {seen[s.key].reason}".strip()
+                   for s in examples.samples if not jobs.reached(s, seen[s.key])]
+        return NotYet("; ".join(missing)) if missing else seen
 
     await wait_for(all_reached, "every sample job at its expected end", within=90, top=federation)
 
@@ -137,15 +137,17 @@ async def test_lost_agent_is_noticed_and_nothing_is_lost(federation: Topology) -
 
     await wait_for(noticed, "worker-3 shown stale or offline by `mkctl clusters list`", top=federation)
 
-    # The job finishes on worker-3 while its agent is away (read there only to know when).
+    # The job's pods finish on worker-3 while its agent (their job's controller) is away; the worker
+    # is read only to know when, by the pods' standard job-name label.
     worker = federation.kubes["worker-3"]
-    res = resource_for(kind_of(sample.manifest))
+    selector = f"training.kubeflow.org/job-name={sample.name}"
 
-    async def finished_on_worker() -> bool:
-        found = await worker.list(res, sample.namespace)
-        return any(kind_of(j).finished(j) for j in found.items)
+    async def pods_done_on_worker() -> list[str] | NotYet:
+        pods = (await worker.list(PODS, sample.namespace, label_selector=selector)).items
+        phases = [p.get("status", {}).get("phase", "") for p in pods]
+        return phases if len(phases) == 2 and set(phases) == {"Succeeded"} else NotYet(f"pod phases {phases}")
 
-    await wait_for(finished_on_worker, "the job to finish on worker-3", top=federation)
+    await wait_for(pods_done_on_worker, "the job's pods to finish on worker-3", top=federation)
     job = await read_job(federation.manager, sample)
     assert job is not None and kind_of(job).finished(job) is None, "nobody could have reported the end yet"
 
