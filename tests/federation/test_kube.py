@@ -53,6 +53,7 @@ class FakeApi:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     watch_requests: list[dict[str, str]] = field(default_factory=list)
     patches: list[tuple[str, str]] = field(default_factory=list)  # (content type, query)
+    bookmark_sent: asyncio.Event = field(default_factory=asyncio.Event)
 
     def bump(self, type_: str, plural: str, obj: dict[str, Any]) -> None:
         self.last_rv = next(self.rv)
@@ -183,6 +184,7 @@ def make_app(api: FakeApi) -> web.Application:
                     bookmark = {"kind": "ConfigMap", "metadata": {"resourceVersion": str(api.last_rv)}}
                     await resp.write(json.dumps({"type": "BOOKMARK", "object": bookmark}).encode() + b"\n")
                     sent = api.last_rv
+                    api.bookmark_sent.set()
                 waiter = api.changed
                 await waiter.wait()
         except (ConnectionResetError, asyncio.CancelledError):
@@ -364,12 +366,16 @@ async def test_informer_lists_watches_and_resumes_after_drop(fake: tuple[FakeApi
         await kube.create(CONFIGMAPS, {"metadata": {"name": "b"}}, "ns")
         second = await next_event(it)
         assert (second.type, second.object["metadata"]["name"]) == ("ADDED", "b")
+        # a change to another type moves the watched collection's version on only through a bookmark
+        api.bookmark_sent.clear()
+        await kube.create(PODS, {"metadata": {"name": "p"}}, "ns")
+        await asyncio.wait_for(api.bookmark_sent.wait(), TIMEOUT)
         await api.drop_watches()
         await kube.patch(CONFIGMAPS, "a", {"data": {"x": "1"}}, "ns")
         third = await next_event(it)
         assert (third.type, third.object["data"]) == ("MODIFIED", {"x": "1"})
-        # resumed from the last seen version, not relisted
-        assert [w["resourceVersion"] for w in api.watch_requests][:2] == ["1", "2"]
+        # resumed from the bookmark's version (3, the pod), not relisted from scratch
+        assert [w["resourceVersion"] for w in api.watch_requests] == ["1", "3"]
         assert all(w["allowWatchBookmarks"] == "true" for w in api.watch_requests)
         await it.aclose()  # type: ignore[attr-defined]
         assert not kube._watches
