@@ -28,6 +28,9 @@ DEFAULT_SCHEDULER = "default-scheduler"
 UNRESOLVABLE = "Preemption is not helpful for scheduling"
 NO_VICTIMS = "No preemption victims found for incoming pod"
 TERMINAL = frozenset({"Succeeded", "Failed"})
+BACKOFF_INITIAL = 1.0
+BACKOFF_MAX = 10.0
+"""A pod's Unschedulable message is rewritten at most this often (the real queue's pod backoff, seconds)."""
 PASS_WRITE_BUDGET = 200
 """Writes (binds, unschedulable status + event) one scheduling pass may make before yielding the loop."""
 
@@ -78,7 +81,8 @@ class Scheduler:
         self.assigned: dict[Key, tuple[str, Resources]] = {}
         self.pending: dict[Key, PendingPod] = {}
         self.active: dict[Key, None] = {}
-        self.unschedulable: dict[Key, str] = {}
+        self.unschedulable: dict[Key, tuple[str, float, int]] = {}   # message, next rewrite, attempts
+        self._refresh: asyncio.TimerHandle | None = None
         self.gated: set[Key] = set()
         self.priorities: Counter[int] = Counter()
         self.on_node_change: list[Callable[[str], None]] = []
@@ -94,6 +98,9 @@ class Scheduler:
 
     def stop(self) -> None:
         self.stopped = True
+        if self._refresh is not None:
+            self._refresh.cancel()
+            self._refresh = None
         if self._handle is not None:
             self._handle.cancel()
             self._handle = None
@@ -257,16 +264,32 @@ class Scheduler:
                     budget -= 1
                     continue
                 failed[entry.signature] = message
-            if self.unschedulable.get(key) != message:
-                self.unschedulable[key] = message
+            prev = self.unschedulable.get(key)
+            if prev is None or (prev[0] != message and self.loop.time() >= prev[1]):
+                attempts = 0 if prev is None else prev[2] + 1
+                wait = min(BACKOFF_INITIAL * 2 ** attempts, BACKOFF_MAX)
+                self.unschedulable[key] = (message, self.loop.time() + wait, attempts)
                 self._mark_unschedulable(entry, message)
                 budget -= 2
+            elif prev[0] != message:
+                self._refresh_at(prev[1])
         else:
             position = len(self._backlog)
         # Out of budget: the rest waits for the next loop iteration so the API server stays responsive.
         self._backlog = self._backlog[position:]
         if self._backlog and self._handle is None and not self.stopped:
             self._handle = self.loop.call_soon(self._pass)
+
+    def _refresh_at(self, when: float) -> None:
+        """A later pass rewrites messages that changed while their pod was backing off."""
+        if self._refresh is not None or self.stopped:
+            return
+
+        def fire() -> None:
+            self._refresh = None
+            self._request_pass(move_all=True)
+
+        self._refresh = self.loop.call_at(when, fire)
 
     def _nodes(self) -> list[NodeInfo]:
         if self._sorted_nodes is None:
