@@ -92,3 +92,70 @@ async def test_deadline_fails_the_trainjob_on_time_and_deletes_the_jobset(tmp_pa
                 await asyncio.sleep(0.05)
             else:
                 raise AssertionError("the JobSet was not deleted at the deadline")
+
+
+DEEPSPEED = """
+apiVersion: trainer.kubeflow.org/v1alpha1
+kind: ClusterTrainingRuntime
+metadata: {name: deepspeed-distributed}
+spec:
+  mlPolicy:
+    numNodes: 1
+    mpi: {numProcPerNode: 1, mpiImplementation: OpenMPI, sshAuthMountPath: /home/mpiuser/.ssh, runLauncherAsNode: true}
+  template:
+    spec:
+      network: {publishNotReadyAddresses: true}
+      successPolicy: {operator: All, targetReplicatedJobs: [launcher]}
+      replicatedJobs:
+      - name: node
+        template:
+          spec:
+            template:
+              metadata: {annotations: {kubesim.mkd.dev/run-seconds: "120"}}
+              spec:
+                containers:
+                - {name: node, image: ghcr.io/kubeflow/trainer/deepspeed-runtime, command: [/usr/sbin/sshd],
+                   args: [-De], resources: {requests: {cpu: 100m}}}
+      - name: launcher
+        dependsOn: [{name: node, status: Ready}]
+        template:
+          metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}}
+          spec:
+            template:
+              metadata: {annotations: {kubesim.mkd.dev/run-seconds: "0.5"}}
+              spec:
+                containers: [{name: node, image: ghcr.io/kubeflow/trainer/deepspeed-runtime,
+                              resources: {requests: {cpu: 100m}}}]
+"""
+
+
+@pytest.mark.timeout(60)
+async def test_deepspeed_mpi_trainjob_launcher_after_nodes_ready(tmp_path: Path) -> None:
+    job = yaml.safe_load(TRAINJOB)
+    job["metadata"]["name"] = "ds"
+    job["spec"] = {"runtimeRef": {"name": "deepspeed-distributed"},
+                   "trainer": {"numNodes": 3, "command": ["mpirun", "python", "train.py"]}}
+    async with cluster(tmp_path) as kube:
+        await kube.create(CLUSTER_TRAINING_RUNTIMES, yaml.safe_load(DEEPSPEED))
+        rig = LoopRig(kube, {"TrainJob": (TRAINJOBS, TrainJobReconciler()), "JobSet": (JOBSETS, JobSetReconciler())})
+        async with rig.running():
+            await kube.create(TRAINJOBS, job, NS)
+            nodes = await rig.wait(JOBS, "ds-node-0", lambda o: True)
+            assert nodes["spec"]["parallelism"] == 2
+            launcher = await rig.wait(JOBS, "ds-launcher-0", lambda o: True)
+            node_job = await rig.get(JOBS, "ds-node-0")
+            assert node_job is not None and node_job["status"]["ready"] == 2  # dependsOn node Ready
+            env = {e["name"]: e.get("value") for e in launcher["spec"]["template"]["spec"]["containers"][0]["env"]}
+            assert env["OMPI_MCA_orte_default_hostfile"] == "/etc/mpi/hostfile"
+            hostfile = await kube.get(Resource("", "v1", "configmaps", "ConfigMap"), "ds-mpi-hostfile", NS)
+            assert hostfile["data"]["hostfile"] == (
+                "ds-node-0-0.ds slots=1\nds-node-0-1.ds slots=1\nds-launcher-0-0.ds slots=1\n")
+            done = await rig.wait(TRAINJOBS, "ds", lambda o: ("Complete", "True", "AllJobsCompleted") in conds(o))
+            assert done["status"]["jobsStatus"][1]["name"] == "launcher"
+            assert done["status"]["jobsStatus"][1]["succeeded"] == 1
+            for _ in range(100):  # a finished JobSet deletes its still-active Jobs (the sshd nodes)
+                if await rig.get(JOBS, "ds-node-0") is None:
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the node Job was not deleted after completion")
