@@ -54,8 +54,8 @@ BUILTINS: list[ResourceType] = [
     ResourceType("namespaces", "namespace", "Namespace", "", ["v1"], False, ("status", "finalize"), ("ns",),
                  name_rule="label", verbs=["create", "delete", "get", "list", "patch", "update", "watch"]),
     ResourceType("nodes", "node", "Node", "", ["v1"], False, ("status",), ("no",)),
-    ResourceType("pods", "pod", "Pod", "", ["v1"], True, ("status", "binding", "log"), ("po",), ("all",),
-                 generation=True),
+    # Pods carry no metadata.generation on 1.31 (PodObservedGenerationTracking came later, gated).
+    ResourceType("pods", "pod", "Pod", "", ["v1"], True, ("status", "binding", "log"), ("po",), ("all",)),
     ResourceType("services", "service", "Service", "", ["v1"], True, ("status",), ("svc",), ("all",),
                  name_rule="dns1035",
                  verbs=["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]),

@@ -11,6 +11,7 @@ and namespace termination. The store belongs to one event-loop thread and takes 
 from __future__ import annotations
 
 import base64
+import builtins
 import random
 import uuid
 from collections import deque
@@ -76,8 +77,8 @@ class Store:
         self.rv = 0
         self.history: deque[tuple[int, str, str, Rec, Rec | None]] = deque(maxlen=history)
         self.compacted = 0  # events with rv <= this are gone from history
-        self._subs: list[Subscriber] = []
-        self._raw_subs: list[RawSubscriber] = []
+        self._subs: builtins.list[Subscriber] = []
+        self._raw_subs: builtins.list[RawSubscriber] = []
         self._next_ip = 1
         # Deferred work (GC, namespace finalization); the server points this at loop.call_soon so the
         # work happens after the response like the real controllers; without a loop it runs inline.
@@ -94,7 +95,7 @@ class Store:
         return rec.obj() if rec else None
 
     def list(self, res: str, namespace: str | None = None, label_selector: str | None = None,
-             field_selector: str | None = None) -> list[dict[str, Any]]:
+             field_selector: str | None = None) -> builtins.list[dict[str, Any]]:
         return [r.obj() for r in self.list_recs(res, namespace, label_selector, field_selector)]
 
     def create(self, res: str, obj: dict[str, Any]) -> dict[str, Any]:
@@ -103,7 +104,7 @@ class Store:
     def update(self, res: str, obj: dict[str, Any], subresource: str | None = None) -> dict[str, Any]:
         return self.update_rec(res, obj, subresource).obj()
 
-    def patch(self, res: str, namespace: str | None, name: str, patch: dict[str, Any] | list[Any],
+    def patch(self, res: str, namespace: str | None, name: str, patch: dict[str, Any] | builtins.list[Any],
               patch_type: str = "merge", subresource: str | None = None) -> dict[str, Any]:
         return self.patch_rec(res, namespace, name, patch, patch_type, subresource).obj()
 
@@ -145,7 +146,7 @@ class Store:
         return rec
 
     def list_recs(self, res: str, namespace: str | None = None, label_selector: str | None = None,
-                  field_selector: str | None = None) -> list[Rec]:
+                  field_selector: str | None = None) -> builtins.list[Rec]:
         rt = self.rtype(res)
         lreq = parse_label_selector(label_selector)
         freq = parse_field_selector(rt.key, field_selector)
@@ -154,7 +155,7 @@ class Store:
             buckets = [(namespace, by_ns.get(namespace, {}))]
         else:
             buckets = sorted(by_ns.items())
-        out: list[Rec] = []
+        out: builtins.list[Rec] = []
         for _ns, objs in buckets:
             for name in sorted(objs):
                 rec = objs[name]
@@ -166,12 +167,12 @@ class Store:
         return out
 
     @staticmethod
-    def fields_match(freq: list[Any], rec: Rec) -> bool:
+    def fields_match(freq: builtins.list[Any], rec: Rec) -> bool:
         if all(k in ("metadata.name", "metadata.namespace") for k, _, _ in freq):
             return matches(freq, {"metadata.name": rec.name, "metadata.namespace": rec.ns})
         return field_matches(freq, rec.obj())
 
-    def objects_in(self, namespace: str) -> list[tuple[str, Rec]]:
+    def objects_in(self, namespace: str) -> builtins.list[tuple[str, Rec]]:
         return [(res, rec) for res, by_ns in self._objs.items() for rec in by_ns.get(namespace, {}).values()]
 
     # ------------------------------------------------------------------ commit
@@ -378,6 +379,8 @@ class Store:
         if "deletionTimestamp" in meta and not meta.get("finalizers") and not meta.get("deletionGracePeriodSeconds"):
             return self._remove(rt, rec, new)
         out = self._commit(rt, new, "MODIFIED", rec)
+        if rt.key == RAW_CRD and rec.name in self.catalogue.by_key and subresource is None:
+            self.catalogue.add_crd(new)  # served versions / scope / subresources follow CRD edits
         if "deletionTimestamp" in meta:
             self.defer(lambda: self._process_deleting(rt.key, rec.ns, rec.name))
         if out.owners != rec.owners and out.owners and not any(o in self._uids for o in out.owners):
@@ -664,7 +667,7 @@ class Store:
             self.history.popleft()
         self.compacted = max(self.compacted, upto)
 
-    def events_since(self, rv: int) -> list[tuple[int, str, str, Rec, Rec | None]] | None:
+    def events_since(self, rv: int) -> builtins.list[tuple[int, str, str, Rec, Rec | None]] | None:
         """Events after ``rv`` from the window, or None when ``rv`` is older than the window (410)."""
         if rv < self.compacted:
             return None

@@ -99,3 +99,37 @@ def test_crd_name_must_match_plural_and_group(api: client.ApiClient) -> None:
                 "versions": [{"name": "v1", "served": True, "storage": True,
                               "schema": {"openAPIV3Schema": {"type": "object"}}}]}})
     assert ei.value.status == 422
+
+
+def test_crd_update_serves_a_new_version(api: client.ApiClient) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    group = "evolving.kubesim.mkd.dev"
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    ext.create_custom_resource_definition({"metadata": {"name": f"things.{group}"}, "spec": {
+        "group": group, "scope": "Namespaced", "names": {"plural": "things", "kind": "Thing"},
+        "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema}]}})
+    co = client.CustomObjectsApi(api)
+    try:
+        eventually(lambda: _served(co, group, "v1"), what="v1 served")
+        ext.patch_custom_resource_definition(f"things.{group}", [{"op": "add", "path": "/spec/versions/-", "value": {
+            "name": "v2", "served": True, "storage": False, "schema": schema}}])
+        eventually(lambda: _served(co, group, "v2"), what="v2 served after the CRD update")
+    finally:
+        ext.delete_custom_resource_definition(f"things.{group}")
+
+
+def _served(co: client.CustomObjectsApi, group: str, version: str) -> bool:
+    try:
+        co.list_namespaced_custom_object(group, version, "default", "things")
+    except client.ApiException as e:
+        if e.status == 404:
+            return False
+        raise
+    return True
+
+
+def test_body_api_version_must_match_the_url(api: client.ApiClient, crd_group: str, ns: str) -> None:
+    with pytest.raises(client.ApiException) as ei:
+        client.CustomObjectsApi(api).create_namespaced_custom_object(
+            crd_group, "v1", ns, "widgets", widget(crd_group, "mismatch", version="v1beta1"))
+    assert ei.value.status == 400
