@@ -47,6 +47,7 @@ BACKOFF_REASON = "BackoffLimitExceeded"
 BACKOFF_MESSAGE = "Job has reached the specified backoff limit"
 DEADLINE_REASON = "DeadlineExceeded"
 DEADLINE_MESSAGE = "Job was active longer than specified deadline"
+POLICY_REASON = "PodFailurePolicy"
 BATCH_SIZE = 100
 """Jobs reconciled per loop iteration, so a burst of Jobs does not starve the API server's loop."""
 CREATE_BURST = 500
@@ -66,6 +67,8 @@ class PodSummary:
     tracked: bool
     restarts: int
     seq: int
+    exit_codes: tuple[tuple[str, int], ...] = ()
+    conditions: frozenset[tuple[str, str]] = frozenset()
 
     @property
     def terminal(self) -> bool:
@@ -90,9 +93,18 @@ def _summary(pod: Mapping[str, Any], seq: int) -> PodSummary:
         index = None
     restarts = sum(int(cs.get("restartCount") or 0)
                    for cs in list(status.get("containerStatuses") or ()) + list(status.get("initContainerStatuses") or ()))
-    return PodSummary(name=meta.get("name") or "", uid=meta.get("uid") or "", phase=status.get("phase") or "Pending",
+    phase = status.get("phase") or "Pending"
+    exit_codes: tuple[tuple[str, int], ...] = ()
+    conditions: frozenset[tuple[str, str]] = frozenset()
+    if phase == "Failed":  # what podFailurePolicy rules look at
+        exit_codes = tuple((str(cs.get("name")), int(((cs.get("state") or {}).get("terminated") or {}).get("exitCode", 0)))
+                           for cs in status.get("containerStatuses") or ()
+                           if ((cs.get("state") or {}).get("terminated")))
+        conditions = frozenset((str(c.get("type")), str(c.get("status"))) for c in status.get("conditions") or ())
+    return PodSummary(name=meta.get("name") or "", uid=meta.get("uid") or "", phase=phase,
                       ready=ready, deleting=bool(meta.get("deletionTimestamp")), index=index,
-                      tracked=TRACKING_FINALIZER in (meta.get("finalizers") or ()), restarts=restarts, seq=seq)
+                      tracked=TRACKING_FINALIZER in (meta.get("finalizers") or ()), restarts=restarts, seq=seq,
+                      exit_codes=exit_codes, conditions=conditions)
 
 
 def _owner_uid(pod: Mapping[str, Any]) -> str | None:
@@ -291,6 +303,7 @@ class JobController:
         counted = self.counted.setdefault(uid, set())
         succeeded_indexes = parse_indexes(status.get("completedIndexes"))
         newly_counted: list[PodSummary] = []
+        policy_failure: tuple[str, str] | None = None
         for pod in pods.values():
             if not pod.terminal or pod.uid in counted:
                 continue
@@ -308,7 +321,12 @@ class JobController:
                 else:
                     status["succeeded"] = int(status.get("succeeded") or 0) + 1
             elif pod.uid not in self.deleted_by_us:
+                verdict = _pod_failure_policy(spec.get("podFailurePolicy"), key[0], pod)
+                if verdict is not None and verdict[0] == "Ignore":
+                    continue
                 status["failed"] = int(status.get("failed") or 0) + 1
+                if verdict is not None and verdict[0] == "FailJob" and policy_failure is None:
+                    policy_failure = (POLICY_REASON, verdict[1])
         if indexed:
             status["completedIndexes"] = format_indexes(succeeded_indexes)
             status["succeeded"] = len(succeeded_indexes)
@@ -341,7 +359,7 @@ class JobController:
                     events.append(("Normal", "Resumed", "Job resumed"))
                     status["startTime"] = stamp
                 status.setdefault("startTime", stamp)
-                failure = self._failure(job, spec, status, active, failed, now)
+                failure = policy_failure or self._failure(job, spec, status, active, failed, now)
                 if failure is not None:
                     reason, message = failure
                     set_condition(conditions, "FailureTarget", "True", reason, message, now=stamp)
@@ -569,6 +587,28 @@ class JobController:
         started = parse_ts(status.get("startTime"))
         if deadline is not None and started is not None and not spec.get("suspend"):
             self._wake_at(key, started + int(deadline))
+
+
+def _pod_failure_policy(policy: Mapping[str, Any] | None, namespace: str,
+                        pod: PodSummary) -> tuple[str, str] | None:
+    """(action, message) of the first podFailurePolicy rule matching a failed pod, else None."""
+    for i, rule in enumerate((policy or {}).get("rules") or ()):
+        action = str(rule.get("action"))
+        on_codes = rule.get("onExitCodes")
+        if on_codes:
+            values = {int(v) for v in on_codes.get("values") or ()}
+            wanted = on_codes.get("containerName")
+            for name, code in pod.exit_codes:
+                if code == 0 or (wanted and wanted != name):
+                    continue  # exit code 0 never matches a rule
+                if (code in values) == (on_codes.get("operator") == "In"):
+                    return action, (f"Container {name} for pod {namespace}/{pod.name} failed with exit code "
+                                    f"{code} matching {action} rule at index {i}")
+        for pattern in rule.get("onPodConditions") or ():
+            if (str(pattern.get("type")), str(pattern.get("status") or "True")) in pod.conditions:
+                return action, (f"Pod {namespace}/{pod.name} has condition {pattern.get('type')} matching "
+                                f"{action} rule at index {i}")
+    return None
 
 
 def _set_count(status: dict[str, Any], field: str, value: int) -> None:

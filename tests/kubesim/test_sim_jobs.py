@@ -250,3 +250,17 @@ def test_deleting_a_running_job_removes_it_and_its_pods(tmp_path: Path) -> None:
             return not jobs and not pods_of(apis, "fg") and not pods_of(apis, "bg")
 
         wait_for(all_gone, what="jobs and pods deleted")
+
+
+def test_pod_failure_policy_fail_job_on_exit_code(tmp_path: Path) -> None:
+    with cluster(tmp_path) as apis:
+        policy = {"rules": [{"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget"}]},
+                            {"action": "FailJob", "onExitCodes": {"operator": "In", "values": [42]}}]}
+        apis.batch.create_namespaced_job(NS, job("pfp", backoffLimit=6, podFailurePolicy=policy,
+                                                 annotations={"kubesim.mkd.dev/exit-code": "42"}))
+        failed = wait_for(lambda: condition(apis, "pfp", "Failed"), what="Failed by the policy")
+        assert failed.reason == "PodFailurePolicy"
+        pod_name = pods_of(apis, "pfp")[0].metadata.name
+        assert failed.message == (f"Container main for pod {NS}/{pod_name} failed with exit code 42 "
+                                  "matching FailJob rule at index 1")
+        assert status(apis, "pfp").failed == 1
