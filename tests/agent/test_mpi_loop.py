@@ -109,3 +109,23 @@ async def test_launcher_failure_fails_the_mpijob_with_completion_time(tmp_path: 
                 await asyncio.sleep(0.05)
             else:
                 raise AssertionError("workers were not deleted after failure")
+
+
+@pytest.mark.timeout(60)
+async def test_suspended_pi_starts_on_resume_and_succeeds(tmp_path: Path) -> None:
+    job = yaml.safe_load(PI)
+    job["spec"]["runPolicy"]["suspend"] = True
+    async with cluster(tmp_path) as kube:
+        rig = LoopRig(kube, {"MPIJob": (MPIJOBS, MPIJobReconciler())})
+        async with rig.running():
+            await kube.create(MPIJOBS, job, NS)
+            suspended = await rig.wait(MPIJOBS, "pi", lambda o: ("Suspended", "True", "MPIJobSuspended") in conds(o))
+            assert "startTime" not in suspended["status"]
+            launcher = await rig.wait(JOBS, "pi-launcher", lambda o: True)
+            assert launcher["spec"]["suspend"] is True
+            assert await rig.get(PODS, "pi-worker-0") is None
+            await kube.patch(MPIJOBS, "pi", {"spec": {"runPolicy": {"suspend": False}}}, NS)
+            done = await rig.wait(MPIJOBS, "pi", lambda o: ("Succeeded", "True", "MPIJobSucceeded") in conds(o))
+            assert conds(done) == [("Created", "True", "MPIJobCreated"), ("Suspended", "False", "MPIJobResumed"),
+                                   ("Running", "False", "MPIJobRunning"), ("Succeeded", "True", "MPIJobSucceeded")]
+            assert done["status"]["startTime"]
