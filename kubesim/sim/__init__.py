@@ -14,11 +14,14 @@ the Job controller copies to its pods); absent ones fall back to the cluster's `
 - ``kubesim.mkd.dev/fail-attempts``: the first N container starts exit with ``exit-code`` (1 when that is
   0 or unset), later ones with 0 — a pod that fails N times and then succeeds.
 - ``kubesim.mkd.dev/run-forever``: ``"true"``: the containers never exit on their own.
+- ``kubesim.mkd.dev/termination-seconds``: how long a deleted pod stays Terminating (default
+  min(terminationGracePeriodSeconds, 0.1)); for tests that need to see terminating pods.
 
 restartPolicy Never ends the pod Succeeded (exit 0, reason Completed) or Failed (reason Error);
 OnFailure restarts failed containers in place and Always restarts on every exit (restartCount grows,
 lastState.terminated keeps the exit code, a short CrashLoopBackOff wait, phase stays Running).
-Deleted pods are stopped with exit code 143 after min(terminationGracePeriodSeconds, 0.1) seconds.
+Deleted pods are stopped with exit code 143 after min(terminationGracePeriodSeconds, 0.1) seconds
+(pods without finalizers are removed by the API server at once; Job pods carry the tracking finalizer).
 Node capacity is the Node objects' status.allocatable; pods in Succeeded/Failed no longer count.
 """
 

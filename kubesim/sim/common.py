@@ -25,6 +25,7 @@ RUN_SECONDS = ANNOTATION_PREFIX + "run-seconds"
 EXIT_CODE = ANNOTATION_PREFIX + "exit-code"
 FAIL_ATTEMPTS = ANNOTATION_PREFIX + "fail-attempts"
 RUN_FOREVER = ANNOTATION_PREFIX + "run-forever"
+TERMINATION_SECONDS = ANNOTATION_PREFIX + "termination-seconds"
 
 
 class StoreLike(Protocol):

@@ -24,6 +24,7 @@ from kubesim.sim.common import (
     RUN_FOREVER,
     RUN_SECONDS,
     START_SECONDS,
+    TERMINATION_SECONDS,
     Key,
     StoreLike,
     annotation,
@@ -52,6 +53,7 @@ class Outcome:
     exit_code: int
     fail_attempts: int | None
     forever: bool
+    termination_seconds: float | None = None
 
     def code_for(self, attempt: int) -> int:
         """Exit code of the ``attempt``-th container start (1-based)."""
@@ -103,6 +105,7 @@ def outcome_of(pod: Mapping[str, Any], defaults: Any) -> Outcome:
         exit_code=exit_code,
         fail_attempts=fail_attempts,
         forever=(annotation(pod, RUN_FOREVER) or "").lower() == "true",
+        termination_seconds=number(TERMINATION_SECONDS, -1.0) if annotation(pod, TERMINATION_SECONDS) else None,
     )
 
 
@@ -351,6 +354,8 @@ class Kubelet:
         if grace is None:
             grace = (pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30)
         delay = min(float(grace or 0), TERMINATION_SECONDS_MAX)
+        if run.outcome.termination_seconds is not None and run.outcome.termination_seconds >= 0:
+            delay = run.outcome.termination_seconds
         run.handle = self.loop.call_later(delay, self._finish_termination, run, was_running)
 
     def _finish_termination(self, run: PodRun, was_running: bool) -> None:

@@ -264,3 +264,22 @@ def test_pod_failure_policy_fail_job_on_exit_code(tmp_path: Path) -> None:
         assert failed.message == (f"Container main for pod {NS}/{pod_name} failed with exit code 42 "
                                   "matching FailJob rule at index 1")
         assert status(apis, "pfp").failed == 1
+
+
+def test_pod_replacement_policy_decides_when_a_terminating_pod_is_replaced(tmp_path: Path) -> None:
+    annotations = {"kubesim.mkd.dev/run-forever": "true", "kubesim.mkd.dev/termination-seconds": "1.5"}
+    with cluster(tmp_path) as apis:
+        for name, policy in (("eager", "TerminatingOrFailed"), ("patient", "Failed")):
+            apis.batch.create_namespaced_job(NS, job(name, podReplacementPolicy=policy, annotations=annotations))
+        for name in ("eager", "patient"):
+            wait_for(lambda n=name: status(apis, n).active == 1, what=f"{name} active")  # type: ignore[misc]
+            apis.core.delete_namespaced_pod(pods_of(apis, name)[0].metadata.name, NS)
+        # TerminatingOrFailed replaces the pod while the old one is still terminating.
+        eager = wait_for(lambda: (s := status(apis, "eager")).active == 1 and s.terminating == 1 and s,
+                         what="eager replacement next to the terminating pod")
+        assert eager.terminating == 1
+        patient = status(apis, "patient")
+        assert patient.terminating == 1 and not patient.active
+        # Failed waits until the old pod has failed, then replaces it; the deleted pod counts as failed.
+        wait_for(lambda: (s := status(apis, "patient")).active == 1 and not s.terminating, what="patient replaced")
+        assert status(apis, "patient").failed == 1
