@@ -71,7 +71,8 @@ class Dispatcher:
         self.intake = Intake(self.kube, self.engine, self.clock, kinds=self.kinds, namespaces=s.namespaces,
                              recheck_seconds=s.kind_recheck_seconds)
         base = s.mqtt.client_id or f"mkd-dispatcher-{s.origin}"
-        self.publisher = Publisher(s, sessions, self.clock, self.engine.outbox_wake, client_id=f"{base}-out")
+        self.publisher = Publisher(s, sessions, self.clock, self.engine.outbox_wake, client_id=f"{base}-out",
+                                   fresh=self.engine.fresh)
         self.reports = ReportSubscriber(s, self.engine, self.clock, client_id=f"{base}-in")
         return self
 
@@ -83,7 +84,8 @@ class Dispatcher:
 
     async def _ticker(self) -> None:
         assert self.engine is not None
-        period = min(self.settings.placement_retry_seconds, self.settings.heartbeat_timeout_seconds / 3)
+        period = min(self.settings.placement_retry_seconds, self.settings.heartbeat_timeout_seconds / 3,
+                     self.settings.place_resend_seconds / 2)
         while True:
             await self.clock.sleep(period)
             self.engine.inbox.put_nowait(Tick())

@@ -112,8 +112,12 @@ class Engine:
         self.lost: dict[str, datetime] = {}
         self.epoch = 0
         self.outbox_wake = asyncio.Event()
+        self.fresh: list[tuple[int, str, bytes]] = []
+        """Outbox rows committed by this engine, handed to the publisher in memory (it need not read
+        them back); the database copy is what survives a crash."""
         self.observers: list[Callable[[str, str], None]] = []
         self.stale_dropped = 0
+        self._resent: dict[tuple[str, int], float] = {}
         self.batches = 0
         self._last_place = 0.0
 
@@ -193,15 +197,19 @@ class Engine:
                     reports.append(item)
             else:
                 tick = True
-        described = {uid: await self._describe(ch) for uid, ch in jobs.items()
-                     if not ch.deleted and not wl.being_deleted(ch.obj)
-                     and ch.kind.managed_by(ch.obj) == labels.MULTIKUEUE}
+        described: dict[str, wl.Described] = {}
+        for uid, ch in jobs.items():
+            if not ch.deleted and not wl.being_deleted(ch.obj) and ch.kind.managed_by(ch.obj) == labels.MULTIKUEUE:
+                described[uid] = await self._describe(ch)
+                if len(described) % 50 == 0:
+                    await asyncio.sleep(0)  # keep the loop (and the MQTT socket) responsive
         b = _Batch(now=self.clock.now())
         async with self.sessions.begin() as s:
             for hb in heartbeats.values():
                 await self._heartbeat(s, b, hb)
             if tick:
                 await self._check_clusters(s, b)
+                await self._resend_unanswered(s, b)
             await self._jobs(s, b, jobs, described)
             await self._reports(s, b, reports)
             await self._flush(s, b)
@@ -209,8 +217,9 @@ class Engine:
                 await self._place(s, b)
                 await self._flush(s, b)
             await q.add_events(s, b.events)
-            await q.add_outbox(s, b.outbox)
+            ids = await q.add_outbox(s, b.outbox)
         self.batches += 1
+        self.fresh.extend((i, row["topic"], row["payload"]) for i, row in zip(ids, b.outbox, strict=True))
         for fn in b.after:
             fn()
         if b.outbox:
@@ -253,17 +262,24 @@ class Engine:
                                   fix=f"create the {ref.kind} on the manager cluster or name an existing one")
         return wl.describe(ch.kind, ch.obj, runtime, problem)
 
+    async def _load(self, s: AsyncSession, b: _Batch, uids: list[str]) -> None:
+        """Workload rows and their current placements into the batch (one query for those not loaded)."""
+        missing = [uid for uid in uids if uid not in b.w]
+        if not missing:
+            return
+        rows, current = await q.load_current(s, missing)
+        for uid, r in rows.items():
+            b.w[uid] = {k: v for k, v in r._mapping.items() if not k.startswith("p__")}
+        for key, p in current.items():
+            b.p.setdefault(key, p)
+
     # --- Job changes ------------------------------------------------------------------------------
 
     async def _jobs(self, s: AsyncSession, b: _Batch, jobs: dict[str, JobChange],
                     described: dict[str, wl.Described]) -> None:
         if not jobs:
             return
-        rows = await q.load_workloads(s, jobs)
-        b.w.update({uid: dict(r._mapping) for uid, r in rows.items()})
-        placed = [(uid, r.attempt) for uid, r in rows.items() if r.attempt and (uid, r.attempt) not in b.p]
-        if placed:
-            b.p.update({k: dict(r._mapping) for k, r in (await q.load_placements(s, placed)).items()})
+        await self._load(s, b, [uid for uid in jobs if uid in self.known])
         claims: list[dict[str, Any]] = []
         for uid, ch in jobs.items():
             if uid in b.w:
@@ -414,14 +430,7 @@ class Engine:
             return
         keys = [(r.report.placement.workload_uid, r.report.placement.attempt) for r in reports
                 if not isinstance(r.report, messages.Inventory | messages.Heartbeat)]
-        missing = [uid for uid, _ in keys if uid not in b.w]
-        if missing:
-            rows = await q.load_workloads(s, missing)
-            b.w.update({uid: dict(r._mapping) for uid, r in rows.items()})
-        wanted = [k for k in keys if k not in b.p]
-        if wanted:
-            prow = await q.load_placements(s, wanted)
-            b.p.update({k: dict(r._mapping) for k, r in prow.items()})
+        await self._load(s, b, [uid for uid, _ in keys])
         for item in reports:
             r = item.report
             if isinstance(r, messages.Inventory):
@@ -432,7 +441,7 @@ class Engine:
             row = b.w.get(key[0])
             p = b.p.get(key)
             if row is None or p is None or p["cluster"] != r.cluster:
-                log.info("report %s for unknown placement %s from %s dropped", r.type, key, r.cluster)
+                log.debug("report %s for an unknown or old placement %s from %s dropped", r.type, key, r.cluster)
                 continue
             current = row["attempt"] == key[1] and row["state"] != "deleted"
             if isinstance(r, messages.Accepted):
@@ -590,6 +599,24 @@ class Engine:
                 b.set_p(key, state="lost", finished_at=b.now, reason=f"cluster {name} lost")
                 self._requeue(b, b.w[p.workload_uid], f"cluster {name} was lost for more than {limit:g}s")
 
+    async def _resend_unanswered(self, s: AsyncSession, b: _Batch) -> None:
+        wait = self.settings.place_resend_seconds
+        now = self.clock.monotonic()
+        resent = 0
+        for r in await q.unanswered(s, b.now - timedelta(seconds=wait), self.settings.batch_size):
+            key = (r.workload_uid, r.attempt)
+            obj = self.cache.get(r.workload_uid)
+            if obj is None or now - self._resent.get(key, -wait) < wait:
+                continue
+            self._resent[key] = now
+            self._send_place(b, {"uid": r.workload_uid}, by_name(r.kind), obj, attempt=r.attempt,
+                             cluster=r.cluster, spec_version=r.spec_version)
+            resent += 1
+        if resent:
+            log.warning("re-sent %d Place commands not answered within %gs", resent, wait)
+        if len(self._resent) > 100_000:
+            self._resent.clear()
+
     # --- placement --------------------------------------------------------------------------------
 
     async def _place(self, s: AsyncSession, b: _Batch) -> None:
@@ -617,10 +644,12 @@ class Engine:
             chosen.append((row, decision.cluster, need))
         won = await q.mark_placed(s, [row["uid"] for row, _, _ in chosen], b.now)
         placements, clusters = [], []
-        for row, cluster, need in chosen:
+        for n, (row, cluster, need) in enumerate(chosen):
             uid = row["uid"]
             if uid not in won:
                 continue
+            if n % 100 == 99:
+                await asyncio.sleep(0)
             attempt = won[uid]
             row.update(state="placed", attempt=attempt, cluster=cluster, reason="")
             placements.append({"workload_uid": uid, "attempt": attempt, "cluster": cluster, "epoch": self.epoch,

@@ -178,7 +178,7 @@ class KubeWriter:
             self._written[key.uid] = written if isinstance(written, dict) else {
                 k: v for k, v in status.items() if v is not None}
         for type_, reason, message in todo.events:
-            involved = {"apiVersion": kind.api_version, "kind": kind.name, "namespace": key.namespace,
-                        "name": key.name, "uid": key.uid}
+            involved = {"apiVersion": kind.api_version, "kind": kind.name,
+                        "metadata": {"namespace": key.namespace, "name": key.name, "uid": key.uid}}
             await self.kube.event(involved, type=type_, reason=reason, message=message, component=COMPONENT)
         todo.events.clear()

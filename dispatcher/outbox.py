@@ -26,7 +26,7 @@ log = logging.getLogger(__name__)
 
 class Publisher:
     def __init__(self, settings: DispatcherSettings, sessions: async_sessionmaker[AsyncSession], clock: Clock,
-                 wake: asyncio.Event, *, client_id: str) -> None:
+                 wake: asyncio.Event, *, client_id: str, fresh: list[tuple[int, str, bytes]] | None = None) -> None:
         self.settings = settings
         self.sessions = sessions
         self.clock = clock
@@ -35,6 +35,9 @@ class Publisher:
         self.sent = 0
         self.rounds = 0
         self._last_purge = 0.0
+        self.fresh = fresh if fresh is not None else []
+        self._scanned: set[int] = set()
+        self._startup = True
 
     async def run(self) -> None:
         health = LinkHealth(self.settings.mqtt, self.clock)
@@ -42,6 +45,7 @@ class Publisher:
             try:
                 async with MqttLink(self.settings.mqtt, client_id=self.client_id) as link:
                     health.connected_now()
+                    self._startup = True
                     await self._drain_forever(link)
             except Transport as exc:
                 health.failed(exc)
@@ -61,13 +65,32 @@ class Publisher:
                 pass
 
     async def drain_once(self, link: MqttLink) -> int:
-        """Publish one round; returns how many rows were sent."""
-        async with self.sessions() as s:
-            rows = await q.unsent(s, self.settings.outbox_batch_size)
+        """Publish one round; returns how many rows were sent.
+
+        Rows the engine just committed come from memory (``fresh``); when there are none, unsent rows
+        are read from the database (left by a crash, a lost connection or another dispatcher). A row
+        a scan already published is skipped when it also shows up in ``fresh``.
+        """
+        limit = self.settings.outbox_batch_size
+        if self.fresh:
+            rows = [r for r in self.fresh[:limit] if r[0] not in self._scanned]
+            del self.fresh[:limit]
+        else:
+            # After (re)connecting, everything unsent; later only rows old enough that they are not
+            # this engine's in-flight fresh rows (rows of another dispatcher, or left by a crash).
+            before = None if self._startup else self.clock.now() - timedelta(seconds=self.settings.outbox_poll_seconds)
+            async with self.sessions() as s:
+                rows = [(r.id, r.topic, r.payload) for r in await q.unsent(s, limit, before=before)]
+            if not rows:
+                self._startup = False
+            if len(self._scanned) > 100_000:
+                self._scanned.clear()
+            self._scanned.update(r[0] for r in rows)
         if not rows:
             return 0
-        results = await asyncio.gather(*(link.publish(r.topic, r.payload) for r in rows), return_exceptions=True)
-        done = [r.id for r, res in zip(rows, results, strict=True) if res is None]
+        results = await asyncio.gather(*(link.publish(topic, payload) for _, topic, payload in rows),
+                                       return_exceptions=True)
+        done = [r[0] for r, res in zip(rows, results, strict=True) if res is None]
         failed = [res for res in results if res is not None]
         if done:
             async with self.sessions.begin() as s:

@@ -60,6 +60,11 @@ class DispatcherSettings(BaseSettings):
     outbox_retention_seconds: float = Field(default=3600.0, ge=0)
     """Sent outbox rows are deleted after this long; they only serve debugging."""
 
+    place_resend_seconds: float = Field(default=30.0, gt=0)
+    """A Place that got neither Accepted nor Rejected within this long is sent again: a broker may
+    drop QoS 1 messages for a slow subscriber (Mosquitto's ``max_queued_messages``), and the agent
+    answers a repeated Place again without applying it twice."""
+
     placement_retry_seconds: float = Field(default=10.0, gt=0)
     """Pending Workloads are tried again at least this often even if no capacity change was seen."""
 

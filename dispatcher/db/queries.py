@@ -71,6 +71,27 @@ async def load_workloads(session: AsyncSession, uids: Iterable[str]) -> dict[str
     return out
 
 
+async def load_current(session: AsyncSession, uids: Iterable[str]
+                       ) -> tuple[dict[str, sa.Row[Any]], dict[tuple[str, int], dict[str, Any]]]:
+    """Workloads by uid and their current placement (if any) by (uid, attempt), in one round trip."""
+    keys = list(set(uids))
+    rows: dict[str, sa.Row[Any]] = {}
+    current: dict[tuple[str, int], dict[str, Any]] = {}
+    pcols = [c.label(f"p__{c.name}") for c in placements.c]
+    for i in range(0, len(keys), 1000):
+        result = await session.execute(
+            sa.select(workloads, *pcols)
+            .outerjoin(placements, sa.and_(placements.c.workload_uid == workloads.c.uid,
+                                           placements.c.attempt == workloads.c.attempt))
+            .where(workloads.c.uid.in_(keys[i:i + 1000])))
+        for r in result:
+            m = r._mapping
+            rows[r.uid] = r
+            if m["p__id"] is not None:
+                current[(r.uid, r.attempt)] = {c.name: m[f"p__{c.name}"] for c in placements.c}
+    return rows, current
+
+
 async def known_uids(session: AsyncSession) -> dict[str, str]:
     """uid → kind of every Workload whose Job may still exist on the manager."""
     result = await session.execute(
@@ -197,6 +218,18 @@ async def expected_on(session: AsyncSession, cluster: str) -> list[Any]:
     return list(result.all())
 
 
+async def unanswered(session: AsyncSession, before: datetime, limit: int) -> list[Any]:
+    """Current placements still ``sent`` (no Accepted / Rejected) that were created before ``before``."""
+    result = await session.execute(
+        sa.select(placements.c.workload_uid, placements.c.attempt, placements.c.cluster, workloads.c.kind,
+                  workloads.c.spec_version)
+        .join(workloads, sa.and_(workloads.c.uid == placements.c.workload_uid,
+                                 workloads.c.attempt == placements.c.attempt))
+        .where(placements.c.state == "sent", placements.c.created_at < before, workloads.c.state == "placed")
+        .order_by(placements.c.created_at).limit(limit))
+    return list(result.all())
+
+
 async def placements_on(session: AsyncSession, cluster: str, states: Sequence[str]) -> list[Any]:
     result = await session.execute(
         sa.select(placements).where(placements.c.cluster == cluster, placements.c.state.in_(states)))
@@ -213,16 +246,22 @@ async def add_events(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -
         await session.execute(sa.insert(events), full)
 
 
-async def add_outbox(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> None:
-    """Queue Commands: cluster, topic, payload, workload_uid, created_at."""
-    if rows:
-        await session.execute(sa.insert(outbox), list(rows))
-
-
-async def unsent(session: AsyncSession, limit: int) -> list[Any]:
+async def add_outbox(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Queue Commands (cluster, topic, payload, workload_uid, created_at); returns their ids in order."""
+    if not rows:
+        return []
     result = await session.execute(
-        sa.select(outbox.c.id, outbox.c.topic, outbox.c.payload, outbox.c.attempts)
-        .where(outbox.c.sent_at.is_(None)).order_by(outbox.c.id).limit(limit))
+        sa.insert(outbox).returning(outbox.c.id, sort_by_parameter_order=True), list(rows))
+    return [int(r[0]) for r in result.all()]
+
+
+async def unsent(session: AsyncSession, limit: int, *, before: datetime | None = None) -> list[Any]:
+    """Unsent outbox rows in id order; with ``before`` only rows created earlier than that."""
+    stmt = (sa.select(outbox.c.id, outbox.c.topic, outbox.c.payload, outbox.c.attempts)
+            .where(outbox.c.sent_at.is_(None)).order_by(outbox.c.id).limit(limit))
+    if before is not None:
+        stmt = stmt.where(outbox.c.created_at < before)
+    result = await session.execute(stmt)
     return list(result.all())
 
 

@@ -1,0 +1,279 @@
+"""Dispatcher throughput: N PyTorchJobs (1 master + 1 worker) from creation on the manager to accepted.
+
+Set-up: kubesim (the manager cluster) runs in its own process, fake agents (accept every Place at
+once, heartbeat a huge capacity) in another; the dispatcher and the Job creator run here. Real
+Mosquitto and PostgreSQL when reachable, else the embedded broker and SQLite (the output says
+which). Figures: creation rate, jobs/s from the first creation to the last acceptance, latency
+creation → accepted (p50 / p99 / max), and with ``--profile`` a cProfile summary of this process.
+
+    .venv/bin/python bench/dispatch_bench.py -n 1000
+    .venv/bin/python bench/dispatch_bench.py -n 10000 --profile
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import cProfile
+import io
+import multiprocessing
+import os
+import pstats
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from dispatcher import db  # noqa: E402
+from dispatcher.app import Dispatcher  # noqa: E402
+from dispatcher.settings import DispatcherSettings  # noqa: E402
+from federation import labels, messages, topics  # noqa: E402
+from federation.kube import CRDS, Kube, Resource  # noqa: E402
+from federation.mqtt import MqttLink  # noqa: E402
+from federation.settings import KubeSettings, MqttSettings  # noqa: E402
+
+PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
+CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "pytorchjobs.kubeflow.org"},
+    "spec": {"group": "kubeflow.org", "scope": "Namespaced",
+             "names": {"plural": "pytorchjobs", "singular": "pytorchjob", "kind": "PyTorchJob"},
+             "versions": [{"name": "v1", "served": True, "storage": True, "subresources": {"status": {}},
+                           "schema": {"openAPIV3Schema": {"type": "object",
+                                                          "x-kubernetes-preserve-unknown-fields": True}}}]},
+}
+CLUSTERS = ("worker-1", "worker-2", "worker-3")
+
+
+def reachable(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def job(i: int) -> dict[str, Any]:
+    def replica() -> dict[str, Any]:
+        return {"replicas": 1, "restartPolicy": "OnFailure", "template": {"spec": {"containers": [
+            {"name": "pytorch", "image": "example/train:1",
+             "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": f"bench-{i:06d}", "namespace": "default"},
+            "spec": {"runPolicy": {"managedBy": labels.MULTIKUEUE},
+                     "pytorchReplicaSpecs": {"Master": replica(), "Worker": replica()}}}
+
+
+# --- fake agents (own process) ----------------------------------------------------------------
+
+
+async def _agents(mqtt_url: str, root: str, ready: Any) -> None:
+    settings = MqttSettings(url=mqtt_url, topic_root=root)
+    cap = messages.Capacity(allocatable={"cpu": "1000000", "memory": "1000000Gi", "pods": "10000000"},
+                            free={"cpu": "1000000", "memory": "1000000Gi", "pods": "10000000"},
+                            largest_node_free={"cpu": "1000", "memory": "1000Gi", "pods": "1000"})
+    async with MqttLink(settings, client_id=f"bench-agents-{uuid.uuid4().hex[:6]}", persistent=False) as link:
+        for c in CLUSTERS:
+            await link.subscribe(topics.commands(c, root))
+            hb = messages.Heartbeat(cluster=c, capacity=cap, agent_version="bench", interval_seconds=3600)
+            await link.publish(topics.presence(c, root), messages.encode(hb), retain=True)
+        ready.set()
+        seq = 0
+        pending: set[asyncio.Task[None]] = set()
+        async for msg in link.messages():
+            cmd = messages.decode_command(msg.payload)
+            if isinstance(cmd, messages.Place):
+                seq += 1
+                cluster = topics.parse(msg.topic, root).cluster
+                ack = messages.Accepted(cluster=cluster, placement=cmd.placement, spec_version=cmd.spec_version,
+                                        seq=seq)
+                t = asyncio.ensure_future(link.publish(topics.reports(cluster, root), messages.encode(ack)))
+                pending.add(t)
+                t.add_done_callback(pending.discard)
+
+
+def agents_main(mqtt_url: str, root: str, ready: Any) -> None:
+    asyncio.run(_agents(mqtt_url, root, ready))
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+async def bench(n: int, mqtt_url: str, db_url: str, kubeconfig: Path, root: str, concurrency: int,
+                profile: cProfile.Profile | None) -> dict[str, Any]:
+    async with Kube(kubeconfig, settings=KubeSettings(max_concurrency=concurrency)) as kube:
+        await kube.create(CRDS, CRD)
+        for _ in range(200):
+            if await kube.served(PYTORCHJOBS):
+                break
+            await asyncio.sleep(0.05)
+    settings = DispatcherSettings(
+        kube=KubeSettings(kubeconfig=kubeconfig, max_concurrency=16), database_url=db_url,
+        mqtt=MqttSettings(url=mqtt_url, topic_root=root, client_id=f"bench-{uuid.uuid4().hex[:6]}"),
+        kube_writers=16)
+    created: dict[str, float] = {}
+    by_name: dict[str, float] = {}
+    accepted: dict[str, float] = {}
+    all_done = asyncio.Event()
+
+    def observe(type_: str, uid: str) -> None:
+        if type_ == "accepted" and uid not in accepted:
+            accepted[uid] = time.monotonic()
+            if len(accepted) >= n:
+                all_done.set()
+
+    stop = asyncio.Event()
+    async with Dispatcher(settings) as d:
+        assert d.engine is not None and d.writer is not None
+        d.engine.observers.append(observe)
+        task = asyncio.create_task(d.run(stop))
+        await asyncio.wait_for(d.intake.ready.wait(), 30)  # type: ignore[union-attr]
+        if profile is not None:
+            profile.enable()
+        t0 = time.monotonic()
+        async with Kube(kubeconfig, settings=KubeSettings(max_concurrency=concurrency)) as kube:
+            sem = asyncio.Semaphore(concurrency)
+
+            async def make(i: int) -> None:
+                async with sem:
+                    started = time.monotonic()
+                    obj = await kube.create(PYTORCHJOBS, job(i), "default")
+                    created[obj["metadata"]["uid"]] = started
+                    by_name[obj["metadata"]["name"]] = started
+            await asyncio.gather(*(make(i) for i in range(n)))
+            t_created = time.monotonic()
+            try:
+                await asyncio.wait_for(all_done.wait(), timeout=max(60.0, n / 50))
+            except TimeoutError:
+                print(f"!! only {len(accepted)}/{n} accepted before the timeout", file=sys.stderr)
+            t_accepted = time.monotonic()
+            await asyncio.wait_for(d.writer.wait_idle(), timeout=max(60.0, n / 50))
+            t_written = time.monotonic()
+        if profile is not None:
+            profile.disable()
+        stop.set()
+        await asyncio.wait_for(task, 30)
+        batches = d.engine.batches
+    lat = sorted(accepted[u] - created[u] for u in accepted if u in created)
+
+    def pct(p: float) -> float:
+        return lat[min(len(lat) - 1, int(p * len(lat)))] if lat else float("nan")
+    return {
+        "n": n, "accepted": len(accepted), "create_s": t_created - t0, "create_rate": n / (t_created - t0),
+        "accept_s": t_accepted - t0, "rate": len(accepted) / (t_accepted - t0),
+        "p50": pct(0.50), "p99": pct(0.99), "max": lat[-1] if lat else float("nan"),
+        "conditions_written_s": t_written - t0, "batches": batches,
+    }
+
+
+async def fresh_postgres() -> tuple[str, str]:
+    import asyncpg
+    name = f"mkd_bench_{uuid.uuid4().hex[:8]}"
+    admin = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test")
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+    finally:
+        await admin.close()
+    return f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}", name
+
+
+async def drop_postgres(name: str) -> None:
+    import asyncpg
+    admin = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test")
+    try:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        await admin.close()
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-n", type=int, default=1000, help="PyTorchJobs to create")
+    p.add_argument("--concurrency", type=int, default=32, help="creations in flight")
+    p.add_argument("--profile", action="store_true", help="cProfile this process during the run")
+    p.add_argument("--sqlite", action="store_true", help="use SQLite even when PostgreSQL is reachable")
+    args = p.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="mkd-bench-"))
+    root = f"mkd-bench-{uuid.uuid4().hex[:6]}/v1"
+    notes = []
+    pg_name = None
+    if not args.sqlite and reachable("127.0.0.1", 5432):
+        db_url, pg_name = asyncio.run(fresh_postgres())
+        notes.append("database: PostgreSQL 127.0.0.1:5432")
+    else:
+        db_url = f"sqlite+aiosqlite:///{tmp / 'mkd.db'}"
+        notes.append("database: SQLite (PostgreSQL not reachable or --sqlite)")
+    broker_proc = None
+    if reachable("127.0.0.1", 1883):
+        mqtt_url = "mqtt://127.0.0.1:1883"
+        notes.append("broker: Mosquitto 127.0.0.1:1883")
+    else:
+        port = 18830 + os.getpid() % 1000
+        broker_proc = subprocess.Popen([sys.executable, "-c", (
+            "import asyncio; from federation.embedded_broker import EmbeddedBroker\n"
+            "async def m():\n"
+            f"    async with EmbeddedBroker(port={port}):\n"
+            "        await asyncio.Event().wait()\n"
+            "asyncio.run(m())")], cwd=ROOT)
+        mqtt_url = f"mqtt://127.0.0.1:{port}"
+        for _ in range(100):
+            if reachable("127.0.0.1", port):
+                break
+            time.sleep(0.1)
+        notes.append("broker: embedded amqtt (Mosquitto not reachable)")
+    sim = subprocess.Popen([sys.executable, "-m", "kubesim", "--clusters", "manager", "--nodes", "1",
+                            "--state-dir", str(tmp / "sim")], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    agents = ctx.Process(target=agents_main, args=(mqtt_url, root, ready), daemon=True)
+    try:
+        assert sim.stdout is not None
+        for line in sim.stdout:
+            if "ready" in line:
+                break
+        kubeconfig = tmp / "sim" / "manager.kubeconfig"
+        if not kubeconfig.exists():
+            kubeconfig = next((tmp / "sim").glob("manager*kubeconfig*"))
+        agents.start()
+        if not ready.wait(30):
+            raise RuntimeError("fake agents did not start")
+        db.upgrade(db_url)
+        prof = cProfile.Profile() if args.profile else None
+        result = asyncio.run(bench(args.n, mqtt_url, db_url, kubeconfig, root, args.concurrency, prof))
+    finally:
+        agents.terminate()
+        sim.terminate()
+        with contextlib.suppress(Exception):
+            sim.wait(10)
+        if broker_proc is not None:
+            broker_proc.terminate()
+        if pg_name:
+            asyncio.run(drop_postgres(pg_name))
+    print(f"dispatch_bench: N={result['n']} ({'; '.join(notes)}; {os.cpu_count()} cores)")
+    print(f"  created {result['n']} Jobs in {result['create_s']:.2f}s ({result['create_rate']:.0f}/s, "
+          f"{args.concurrency} in flight)")
+    print(f"  accepted {result['accepted']}/{result['n']} in {result['accept_s']:.2f}s from the first creation: "
+          f"{result['rate']:.0f} jobs/s")
+    print(f"  latency creation -> accepted: p50 {result['p50'] * 1000:.0f} ms, p99 {result['p99'] * 1000:.0f} ms, "
+          f"max {result['max'] * 1000:.0f} ms")
+    print(f"  MultiClusterDispatched conditions all written after {result['conditions_written_s']:.2f}s; "
+          f"{result['batches']} engine batches")
+    if prof is not None:
+        out = io.StringIO()
+        stats = pstats.Stats(prof, stream=out)
+        stats.sort_stats(os.environ.get("BENCH_SORT", "tottime")).print_stats(*([os.environ["BENCH_FILTER"]] if os.environ.get("BENCH_FILTER") else []), 25)
+        print("  profile (this process: dispatcher + creator), top 25 by own time:")
+        print(out.getvalue())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,131 @@
+"""Restarts, crashes and a second dispatcher: nothing is claimed or placed twice, no Command is lost."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dispatcher import outbox
+from dispatcher.db import models as m
+from federation import labels
+from federation.kube import Kube
+from tests.conftest import postgres_available
+from tests.dispatcher.harness import PYTORCHJOBS, FakeAgent, eventually, pytorchjob, running, settings
+from tests.dispatcher.test_flow import rows
+
+
+async def accepted(db_url: str, n: int) -> bool:
+    return len([p for p in await rows(db_url, m.placements) if p.state == "accepted"]) >= n
+
+
+async def test_restart_neither_claims_nor_places_twice_and_catches_up(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent:
+        async with running(s):
+            first = await kube.create(PYTORCHJOBS, pytorchjob("first"), "default")
+            gone = await kube.create(PYTORCHJOBS, pytorchjob("gone"), "default")
+            await eventually(lambda: accepted(db_url, 2), what="both accepted")
+        # while the dispatcher is away: one Job is created, one deleted
+        second = await kube.create(PYTORCHJOBS, pytorchjob("second"), "default")
+        await kube.delete(PYTORCHJOBS, "gone", "default")
+        async with running(s) as again:
+            async def second_running() -> bool:
+                return [w.state for w in await rows(db_url, m.workloads, name="second")] == ["running"]
+            await eventually(second_running, what="the new Job placed after the restart")
+            await eventually(lambda: agent.deletes(), what="Delete for the Job deleted while away")
+            assert again.engine is not None and again.engine.epoch == 2
+    places = collections.Counter(p.placement.workload_uid for p in agent.places())
+    uids = {j["metadata"]["uid"] for j in (first, gone, second)}
+    assert set(places) == uids and set(places.values()) == {1}
+    assert [d.placement.workload_uid for d in agent.deletes()] == [gone["metadata"]["uid"]]
+    claimed = collections.Counter(e.workload_uid for e in await rows(db_url, m.events) if e.type == "claimed")
+    assert set(claimed.values()) == {1} and len(claimed) == 3
+    assert len(await rows(db_url, m.placements)) == 3
+    assert {w.name: w.state for w in await rows(db_url, m.workloads)} == {
+        "first": "running", "second": "running", "gone": "deleted"}
+
+
+async def test_outbox_survives_a_crash_between_commit_and_publish(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    real_drain = outbox.Publisher.drain_once
+
+    async def dead(self: outbox.Publisher, link: Any) -> int:
+        await asyncio.Event().wait()  # the publisher hangs: the process dies before publishing anything
+        return 0
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent:
+        monkeypatch.setattr(outbox.Publisher, "drain_once", dead)
+        async with running(s):
+            job = await kube.create(PYTORCHJOBS, pytorchjob("durable"), "default")
+            await eventually(lambda: rows(db_url, m.outbox), what="the Place committed to the outbox")
+        (row,) = await rows(db_url, m.outbox)
+        assert row.sent_at is None and agent.commands == []
+        monkeypatch.setattr(outbox.Publisher, "drain_once", real_drain)
+        async with running(s):
+            await eventually(lambda: accepted(db_url, 1), what="accepted after the restart")
+
+            async def all_sent() -> bool:
+                return all(r.sent_at is not None for r in await rows(db_url, m.outbox))
+            await eventually(all_sent, what="the outbox row marked sent")
+    uid = job["metadata"]["uid"]
+    assert [p.placement.workload_uid for p in agent.places()] == [uid]
+    (p,) = await rows(db_url, m.placements)
+    assert (p.attempt, p.state) == (1, "accepted")
+    assert all(r.sent_at is not None for r in await rows(db_url, m.outbox))
+
+
+async def test_publish_then_crash_before_marking_sent_repeats_the_send_with_one_effect(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    real_mark = outbox.q.mark_sent
+    calls = {"n": 0}
+
+    async def crash_once(session: Any, ids: Any, now: Any) -> None:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("killed after the PUBACK, before the outbox row was marked sent")
+        await real_mark(session, ids, now)
+    monkeypatch.setattr(outbox.q, "mark_sent", crash_once)
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s) as d:
+        job = await kube.create(PYTORCHJOBS, pytorchjob("twice"), "default")
+        await eventually(lambda: len(agent.places()) >= 2, what="the Place published a second time")
+        await eventually(lambda: accepted(db_url, 1))
+        assert d.supervisor is not None and d.supervisor.tasks["outbox"].restarts >= 1
+        await asyncio.sleep(0.3)  # let the second Accepted be handled too
+    uid = job["metadata"]["uid"]
+    places = agent.places()
+    assert {(p.placement.workload_uid, p.placement.attempt, p.spec_version) for p in places} == {(uid, 1, 1)}
+    assert len(await rows(db_url, m.placements)) == 1
+    assert [e.type for e in await rows(db_url, m.events) if e.type == "accepted"] == ["accepted"]
+
+
+@pytest.mark.skipif(not postgres_available(), reason="two dispatchers on one database need PostgreSQL "
+                    "(127.0.0.1:5432 not reachable); SQLite allows one writer process")
+async def test_two_dispatchers_on_one_postgres_never_claim_or_place_twice(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    assert db_url.startswith("postgresql")
+    a = settings(manager, db_url, mqtt_url, topic_root, batch_size=5)
+    b = settings(manager, db_url, mqtt_url, topic_root, batch_size=5)
+    n = 30
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(a), running(b):
+        await asyncio.gather(*(kube.create(PYTORCHJOBS, pytorchjob(f"pair-{i}"), "default") for i in range(n)))
+        await eventually(lambda: accepted(db_url, n), within=30, what=f"{n} accepted")
+        await asyncio.sleep(0.3)
+    ws = await rows(db_url, m.workloads)
+    assert len(ws) == n and {w.attempt for w in ws} == {1}
+    assert len(await rows(db_url, m.placements)) == n
+    claimed = collections.Counter(e.workload_uid for e in await rows(db_url, m.events) if e.type == "claimed")
+    assert len(claimed) == n and set(claimed.values()) == {1}
+    # a Command may arrive twice (each publisher also drains rows the other left unsent); the effect is once
+    places = {(p.placement.workload_uid, p.placement.attempt, p.spec_version) for p in agent.places()}
+    assert len(places) == n and {(a, v) for _, a, v in places} == {(1, 1)}
+    epochs = {p.placement.epoch for p in agent.places()}
+    assert epochs <= {1, 2}
+    assert all(labels.ORIGIN in p.manifest["metadata"]["labels"] for p in agent.places())

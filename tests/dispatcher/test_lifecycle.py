@@ -1,0 +1,150 @@
+"""Suspend, invalid Jobs, managedBy changes, oversize Jobs, rejection, Inventory — against kubesim and a broker."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from dispatcher.db import models as m
+from federation import labels, messages
+from federation.kube import EVENTS, Kube
+from tests.dispatcher.harness import (
+    PYTORCHJOBS,
+    FakeAgent,
+    capacity,
+    eventually,
+    pytorchjob,
+    running,
+    settings,
+)
+from tests.dispatcher.test_flow import cond, rows
+
+
+async def condition(kube: Kube, name: str, type_: str, status: str) -> dict[str, Any] | None:
+    obj = await kube.get(PYTORCHJOBS, name, "default")
+    c = cond(obj, type_)
+    return c if c and c["status"] == status else None
+
+
+async def test_suspend_and_resume_are_forwarded(manager: Path, kube: Kube, db_url: str, mqtt_url: str,
+                                                topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s):
+        await kube.create(PYTORCHJOBS, pytorchjob("sus"), "default")
+        await eventually(lambda: agent.places(), what="first Place")
+        await eventually(lambda: condition(kube, "sus", labels.CONDITION_DISPATCHED, "True"))
+        await kube.patch(PYTORCHJOBS, "sus", {"spec": {"runPolicy": {"suspend": True}}}, "default")
+        await eventually(lambda: len(agent.places()) >= 2, what="Place with the suspended spec")
+        second = agent.places()[1]
+        assert second.spec_version == 2 and second.placement.attempt == 1
+        assert second.manifest["spec"]["runPolicy"]["suspend"] is True
+        await kube.patch(PYTORCHJOBS, "sus", {"spec": {"runPolicy": {"suspend": False}}}, "default")
+        await eventually(lambda: len(agent.places()) >= 3, what="Place with the resumed spec")
+        third = agent.places()[2]
+        assert third.spec_version == 3 and third.manifest["spec"]["runPolicy"]["suspend"] is False
+    types = [e.type for e in await rows(db_url, m.events) if e.workload_uid]
+    assert "suspended" in types and "resumed" in types
+    assert len(await rows(db_url, m.placements)) == 1
+
+
+async def test_created_suspended_waits_until_resumed(manager: Path, kube: Kube, db_url: str, mqtt_url: str,
+                                                     topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s):
+        await kube.create(PYTORCHJOBS, pytorchjob("later", suspend=True), "default")
+        await eventually(lambda: rows(db_url, m.workloads), what="claim")
+        assert (await rows(db_url, m.workloads))[0].reason.startswith("suspended")
+        assert agent.places() == []
+        await kube.patch(PYTORCHJOBS, "later", {"spec": {"runPolicy": {"suspend": False}}}, "default")
+        await eventually(lambda: agent.places(), what="Place after resume")
+        assert agent.places()[0].spec_version == 1
+
+
+async def test_invalid_job_gets_condition_event_and_history(manager: Path, kube: Kube, db_url: str, mqtt_url: str,
+                                                            topic_root: str) -> None:
+    bad = pytorchjob("bad")
+    bad["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 2
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s):
+        await kube.create(PYTORCHJOBS, bad, "default")
+        c = await eventually(lambda: condition(kube, "bad", labels.CONDITION_REJECTED, "True"))
+        assert "spec.pytorchReplicaSpecs.Master.replicas" in c["message"] and "set replicas: 1" in c["message"]
+
+        async def warning() -> Any:
+            evs = (await kube.list(EVENTS, "default")).items
+            return [e for e in evs if e.get("type") == "Warning" and e.get("reason") == "InvalidJob"]
+        ev = (await eventually(warning, what="Warning Event"))[0]
+        assert ev["involvedObject"]["name"] == "bad" and "Master.replicas" in ev["message"]
+        assert agent.places() == []
+    (w,) = await rows(db_url, m.workloads)
+    assert w.state == "rejected"
+    assert [e.type for e in await rows(db_url, m.events)] == ["claimed", "invalid"]
+
+
+async def test_managed_by_changed_after_claim_is_rejected_and_worker_copy_deleted(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s):
+        await kube.create(PYTORCHJOBS, pytorchjob("moved"), "default")
+        await eventually(lambda: condition(kube, "moved", labels.CONDITION_DISPATCHED, "True"))
+        await kube.patch(PYTORCHJOBS, "moved", {"spec": {"runPolicy": {"managedBy": labels.TRAINING_OPERATOR}}},
+                         "default")
+        c = await eventually(lambda: condition(kube, "moved", labels.CONDITION_REJECTED, "True"))
+        assert "spec.runPolicy.managedBy" in c["message"]
+        await eventually(lambda: agent.deletes(), what="Delete to the worker")
+    (w,) = await rows(db_url, m.workloads)
+    assert w.state == "rejected"
+
+
+async def test_oversize_job_stays_pending_with_the_reason(manager: Path, kube: Kube, db_url: str, mqtt_url: str,
+                                                          topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with FakeAgent("worker-1", mqtt_url, topic_root, cap=capacity(gpu=4)) as agent, \
+            FakeAgent("worker-2", mqtt_url, topic_root, cap=capacity(gpu=2)), running(s):
+        await kube.create(PYTORCHJOBS, pytorchjob("huge", workers=3, gpu=2), "default")  # 4 pods x 2 GPUs
+        want = "needs 8 nvidia.com/gpu in one cluster; most free: worker-1 has 4"
+
+        async def explained() -> Any:
+            c = await condition(kube, "huge", labels.CONDITION_DISPATCHED, "False")
+            return c if c and c["message"] == want else None
+        c = await eventually(explained, within=15, what="the reason once both heartbeats are in")
+        assert c["reason"] == "NoFittingCluster"
+        assert agent.places() == []
+        (w,) = await rows(db_url, m.workloads)
+        assert w.state == "pending" and w.reason == c["message"]
+
+
+async def test_rejected_placement_goes_elsewhere(manager: Path, kube: Kube, db_url: str, mqtt_url: str,
+                                                 topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    big, small = capacity(cpu="64"), capacity(cpu="32")
+    async with FakeAgent("worker-1", mqtt_url, topic_root, cap=big, auto_accept=False) as picky, \
+            FakeAgent("worker-2", mqtt_url, topic_root, cap=small) as other, running(s):
+        await kube.create(PYTORCHJOBS, pytorchjob("picky"), "default")
+        await eventually(lambda: picky.places(), what="first choice is the roomiest cluster")
+        first = picky.places()[0]
+        await picky.report(messages.Rejected(cluster="worker-1", placement=first.placement, spec_version=1,
+                                             seq=1, reason="KindNotSupported", message="no operator here"))
+        await eventually(lambda: other.places(), what="second attempt elsewhere")
+        assert other.places()[0].placement.attempt == 2
+        await eventually(lambda: condition(kube, "picky", labels.CONDITION_DISPATCHED, "True"))
+    ps = sorted(await rows(db_url, m.placements), key=lambda p: p.attempt)
+    assert [(p.cluster, p.state) for p in ps] == [("worker-1", "rejected"), ("worker-2", "accepted")]
+    assert "KindNotSupported" in ps[0].reason
+
+
+async def test_inventory_gets_resync_and_missing_places(manager: Path, kube: Kube, db_url: str, mqtt_url: str,
+                                                        topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s):
+        job = await kube.create(PYTORCHJOBS, pytorchjob("inv"), "default")
+        await eventually(lambda: condition(kube, "inv", labels.CONDITION_DISPATCHED, "True"))
+        before = len(agent.places())
+        await agent.report(messages.Inventory(cluster="worker-1", items=[]))  # the agent lost everything
+        await eventually(lambda: [c for c in agent.commands if isinstance(c, messages.Resync)], what="Resync")
+        resync = next(c for c in agent.commands if isinstance(c, messages.Resync))
+        assert [k.workload_uid for k in resync.expected] == [job["metadata"]["uid"]]
+        await eventually(lambda: len(agent.places()) > before, what="missing Place re-sent")
+        again = agent.places()[-1]
+        assert again.placement.attempt == 1 and again.spec_version == 1
+    assert len(await rows(db_url, m.placements)) == 1

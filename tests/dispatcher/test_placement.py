@@ -1,0 +1,93 @@
+"""Placement is pure: roomiest fitting cluster, gang and per-node fit, stale heartbeats, and the reasons."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from dispatcher.placement import CapacityBook, ClusterView, Need, choose
+from federation import messages
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+D = Decimal
+
+
+def view(name: str, *, cpu: int = 64, free_cpu: int | None = None, gpu: int = 0, free_gpu: int | None = None,
+         node_cpu: int | None = None, node_gpu: int | None = None, age: float = 1.0, online: bool = True,
+         kinds: frozenset[str] | None = None) -> ClusterView:
+    alloc = {"cpu": D(cpu), "memory": D(2**40)}
+    free = {"cpu": D(cpu if free_cpu is None else free_cpu), "memory": D(2**40)}
+    if gpu:
+        alloc["nvidia.com/gpu"] = D(gpu)
+        free["nvidia.com/gpu"] = D(gpu if free_gpu is None else free_gpu)
+    largest = dict(free)
+    if node_cpu is not None:
+        largest["cpu"] = D(node_cpu)
+    if node_gpu is not None:
+        largest["nvidia.com/gpu"] = D(node_gpu)
+    return ClusterView(name, online, NOW - timedelta(seconds=age), alloc, free, largest, kinds)
+
+
+def need(per_pod: dict[str, int], count: int = 2, kind: str = "PyTorchJob") -> Need:
+    pod = {k: D(v) for k, v in per_pod.items()} | {"pods": D(1)}
+    return Need(kind, {k: v * count for k, v in pod.items()}, (("worker", pod),))
+
+
+def test_roomiest_cluster_after_placement_wins() -> None:
+    clusters = [view("worker-1", free_cpu=10), view("worker-2", free_cpu=40), view("worker-3", free_cpu=30)]
+    assert choose(need({"cpu": 4}), clusters, now=NOW, timeout=30).cluster == "worker-2"
+
+
+def test_the_scarce_resource_decides() -> None:
+    # worker-1 has more cpu left, worker-2 more of the GPUs the job asks for
+    clusters = [view("worker-1", free_cpu=60, gpu=8, free_gpu=2), view("worker-2", free_cpu=20, gpu=8)]
+    assert choose(need({"cpu": 1, "nvidia.com/gpu": 1}), clusters, now=NOW, timeout=30).cluster == "worker-2"
+
+
+def test_gang_needs_everything_in_one_cluster() -> None:
+    clusters = [view("worker-1", gpu=4), view("worker-2", gpu=4)]
+    d = choose(need({"cpu": 1, "nvidia.com/gpu": 4}, count=2), clusters, now=NOW, timeout=30)
+    assert d.cluster is None
+    assert d.reason == "needs 8 nvidia.com/gpu in one cluster; most free: worker-2 has 4"
+
+
+def test_a_pod_must_fit_one_node() -> None:
+    clusters = [view("worker-1", cpu=64, node_cpu=8), view("worker-2", cpu=64, node_cpu=12)]
+    d = choose(need({"cpu": 16}, count=2), clusters, now=NOW, timeout=30)
+    assert d.cluster is None
+    assert d.reason == "a worker pod needs 16 cpu on one node; largest free node: worker-2 has 12"
+
+
+def test_stale_offline_excluded_and_wrong_kind_are_skipped() -> None:
+    n = need({"cpu": 1})
+    assert choose(n, [view("w1", age=31)], now=NOW, timeout=30).cluster is None
+    assert "no worker cluster is online" in choose(n, [view("w1", age=31)], now=NOW, timeout=30).reason
+    assert choose(n, [view("w1", online=False), view("w2", free_cpu=2)], now=NOW, timeout=30).cluster == "w2"
+    d = choose(n, [view("w1")], now=NOW, timeout=30, exclude=["w1"])
+    assert d.cluster is None and "rejected it before: w1" in d.reason
+    d = choose(n, [view("w1", kinds=frozenset({"MPIJob"}))], now=NOW, timeout=30)
+    assert d.cluster is None and "runs PyTorchJob" in d.reason
+    assert choose(n, [], now=NOW, timeout=30).reason.startswith("no worker cluster is known")
+
+
+def test_no_cluster_has_all_of_it_at_once() -> None:
+    clusters = [view("a", cpu=64, free_cpu=2, gpu=8), view("b", cpu=64, gpu=8, free_gpu=1)]
+    d = choose(need({"cpu": 2, "nvidia.com/gpu": 2}), clusters, now=NOW, timeout=30)
+    assert d.cluster is None
+    assert d.reason == "no cluster has room for all of it at once: a lacks 2 cpu; b lacks 3 nvidia.com/gpu"
+
+
+def test_capacity_book_subtracts_recent_placements_until_a_later_heartbeat() -> None:
+    cap = messages.Capacity(allocatable={"cpu": "10"}, free={"cpu": "10"}, largest_node_free={"cpu": "10"})
+    book = CapacityBook(settle_seconds=5)
+    book.heartbeat(messages.Heartbeat(cluster="w1", capacity=cap, sent_at=NOW), NOW)
+    book.reserve("u1", "w1", {"cpu": D(6)})
+    assert book.views()[0].free["cpu"] == 4
+    n = need({"cpu": 3})  # 6 in total
+    assert choose(n, book.views(), now=NOW, timeout=30).cluster is None
+    book.accepted("u1", NOW)
+    book.heartbeat(messages.Heartbeat(cluster="w1", capacity=cap, sent_at=NOW + timedelta(seconds=2)), NOW)
+    assert book.views()[0].free["cpu"] == 4  # too early: the pods may not show yet
+    used = messages.Capacity(allocatable={"cpu": "10"}, free={"cpu": "4"}, largest_node_free={"cpu": "4"})
+    book.heartbeat(messages.Heartbeat(cluster="w1", capacity=used, sent_at=NOW + timedelta(seconds=6)), NOW)
+    assert book.views()[0].free["cpu"] == 4 and not book.reservations
