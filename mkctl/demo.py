@@ -73,7 +73,8 @@ async def create_job(kube: Any, sample: Sample) -> dict[str, Any]:
 
     kind = by_api(sample.manifest["apiVersion"], sample.kind)
     assert kind is not None, sample.source
-    created: dict[str, Any] = await kube.create(resource_for(kind), sample.manifest, sample.namespace)
+    created: dict[str, Any] = await kube.create(resource_for(kind), sample.manifest,  # type: ignore[arg-type]
+                                                sample.namespace)
     return created
 
 
@@ -85,7 +86,8 @@ async def read_job(kube: Any, sample: Sample) -> dict[str, Any] | None:
     kind = by_api(sample.manifest["apiVersion"], sample.kind)
     assert kind is not None
     try:
-        job: dict[str, Any] = await kube.get(resource_for(kind), sample.name, sample.namespace)
+        job: dict[str, Any] = await kube.get(resource_for(kind), sample.name,  # type: ignore[arg-type]
+                                             sample.namespace)
         return job
     except NotFound:
         return None

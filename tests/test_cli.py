@@ -292,7 +292,7 @@ def test_service_command_bad_setting_is_one_line() -> None:
 
 
 def test_table_aligns_and_hides_wide_columns() -> None:
-    rows = [{"a": "x", "b": None, "c": "long value"}, {"a": "yyyy", "b": 2, "c": "z"}]
+    rows: list[dict[str, Any]] = [{"a": "x", "b": None, "c": "long value"}, {"a": "yyyy", "b": 2, "c": "z"}]
     cols = [Column("a", "a"), Column("bee", "b"), Column("c", "c", wide=True)]
     assert table(rows, cols).splitlines() == ["A      BEE", "x      -", "yyyy   2"]
     assert table(rows, cols, wide=True).splitlines()[0] == "A      BEE   C"

@@ -50,6 +50,6 @@ async def wait_for(probe: Callable[[], Awaitable[T | NotYet | None]], what: str,
             top.check_running()
         last = await probe()
         if last and not isinstance(last, NotYet):
-            return last  # type: ignore[return-value]
+            return last  # type: ignore[no-any-return]
         await asyncio.sleep(every)
     pytest.fail(f"timed out after {within:.0f}s waiting for {what}; last seen: {last!r}"[:2000])

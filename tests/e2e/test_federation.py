@@ -160,7 +160,8 @@ async def test_lost_agent_is_noticed_and_nothing_is_lost(federation: Topology) -
     assert_mirrored(await wait_for(mirrored, "the end reported after the agent came back", top=federation))
 
     async def back_online() -> bool:
-        return (await asyncio.to_thread(clusters_json, federation.database_url))["worker-3"]["health"] == "online"
+        health = await asyncio.to_thread(clusters_json, federation.database_url)
+        return bool(health["worker-3"]["health"] == "online")
 
     await wait_for(back_online, "worker-3 online again", top=federation)
 
