@@ -226,12 +226,9 @@ class ApplyLoop:
             pass
         if cache is not None and res.plural != "pods":
             cache.remove((ns, name), rv=rv_of(current))
-        elif cache is not None and current is not None:
+        elif cache is not None:
             # a pod lingers while it terminates; mark it so the next pass does not count it active
-            marked = {**current, "metadata": {**(current.get("metadata") or {}),
-                                              "deletionTimestamp": self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ")}}
-            cache.objects[(ns, name)] = marked
-            cache.by_namespace.setdefault(ns, {})[name] = marked
+            cache.mark_deleting((ns, name), self.clock.now().strftime("%Y-%m-%dT%H:%M:%SZ"))
 
     async def _create(self, res: Resource, body: dict[str, Any], ns: str, owner: dict[str, Any]) -> None:
         meta = body.setdefault("metadata", {})

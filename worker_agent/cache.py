@@ -105,6 +105,15 @@ class ObjectCache:
                 for old in list(self.tombstones)[:25_000]:
                     del self.tombstones[old]
 
+    def mark_deleting(self, key: Key, stamp: str) -> None:
+        """The agent deleted ``key``; until the watch says so, show it terminating (never re-add it)."""
+        current = self.objects.get(key)
+        if current is None or (current.get("metadata") or {}).get("deletionTimestamp"):
+            return
+        marked = {**current, "metadata": {**(current.get("metadata") or {}), "deletionTimestamp": stamp}}
+        self.objects[key] = marked
+        self.by_namespace.setdefault(key[0], {})[key[1]] = marked
+
     def delete_event(self, obj: Mapping[str, Any]) -> None:
         """A watch said ``obj`` is gone; ignore it when the name now holds a newer object (another uid)."""
         key = key_of(obj)

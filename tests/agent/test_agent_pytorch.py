@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
 from federation import labels
-from federation.kube import PODS, SERVICES
+from federation.kube import EVENTS, NAMESPACES, PODS, SERVICES
 from tests.agent.conftest import PYTORCHJOBS, AgentHarness, conditions, place
 from tests.agent.render_harness import example
 
@@ -50,4 +51,139 @@ async def test_simple_runs_to_success_with_upstream_shape(harness: AgentHarness)
     assert stored is not None
     assert stored["metadata"]["labels"][labels.ORIGIN] == "mkd"
     assert stored["metadata"]["labels"][labels.WORKLOAD_UID] == "wl-pytorch-simple"
-    assert stored["status"] == done.status
+    final = await harness.wait_report(  # the finished pass moves active into succeeded
+        lambda r: r.type == "status" and r.finished == "Succeeded"
+        and all(e.get("succeeded") == 1 for e in r.status["replicaStatuses"].values()))
+    assert final.status["replicaStatuses"]["Worker"].get("active") is None
+    stored = await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a")
+    assert stored is not None and stored["status"] == final.status
+
+
+EXIT = "kubesim.mkd.dev/exit-code"
+FAILS = "kubesim.mkd.dev/fail-attempts"
+FOREVER = "kubesim.mkd.dev/run-forever"
+
+
+def worker_annotations(job: dict[str, Any], **annotations: str) -> dict[str, Any]:
+    job = copy.deepcopy(job)
+    meta = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"].setdefault("metadata", {})
+    meta["annotations"] = {**meta.get("annotations", {}), **annotations}
+    return job
+
+
+def with_policy(job: dict[str, Any], policy: str) -> dict[str, Any]:
+    job = copy.deepcopy(job)
+    for rs in job["spec"]["pytorchReplicaSpecs"].values():
+        rs["restartPolicy"] = policy
+    return job
+
+
+def has(condition: tuple[str, str, str]) -> Any:
+    return lambda r: r.type == "status" and condition in conditions(r.status)
+
+
+async def test_never_failed_worker_fails_job(harness: AgentHarness) -> None:
+    job = with_annotations(example("pytorch-sendrecv.yaml"), **{FOREVER: "true"})
+    job = worker_annotations(with_policy(job, "Never"), **{FOREVER: "false", RUN: "0.3", EXIT: "1", FAILS: "1"})
+    await harness.send(place(job))
+    failed = await harness.wait_report(lambda r: r.type == "status" and r.finished == "Failed")
+    assert conditions(failed.status)[-1] == ("Failed", "True", "PyTorchJobFailed")
+    assert "Worker replica(s) failed." in failed.status["conditions"][-1]["message"]
+    assert failed.status["completionTime"]
+
+
+async def test_exit_code_permanent_fails_and_retryable_restarts(harness: AgentHarness) -> None:
+    permanent = worker_annotations(with_policy(with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true"}),
+                                               "ExitCode"), **{FOREVER: "false", RUN: "0.2", EXIT: "3", FAILS: "1"})
+    await harness.send(place(permanent))
+    failed = await harness.wait_report(lambda r: r.type == "status" and r.finished == "Failed")
+    assert conditions(failed.status)[-1] == ("Failed", "True", "PyTorchJobFailed")
+    assert failed.status["completionTime"]  # deliberate difference from upstream
+
+    retry = copy.deepcopy(permanent)
+    retry["metadata"]["name"] = "pytorch-retry"
+    retry = worker_annotations(retry, **{EXIT: "137"})
+    cmd = place(retry)
+    await harness.send(cmd)
+    restarting = await harness.wait_report(has(("Restarting", "True", "PyTorchJobRestarting")))
+    assert ("Running", "True", "PyTorchJobRunning") not in conditions(restarting.status)
+    again = await harness.wait_report(has(("Running", "True", "PyTorchJobRunning")),
+                                      after=harness.reports.index(restarting))
+    assert all(c[0] != "Restarting" for c in conditions(again.status))
+    assert again.finished is None
+
+
+async def test_on_failure_restarts_in_place_then_succeeds(harness: AgentHarness) -> None:
+    job = with_annotations(example("pytorch-simple.yaml"), **{RUN: "0.3"})
+    job = worker_annotations(job, **{EXIT: "1", FAILS: "1"})
+    await harness.send(place(job))
+    done = await harness.wait_report(lambda r: r.type == "status" and r.finished == "Succeeded")
+    assert all(c[0] != "Failed" for c in conditions(done.status))
+
+
+async def test_suspend_resume_by_spec_version(harness: AgentHarness) -> None:
+    job = with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true"})
+    await harness.send(place(job))
+    await harness.wait_report(has(("Running", "True", "PyTorchJobRunning")))
+    suspended = copy.deepcopy(job)
+    suspended["spec"]["runPolicy"] = {"suspend": True}
+    await harness.send(place(suspended, spec_version=2))
+    acc = await harness.wait_report(lambda r: r.type == "accepted" and r.spec_version == 2)
+    assert acc.placement.attempt == 1
+    status = await harness.wait_report(has(("Suspended", "True", "PyTorchJobSuspended")))
+    assert conditions(status.status)[-2:] == [("Running", "False", "PyTorchJobSuspended"),
+                                              ("Suspended", "True", "PyTorchJobSuspended")]
+    for _ in range(100):
+        if await harness.get(PODS, "pytorch-simple-master-0", "team-a") is None:
+            break
+        await asyncio.sleep(0.05)
+    assert await harness.get(PODS, "pytorch-simple-master-0", "team-a") is None
+    assert await harness.get(SERVICES, "pytorch-simple-master-0", "team-a") is None
+    resumed = copy.deepcopy(job)
+    resumed["spec"]["runPolicy"] = {"suspend": False}
+    await harness.send(place(resumed, spec_version=3))
+    back = await harness.wait_report(has(("Suspended", "False", "PyTorchJobResumed")))
+    assert back.status["startTime"] >= status.status["startTime"]
+    await harness.wait_report(has(("Running", "True", "PyTorchJobRunning")), after=harness.reports.index(back))
+
+
+async def test_active_deadline_fires_on_time_without_events(harness: AgentHarness) -> None:
+    job = with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true"})
+    job["spec"]["runPolicy"] = {"activeDeadlineSeconds": 2, "cleanPodPolicy": "All"}
+    await harness.send(place(job))
+    failed = await harness.wait_report(lambda r: r.type == "status" and r.finished == "Failed", within=10)
+    assert failed.status["conditions"][-1]["message"] == (
+        "Job pytorch-simple has failed because it was active longer than specified deadline")
+
+
+async def test_ttl_deletes_finished_job_and_reports_gone(harness: AgentHarness) -> None:
+    job = with_annotations(example("pytorch-simple.yaml"), **{RUN: "0.2"})
+    job["spec"]["runPolicy"] = {"ttlSecondsAfterFinished": 1}
+    await harness.send(place(job))
+    await harness.wait_report(lambda r: r.type == "status" and r.finished == "Succeeded")
+    gone = await harness.wait_report(lambda r: r.type == "status" and r.gone, within=10)
+    assert gone.finished == "Succeeded"
+    assert await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a") is None
+
+
+async def test_service_rule_and_user_service(harness: AgentHarness) -> None:
+    await harness.kube.create(NAMESPACES, {"metadata": {"name": "team-a"}})
+    job = with_annotations(example("pytorch-sendrecv.yaml"), **{FOREVER: "true"})
+    name = job["metadata"]["name"]
+    claim = {"training.kubeflow.org/operator-name": "pytorchjob-controller",
+             "training.kubeflow.org/job-name": name,
+             "training.kubeflow.org/replica-type": "worker", "training.kubeflow.org/replica-index": "1"}
+    for svc in ("claim-a", "claim-b"):
+        await harness.kube.create(SERVICES, {"metadata": {"name": svc, "labels": claim},
+                                             "spec": {"ports": [{"port": 80}]}}, "team-a")
+    user = {"metadata": {"name": "metrics", "labels": {"app": "metrics", "training.kubeflow.org/job-name": name}},
+            "spec": {"ports": [{"port": 9090}], "selector": {"training.kubeflow.org/job-name": name}}}
+    await harness.kube.create(SERVICES, user, "team-a")
+    await harness.send(place(job))
+    await harness.wait_report(has(("Running", "True", "PyTorchJobRunning")))
+    names = {s["metadata"]["name"] for s in (await harness.kube.list(SERVICES, "team-a")).items}
+    assert f"{name}-worker-1" not in names
+    assert {f"{name}-master-0", f"{name}-worker-0", f"{name}-worker-2", "claim-a", "claim-b", "metrics"} <= names
+    events = (await harness.kube.list(EVENTS, "team-a")).items
+    assert any(e["reason"] == "TooManyServices" and "worker 1" in e["message"] for e in events)
+    assert (await harness.get(SERVICES, "metrics", "team-a") or {}).get("spec", {}).get("ports")[0]["port"] == 9090

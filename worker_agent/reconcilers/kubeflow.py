@@ -449,9 +449,10 @@ class KubeflowV1Reconciler:
         name = _meta(job).get("name", "")
         leader = self.leader(specs)
         running_msg, done_msg = self.messages(job, leader is not None)
+        for rtype in specs:  # before the loop: an early return must not leave an rtype without one
+            _replica_status(status, rtype)["selector"] = self.selector(job, rtype)
         for rtype, rspec in specs.items():
             entry = _replica_status(status, rtype)
-            entry["selector"] = self.selector(job, rtype)
             succeeded, running, failed = _count(entry, "succeeded"), _count(entry, "active"), _count(entry, "failed")
             expected = rspec.replicas - succeeded
             if rtype == leader:
