@@ -290,7 +290,7 @@ class JobController:
         status = job.setdefault("status", {})
         before = orjson.dumps(status)
         conditions: list[dict[str, Any]] = status.setdefault("conditions", [])
-        pods = self.pods.get(uid, {})
+        pods = self.pods.setdefault(uid, {})  # the live index: pods created below show up in it
         now = time.time()
         stamp = now_ts(now)
         indexed = spec.get("completionMode") == "Indexed"
