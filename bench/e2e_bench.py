@@ -113,6 +113,17 @@ class Processes:
         while line := await proc.stdout.readline():
             log.write(line.decode())
 
+    def cpu_seconds(self) -> dict[str, float]:
+        """CPU time (user + system) each process has used so far: where the two cores went."""
+        import psutil
+
+        out: dict[str, float] = {}
+        for name, proc in self.procs:
+            with contextlib.suppress(psutil.Error):
+                times = psutil.Process(proc.pid).cpu_times()
+                out[name] = times.user + times.system
+        return out
+
     def check(self) -> None:
         for name, proc in self.procs:
             if proc.returncode is not None:
@@ -198,6 +209,8 @@ class Result:
     total: list[float]
     backends: str
     placed: dict[str, int]
+    cpu: dict[str, float]
+    wall: float
 
     def lines(self) -> list[str]:
         ratio = self.e2e_rate / self.floor_rate if self.floor_rate else float("nan")
@@ -207,6 +220,9 @@ class Result:
                f"  floor          {self.floor_rate:8.1f} jobs/s  (same objects straight into the workers)",
                f"  ratio          {ratio:8.2f} x floor  (goal >= 0.8, and >= 150 jobs/s)",
                f"  placed         {', '.join(f'{k}: {v}' for k, v in sorted(self.placed.items()))}"]
+        busy = sorted(self.cpu.items(), key=lambda kv: -kv[1])
+        out.append(f"  CPU seconds during the end-to-end phase ({self.wall:.0f} s wall, 2 cores): "
+                   + ", ".join(f"{k} {v:.0f}" for k, v in busy))
         for name, leg in (("leg 1 manager->worker Running", self.leg1), ("leg 2 worker->manager mirror", self.leg2),
                           ("total", self.total)):
             out.append(f"  {name:<30} p50 {pct(leg, 0.5) * 1000:8.0f} ms   p99 {pct(leg, 0.99) * 1000:8.0f} ms"
@@ -277,6 +293,8 @@ async def run(n: int, state: Path, nodes: int) -> Result:
                                                times.all_on_manager))]
         watchers += [asyncio.create_task(follow(kubes[w], NAMESPACE, times.on_worker, n)) for w in WORKERS]
         manifests = [job(f"job-{i:05d}", NAMESPACE, labels.MULTIKUEUE) for i in range(n)]
+        cpu_before = procs.cpu_seconds()
+        started = time.monotonic()
         create_seconds = await create_all(lambda _: kubes["manager"], manifests, times.created)
         deadline = time.monotonic() + max(120.0, n / 10)
         while not times.all_on_manager.is_set():
@@ -288,6 +306,11 @@ async def run(n: int, state: Path, nodes: int) -> Result:
                 await asyncio.wait_for(times.all_on_manager.wait(), timeout=1.0)
         for t in watchers:
             t.cancel()
+        wall = time.monotonic() - started
+        cpu_after = procs.cpu_seconds()
+        cpu = {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after}
+        self_cpu = os.times()
+        cpu["bench (this process, whole run)"] = self_cpu.user + self_cpu.system
         first = min(times.created.values())
         e2e_rate = n / (max(times.on_manager.values()) - first)
         keys = [k for k in times.created if k in times.on_worker and k in times.on_manager]
@@ -299,7 +322,8 @@ async def run(n: int, state: Path, nodes: int) -> Result:
         # --- the floor: same objects, same client, straight into the workers ---
         floor = [job(f"floor-{i:05d}", FLOOR_NAMESPACE, labels.TRAINING_OPERATOR) for i in range(n)]
         floor_seconds = await create_all(lambda m: kubes[WORKERS[int(m["metadata"]["name"][6:]) % 3]], floor, {})
-        return Result(n, e2e_rate, n / create_seconds, n / floor_seconds, leg1, leg2, total, backends, placed)
+        return Result(n, e2e_rate, n / create_seconds, n / floor_seconds, leg1, leg2, total, backends, placed,
+                      cpu, wall)
     finally:
         await procs.stop()
         await stack.aclose()

@@ -222,7 +222,6 @@ class DemoOptions:
     timeout: float
     keep_running: bool
     examples: Path | None
-    fresh: bool
 
 
 async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
@@ -231,8 +230,9 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
     if not examples.samples:
         raise CommandFailed(f"examples: no job manifests found under {opts.examples or samples_mod.examples_dir()}; "
                             "pass --examples DIR")
-    if opts.fresh:
-        reset_state(opts.state_dir, own_database=opts.database_url is None)
+    # kubesim keeps its clusters in memory, so every demo starts with empty ones; the SQLite file
+    # of a previous run would describe jobs that no longer exist, so it goes too.
+    reset_state(opts.state_dir, own_database=opts.database_url is None)
     started = time.monotonic()
     console.print(f"[bold]mkd demo[/] · state in {opts.state_dir}/ · starting kubesim (manager + 3 workers), "
                   f"{'MQTT ' + redact(opts.mqtt_url) if opts.mqtt_url else 'the embedded MQTT broker'}, "
@@ -382,13 +382,12 @@ def demo(
                             ] = False,
     examples: Annotated[Path | None, typer.Option("--examples", help="Folder of sample jobs (default: examples/).",
                                                   show_default=False)] = None,
-    fresh: Annotated[bool, typer.Option("--fresh/--reuse", help="Start from empty clusters and database.")] = True,
 ) -> None:
     """Run the whole federation in one process on embedded defaults and submit the sample jobs."""
     debug = bool(getattr(ctx.find_root().obj, "debug", False))
     console = Console(highlight=False, soft_wrap=not sys.stdout.isatty())
     log_path = setup_demo_logging(state_dir, console, debug)
-    opts = DemoOptions(state_dir, mqtt_url, database_url, timeout, keep_running, examples, fresh)
+    opts = DemoOptions(state_dir, mqtt_url, database_url, timeout, keep_running, examples)
     try:
         problems = asyncio.run(run_demo(opts, console))
     except KeyboardInterrupt:
