@@ -118,12 +118,14 @@ class FakeAgent:
     """Subscribes to one cluster's commands; heartbeats; answers Place with Accepted when ``auto_accept``."""
 
     def __init__(self, name: str, mqtt_url: str, topic_root: str, *, cap: messages.Capacity | None = None,
-                 auto_accept: bool = True) -> None:
+                 auto_accept: bool = True, beat_every: float | None = None) -> None:
         self.name = name
         self.root = topic_root
         self.settings = MqttSettings(url=mqtt_url, topic_root=topic_root)
         self.cap = cap or capacity()
         self.auto_accept = auto_accept
+        self.beat_every = beat_every
+        self._beats: asyncio.Task[None] | None = None
         self.commands: list[messages.Place | messages.Delete | messages.Resync] = []
         self.seq = 0
         self.link: MqttLink | None = None
@@ -142,9 +144,22 @@ class FakeAgent:
         await self.link.subscribe(topics.commands(self.name, self.root))
         self._task = asyncio.create_task(self._listen())
         await self.heartbeat()
+        if self.beat_every:
+            self._beats = asyncio.create_task(self._beat())
         return self
 
+    async def _beat(self) -> None:
+        assert self.beat_every
+        while True:
+            await asyncio.sleep(self.beat_every)
+            await self.heartbeat()
+
+    def stop_beating(self) -> None:
+        if self._beats is not None:
+            self._beats.cancel()
+
     async def __aexit__(self, *exc: object) -> None:
+        self.stop_beating()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):

@@ -148,3 +148,27 @@ async def test_inventory_gets_resync_and_missing_places(manager: Path, kube: Kub
         again = agent.places()[-1]
         assert again.placement.attempt == 1 and again.spec_version == 1
     assert len(await rows(db_url, m.placements)) == 1
+
+
+async def test_lost_cluster_gets_nothing_new_and_worker_lost_timeout_moves_its_workloads(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root, heartbeat_timeout_seconds=1.0,
+                 worker_lost_timeout_seconds=1.0, placement_retry_seconds=0.3)
+    async with FakeAgent("worker-1", mqtt_url, topic_root, cap=capacity(cpu="64"), beat_every=0.2) as first, \
+            FakeAgent("worker-2", mqtt_url, topic_root, cap=capacity(cpu="8"), beat_every=0.2) as second, \
+            running(s):
+        await kube.create(PYTORCHJOBS, pytorchjob("moving"), "default")
+        await eventually(lambda: first.places(), what="placed on the roomiest cluster")
+        await eventually(lambda: condition(kube, "moving", labels.CONDITION_DISPATCHED, "True"))
+        first.stop_beating()
+        await eventually(lambda: second.places(), within=15, what="re-placed after the worker-lost timeout")
+        assert second.places()[0].placement.attempt == 2
+
+        async def accepted_there() -> bool:
+            return any(p.cluster == "worker-2" and p.state == "accepted" for p in await rows(db_url, m.placements))
+        await eventually(accepted_there, what="accepted on worker-2")
+    ps = sorted(await rows(db_url, m.placements), key=lambda p: p.attempt)
+    assert [(p.cluster, p.state) for p in ps] == [("worker-1", "lost"), ("worker-2", "accepted")]
+    evs = await rows(db_url, m.events)
+    assert any(e.type == "cluster_lost" and e.cluster == "worker-1" for e in evs)
+    assert any(e.type == "requeued" for e in evs)
