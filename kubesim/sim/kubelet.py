@@ -155,6 +155,12 @@ class Kubelet:
             self._begin_termination(run, pod)
 
     def _node_changed(self, node: str) -> None:
+        if node not in self.scheduler.nodes:
+            # PodGC: pods bound to a node that no longer exists fail and are deleted (a rare event,
+            # so a scan over the running pods is fine).
+            for run in sorted((r for r in self.runs.values() if r.node == node), key=lambda r: r.key):
+                self._drop(run)
+                self.loop.call_soon(self._gc_orphaned, run.key, run.uid)
         waiting = self.parked.pop(node, None)
         if not waiting or node not in self.scheduler.nodes:
             if waiting:
@@ -367,6 +373,21 @@ class Kubelet:
             # Stopped by SIGTERM: the kubelet records the terminal phase before the pod goes away.
             self._terminate(run, pod, 143, force_failed=True)
         self._remove(run)
+
+    def _gc_orphaned(self, key: Key, uid: str) -> None:
+        pod = self.store.get("pods", *key)
+        if pod is None or (pod.get("metadata") or {}).get("uid") != uid:
+            return
+        status = pod.setdefault("status", {})
+        try:
+            if status.get("phase") not in TERMINAL:
+                status["phase"] = "Failed"
+                set_condition(status.setdefault("conditions", []), "DisruptionTarget", "True", "DeletionByPodGC",
+                              "PodGC: node no longer exists", probe_times=True)
+                self.store.update("pods", pod, subresource="status")
+            self.store.delete("pods", key[0], key[1])
+        except Exception as exc:
+            log.debug("pod GC of %s/%s: %s", key[0], key[1], exc)
 
     def _gc_unscheduled(self, key: Key, uid: str) -> None:
         """PodGC's rule: an unscheduled pod being deleted is marked Failed so its finalizers can finish."""

@@ -155,3 +155,13 @@ def test_readiness_probe_delays_ready_until_after_start(tmp_path: Path) -> None:
         wait_for(ready, what="Ready after the probe")
         assert seen[-1] == ("True", True)
         assert all(c == "False" and not r for c, r in seen[:-1])
+
+
+def test_pods_of_a_deleted_node_fail_and_are_removed(tmp_path: Path) -> None:
+    with cluster(tmp_path) as core:
+        core.create_namespaced_pod(NS, pod("lost", annotations={"kubesim.mkd.dev/run-forever": "true"},
+                                           nodeSelector={"kubernetes.io/hostname": "node-2"}))
+        wait_for(lambda: phase(core, "lost") == "Running", what="Running on node-2")
+        core.delete_node("node-2")
+        wait_for(lambda: not [p for p in core.list_namespaced_pod(NS).items if p.metadata.name == "lost"],
+                 what="pod removed by pod GC")
