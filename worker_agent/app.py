@@ -104,6 +104,7 @@ class Agent:
                 cache.delete_event(obj)
                 if cache.get((ns, job_name)) is None:
                     self.by_uid.pop(uid, None)
+                    self.apply.forget((name, ns, job_name))
                 self.inbox.job_seen(name, obj, deleted=True)
                 self.reporter.job_changed(kind, obj, deleted=True)
                 continue
@@ -185,8 +186,9 @@ class Agent:
         interval = self.settings.heartbeat_interval_seconds
         while True:
             await self.connected.wait()
-            capacity = await asyncio.to_thread(self.meter.measure) if len(self.caches[PODS.plural].objects) > 2000 \
-                else self.meter.measure()
+            snapshot = self.meter.snapshot()
+            capacity = await asyncio.to_thread(self.meter.measure, snapshot) if len(snapshot[1]) > 2000 \
+                else self.meter.measure(snapshot)
             now = self.clock.monotonic()
             if capacity != last or now - last_sent >= interval:
                 self.outbox.put(presence, self._heartbeat(capacity), retain=True)

@@ -33,6 +33,7 @@ JobKey = tuple[str, str, str]
 COMPONENT = "mkd-agent"
 BACKOFF_INITIAL = 0.2
 BACKOFF_MAX = 30.0
+EVENT_REPEAT_SECONDS = 60.0
 
 
 def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
@@ -63,6 +64,7 @@ class ApplyLoop:
         self._dirty: set[JobKey] = set()
         self._timers: dict[JobKey, tuple[float, asyncio.Task[None]]] = {}
         self._failures: dict[JobKey, int] = {}
+        self._events: dict[JobKey, dict[tuple[str, str], float]] = {}
         self.passes = 0
 
     # --- queueing ---------------------------------------------------------------------------
@@ -208,6 +210,8 @@ class ApplyLoop:
         elif plan.status is not None:
             retry = await self._write_status(job_res, job, plan.status)
         for etype, reason, message in plan.events:
+            if not self._fresh_event(key, reason, message):
+                continue  # the same warning every pass (too many Services, say) is recorded once a minute
             await self.kube.event(job, type="Warning" if etype == "Warning" else "Normal", reason=reason,
                                   message=message, component=self.component)
         if plan.delete_job:
@@ -216,6 +220,26 @@ class ApplyLoop:
         if plan.requeue_after is not None:
             self.enqueue_after(key, plan.requeue_after)
         return retry
+
+    def _fresh_event(self, key: JobKey, reason: str, message: str) -> bool:
+        now = self.clock.monotonic()
+        seen = self._events.setdefault(key, {})
+        last = seen.get((reason, message))
+        if last is not None and now - last < EVENT_REPEAT_SECONDS:
+            return False
+        seen[(reason, message)] = now
+        if len(seen) > 50:
+            for old in sorted(seen, key=seen.__getitem__)[:25]:
+                del seen[old]
+        return True
+
+    def forget(self, key: JobKey) -> None:
+        """The job is gone: drop its per-key bookkeeping."""
+        self._events.pop(key, None)
+        self._failures.pop(key, None)
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer[1].cancel()
 
     async def _delete(self, res: Resource, name: str, ns: str) -> None:
         cache = self.caches.get(res.plural)

@@ -10,8 +10,9 @@ plus the spec fields the scheduler counts) so 20,000 pods fit in little memory.
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,16 +64,46 @@ def trim(obj: dict[str, Any], plural: str) -> dict[str, Any]:
 
 @dataclass
 class ObjectCache:
-    """One resource's objects, by key, with a per-namespace index and an owner-uid index."""
+    """One resource's objects, by key, with a per-namespace index and per-label-key indexes.
+
+    ``select`` is called on every reconcile pass; scanning a namespace of 20,000 pods each time would
+    make the agent quadratic, so the first equality term of a selector is answered from an index on
+    that label key (built the first time the key is asked for, then kept up to date).
+    """
 
     plural: str
     objects: dict[Key, dict[str, Any]] = field(default_factory=dict)
     by_namespace: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     tombstones: dict[Key, int] = field(default_factory=dict)
-    synced: bool = False
+    indexes: dict[str, dict[tuple[str, str], dict[str, dict[str, Any]]]] = field(default_factory=dict)
+    """label key -> (namespace, label value) -> name -> object."""
 
     def get(self, key: Key) -> dict[str, Any] | None:
         return self.objects.get(key)
+
+    def _put(self, key: Key, obj: dict[str, Any]) -> None:
+        old = self.objects.get(key)
+        if old is not None:
+            self._unindex(key, old)
+        self.objects[key] = obj
+        self.by_namespace.setdefault(key[0], {})[key[1]] = obj
+        obj_labels = (obj.get("metadata") or {}).get("labels") or {}
+        for label, index in self.indexes.items():
+            value = obj_labels.get(label)
+            if value is not None:
+                index.setdefault((key[0], value), {})[key[1]] = obj
+
+    def _unindex(self, key: Key, obj: Mapping[str, Any]) -> None:
+        obj_labels = (obj.get("metadata") or {}).get("labels") or {}
+        for label, index in self.indexes.items():
+            value = obj_labels.get(label)
+            if value is None:
+                continue
+            bucket = index.get((key[0], value))
+            if bucket is not None:
+                bucket.pop(key[1], None)
+                if not bucket:
+                    del index[(key[0], value)]
 
     def upsert(self, obj: dict[str, Any]) -> bool:
         """Store ``obj`` unless a newer version (or a local delete) is already known; True if stored."""
@@ -86,13 +117,13 @@ class ObjectCache:
             if rv >= 0 and rv <= dead:
                 return False
             del self.tombstones[key]
-        slim = trim(obj, self.plural)
-        self.objects[key] = slim
-        self.by_namespace.setdefault(key[0], {})[key[1]] = slim
+        self._put(key, trim(obj, self.plural))
         return True
 
     def remove(self, key: Key, *, rv: int = -1) -> None:
         current = self.objects.pop(key, None)
+        if current is not None:
+            self._unindex(key, current)
         ns = self.by_namespace.get(key[0])
         if ns is not None:
             ns.pop(key[1], None)
@@ -110,9 +141,7 @@ class ObjectCache:
         current = self.objects.get(key)
         if current is None or (current.get("metadata") or {}).get("deletionTimestamp"):
             return
-        marked = {**current, "metadata": {**(current.get("metadata") or {}), "deletionTimestamp": stamp}}
-        self.objects[key] = marked
-        self.by_namespace.setdefault(key[0], {})[key[1]] = marked
+        self._put(key, {**current, "metadata": {**(current.get("metadata") or {}), "deletionTimestamp": stamp}})
 
     def delete_event(self, obj: Mapping[str, Any]) -> None:
         """A watch said ``obj`` is gone; ignore it when the name now holds a newer object (another uid)."""
@@ -123,12 +152,27 @@ class ObjectCache:
             return
         self.remove(key, rv=rv_of(obj))
 
-    def in_namespace(self, namespace: str) -> Iterable[dict[str, Any]]:
+    def in_namespace(self, namespace: str) -> list[dict[str, Any]]:
         return list((self.by_namespace.get(namespace) or {}).values())
+
+    def _index(self, label: str) -> dict[tuple[str, str], dict[str, dict[str, Any]]]:
+        index = self.indexes.get(label)
+        if index is None:
+            index = self.indexes[label] = {}
+            for key, obj in self.objects.items():
+                value = ((obj.get("metadata") or {}).get("labels") or {}).get(label)
+                if value is not None:
+                    index.setdefault((key[0], value), {})[key[1]] = obj
+        return index
 
     def select(self, namespace: str, selector: str) -> list[dict[str, Any]]:
         match = Selector.parse(selector)
-        return [o for o in self.in_namespace(namespace) if match.matches((o.get("metadata") or {}).get("labels"))]
+        first = next(((k, v) for k, op, v in match.requirements if op == "="), None)
+        if first is None:
+            candidates: list[dict[str, Any]] = self.in_namespace(namespace)
+        else:
+            candidates = list((self._index(first[0]).get((namespace, first[1])) or {}).values())
+        return [o for o in candidates if match.matches((o.get("metadata") or {}).get("labels"))]
 
 
 _REQ = re.compile(r"^\s*(!?)([A-Za-z0-9_./-]+)\s*(?:(==|=|!=)\s*([A-Za-z0-9_.-]*))?\s*$")
@@ -141,6 +185,7 @@ class Selector:
     requirements: tuple[tuple[str, str, str], ...]
 
     @classmethod
+    @functools.lru_cache(maxsize=4096)
     def parse(cls, text: str) -> Selector:
         reqs: list[tuple[str, str, str]] = []
         for part in filter(None, (p.strip() for p in text.split(","))):

@@ -157,9 +157,15 @@ class Inbox:
         p = cmd.placement
         uid = p.workload_uid
         try:
-            kind = self.kinds.get(cmd.job.kind) or by_name(cmd.job.kind)
+            by_name(cmd.job.kind)
         except Invalid as exc:
             self.reporter.rejected(p, cmd.spec_version, "UnsupportedKind", exc.message)
+            return
+        kind = self.kinds.get(cmd.job.kind)
+        if kind is None:
+            self.reporter.rejected(p, cmd.spec_version, "KindNotServed",
+                                   f"{cmd.job.kind} is not served by this cluster (its CRD is not installed); "
+                                   "install the CRD or place the job elsewhere", permanent=False)
             return
         gone = self.deleted.get(uid)
         if gone is not None and (p.attempt, p.epoch) <= gone:

@@ -216,10 +216,15 @@ class CapacityMeter:
             self._requests[uid] = cached
         return cached
 
-    def measure(self) -> Capacity:
+    def snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """Node and pod lists taken on the event loop, so ``measure`` may run in a thread."""
+        return list(self.nodes.objects.values()), list(self.pods.objects.values())
+
+    def measure(self, snapshot: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None) -> Capacity:
+        nodes, pods = snapshot or self.snapshot()
         allocatable: Resources = {}
         per_node: dict[str, Resources] = {}
-        for node in self.nodes.objects.values():
+        for node in nodes:
             if not _node_ready(node):
                 continue
             try:
@@ -231,7 +236,7 @@ class CapacityMeter:
         used: Resources = {}
         used_on: dict[str, Resources] = {}
         live: set[str] = set()
-        for pod in self.pods.objects.values():
+        for pod in pods:
             if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
                 continue
             live.add(str((pod.get("metadata") or {}).get("uid") or id(pod)))
