@@ -48,6 +48,7 @@ BACKOFF_MESSAGE = "Job has reached the specified backoff limit"
 DEADLINE_REASON = "DeadlineExceeded"
 DEADLINE_MESSAGE = "Job was active longer than specified deadline"
 POLICY_REASON = "PodFailurePolicy"
+POLICY_SUCCESS_REASON = "SuccessPolicy"
 BATCH_SIZE = 100
 """Jobs reconciled per loop iteration, so a burst of Jobs does not starve the API server's loop."""
 CREATE_BURST = 500
@@ -365,6 +366,10 @@ class JobController:
                     set_condition(conditions, "FailureTarget", "True", reason, message, now=stamp)
                     failure_target = find_condition(conditions, "FailureTarget")
                     events.append(("Warning", reason, message))
+                elif (policy_met := _success_policy(spec.get("successPolicy"), succeeded_indexes)) is not None:
+                    set_condition(conditions, "SuccessCriteriaMet", "True", POLICY_SUCCESS_REASON, policy_met,
+                                  now=stamp)
+                    success_met = find_condition(conditions, "SuccessCriteriaMet")
                 elif self._succeeded(indexed, completions, succeeded, succeeded_indexes, active):
                     set_condition(conditions, "SuccessCriteriaMet", "True", SUCCESS_REASON, SUCCESS_MESSAGE, now=stamp)
                     success_met = find_condition(conditions, "SuccessCriteriaMet")
@@ -382,7 +387,9 @@ class JobController:
                     set_condition(conditions, "Failed", "True", failure_target.get("reason"),
                                   failure_target.get("message"), now=stamp)
                 else:
-                    set_condition(conditions, "Complete", "True", SUCCESS_REASON, SUCCESS_MESSAGE, now=stamp)
+                    met = success_met or {}
+                    set_condition(conditions, "Complete", "True", met.get("reason", SUCCESS_REASON),
+                                  met.get("message", SUCCESS_MESSAGE), now=stamp)
                     status["completionTime"] = stamp
                     events.append(("Normal", "Completed", "Job completed"))
                 finished = _finished(conditions)
@@ -608,6 +615,21 @@ def _pod_failure_policy(policy: Mapping[str, Any] | None, namespace: str,
             if (str(pattern.get("type")), str(pattern.get("status") or "True")) in pod.conditions:
                 return action, (f"Pod {namespace}/{pod.name} has condition {pattern.get('type')} matching "
                                 f"{action} rule at index {i}")
+    return None
+
+
+def _success_policy(policy: Mapping[str, Any] | None, succeeded: set[int]) -> str | None:
+    """The SuccessCriteriaMet message when an Indexed Job's successPolicy is met, else None."""
+    for i, rule in enumerate((policy or {}).get("rules") or ()):
+        count = rule.get("succeededCount")
+        if rule.get("succeededIndexes") is not None:
+            wanted = parse_indexes(rule.get("succeededIndexes"))
+            done = len(wanted & succeeded)
+            met = done >= int(count) if count is not None else bool(wanted) and done == len(wanted)
+        else:
+            met = count is not None and len(succeeded) >= int(count)
+        if met:
+            return f"Matched rules at index {i}"
     return None
 
 

@@ -283,3 +283,25 @@ def test_pod_replacement_policy_decides_when_a_terminating_pod_is_replaced(tmp_p
         # Failed waits until the old pod has failed, then replaces it; the deleted pod counts as failed.
         wait_for(lambda: (s := status(apis, "patient")).active == 1 and not s.terminating, what="patient replaced")
         assert status(apis, "patient").failed == 1
+
+
+def test_success_policy_completes_an_indexed_job_when_the_leader_succeeds(tmp_path: Path) -> None:
+    with cluster(tmp_path) as apis:
+        body = job("leader", completions=3, parallelism=3, completionMode="Indexed",
+                   successPolicy={"rules": [{"succeededIndexes": "0"}]},
+                   annotations={"kubesim.mkd.dev/run-forever": "true"})
+        apis.batch.create_namespaced_job(NS, body)
+        pods = wait_for(lambda: len(p := pods_of(apis, "leader")) == 3 and p, what="three pods")
+        leader = next(p for p in pods if p.metadata.annotations[INDEX] == "0")
+        # Only the leader finishes: its terminal phase is written through the status subresource, as its
+        # kubelet would write it (every pod shares the template, so annotations cannot single it out).
+        leader_status = apis.core.read_namespaced_pod_status(leader.metadata.name, NS)
+        leader_status.status.phase = "Succeeded"
+        apis.core.replace_namespaced_pod_status(leader.metadata.name, NS, leader_status)
+        complete = wait_for(lambda: condition(apis, "leader", "Complete"), what="Complete by success policy")
+        assert complete.reason == "SuccessPolicy"
+        assert complete.message == "Matched rules at index 0"
+        assert condition(apis, "leader", "SuccessCriteriaMet").reason == "SuccessPolicy"
+        final = status(apis, "leader")
+        assert final.completed_indexes == "0" and final.succeeded == 1
+        assert not final.active
