@@ -309,12 +309,13 @@ def prepare_job(obj: dict[str, Any], old: dict[str, Any] | None, uid: str) -> li
 
 def prepare_secret(obj: dict[str, Any]) -> list[dict[str, str]]:
     obj.setdefault("type", "Opaque")
-    causes = []
-    for k, v in (obj.get("data") or {}).items():
+    causes: list[dict[str, str]] = []
+    for v in (obj.get("data") or {}).values():
         try:
             base64.b64decode(v, validate=True)
         except (ValueError, TypeError):
-            causes.append(bad_value(f"data[{k}]", "<secret contents redacted>", "illegal base64 data"))
+            # Upstream fails while decoding the []byte field, before validation: a 400, not a 422.
+            raise ApiError(400, "BadRequest", "illegal base64 data in Secret data") from None
     sd = obj.pop("stringData", None)
     if isinstance(sd, dict):
         data = obj.setdefault("data", {})

@@ -32,10 +32,11 @@ class ResourceType:
     builtin: bool = True
     scale: dict[str, Any] | None = None  # CRD scale subresource paths
     verbs: list[str] = field(default_factory=lambda: list(ALL_VERBS))
+    key: str = field(init=False, default="")
 
-    @property
-    def key(self) -> str:
-        return f"{self.plural}.{self.group}" if self.group else self.plural
+    def __post_init__(self) -> None:
+        # Computed once: the storage key is read on every request.
+        self.key = f"{self.plural}.{self.group}" if self.group else self.plural
 
     @property
     def storage_version(self) -> str:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import builtins
 import random
+import time
 import uuid
 from collections import deque
 from collections.abc import Callable
@@ -40,8 +41,15 @@ Subscriber = Callable[[str, str, dict[str, Any]], None]
 RawSubscriber = Callable[[str, str, "Rec", "Rec | None"], None]
 
 
+_stamp: list[Any] = [0, ""]
+
+
 def now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    """RFC 3339 UTC timestamp with seconds precision (formatted once per second: it is on the hot path)."""
+    t = int(time.time())
+    if _stamp[0] != t:
+        _stamp[0], _stamp[1] = t, datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return str(_stamp[1])
 
 
 class Rec:
