@@ -153,6 +153,12 @@ class Kubelet:
             run = self._adopt(key, pod, node)
         if meta.get("deletionTimestamp") and run.state != "terminating":
             self._begin_termination(run, pod)
+        elif run.state in ("starting", "running", "backoff") and (pod.get("status") or {}).get("phase") in TERMINAL:
+            # Someone else recorded a terminal phase; a kubelet never moves a pod out of one.
+            if run.handle is not None:
+                run.handle.cancel()
+                run.handle = None
+            run.state = "done"
 
     def _node_changed(self, node: str) -> None:
         if node not in self.scheduler.nodes:
