@@ -245,7 +245,8 @@ class Scheduler:
             fresh = [k for k in self.active if k in self.pending]
             if len(self.priorities) <= 1:
                 fresh.sort(key=lambda k: self.pending[k].seq)
-            self._backlog = self._ordered(fresh) + self._backlog if self._backlog else self._ordered(fresh)
+            # Older pods left over from a pass that ran out of budget keep their place in the queue.
+            self._backlog = self._backlog + self._ordered(fresh) if self._backlog else self._ordered(fresh)
         self.active.clear()
         failed: dict[str, str] = {}
         budget = PASS_WRITE_BUDGET
