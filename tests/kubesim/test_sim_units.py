@@ -1,0 +1,85 @@
+"""Pure parts of kubesim.sim: quantities, a pod's effective requests, completedIndexes, filter messages."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from kubesim.sim.jobs import format_indexes, parse_indexes
+from kubesim.sim.kubelet import Outcome, outcome_of
+from kubesim.sim.resources import parse_quantity, pod_requests
+from kubesim.sim.scheduler import Scheduler
+from kubesim.spec import KubeletSpec
+
+
+@pytest.mark.parametrize(("text", "resource", "amount"), [
+    ("500m", "cpu", 500), ("2", "cpu", 2000), ("1.5", "cpu", 1500), ("0.1", "cpu", 100),
+    ("2Gi", "memory", 2 * 2**30), ("1e3", "memory", 1000), ("1k", "memory", 1000), ("3", "nvidia.com/gpu", 3),
+    ("100M", "memory", 100_000_000), ("1.5Ki", "memory", 1536),
+])
+def test_quantities(text: str, resource: str, amount: int) -> None:
+    assert parse_quantity(text, resource) == amount
+
+
+@pytest.mark.parametrize("bad", ["", "abc", "-1", "1Qi"])
+def test_bad_quantities(bad: str) -> None:
+    with pytest.raises(ValueError):
+        parse_quantity(bad, "cpu")
+
+
+def container(name: str, cpu: str, restart: str | None = None, limits: dict[str, str] | None = None) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": name, "image": "x", "resources": {"requests": {"cpu": cpu}}}
+    if limits:
+        c["resources"]["limits"] = limits
+    if restart:
+        c["restartPolicy"] = restart
+    return c
+
+
+def test_pod_requests_follow_the_scheduler_rule() -> None:
+    spec = {
+        "containers": [container("a", "1"), container("b", "500m", limits={"nvidia.com/gpu": "2"})],
+        # A sidecar (restartPolicy Always) runs next to the app; a plain init container runs alone after it.
+        "initContainers": [container("side", "250m", restart="Always"), container("big-init", "3")],
+        "overhead": {"cpu": "100m"},
+    }
+    need = pod_requests(spec)
+    # max(1 + 0.5 + 0.25 sidecar, 0.25 sidecar + 3 init) + 0.1 overhead
+    assert need["cpu"] == 3350
+    assert need["nvidia.com/gpu"] == 2  # limits stand in for a missing extended-resource request
+    assert need["pods"] == 1
+
+
+def test_completed_indexes_round_trip() -> None:
+    assert format_indexes([0, 1, 2, 4, 6, 7]) == "0-2,4,6-7"
+    assert format_indexes([]) == ""
+    assert parse_indexes("0-2,4,6-7") == {0, 1, 2, 4, 6, 7}
+    assert parse_indexes(None) == set()
+
+
+def test_outcome_from_annotations_and_defaults() -> None:
+    pod = {"metadata": {"annotations": {"kubesim.mkd.dev/fail-attempts": "2"}}}
+    out = outcome_of(pod, KubeletSpec(start_seconds=0.1, run_seconds=2, exit_code=0))
+    assert (out.start_seconds, out.run_seconds) == (0.1, 2.0)
+    assert [out.code_for(n) for n in (1, 2, 3)] == [1, 1, 0]  # fail twice with a failing code, then succeed
+    plain = Outcome(start_seconds=0, run_seconds=0, exit_code=5, fail_attempts=None, forever=False)
+    assert plain.code_for(9) == 5
+
+
+def test_unschedulable_message_counts_reasons_per_node() -> None:
+    loop = asyncio.new_event_loop()
+    try:
+        sched = Scheduler(store=None, loop=loop, seed=0)  # type: ignore[arg-type]
+        for name, alloc in (("a", {"cpu": "2", "pods": "10"}), ("b", {"cpu": "2", "pods": "10"}),
+                            ("c", {"cpu": "1", "pods": "10", "nvidia.com/gpu": "1"})):
+            sched.on_node("ADDED", {"metadata": {"name": name}, "status": {"allocatable": alloc}})
+        sched.on_pod("ADDED", {"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+                               "spec": {"containers": [container("m", "1500m", limits={"nvidia.com/gpu": "1"})]}})
+        node, message = sched._place(sched.pending[("ns", "p")])
+    finally:
+        loop.close()
+    assert node is None
+    assert message == ("0/3 nodes are available: 1 Insufficient cpu, 2 Insufficient nvidia.com/gpu. preemption: "
+                       "0/3 nodes are available: 3 No preemption victims found for incoming pod.")
