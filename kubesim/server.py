@@ -150,6 +150,8 @@ class ApiServer:
             return web.Response(text="ok")
         if head == "version":
             return self._json(VERSION_INFO)
+        if head == "openapi" and len(parts) >= 2 and parts[1] == "v3":
+            return self._openapi_v3(parts[2:])
         if head == "api":
             if len(parts) == 1:
                 return self._json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
@@ -176,6 +178,35 @@ class ApiServer:
             watch_path, rest = True, rest[1:]
         target = self._target(group, version, rest)
         return await self._dispatch(request, target, watch_path)
+
+    def _openapi_v3(self, gv_parts: list[str]) -> web.Response:
+        """Just enough OpenAPI v3 for kubectl: per group-version paths whose PATCH operations name their
+        kind and accept ``fieldValidation``, so kubectl validates server-side (kubesim accepts and ignores
+        the parameter); there are no schemas, so kubectl falls back to its built-in patch metadata."""
+        cat = self.store.catalogue
+        gvs = ["api/v1"] + [f"apis/{g}/{v}" for g, vs in cat.groups().items() for v in vs]
+        if not gv_parts:
+            return self._json({"paths": {gv: {"serverRelativeURL": f"/openapi/v3/{gv}?hash={self.store.rv}"}
+                                         for gv in gvs}})
+        gv = "/".join(gv_parts)
+        if gv not in gvs:
+            raise self._no_such_path()
+        group, version = ("", "v1") if gv == "api/v1" else (gv_parts[1], gv_parts[2])
+        params = [{"name": n, "in": "query", "schema": {"type": "string", "uniqueItems": True}}
+                  for n in ("dryRun", "fieldManager", "fieldValidation", "force")]
+        paths: dict[str, Any] = {}
+        for rt in cat.in_group_version(group, version):
+            gvk = {"group": group, "version": version, "kind": rt.kind}
+            base = f"/{gv}/namespaces/{{namespace}}/{rt.plural}" if rt.namespaced else f"/{gv}/{rt.plural}"
+
+            def op(action: str, gvk: dict[str, str] = gvk) -> dict[str, Any]:
+                return {"x-kubernetes-action": action, "x-kubernetes-group-version-kind": gvk,
+                        "parameters": params, "responses": {"200": {"description": "OK"}}}
+            paths[base] = {"get": op("list"), "post": op("post")}
+            paths[f"{base}/{{name}}"] = {"get": op("get"), "put": op("put"), "patch": op("patch"),
+                                         "delete": op("delete")}
+        return self._json({"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": VERSION_INFO["gitVersion"]},
+                           "paths": paths, "components": {"schemas": {}}})
 
     def _no_such_path(self) -> ApiError:
         return ApiError(404, "NotFound", "the server could not find the requested resource", {})

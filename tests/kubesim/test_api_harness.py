@@ -43,6 +43,16 @@ def test_kubectl_works_with_the_kubeconfig(sim_only: kubesim.Sim) -> None:
     got = subprocess.run(["kubectl", "--kubeconfig", kc, "get", "configmap", "from-kubectl", "-o", "yaml"],
                          capture_output=True, text=True, timeout=60, check=True).stdout
     assert yaml.safe_load(got)["data"] == {"a": "b"}
+    manifest = yaml.safe_dump({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "applied"},
+                               "data": {"k": "v"}})
+    for _ in range(2):  # create, then patch computed by kubectl from the last-applied annotation
+        applied = subprocess.run(["kubectl", "--kubeconfig", kc, "apply", "-f", "-"], input=manifest,
+                                 capture_output=True, text=True, timeout=60)
+        assert applied.returncode == 0, applied.stderr
+        manifest = manifest.replace("k: v", "k: w")
+    got = subprocess.run(["kubectl", "--kubeconfig", kc, "get", "configmap", "applied", "-o", "yaml"],
+                         capture_output=True, text=True, timeout=60, check=True).stdout
+    assert yaml.safe_load(got)["data"] == {"k": "w"}
 
 
 def test_python_m_kubesim_serves_until_sigterm(tmp_path: Path) -> None:
