@@ -47,18 +47,40 @@ def rv_of(obj: Mapping[str, Any] | None) -> int:
         return -1
 
 
+_POD_STATUS_KEEP = ("phase", "reason", "message", "conditions", "startTime", "containerStatuses",
+                    "initContainerStatuses")
+_CONTAINER_STATUS_KEEP = ("name", "ready", "restartCount", "state", "lastState")
+
+
 def trim(obj: dict[str, Any], plural: str) -> dict[str, Any]:
+    """Shrink ``obj`` in place to what reconcilers, reports and capacity read, and return it.
+
+    In place on purpose: the informer that produced the object keeps a reference to it for its
+    relist bookkeeping, so trimming a copy would leave the full object alive twice.
+    """
     meta = obj.get("metadata")
-    if isinstance(meta, dict) and any(k in meta for k in _DROP_META):
-        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k not in _DROP_META}}
+    if isinstance(meta, dict):
+        for key in _DROP_META:
+            meta.pop(key, None)
     if plural == "pods":
-        spec = obj.get("spec") or {}
-        slim_spec = {k: spec[k] for k in _POD_SPEC_KEEP if k in spec}
-        for key in ("containers", "initContainers"):
-            if key in slim_spec:
-                slim_spec[key] = [{k: c[k] for k in ("name", "resources", "restartPolicy") if k in c}
-                                  for c in slim_spec[key]]
-        obj = {"metadata": obj.get("metadata"), "spec": slim_spec, "status": obj.get("status") or {}}
+        spec = obj.get("spec")
+        if isinstance(spec, dict):
+            for key in [k for k in spec if k not in _POD_SPEC_KEEP]:
+                del spec[key]
+            for key in ("containers", "initContainers"):
+                for container in spec.get(key) or []:
+                    for field_name in [k for k in container if k not in ("name", "resources", "restartPolicy")]:
+                        del container[field_name]
+        status = obj.get("status")
+        if isinstance(status, dict):
+            for key in [k for k in status if k not in _POD_STATUS_KEEP]:
+                del status[key]
+            for key in ("containerStatuses", "initContainerStatuses"):
+                for cs in status.get(key) or []:
+                    for field_name in [k for k in cs if k not in _CONTAINER_STATUS_KEEP]:
+                        del cs[field_name]
+        for key in [k for k in obj if k not in ("metadata", "spec", "status")]:
+            del obj[key]
     return obj
 
 
