@@ -264,7 +264,8 @@ class ApiServer:
             return web.Response(text="", content_type="text/plain")
         if t.sub == "binding":
             return await self._binding(request, t)
-        sub = "status" if t.sub in ("status", "finalize") else None
+        # namespaces/finalize writes spec.finalizers; it is a main-resource write with a narrower body.
+        sub = "status" if t.sub == "status" else None
         if m == "GET":
             got = store.get_rec(rt.key, t.namespace, name) or self._raise_nf(t)
             return self._obj(got, t)

@@ -83,7 +83,7 @@ WIDGET_GROUP = "kubesim.mkd.dev"
 @pytest.fixture(scope="module")
 def crd_group(api: client.ApiClient) -> Iterator[str]:
     """A namespaced ``widgets`` CRD (v1 storage + v1beta1 served, status subresource) for the module."""
-    from tests.kubesim.helpers import eventually
+    from kubesim.testing import eventually
 
     ext = client.ApiextensionsV1Api(api)
     schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}

@@ -6,7 +6,7 @@ import pytest
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
-from tests.kubesim.helpers import eventually, gone, status_of
+from kubesim.testing import eventually, gone, status_of
 
 pytestmark = pytest.mark.realcluster
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from tests.kubesim.helpers import eventually, gone
+from kubesim.testing import eventually, gone
 
 pytestmark = pytest.mark.realcluster
 

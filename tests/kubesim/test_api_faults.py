@@ -10,7 +10,7 @@ import urllib3
 from kubernetes import client
 
 import kubesim
-from tests.kubesim.helpers import status_of
+from kubesim.testing import status_of
 
 
 @pytest.fixture

@@ -32,8 +32,10 @@ async def test_serve_async_runs_independent_clusters(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")
-def test_kubectl_works_with_the_kubeconfig(sim_only: kubesim.Sim) -> None:
+def test_kubectl_works_with_the_kubeconfig(sim_only: kubesim.Sim, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
     kc = str(sim_only.kubeconfig("sim"))
+    monkeypatch.setenv("KUBECACHEDIR", str(tmp_path / "kube-cache"))  # keep ~/.kube/cache untouched
     out = subprocess.run(["kubectl", "--kubeconfig", kc, "get", "nodes", "-o", "name"], capture_output=True,
                          text=True, timeout=60, check=True).stdout.split()
     assert out == ["node/node-a", "node/node-b"]

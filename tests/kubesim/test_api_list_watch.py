@@ -8,7 +8,7 @@ import pytest
 from kubernetes import client, watch
 
 import kubesim
-from tests.kubesim.helpers import pod_body
+from kubesim.testing import pod_body
 
 pytestmark = pytest.mark.realcluster
 

@@ -7,7 +7,7 @@ import json
 import pytest
 from kubernetes import client
 
-from tests.kubesim.helpers import pod_body, status_of
+from kubesim.testing import pod_body, status_of
 
 pytestmark = pytest.mark.realcluster
 
@@ -209,7 +209,7 @@ def test_default_namespaces_and_service_account(api: client.ApiClient, ns: str) 
     names = {n.metadata.name for n in v1.list_namespace().items}
     assert {"default", "kube-system"} <= names
     assert v1.read_namespace(ns).status.phase == "Active"
-    from tests.kubesim.helpers import eventually
+    from kubesim.testing import eventually
     eventually(lambda: v1.list_namespaced_service_account(ns, field_selector="metadata.name=default").items,
                what="default service account")
 

@@ -8,7 +8,7 @@ from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import DynamicApiError
 
-from tests.kubesim.helpers import pod_body, status_of
+from kubesim.testing import pod_body, status_of
 
 pytestmark = pytest.mark.realcluster
 

@@ -1,4 +1,5 @@
-"""Small helpers shared by the kubesim scenario tests (bodies and bounded waiting)."""
+"""Helpers for scenario tests that drive kubesim (or a real cluster) through the official client: bodies,
+bounded polling for asynchronous controllers, Status bodies out of ApiException."""
 
 from __future__ import annotations
 
