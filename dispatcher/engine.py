@@ -642,8 +642,11 @@ class Engine:
                 continue
             self.book.take(views[decision.cluster], need)
             chosen.append((row, decision.cluster, need))
-        won = await q.mark_placed(s, [row["uid"] for row, _, _ in chosen], b.now)
-        placements, clusters = [], []
+        by_cluster: dict[str, list[str]] = {}
+        for row, cluster, _ in chosen:
+            by_cluster.setdefault(cluster, []).append(row["uid"])
+        won = await q.mark_placed(s, by_cluster, b.now)
+        placements = []
         for n, (row, cluster, need) in enumerate(chosen):
             uid = row["uid"]
             if uid not in won:
@@ -654,14 +657,12 @@ class Engine:
             row.update(state="placed", attempt=attempt, cluster=cluster, reason="")
             placements.append({"workload_uid": uid, "attempt": attempt, "cluster": cluster, "epoch": self.epoch,
                                "state": "sent", "spec_version": row["spec_version"], "created_at": b.now})
-            clusters.append({"b_uid": uid, "cluster": cluster})
             kind = by_name(row["kind"])
             self._send_place(b, row, kind, self.cache[uid], attempt=attempt, cluster=cluster,
                              spec_version=row["spec_version"])
             b.event(uid, "placed", cluster=cluster, message=f"attempt {attempt} on {cluster}")
             self.book.reserve(uid, cluster, need.total)
         await q.add_placements(s, placements)
-        await q.update_workloads(s, clusters)
         for row, reason in waiting:
             b.set_w(row["uid"], reason=reason, updated_at=b.now)
             b.event(row["uid"], "pending", reason="NoFittingCluster", message=reason)

@@ -9,6 +9,7 @@ Place Command with the ownership stamp every worker copy carries; ``condition`` 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,7 +20,17 @@ from dispatcher.placement import Need
 from federation import labels, messages
 from federation.errors import Invalid
 from federation.kinds.base import JobKind
-from federation.podset import format_resources, parse_quantity, total_requests
+from federation.podset import Resources, format_quantity, parse_quantity, total_requests
+
+
+@functools.lru_cache(maxsize=4096)
+def _quantity(amount: Decimal, resource: str) -> str:
+    return format_quantity(amount, resource)
+
+
+def format_resources(resources: Resources) -> dict[str, str]:
+    """Quantity strings per resource (cached: the same few amounts recur in every Job of a kind)."""
+    return {name: _quantity(resources[name], name) for name in sorted(resources)}
 
 
 def meta(job: Mapping[str, Any]) -> Mapping[str, Any]:

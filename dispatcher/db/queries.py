@@ -128,16 +128,23 @@ async def pending_workloads(session: AsyncSession, limit: int) -> list[Any]:
     return list(result.all())
 
 
-async def mark_placed(session: AsyncSession, uids: Sequence[str], now: datetime) -> dict[str, int]:
-    """Compare-and-set pending → placed with the next attempt number; returns uid → attempt won."""
+async def mark_placed(session: AsyncSession, by_cluster: Mapping[str, Sequence[str]], now: datetime
+                      ) -> dict[str, int]:
+    """Compare-and-set pending → placed on the given cluster with the next attempt number.
+
+    Returns uid → attempt for the Workloads this call won (a row another dispatcher placed first,
+    or that changed state meanwhile, is not returned).
+    """
     won: dict[str, int] = {}
-    for i in range(0, len(uids), 1000):
-        result = await session.execute(
-            sa.update(workloads)
-            .where(workloads.c.uid.in_(uids[i:i + 1000]), workloads.c.state == "pending")
-            .values(state="placed", attempt=workloads.c.attempt + 1, reason="", updated_at=now)
-            .returning(workloads.c.uid, workloads.c.attempt))
-        won.update({r.uid: r.attempt for r in result})
+    for cluster, uids in by_cluster.items():
+        for i in range(0, len(uids), 1000):
+            result = await session.execute(
+                sa.update(workloads)
+                .where(workloads.c.uid.in_(uids[i:i + 1000]), workloads.c.state == "pending")
+                .values(state="placed", attempt=workloads.c.attempt + 1, cluster=cluster, reason="",
+                        updated_at=now)
+                .returning(workloads.c.uid, workloads.c.attempt))
+            won.update({r.uid: r.attempt for r in result})
     return won
 
 
@@ -250,6 +257,12 @@ async def add_outbox(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -
     """Queue Commands (cluster, topic, payload, workload_uid, created_at); returns their ids in order."""
     if not rows:
         return []
+    if session.get_bind().dialect.name == "sqlite":
+        # Ordered RETURNING makes SQLAlchemy insert row by row on SQLite. A SQLite write transaction
+        # excludes every other writer, so the rows just inserted are the newest len(rows) ids.
+        await session.execute(sa.insert(outbox), list(rows))
+        result = await session.execute(sa.select(outbox.c.id).order_by(outbox.c.id.desc()).limit(len(rows)))
+        return sorted(int(r[0]) for r in result.all())
     result = await session.execute(
         sa.insert(outbox).returning(outbox.c.id, sort_by_parameter_order=True), list(rows))
     return [int(r[0]) for r in result.all()]
