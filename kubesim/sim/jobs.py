@@ -177,8 +177,10 @@ class JobController:
         self._busy: Key | None = None
         self._seq = 0
         self.reconciles = 0
+        self.stopped = False
 
     def stop(self) -> None:
+        self.stopped = True
         for _, handle in self.timers.values():
             handle.cancel()
         self.timers.clear()
@@ -238,11 +240,13 @@ class JobController:
 
     def _mark(self, key: Key) -> None:
         self.dirty[key] = None
-        if self._handle is None:
+        if self._handle is None and not self.stopped:
             self._handle = self.loop.call_soon(self._drain)
 
     def _drain(self) -> None:
         self._handle = None
+        if self.stopped:
+            return
         batch = []
         for key in self.dirty:
             batch.append(key)
@@ -553,6 +557,8 @@ class JobController:
                 log.debug("deleting pod %s/%s: %s", key[0], pod.name, exc)
 
     def _drop_finalizer(self, namespace: str, name: str, uid: str) -> None:
+        if self.stopped:
+            return
         try:
             pod = self.store.get("pods", namespace, name)
             if pod is None or pod["metadata"].get("uid") != uid:
@@ -565,6 +571,8 @@ class JobController:
             log.debug("finalizer on pod %s/%s not removed: %s", namespace, name, exc)
 
     def _drop_orphan_finalizer(self, namespace: str, name: str, uid: str) -> None:
+        if self.stopped:
+            return
         pod = self.store.get("pods", namespace, name)
         if pod is None:
             return

@@ -121,9 +121,11 @@ class Kubelet:
         self.runs: dict[Key, PodRun] = {}
         self.parked: dict[str, dict[Key, None]] = {}
         self._ip_next: dict[str, int] = {}
+        self.stopped = False
         scheduler.on_node_change.append(self._node_changed)
 
     def stop(self) -> None:
+        self.stopped = True
         for run in self.runs.values():
             if run.handle is not None:
                 run.handle.cancel()
@@ -161,6 +163,8 @@ class Kubelet:
             run.state = "done"
 
     def _node_changed(self, node: str) -> None:
+        if self.stopped:
+            return
         if node not in self.scheduler.nodes:
             # PodGC: pods bound to a node that no longer exists fail and are deleted (a rare event,
             # so a scan over the running pods is fine).
@@ -209,6 +213,8 @@ class Kubelet:
 
     # --- transitions --------------------------------------------------------------------------
     def _current(self, run: PodRun) -> dict[str, Any] | None:
+        if self.stopped:
+            return None  # a stopped cluster's kubelet writes nothing more
         pod = self.store.get("pods", *run.key)
         if pod is None or (pod.get("metadata") or {}).get("uid") != run.uid:
             self._drop(run)
@@ -381,6 +387,8 @@ class Kubelet:
         self._remove(run)
 
     def _gc_orphaned(self, key: Key, uid: str) -> None:
+        if self.stopped:
+            return
         pod = self.store.get("pods", *key)
         if pod is None or (pod.get("metadata") or {}).get("uid") != uid:
             return
@@ -396,6 +404,8 @@ class Kubelet:
             log.debug("pod GC of %s/%s: %s", key[0], key[1], exc)
 
     def _gc_unscheduled(self, key: Key, uid: str) -> None:
+        if self.stopped:
+            return
         """PodGC's rule: an unscheduled pod being deleted is marked Failed so its finalizers can finish."""
         pod = self.store.get("pods", *key)
         if pod is None or (pod.get("metadata") or {}).get("uid") != uid:

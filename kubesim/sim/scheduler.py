@@ -237,6 +237,8 @@ class Scheduler:
 
     def _pass(self) -> None:
         self._handle = None
+        if self.stopped:
+            return
         self.passes += 1
         if self._move_all:
             self._backlog = self._ordered(list(self.pending))
@@ -388,7 +390,7 @@ class Scheduler:
                      reason="FailedScheduling", message=message, component=DEFAULT_SCHEDULER)
 
     def _mark_gated(self, key: Key) -> None:
-        if key not in self.gated:
+        if key not in self.gated or self.stopped:
             return
         try:
             current = self.store.get("pods", *key)

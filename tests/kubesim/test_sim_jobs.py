@@ -291,7 +291,8 @@ def test_success_policy_completes_an_indexed_job_when_the_leader_succeeds(tmp_pa
                    successPolicy={"rules": [{"succeededIndexes": "0"}]},
                    annotations={"kubesim.mkd.dev/run-forever": "true"})
         apis.batch.create_namespaced_job(NS, body)
-        pods = wait_for(lambda: len(p := pods_of(apis, "leader")) == 3 and p, what="three pods")
+        pods = wait_for(lambda: len(p := pods_of(apis, "leader")) == 3
+                        and all(x.status.phase == "Running" for x in p) and p, what="three running pods")
         leader = next(p for p in pods if p.metadata.annotations[INDEX] == "0")
         # Only the leader finishes: its terminal phase is written through the status subresource, as its
         # kubelet would write it (every pod shares the template, so annotations cannot single it out).
