@@ -211,6 +211,7 @@ class Result:
     placed: dict[str, int]
     cpu: dict[str, float]
     wall: float
+    missing: str
 
     def lines(self) -> list[str]:
         ratio = self.e2e_rate / self.floor_rate if self.floor_rate else float("nan")
@@ -220,6 +221,8 @@ class Result:
                f"  floor          {self.floor_rate:8.1f} jobs/s  (same objects straight into the workers)",
                f"  ratio          {ratio:8.2f} x floor  (goal >= 0.8, and >= 150 jobs/s)",
                f"  placed         {', '.join(f'{k}: {v}' for k, v in sorted(self.placed.items()))}"]
+        if self.missing:
+            out.append(f"  {self.missing}")
         busy = sorted(self.cpu.items(), key=lambda kv: -kv[1])
         out.append(f"  CPU seconds during the end-to-end phase ({self.wall:.0f} s wall, 2 cores): "
                    + ", ".join(f"{k} {v:.0f}" for k, v in busy))
@@ -230,7 +233,7 @@ class Result:
         return out
 
 
-async def run(n: int, state: Path, nodes: int) -> Result:
+async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent_args: list[str]) -> Result:
     logs = state / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     procs = Processes(logs)
@@ -281,10 +284,10 @@ async def run(n: int, state: Path, nodes: int) -> Result:
         mkctl = [sys.executable, "-m", "mkctl.main"]
         common = ["--mqtt-url", mqtt_url, "--mqtt-topic-root", topic_root, "--origin", "bench"]
         await procs.start("dispatcher", *mkctl, "dispatcher", "--kubeconfig", str(configs["manager"]),
-                          "--database-url", database_url, *common)
+                          "--database-url", database_url, *common, *dispatcher_args)
         for w in WORKERS:
             await procs.start(f"agent-{w}", *mkctl, "agent", "--cluster-name", w, "--kubeconfig", str(configs[w]),
-                              "--heartbeat-interval-seconds", "2", *common)
+                              "--heartbeat-interval-seconds", "2", *common, *agent_args)
         await wait_clusters_online(database_url, procs)
 
         # --- end to end ---
@@ -299,9 +302,8 @@ async def run(n: int, state: Path, nodes: int) -> Result:
         deadline = time.monotonic() + max(120.0, n / 10)
         while not times.all_on_manager.is_set():
             procs.check()
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"only {len(times.on_manager)}/{n} Running on the manager "
-                                   f"({len(times.on_worker)} on workers) after {max(120.0, n / 10):.0f}s")
+            if time.monotonic() > deadline:  # report what did arrive, and how much did not
+                break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(times.all_on_manager.wait(), timeout=1.0)
         for t in watchers:
@@ -312,7 +314,10 @@ async def run(n: int, state: Path, nodes: int) -> Result:
         self_cpu = os.times()
         cpu["bench (this process, whole run)"] = self_cpu.user + self_cpu.system
         first = min(times.created.values())
-        e2e_rate = n / (max(times.on_manager.values()) - first)
+        e2e_rate = len(times.on_manager) / (max(times.on_manager.values(), default=first + 1) - first)
+        missing = (f"INCOMPLETE: {n - len(times.on_manager)} of {n} never mirrored Running on the manager "
+                   f"within {deadline - started:.0f} s ({len(times.on_worker)} were Running on workers)"
+                   if len(times.on_manager) < n else "")
         keys = [k for k in times.created if k in times.on_worker and k in times.on_manager]
         leg1 = [times.on_worker[k] - times.created[k] for k in keys]
         leg2 = [max(0.0, times.on_manager[k] - times.on_worker[k]) for k in keys]
@@ -323,7 +328,7 @@ async def run(n: int, state: Path, nodes: int) -> Result:
         floor = [job(f"floor-{i:05d}", FLOOR_NAMESPACE, labels.TRAINING_OPERATOR) for i in range(n)]
         floor_seconds = await create_all(lambda m: kubes[WORKERS[int(m["metadata"]["name"][6:]) % 3]], floor, {})
         return Result(n, e2e_rate, n / create_seconds, n / floor_seconds, leg1, leg2, total, backends, placed,
-                      cpu, wall)
+                      cpu, wall, missing)
     finally:
         await procs.stop()
         await stack.aclose()
@@ -389,6 +394,8 @@ def main() -> None:
     parser.add_argument("--state-dir", type=Path, default=REPO / "state" / "e2e-bench")
     parser.add_argument("--nodes", type=int, default=4, help="nodes per worker cluster")
     parser.add_argument("--write-results", action="store_true", help="update bench/RESULTS.md")
+    parser.add_argument("--dispatcher-args", default="", help="extra mkctl dispatcher flags (one string)")
+    parser.add_argument("--agent-args", default="", help="extra mkctl agent flags (one string)")
     args = parser.parse_args()
     import logging
 
@@ -397,7 +404,8 @@ def main() -> None:
     print(f"machine: {machine()}")
     results = []
     for n in args.n or [1000]:
-        result = asyncio.run(run(n, args.state_dir / f"n{n}-{uuid.uuid4().hex[:4]}", args.nodes))
+        result = asyncio.run(run(n, args.state_dir / f"n{n}-{uuid.uuid4().hex[:4]}", args.nodes,
+                                 args.dispatcher_args.split(), args.agent_args.split()))
         print("\n".join(result.lines()), flush=True)
         results.append(result)
     if args.write_results:
