@@ -50,6 +50,9 @@ def rv_of(obj: Mapping[str, Any] | None) -> int:
 _POD_STATUS_KEEP = ("phase", "reason", "message", "conditions", "startTime", "containerStatuses",
                     "initContainerStatuses")
 _CONTAINER_STATUS_KEEP = ("name", "ready", "restartCount", "state", "lastState")
+_SLIM_META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences", "deletionTimestamp",
+              "finalizers")
+KUBEFLOW_OPERATOR_LABEL = "training.kubeflow.org/operator-name"
 
 
 def trim(obj: dict[str, Any], plural: str) -> dict[str, Any]:
@@ -62,7 +65,17 @@ def trim(obj: dict[str, Any], plural: str) -> dict[str, Any]:
     if isinstance(meta, dict):
         for key in _DROP_META:
             meta.pop(key, None)
+    if plural == "services" and KUBEFLOW_OPERATOR_LABEL in ((meta or {}).get("labels") or {}):
+        # per-index Services of the Kubeflow v1 family: the render reads names and labels only
+        spec = obj.get("spec") or {}
+        obj.clear()
+        obj.update({"metadata": {k: v for k, v in (meta or {}).items() if k in _SLIM_META},
+                    "spec": {"selector": spec.get("selector")}})
+        return obj
     if plural == "pods":
+        if isinstance(meta, dict):
+            for key in [k for k in meta if k not in _SLIM_META]:
+                del meta[key]
         spec = obj.get("spec")
         if isinstance(spec, dict):
             for key in [k for k in spec if k not in _POD_SPEC_KEEP]:
@@ -75,10 +88,17 @@ def trim(obj: dict[str, Any], plural: str) -> dict[str, Any]:
         if isinstance(status, dict):
             for key in [k for k in status if k not in _POD_STATUS_KEEP]:
                 del status[key]
+            status["conditions"] = [{"type": c.get("type"), "status": c.get("status")}
+                                    for c in status.get("conditions") or []]
             for key in ("containerStatuses", "initContainerStatuses"):
                 for cs in status.get(key) or []:
                     for field_name in [k for k in cs if k not in _CONTAINER_STATUS_KEEP]:
                         del cs[field_name]
+                    for state_key in ("state", "lastState"):
+                        state = cs.get(state_key)
+                        if isinstance(state, dict):
+                            cs[state_key] = {k: {f: v[f] for f in ("exitCode", "reason") if f in v}
+                                             for k, v in state.items() if isinstance(v, dict)}
         for key in [k for k in obj if k not in ("metadata", "spec", "status")]:
             del obj[key]
     return obj

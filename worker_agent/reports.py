@@ -134,8 +134,8 @@ class Reporter:
         self.seq = Sequencer()
         self.last_seq: dict[str, int] = {}
         """workload uid -> last seq sent."""
-        self._last_status: dict[str, tuple[int, int, str]] = {}
-        """workload uid -> (attempt, epoch, repr of the status last sent)."""
+        self._last_status: dict[str, tuple[int, int, int]] = {}
+        """workload uid -> (attempt, epoch, hash of the status last sent)."""
 
     def _send(self, report: Accepted | Rejected | Status | Inventory) -> None:
         self.outbox.put(self.topic, encode(report))
@@ -175,7 +175,7 @@ class Reporter:
             self._last_status.pop(placement.workload_uid, None)
             self.status(placement, status, outcome, gone=True)
             return
-        fingerprint = (placement.attempt, placement.epoch, repr(status))
+        fingerprint = (placement.attempt, placement.epoch, hash(repr(status)))
         if not force and self._last_status.get(placement.workload_uid) == fingerprint:
             return
         self._last_status[placement.workload_uid] = fingerprint
