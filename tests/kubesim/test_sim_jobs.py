@@ -267,7 +267,7 @@ def test_pod_failure_policy_fail_job_on_exit_code(tmp_path: Path) -> None:
 
 
 def test_pod_replacement_policy_decides_when_a_terminating_pod_is_replaced(tmp_path: Path) -> None:
-    annotations = {"kubesim.mkd.dev/run-forever": "true", "kubesim.mkd.dev/termination-seconds": "1.5"}
+    annotations = {"kubesim.mkd.dev/run-forever": "true", "kubesim.mkd.dev/termination-seconds": "2.5"}
     with cluster(tmp_path) as apis:
         for name, policy in (("eager", "TerminatingOrFailed"), ("patient", "Failed")):
             apis.batch.create_namespaced_job(NS, job(name, podReplacementPolicy=policy, annotations=annotations))

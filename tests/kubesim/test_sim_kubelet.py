@@ -121,7 +121,7 @@ def test_always_restarts_even_on_success_and_stays_running(tmp_path: Path) -> No
 
 def test_start_seconds_and_run_forever(tmp_path: Path) -> None:
     with cluster(tmp_path) as core:
-        core.create_namespaced_pod(NS, pod("slow", annotations={"kubesim.mkd.dev/start-seconds": "0.6",
+        core.create_namespaced_pod(NS, pod("slow", annotations={"kubesim.mkd.dev/start-seconds": "1.5",
                                                                 "kubesim.mkd.dev/run-forever": "true"}))
         wait_for(lambda: core.read_namespaced_pod("slow", NS).spec.node_name, what="bound")
         assert phase(core, "slow") == "Pending"  # bound, but the start time has not passed yet
