@@ -267,3 +267,42 @@ def test_podset_total_and_total_requests() -> None:
     assert workers.total() == {"cpu": D("1.5"), "memory": D(3 * 2**30), "pods": D(3)}
     assert format_resources(total_requests([master, workers])) == {"cpu": "2", "memory": "4Gi", "pods": "4"}
     assert total_requests([]) == {}
+
+
+# --- pod_requests against a model of the pod's start-up timeline ------------------------------------
+
+amounts = st.integers(min_value=0, max_value=4000)
+containers_st = st.lists(
+    st.tuples(st.booleans(), amounts, amounts), max_size=5  # (is sidecar, milli-cpu, MiB)
+)
+
+
+def stage_peak(inits: list[tuple[bool, int, int]], regular: list[tuple[int, int]]) -> tuple[int, int]:
+    """Walk the start-up: init containers one by one (sidecars stay), then everything regular."""
+    running: list[tuple[int, int]] = []
+    peak = [0, 0]
+    for sidecar, cpu, mem in inits:
+        stage = [*running, (cpu, mem)]
+        for i in (0, 1):
+            peak[i] = max(peak[i], sum(c[i] for c in stage))
+        if sidecar:
+            running.append((cpu, mem))
+    final = running + regular
+    return max(peak[0], sum(c[0] for c in final)), max(peak[1], sum(c[1] for c in final))
+
+
+@given(containers_st, st.lists(st.tuples(amounts, amounts), max_size=4), st.tuples(amounts, amounts))
+def test_pod_requests_match_the_startup_timeline(inits: list[tuple[bool, int, int]],
+                                                 regular: list[tuple[int, int]], overhead: tuple[int, int]) -> None:
+    spec = {
+        "initContainers": [container(f"i{n}", {"cpu": f"{cpu}m", "memory": f"{mem}Mi"},
+                                     **({"restartPolicy": "Always"} if sidecar else {}))
+                           for n, (sidecar, cpu, mem) in enumerate(inits)],
+        "containers": [container(f"c{n}", {"cpu": f"{cpu}m", "memory": f"{mem}Mi"}) for n, (cpu, mem) in enumerate(regular)],
+        "overhead": {"cpu": f"{overhead[0]}m", "memory": f"{overhead[1]}Mi"},
+    }
+    cpu, mem = stage_peak(inits, [(c, m) for c, m in regular])
+    got = pod_requests(spec)
+    assert got["cpu"] == D(cpu + overhead[0]) / 1000
+    assert got["memory"] == D((mem + overhead[1]) * 2**20)
+    assert got["pods"] == 1
