@@ -223,7 +223,8 @@ def container_requests(container: Mapping[str, Any], field: str) -> Resources:
         if amount < 0:
             where = "requests" if name in requests else "limits"
             raise Invalid(
-                f"{field}.resources.{where}.{name}", "must be greater than or equal to 0",
+                f"{field}.resources.{where}.{name}",
+                "must be greater than or equal to 0",
                 fix="use a non-negative quantity",
             )
     return merged

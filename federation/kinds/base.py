@@ -157,7 +157,11 @@ def validate_dns1123(name: Any, field: str) -> list[Invalid]:
     if not isinstance(name, str) or not name:
         return [Invalid(field, "is required", fix="set a name such as worker")]
     if len(name) > 63 or not _DNS1123.fullmatch(name):
-        return [Invalid(field, f"{name!r} is not a valid RFC 1123 label", fix="use lower case letters, digits and '-'")]
+        return [
+            Invalid(
+                field, f"{name!r} is not a valid RFC 1123 label", fix="use lower case letters, digits and '-'"
+            )
+        ]
     return []
 
 
@@ -183,7 +187,11 @@ def validate_count(value: Any, field: str, *, minimum: int, required: bool = Fal
     if isinstance(value, bool) or not isinstance(value, int):
         return [Invalid(field, f"{value!r} is not an integer", fix=f"set it to an integer >= {minimum}")]
     if value < minimum:
-        return [Invalid(field, f"{value} must be greater than or equal to {minimum}", fix=f"set it to >= {minimum}")]
+        return [
+            Invalid(
+                field, f"{value} must be greater than or equal to {minimum}", fix=f"set it to >= {minimum}"
+            )
+        ]
     return []
 
 
@@ -200,24 +208,32 @@ def validate_pod_template(
         return [Invalid(field, "is required", fix="add a pod template with spec.containers")]
     spec = template.get("spec")
     if not isinstance(spec, Mapping):
-        return [Invalid(f"{field}.spec", "is required", fix="add spec.containers with at least one container")]
+        return [
+            Invalid(f"{field}.spec", "is required", fix="add spec.containers with at least one container")
+        ]
     errors: list[Invalid] = []
     containers_field = f"{field}.spec.containers"
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
-        errors.append(Invalid(containers_field, "must be specified", fix="add at least one container with an image"))
+        errors.append(
+            Invalid(containers_field, "must be specified", fix="add at least one container with an image")
+        )
         containers = []
     names = []
     for key in ("containers", "initContainers"):
         items = spec.get(key) or []
         if not isinstance(items, list):
             if key == "initContainers":
-                errors.append(Invalid(f"{field}.spec.{key}", "must be a list", fix="write a list of containers"))
+                errors.append(
+                    Invalid(f"{field}.spec.{key}", "must be a list", fix="write a list of containers")
+                )
             continue
         for index, container in enumerate(items):
             path = f"{field}.spec.{key}[{index}]"
             if not isinstance(container, Mapping):
-                errors.append(Invalid(path, "must be a container object", fix="write {name: ..., image: ...}"))
+                errors.append(
+                    Invalid(path, "must be a container object", fix="write {name: ..., image: ...}")
+                )
                 continue
             if key == "containers":
                 names.append(container.get("name"))
@@ -245,7 +261,12 @@ def validate_pod_template(
 def podset_for(name: str, count: int, template: Mapping[str, Any], field: str) -> PodSet:
     """A PodSet from a validated template; per-pod requests counted by the scheduler's rules."""
     spec = as_map(template.get("spec"))
-    return PodSet(name=name, count=count, template=copy.deepcopy(dict(template)), requests=pod_requests(spec, f"{field}.spec"))
+    return PodSet(
+        name=name,
+        count=count,
+        template=copy.deepcopy(dict(template)),
+        requests=pod_requests(spec, f"{field}.spec"),
+    )
 
 
 def raise_first(errors: list[Invalid]) -> None:
@@ -264,7 +285,11 @@ def true_condition(job: Mapping[str, Any], *types: str) -> dict[str, Any] | None
         return None
     found = None
     for condition in conditions:
-        if isinstance(condition, Mapping) and condition.get("type") in types and condition.get("status") == "True":
+        if (
+            isinstance(condition, Mapping)
+            and condition.get("type") in types
+            and condition.get("status") == "True"
+        ):
             found = dict(condition)
     return found
 
@@ -275,7 +300,9 @@ def finished_from_conditions(job: Mapping[str, Any], succeeded: str, failed: str
     if condition is None:
         return None
     outcome: Literal["Succeeded", "Failed"] = "Succeeded" if condition["type"] == succeeded else "Failed"
-    return Finished(outcome, str(condition.get("reason") or condition["type"]), str(condition.get("message") or ""))
+    return Finished(
+        outcome, str(condition.get("reason") or condition["type"]), str(condition.get("message") or "")
+    )
 
 
 # --- the common implementation -------------------------------------------------------------------

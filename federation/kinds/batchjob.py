@@ -61,15 +61,29 @@ def validate_job_spec(job_spec: Any, field: str, *, restart_policy_required: boo
     if not isinstance(job_spec, Mapping):
         return [Invalid(field, "is required", fix="add a Job spec with template.spec.containers")]
     errors: list[Invalid] = []
-    for key in ("parallelism", "completions", "backoffLimit", "activeDeadlineSeconds", "ttlSecondsAfterFinished"):
-        errors += validate_count(job_spec.get(key), f"{field}.{key}", minimum=1 if key == "activeDeadlineSeconds" else 0)
+    for key in (
+        "parallelism",
+        "completions",
+        "backoffLimit",
+        "activeDeadlineSeconds",
+        "ttlSecondsAfterFinished",
+    ):
+        errors += validate_count(
+            job_spec.get(key), f"{field}.{key}", minimum=1 if key == "activeDeadlineSeconds" else 0
+        )
     template_field = f"{field}.template"
     errors += validate_pod_template(job_spec.get("template"), template_field)
     policy = get_path(as_map(job_spec.get("template")), ("spec", "restartPolicy"))
     missing_ok = policy is None and not restart_policy_required
-    if isinstance(job_spec.get("template"), Mapping) and policy not in JOB_RESTART_POLICIES and not missing_ok:
+    if (
+        isinstance(job_spec.get("template"), Mapping)
+        and policy not in JOB_RESTART_POLICIES
+        and not missing_ok
+    ):
         what = "is required" if policy is None else f"unsupported value {policy!r}"
-        errors.append(Invalid(f"{template_field}.spec.restartPolicy", what, fix="set restartPolicy: Never or OnFailure"))
+        errors.append(
+            Invalid(f"{template_field}.spec.restartPolicy", what, fix="set restartPolicy: Never or OnFailure")
+        )
     return errors
 
 
@@ -78,8 +92,13 @@ def validate_job_name(name: Any) -> list[Invalid]:
     if not isinstance(name, str) or not name:
         return [Invalid("metadata.name", "is required", fix="set a name such as my-job")]
     if len(name) > 63 or not _SUBDOMAIN.fullmatch(name):
-        return [Invalid("metadata.name", f"{name!r} is not a valid Job name (DNS-1123, at most 63 characters)",
-                        fix="use lower case letters, digits, '-' and '.'")]
+        return [
+            Invalid(
+                "metadata.name",
+                f"{name!r} is not a valid Job name (DNS-1123, at most 63 characters)",
+                fix="use lower case letters, digits, '-' and '.'",
+            )
+        ]
     return []
 
 
@@ -117,6 +136,11 @@ class BatchJobKind(BaseKind):
 
 
 BATCH_JOB = BatchJobKind(
-    name="Job", group="batch", version="v1", plural="jobs", controller=labels.BATCH_JOB_CONTROLLER,
-    managed_by_path=("spec", "managedBy"), suspend_path=("spec", "suspend"),
+    name="Job",
+    group="batch",
+    version="v1",
+    plural="jobs",
+    controller=labels.BATCH_JOB_CONTROLLER,
+    managed_by_path=("spec", "managedBy"),
+    suspend_path=("spec", "suspend"),
 )

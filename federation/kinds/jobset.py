@@ -43,7 +43,11 @@ def validate_replicated_jobs(jobset_spec: Any, field: str) -> list[Invalid]:
     items = as_map(jobset_spec).get("replicatedJobs")
     path = f"{field}.replicatedJobs"
     if not isinstance(items, list) or not items:
-        return [Invalid(path, "must have at least one replicated job", fix="add replicatedJobs: [{name, template}]")]
+        return [
+            Invalid(
+                path, "must have at least one replicated job", fix="add replicatedJobs: [{name, template}]"
+            )
+        ]
     errors: list[Invalid] = []
     seen: set[str] = set()
     for index, item in enumerate(items):
@@ -55,11 +59,18 @@ def validate_replicated_jobs(jobset_spec: Any, field: str) -> list[Invalid]:
         errors += validate_dns1035(name, f"{here}.name")
         if isinstance(name, str):
             if name in seen:
-                errors.append(Invalid(f"{here}.name", f"duplicate replicated job name {name!r}", fix="give each a unique name"))
+                errors.append(
+                    Invalid(
+                        f"{here}.name",
+                        f"duplicate replicated job name {name!r}",
+                        fix="give each a unique name",
+                    )
+                )
             seen.add(name)
         errors += validate_count(item.get("replicas"), f"{here}.replicas", minimum=0)
-        errors += validate_job_spec(get_path(item, ("template", "spec")), f"{here}.template.spec",
-                                    restart_policy_required=False)
+        errors += validate_job_spec(
+            get_path(item, ("template", "spec")), f"{here}.template.spec", restart_policy_required=False
+        )
     return errors
 
 
@@ -71,8 +82,14 @@ def replicated_job_podsets(rjobs: Sequence[Mapping[str, Any]], field: str) -> li
         count = int_or(rjob.get("replicas"), 1) * int_or(job_spec.get("parallelism"), 1)
         if count > 0:
             template = as_map(job_spec.get("template"))
-            out.append(podset_for(str(rjob.get("name")), count, template,
-                                  f"{field}.replicatedJobs[{index}].template.spec.template"))
+            out.append(
+                podset_for(
+                    str(rjob.get("name")),
+                    count,
+                    template,
+                    f"{field}.replicatedJobs[{index}].template.spec.template",
+                )
+            )
     return out
 
 
@@ -98,6 +115,11 @@ class JobSetKind(BaseKind):
 
 
 JOBSET = JobSetKind(
-    name="JobSet", group=GROUP, version="v1alpha2", plural="jobsets", controller=labels.JOBSET_CONTROLLER,
-    managed_by_path=("spec", "managedBy"), suspend_path=("spec", "suspend"),
+    name="JobSet",
+    group=GROUP,
+    version="v1alpha2",
+    plural="jobsets",
+    controller=labels.JOBSET_CONTROLLER,
+    managed_by_path=("spec", "managedBy"),
+    suspend_path=("spec", "suspend"),
 )

@@ -50,14 +50,19 @@ def validate_run_policy(kind: BaseKind, job: Mapping[str, Any]) -> list[Invalid]
     clean = run_policy.get("cleanPodPolicy")
     if clean is not None and clean not in CLEAN_POD_POLICIES:
         errors.append(
-            Invalid("spec.runPolicy.cleanPodPolicy", f"unsupported value {clean!r}",
-                    fix=f"use one of {', '.join(CLEAN_POD_POLICIES)}")
+            Invalid(
+                "spec.runPolicy.cleanPodPolicy",
+                f"unsupported value {clean!r}",
+                fix=f"use one of {', '.join(CLEAN_POD_POLICIES)}",
+            )
         )
     for key in ("ttlSecondsAfterFinished", "activeDeadlineSeconds", "backoffLimit"):
         errors += validate_count(run_policy.get(key), f"spec.runPolicy.{key}", minimum=0)
     suspend = run_policy.get("suspend")
     if suspend is not None and not isinstance(suspend, bool):
-        errors.append(Invalid("spec.runPolicy.suspend", f"{suspend!r} is not a boolean", fix="write true or false"))
+        errors.append(
+            Invalid("spec.runPolicy.suspend", f"{suspend!r} is not a boolean", fix="write true or false")
+        )
     return errors
 
 
@@ -111,34 +116,57 @@ class KubeflowV1Kind(BaseKind):
             path = f"{base}.{rtype}"
             if rtype not in self.replica_types:
                 errors.append(
-                    Invalid(path, f"unsupported replica type {rtype!r}",
-                            fix=f"use one of {', '.join(self.replica_types)} (exact case)")
+                    Invalid(
+                        path,
+                        f"unsupported replica type {rtype!r}",
+                        fix=f"use one of {', '.join(self.replica_types)} (exact case)",
+                    )
                 )
             if not isinstance(spec, Mapping):
-                errors.append(Invalid(f"{path}.template.spec.containers", "must be specified",
-                                      fix="add a replica spec with a pod template"))
+                errors.append(
+                    Invalid(
+                        f"{path}.template.spec.containers",
+                        "must be specified",
+                        fix="add a replica spec with a pod template",
+                    )
+                )
                 continue
-            errors += validate_pod_template(spec.get("template"), f"{path}.template",
-                                            required_container=self.container_name)
+            errors += validate_pod_template(
+                spec.get("template"), f"{path}.template", required_container=self.container_name
+            )
             replicas = spec.get("replicas")
             if rtype in self.single_types:
                 if replicas is None and self.single_replicas_explicit:
                     errors.append(Invalid(f"{path}.replicas", "must be 1", fix="set replicas: 1"))
                 elif replicas is not None and replicas != 1:
-                    errors.append(Invalid(f"{path}.replicas", f"must be 1, not {replicas!r}", fix="set replicas: 1"))
+                    errors.append(
+                        Invalid(f"{path}.replicas", f"must be 1, not {replicas!r}", fix="set replicas: 1")
+                    )
             else:
                 errors += validate_count(replicas, f"{path}.replicas", minimum=self.min_replicas)
             policy = spec.get("restartPolicy")
             if policy is not None and policy not in RESTART_POLICIES:
-                errors.append(Invalid(f"{path}.restartPolicy", f"unsupported value {policy!r}",
-                                      fix=f"use one of {', '.join(RESTART_POLICIES)}"))
+                errors.append(
+                    Invalid(
+                        f"{path}.restartPolicy",
+                        f"unsupported value {policy!r}",
+                        fix=f"use one of {', '.join(RESTART_POLICIES)}",
+                    )
+                )
         for rtype in self.required_types:
             if rtype not in raw:
-                errors.append(Invalid(f"{base}.{rtype}", "must be present", fix=f"add a {rtype} replica spec"))
+                errors.append(
+                    Invalid(f"{base}.{rtype}", "must be present", fix=f"add a {rtype} replica spec")
+                )
         present = [t for t in self.at_most_one_of if t in raw]
         if len(present) > 1:
-            errors.append(Invalid(base, f"must not have more than 1 of {' or '.join(self.at_most_one_of)}",
-                                  fix=f"keep only one of {', '.join(present)}"))
+            errors.append(
+                Invalid(
+                    base,
+                    f"must not have more than 1 of {' or '.join(self.at_most_one_of)}",
+                    fix=f"keep only one of {', '.join(present)}",
+                )
+            )
         return errors
 
     def podsets(self, job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> list[PodSet]:
@@ -156,13 +184,24 @@ class KubeflowV1Kind(BaseKind):
 
 
 def v1_kind(
-    name: str, plural: str, replica_specs_field: str, replica_types: tuple[str, ...], container_name: str,
+    name: str,
+    plural: str,
+    replica_specs_field: str,
+    replica_types: tuple[str, ...],
+    container_name: str,
     **rules: Any,
 ) -> KubeflowV1Kind:
     """A Kubeflow v1 member: managedBy at spec.runPolicy.managedBy, suspend at spec.runPolicy.suspend."""
     return KubeflowV1Kind(
-        name=name, group=GROUP, version="v1", plural=plural, controller=labels.TRAINING_OPERATOR,
-        managed_by_path=(*RUN_POLICY, "managedBy"), suspend_path=(*RUN_POLICY, "suspend"),
-        replica_specs_field=replica_specs_field, replica_types=replica_types, container_name=container_name,
+        name=name,
+        group=GROUP,
+        version="v1",
+        plural=plural,
+        controller=labels.TRAINING_OPERATOR,
+        managed_by_path=(*RUN_POLICY, "managedBy"),
+        suspend_path=(*RUN_POLICY, "suspend"),
+        replica_specs_field=replica_specs_field,
+        replica_types=replica_types,
+        container_name=container_name,
         **rules,
     )

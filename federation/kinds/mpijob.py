@@ -80,12 +80,23 @@ class MPIJobKind(BaseKind):
         errors += validate_count(spec.get("slotsPerWorker"), "spec.slotsPerWorker", minimum=0)
         mount = spec.get("sshAuthMountPath")
         if not isinstance(mount, str) or not mount:
-            errors.append(Invalid("spec.sshAuthMountPath", "is required", fix=f"set it, e.g. {DEFAULT_SSH_AUTH_MOUNT_PATH}"))
-        for key, allowed in (("mpiImplementation", MPI_IMPLEMENTATIONS),
-                             ("launcherCreationPolicy", LAUNCHER_CREATION_POLICIES)):
+            errors.append(
+                Invalid(
+                    "spec.sshAuthMountPath", "is required", fix=f"set it, e.g. {DEFAULT_SSH_AUTH_MOUNT_PATH}"
+                )
+            )
+        for key, allowed in (
+            ("mpiImplementation", MPI_IMPLEMENTATIONS),
+            ("launcherCreationPolicy", LAUNCHER_CREATION_POLICIES),
+        ):
             if spec.get(key) not in allowed:
-                errors.append(Invalid(f"spec.{key}", f"unsupported value {spec.get(key)!r}",
-                                      fix=f"use one of {', '.join(allowed)}"))
+                errors.append(
+                    Invalid(
+                        f"spec.{key}",
+                        f"unsupported value {spec.get(key)!r}",
+                        fix=f"use one of {', '.join(allowed)}",
+                    )
+                )
         errors += self.validate_replica_specs(job)
         return errors
 
@@ -97,8 +108,13 @@ class MPIJobKind(BaseKind):
         replicas = int_or(get_path(job, ("spec", "mpiReplicaSpecs", WORKER, "replicas")), 1)
         hostname = f"{name}-worker-{max(replicas, 1) - 1}"
         if validate_dns1035(hostname):
-            return [Invalid("metadata.name", f"pods and services could not be named with the invalid DNS label {hostname!r}",
-                            fix="shorten the name so that {name}-worker-{replicas-1} has at most 63 characters")]
+            return [
+                Invalid(
+                    "metadata.name",
+                    f"pods and services could not be named with the invalid DNS label {hostname!r}",
+                    fix="shorten the name so that {name}-worker-{replicas-1} has at most 63 characters",
+                )
+            ]
         return []
 
     def validate_replica_specs(self, job: Mapping[str, Any]) -> list[Invalid]:
@@ -109,10 +125,17 @@ class MPIJobKind(BaseKind):
         errors: list[Invalid] = []
         for rtype in specs:
             if rtype not in (LAUNCHER, WORKER):
-                errors.append(Invalid(f"{base}.{rtype}", f"unsupported replica type {rtype!r}",
-                                      fix="use Launcher and Worker (exact case)"))
+                errors.append(
+                    Invalid(
+                        f"{base}.{rtype}",
+                        f"unsupported replica type {rtype!r}",
+                        fix="use Launcher and Worker (exact case)",
+                    )
+                )
         if specs.get(LAUNCHER) is None:
-            errors.append(Invalid(f"{base}.{LAUNCHER}", "must have Launcher replica spec", fix="add a Launcher"))
+            errors.append(
+                Invalid(f"{base}.{LAUNCHER}", "must have Launcher replica spec", fix="add a Launcher")
+            )
         for rtype in (LAUNCHER, WORKER):
             spec = specs.get(rtype)
             if spec is None:
@@ -124,13 +147,18 @@ class MPIJobKind(BaseKind):
             replicas = spec.get("replicas", _DEFAULTS[rtype][0])
             if rtype == LAUNCHER:
                 if replicas != 1:
-                    errors.append(Invalid(f"{path}.replicas", f"must be 1, not {replicas!r}", fix="set replicas: 1"))
+                    errors.append(
+                        Invalid(f"{path}.replicas", f"must be 1, not {replicas!r}", fix="set replicas: 1")
+                    )
             else:
                 errors += validate_count(replicas, f"{path}.replicas", minimum=1)
             policy = spec.get("restartPolicy", _DEFAULTS[rtype][1])
             if policy not in RESTART_POLICIES:
-                errors.append(Invalid(f"{path}.restartPolicy", f"unsupported value {policy!r}",
-                                      fix="use Never or OnFailure"))
+                errors.append(
+                    Invalid(
+                        f"{path}.restartPolicy", f"unsupported value {policy!r}", fix="use Never or OnFailure"
+                    )
+                )
             errors += validate_pod_template(spec.get("template"), f"{path}.template")
         return errors
 
@@ -142,7 +170,11 @@ class MPIJobKind(BaseKind):
             spec = as_map(specs.get(rtype))
             count = int_or(spec.get("replicas"), _DEFAULTS[rtype][0])
             if spec and count > 0:
-                out.append(podset_for(rtype.lower(), count, as_map(spec.get("template")), f"{base_path(rtype)}.template"))
+                out.append(
+                    podset_for(
+                        rtype.lower(), count, as_map(spec.get("template")), f"{base_path(rtype)}.template"
+                    )
+                )
         return out
 
     def finished(self, job: Mapping[str, Any]) -> Finished | None:
@@ -154,6 +186,11 @@ def base_path(rtype: str) -> str:
 
 
 MPIJOB = MPIJobKind(
-    name="MPIJob", group=GROUP, version="v2beta1", plural="mpijobs", controller=labels.MPI_OPERATOR,
-    managed_by_path=(*RUN_POLICY, "managedBy"), suspend_path=(*RUN_POLICY, "suspend"),
+    name="MPIJob",
+    group=GROUP,
+    version="v2beta1",
+    plural="mpijobs",
+    controller=labels.MPI_OPERATOR,
+    managed_by_path=(*RUN_POLICY, "managedBy"),
+    suspend_path=(*RUN_POLICY, "suspend"),
 )

@@ -1,4 +1,7 @@
-"""PaddleJob (kubeflow.org/v1): Master and Worker, container ``paddle`` (the webhook does not fix Master's count)."""
+"""PaddleJob (kubeflow.org/v1): Master and Worker, container ``paddle``.
+
+The webhook does not fix the Master's count (parameter-server mode may run several).
+"""
 
 from __future__ import annotations
 

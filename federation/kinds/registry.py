@@ -35,8 +35,9 @@ def by_name(name: str) -> JobKind:
     try:
         return _BY_NAME[name]
     except KeyError:
-        raise Invalid("kind", f"unsupported job kind {name!r}",
-                      fix=f"use one of {', '.join(sorted(_BY_NAME))}") from None
+        raise Invalid(
+            "kind", f"unsupported job kind {name!r}", fix=f"use one of {', '.join(sorted(_BY_NAME))}"
+        ) from None
 
 
 def by_api(api_version: str, kind: str) -> JobKind | None:

@@ -43,14 +43,23 @@ GROUP = "trainer.kubeflow.org"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
 ANCESTOR_LABEL = f"{GROUP}/trainjob-ancestor-step"
-"""Label on a runtime's replicatedJob template naming its step: dataset-initializer, model-initializer, trainer."""
+"""Label on a runtime's replicatedJob template naming its step.
+
+Values: dataset-initializer, model-initializer, trainer.
+"""
 TRAINER_ANCESTOR = "trainer"
 NODE = "node"
 """Name of the trainer replicatedJob and of the main container in every runtime."""
 CLUSTER_TRAINING_RUNTIME = "ClusterTrainingRuntime"
 TRAINING_RUNTIME = "TrainingRuntime"
 RUNTIME_PLURALS = {CLUSTER_TRAINING_RUNTIME: "clustertrainingruntimes", TRAINING_RUNTIME: "trainingruntimes"}
-RESERVED_TORCH_ENV = ("PET_NNODES", "PET_NPROC_PER_NODE", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+RESERVED_TORCH_ENV = (
+    "PET_NNODES",
+    "PET_NPROC_PER_NODE",
+    "PET_NODE_RANK",
+    "PET_MASTER_ADDR",
+    "PET_MASTER_PORT",
+)
 """Set by the torch plugin on the ``node`` container; the webhook refuses them in ``trainer.env``."""
 RUNTIME_FIELD = "runtime.spec"
 """Prefix of field paths that point into the runtime rather than the TrainJob."""
@@ -59,8 +68,11 @@ RUNTIME_FIELD = "runtime.spec"
 def _ref(job: Mapping[str, Any]) -> tuple[str | None, str, str]:
     ref = as_map(get_path(job, ("spec", "runtimeRef")))
     name = ref.get("name")
-    return (name if isinstance(name, str) and name else None,
-            str(ref.get("apiGroup") or GROUP), str(ref.get("kind") or CLUSTER_TRAINING_RUNTIME))
+    return (
+        name if isinstance(name, str) and name else None,
+        str(ref.get("apiGroup") or GROUP),
+        str(ref.get("kind") or CLUSTER_TRAINING_RUNTIME),
+    )
 
 
 def _num_nodes(job: Mapping[str, Any], runtime: Mapping[str, Any]) -> int:
@@ -116,12 +128,17 @@ def _upsert_env(container: dict[str, Any], env: list[Any]) -> None:
     existing = container.get("env")
     current = [e for e in existing if isinstance(e, Mapping)] if isinstance(existing, list) else []
     names = {e.get("name") for e in env if isinstance(e, Mapping)}
-    container["env"] = [e for e in current if e.get("name") not in names] + [dict(e) for e in env if isinstance(e, Mapping)]
+    container["env"] = [e for e in current if e.get("name") not in names] + [
+        dict(e) for e in env if isinstance(e, Mapping)
+    ]
 
 
 def effective_replicated_jobs(job: Mapping[str, Any], runtime: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The runtime's replicatedJobs with the TrainJob's trainer overrides and counts applied."""
-    rjobs = [copy.deepcopy(dict(r)) for r in replicated_jobs(as_map(get_path(runtime, ("spec", "template", "spec"))))]
+    rjobs = [
+        copy.deepcopy(dict(r))
+        for r in replicated_jobs(as_map(get_path(runtime, ("spec", "template", "spec"))))
+    ]
     trainer = as_map(get_path(job, ("spec", "trainer")))
     node_index = _node_index(rjobs)
     trainer_indexes = _trainer_indexes(rjobs, node_index)
@@ -161,8 +178,13 @@ class TrainJobKind(BaseKind):
         if name is None or group != GROUP or kind not in RUNTIME_PLURALS:
             return None
         namespace = get_path(job, ("metadata", "namespace")) if kind == TRAINING_RUNTIME else None
-        return RuntimeRef(API_VERSION, kind, RUNTIME_PLURALS[kind], name,
-                          str(namespace or "default") if kind == TRAINING_RUNTIME else None)
+        return RuntimeRef(
+            API_VERSION,
+            kind,
+            RUNTIME_PLURALS[kind],
+            name,
+            str(namespace or "default") if kind == TRAINING_RUNTIME else None,
+        )
 
     def validate(self, job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> list[Invalid]:
         errors = validate_dns1035(get_path(job, ("metadata", "name")))
@@ -172,24 +194,42 @@ class TrainJobKind(BaseKind):
         spec = as_map(job.get("spec"))
         errors += validate_count(spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds", minimum=1)
         if spec.get("suspend") is not None and not isinstance(spec.get("suspend"), bool):
-            errors.append(Invalid("spec.suspend", f"{spec.get('suspend')!r} is not a boolean", fix="write true or false"))
+            errors.append(
+                Invalid(
+                    "spec.suspend", f"{spec.get('suspend')!r} is not a boolean", fix="write true or false"
+                )
+            )
         if runtime is not None:
             errors += self._validate_runtime(job, runtime)
         return errors
 
     def _validate_ref(self, job: Mapping[str, Any]) -> list[Invalid]:
         if not isinstance(get_path(job, ("spec", "runtimeRef")), Mapping):
-            return [Invalid("spec.runtimeRef", "is required", fix="set runtimeRef.name to a ClusterTrainingRuntime")]
+            return [
+                Invalid(
+                    "spec.runtimeRef", "is required", fix="set runtimeRef.name to a ClusterTrainingRuntime"
+                )
+            ]
         name, group, kind = _ref(job)
         errors = []
         if name is None:
-            errors.append(Invalid("spec.runtimeRef.name", "is required", fix="name the runtime, e.g. torch-distributed"))
+            errors.append(
+                Invalid("spec.runtimeRef.name", "is required", fix="name the runtime, e.g. torch-distributed")
+            )
         if group != GROUP:
-            errors.append(Invalid("spec.runtimeRef.apiGroup", f"unsupported runtime group {group!r}",
-                                  fix=f"use {GROUP}"))
+            errors.append(
+                Invalid(
+                    "spec.runtimeRef.apiGroup", f"unsupported runtime group {group!r}", fix=f"use {GROUP}"
+                )
+            )
         if kind not in RUNTIME_PLURALS:
-            errors.append(Invalid("spec.runtimeRef.kind", f"unsupported runtime kind {kind!r}",
-                                  fix="use ClusterTrainingRuntime or TrainingRuntime"))
+            errors.append(
+                Invalid(
+                    "spec.runtimeRef.kind",
+                    f"unsupported runtime kind {kind!r}",
+                    fix="use ClusterTrainingRuntime or TrainingRuntime",
+                )
+            )
         return errors
 
     def _validate_trainer(self, job: Mapping[str, Any], runtime: Mapping[str, Any] | None) -> list[Invalid]:
@@ -200,11 +240,16 @@ class TrainJobKind(BaseKind):
             return [Invalid("spec.trainer", "must be an object", fix="write trainer: {numNodes, image, ...}")]
         errors = validate_count(trainer.get("numNodes"), "spec.trainer.numNodes", minimum=1)
         nproc = trainer.get("numProcPerNode")
-        if nproc is not None and not (nproc in ("auto", "cpu", "gpu") or (isinstance(nproc, str) and re.fullmatch(r"[1-9][0-9]*", nproc))):
+        if nproc is not None and not (
+            nproc in ("auto", "cpu", "gpu")
+            or (isinstance(nproc, str) and re.fullmatch(r"[1-9][0-9]*", nproc))
+        ):
             errors += validate_count(nproc, "spec.trainer.numProcPerNode", minimum=1)
         per_node = trainer.get("resourcesPerNode")
         if per_node is not None and not isinstance(per_node, Mapping):
-            errors.append(Invalid("spec.trainer.resourcesPerNode", "must be an object", fix="write {requests: {...}}"))
+            errors.append(
+                Invalid("spec.trainer.resourcesPerNode", "must be an object", fix="write {requests: {...}}")
+            )
         elif isinstance(per_node, Mapping):
             for key in ("requests", "limits"):
                 try:
@@ -219,26 +264,47 @@ class TrainJobKind(BaseKind):
             for index, item in enumerate(env):
                 name = as_map(item).get("name")
                 if not isinstance(name, str) or not name:
-                    errors.append(Invalid(f"spec.trainer.env[{index}].name", "is required", fix="name the variable"))
+                    errors.append(
+                        Invalid(f"spec.trainer.env[{index}].name", "is required", fix="name the variable")
+                    )
                 elif torch and name in RESERVED_TORCH_ENV:
-                    errors.append(Invalid(f"spec.trainer.env[{index}].name", f"{name} is reserved for the torch runtime",
-                                          fix="remove it; use trainer.numNodes / numProcPerNode instead"))
+                    errors.append(
+                        Invalid(
+                            f"spec.trainer.env[{index}].name",
+                            f"{name} is reserved for the torch runtime",
+                            fix="remove it; use trainer.numNodes / numProcPerNode instead",
+                        )
+                    )
         for key in ("image",):
             if key in trainer and not (isinstance(trainer[key], str) and trainer[key]):
-                errors.append(Invalid(f"spec.trainer.{key}", "must be a non-empty string", fix="set the image"))
+                errors.append(
+                    Invalid(f"spec.trainer.{key}", "must be a non-empty string", fix="set the image")
+                )
         for key in ("command", "args"):
-            if key in trainer and not (isinstance(trainer[key], list) and all(isinstance(a, str) for a in trainer[key])):
-                errors.append(Invalid(f"spec.trainer.{key}", "must be a list of strings", fix=f'write {key}: ["..."]'))
+            if key in trainer and not (
+                isinstance(trainer[key], list) and all(isinstance(a, str) for a in trainer[key])
+            ):
+                errors.append(
+                    Invalid(f"spec.trainer.{key}", "must be a list of strings", fix=f'write {key}: ["..."]')
+                )
         return errors
 
     def _validate_runtime(self, job: Mapping[str, Any], runtime: Mapping[str, Any]) -> list[Invalid]:
         name, _, kind = _ref(job)
         errors: list[Invalid] = []
         if runtime.get("kind") not in (None, kind):
-            errors.append(Invalid("spec.runtimeRef.kind", f"refers to a {kind} but the runtime is a {runtime.get('kind')}",
-                                  fix="fix runtimeRef.kind"))
-        errors += validate_count(get_path(runtime, ("spec", "mlPolicy", "numNodes")), f"{RUNTIME_FIELD}.mlPolicy.numNodes",
-                                 minimum=1)
+            errors.append(
+                Invalid(
+                    "spec.runtimeRef.kind",
+                    f"refers to a {kind} but the runtime is a {runtime.get('kind')}",
+                    fix="fix runtimeRef.kind",
+                )
+            )
+        errors += validate_count(
+            get_path(runtime, ("spec", "mlPolicy", "numNodes")),
+            f"{RUNTIME_FIELD}.mlPolicy.numNodes",
+            minimum=1,
+        )
         template_spec = get_path(runtime, ("spec", "template", "spec"))
         structural = validate_replicated_jobs(template_spec, f"{RUNTIME_FIELD}.template.spec")
         if structural and not isinstance(as_map(template_spec).get("replicatedJobs"), list):
@@ -246,14 +312,29 @@ class TrainJobKind(BaseKind):
         rjobs = effective_replicated_jobs(job, runtime)
         node_index = _node_index(rjobs)
         if node_index is None:
-            errors.append(Invalid(f"{RUNTIME_FIELD}.template.spec.replicatedJobs",
-                                  f"runtime {name!r} has no trainer replicated job (named {NODE!r} or labelled "
-                                  f"{ANCESTOR_LABEL}={TRAINER_ANCESTOR})", fix="fix the runtime"))
-        for index in sorted({*(_trainer_indexes(rjobs, node_index)), *([] if node_index is None else [node_index])}):
+            errors.append(
+                Invalid(
+                    f"{RUNTIME_FIELD}.template.spec.replicatedJobs",
+                    f"runtime {name!r} has no trainer replicated job (named {NODE!r} or labelled "
+                    f"{ANCESTOR_LABEL}={TRAINER_ANCESTOR})",
+                    fix="fix the runtime",
+                )
+            )
+        for index in sorted(
+            {*(_trainer_indexes(rjobs, node_index)), *([] if node_index is None else [node_index])}
+        ):
             if _node_container(rjobs[index]) is None:
-                errors.append(Invalid(f"{RUNTIME_FIELD}.template.spec.replicatedJobs[{index}].template.spec.template.spec.containers",
-                                      f"the trainer replicated job {rjobs[index].get('name')!r} needs a container named {NODE!r}",
-                                      fix=f"name the main container {NODE!r}"))
+                pod_field = (
+                    f"{RUNTIME_FIELD}.template.spec.replicatedJobs[{index}].template.spec.template.spec"
+                )
+                name = rjobs[index].get("name")
+                errors.append(
+                    Invalid(
+                        f"{pod_field}.containers",
+                        f"the trainer replicated job {name!r} needs a container named {NODE!r}",
+                        fix=f"name the main container {NODE!r}",
+                    )
+                )
         effective = {"replicatedJobs": rjobs}
         errors += validate_replicated_jobs(effective, f"{RUNTIME_FIELD}.template.spec")
         # a malformed quantity in the runtime is wrong even where resourcesPerNode overrides it
@@ -268,16 +349,29 @@ class TrainJobKind(BaseKind):
 
     def podsets(self, job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> list[PodSet]:
         if runtime is None:
-            raise Invalid("spec.runtimeRef", "the runtime is needed to compute PodSets",
-                          fix="create the referenced ClusterTrainingRuntime or TrainingRuntime")
-        raise_first(self._validate_ref(job) + self._validate_trainer(job, runtime) + self._validate_runtime(job, runtime))
+            raise Invalid(
+                "spec.runtimeRef",
+                "the runtime is needed to compute PodSets",
+                fix="create the referenced ClusterTrainingRuntime or TrainingRuntime",
+            )
+        raise_first(
+            self._validate_ref(job)
+            + self._validate_trainer(job, runtime)
+            + self._validate_runtime(job, runtime)
+        )
         out = []
         for index, rjob in enumerate(effective_replicated_jobs(job, runtime)):
             job_spec = as_map(get_path(rjob, ("template", "spec")))
             count = int_or(rjob.get("replicas"), 1) * int_or(job_spec.get("parallelism"), 1)
             if count > 0:
-                out.append(podset_for(str(rjob.get("name")), count, as_map(job_spec.get("template")),
-                                      f"{RUNTIME_FIELD}.template.spec.replicatedJobs[{index}].template.spec.template"))
+                out.append(
+                    podset_for(
+                        str(rjob.get("name")),
+                        count,
+                        as_map(job_spec.get("template")),
+                        f"{RUNTIME_FIELD}.template.spec.replicatedJobs[{index}].template.spec.template",
+                    )
+                )
         return out
 
     def finished(self, job: Mapping[str, Any]) -> Finished | None:
@@ -285,6 +379,11 @@ class TrainJobKind(BaseKind):
 
 
 TRAINJOB = TrainJobKind(
-    name="TrainJob", group=GROUP, version=VERSION, plural="trainjobs", controller=labels.TRAINJOB_CONTROLLER,
-    managed_by_path=("spec", "managedBy"), suspend_path=("spec", "suspend"),
+    name="TrainJob",
+    group=GROUP,
+    version=VERSION,
+    plural="trainjobs",
+    controller=labels.TRAINJOB_CONTROLLER,
+    managed_by_path=("spec", "managedBy"),
+    suspend_path=("spec", "suspend"),
 )

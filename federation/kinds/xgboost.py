@@ -5,6 +5,11 @@ from __future__ import annotations
 from federation.kinds.kubeflow import v1_kind
 
 XGBOOSTJOB = v1_kind(
-    "XGBoostJob", "xgboostjobs", "xgbReplicaSpecs", ("Master", "Worker"), "xgboost", required_types=("Master",),
+    "XGBoostJob",
+    "xgboostjobs",
+    "xgbReplicaSpecs",
+    ("Master", "Worker"),
+    "xgboost",
+    required_types=("Master",),
     single_replicas_explicit=True,
 )

@@ -186,7 +186,11 @@ def paths(node: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
     return out
 
 
-@settings(max_examples=int(os.environ.get('MKD_FUZZ_EXAMPLES', '200')), deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=int(os.environ.get("MKD_FUZZ_EXAMPLES", "200")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(st.sampled_from(sorted(PODSETS)), st.data())
 def test_mutated_examples_yield_invalid_never_a_crash(name: str, data: st.DataObject) -> None:
     job = copy.deepcopy(jobs()[name])

@@ -32,6 +32,7 @@ def _set(path: list[Any], value: Any) -> Callable[[Obj], None]:
         for key in path[:-1]:
             node = node[key]
         node[path[-1]] = value
+
     return mutate
 
 
@@ -41,6 +42,7 @@ def _delete(path: list[Any]) -> Callable[[Obj], None]:
         for key in path[:-1]:
             node = node[key]
         del node[path[-1]]
+
     return mutate
 
 
@@ -57,10 +59,12 @@ def test_job_example_podset() -> None:
 
 
 @pytest.mark.parametrize(
-    ("parallelism", "completions", "count"), [(None, None, 1), (4, None, 4), (4, 2, 2), (1, 10, 1), (0, None, 0)]
+    ("parallelism", "completions", "count"),
+    [(None, None, 1), (4, None, 4), (4, 2, 2), (1, 10, 1), (0, None, 0)],
 )
-def test_job_count_is_parallelism_capped_by_completions(parallelism: int | None, completions: int | None,
-                                                        count: int) -> None:
+def test_job_count_is_parallelism_capped_by_completions(
+    parallelism: int | None, completions: int | None, count: int
+) -> None:
     job = load("batch/job.yaml")
     for key, value in (("parallelism", parallelism), ("completions", completions)):
         job["spec"].pop(key, None)
@@ -77,8 +81,11 @@ BROKEN_JOB: list[tuple[str, Callable[[Obj], None], str]] = [
     ("no containers", _set([*TPL, "containers"], []), "spec.template.spec.containers"),
     ("no image", _set([*TPL, "containers", 0, "image"], " "), "spec.template.spec.containers[0].image"),
     ("no container name", _delete([*TPL, "containers", 0, "name"]), "spec.template.spec.containers[0].name"),
-    ("bad request", _set([*TPL, "containers", 0, "resources", "requests", "cpu"], "1.5.0"),
-     "spec.template.spec.containers[0].resources.requests.cpu"),
+    (
+        "bad request",
+        _set([*TPL, "containers", 0, "resources", "requests", "cpu"], "1.5.0"),
+        "spec.template.spec.containers[0].resources.requests.cpu",
+    ),
     ("negative parallelism", _set(["spec", "parallelism"], -1), "spec.parallelism"),
     ("unknown managedBy", _set(["spec", "managedBy"], "kueue.x-k8s.io/other"), "spec.managedBy"),
     ("bad name", _set(["metadata", "name"], "Batch_Pi"), "metadata.name"),
@@ -96,14 +103,25 @@ def test_broken_job_names_the_field(what: str, mutate: Callable[[Obj], None], fi
 def test_job_status_and_suspend() -> None:
     job = load("batch/job.yaml")
     assert BATCH_JOB.finished(job) is None
-    job["status"] = {"conditions": [{"type": "SuccessCriteriaMet", "status": "True"},
-                                    {"type": "Complete", "status": "True", "reason": "CompletionsReached"}]}
+    job["status"] = {
+        "conditions": [
+            {"type": "SuccessCriteriaMet", "status": "True"},
+            {"type": "Complete", "status": "True", "reason": "CompletionsReached"},
+        ]
+    }
     assert BATCH_JOB.finished(job) == Finished("Succeeded", "CompletionsReached", "")
-    job["status"]["conditions"] = [{"type": "FailureTarget", "status": "True"},
-                                   {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded",
-                                    "message": "Job has reached the specified backoff limit"}]
-    assert BATCH_JOB.finished(job) == Finished("Failed", "BackoffLimitExceeded",
-                                               "Job has reached the specified backoff limit")
+    job["status"]["conditions"] = [
+        {"type": "FailureTarget", "status": "True"},
+        {
+            "type": "Failed",
+            "status": "True",
+            "reason": "BackoffLimitExceeded",
+            "message": "Job has reached the specified backoff limit",
+        },
+    ]
+    assert BATCH_JOB.finished(job) == Finished(
+        "Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit"
+    )
     assert BATCH_JOB.with_suspended(job, True)["spec"]["suspend"] is True
     assert not BATCH_JOB.is_suspended(job)
 
@@ -111,8 +129,12 @@ def test_job_status_and_suspend() -> None:
 def test_job_worker_copy_drops_the_generated_selector_and_labels() -> None:
     job = load("batch/job.yaml")
     uid = "6b9f"
-    generated = {"batch.kubernetes.io/controller-uid": uid, "batch.kubernetes.io/job-name": "batch-pi",
-                 "controller-uid": uid, "job-name": "batch-pi"}
+    generated = {
+        "batch.kubernetes.io/controller-uid": uid,
+        "batch.kubernetes.io/job-name": "batch-pi",
+        "controller-uid": uid,
+        "job-name": "batch-pi",
+    }
     job["metadata"].update({"uid": uid, "resourceVersion": "7", "labels": {**generated, "team": "a"}})
     job["spec"]["selector"] = {"matchLabels": {"batch.kubernetes.io/controller-uid": uid}}
     job["spec"]["template"]["metadata"]["labels"] = {**generated, "app": "pi"}
@@ -159,12 +181,21 @@ BROKEN_JOBSET: list[tuple[str, Callable[[Obj], None], str]] = [
     ("bad rjob name", _set([*RJ, 1, "name"], "Workers"), "spec.replicatedJobs[1].name"),
     ("negative replicas", _set([*RJ, 1, "replicas"], -2), "spec.replicatedJobs[1].replicas"),
     ("no job template", _delete([*RJ, 1, "template"]), "spec.replicatedJobs[1].template.spec"),
-    ("no image", _delete([*WPOD, "containers", 0, "image"]),
-     "spec.replicatedJobs[1].template.spec.template.spec.containers[0].image"),
-    ("restartPolicy Always", _set([*WPOD, "restartPolicy"], "Always"),
-     "spec.replicatedJobs[1].template.spec.template.spec.restartPolicy"),
-    ("bad quantity", _set([*WPOD, "containers", 0, "resources", "requests", "memory"], "256MB"),
-     "spec.replicatedJobs[1].template.spec.template.spec.containers[0].resources.requests.memory"),
+    (
+        "no image",
+        _delete([*WPOD, "containers", 0, "image"]),
+        "spec.replicatedJobs[1].template.spec.template.spec.containers[0].image",
+    ),
+    (
+        "restartPolicy Always",
+        _set([*WPOD, "restartPolicy"], "Always"),
+        "spec.replicatedJobs[1].template.spec.template.spec.restartPolicy",
+    ),
+    (
+        "bad quantity",
+        _set([*WPOD, "containers", 0, "resources", "requests", "memory"], "256MB"),
+        "spec.replicatedJobs[1].template.spec.template.spec.containers[0].resources.requests.memory",
+    ),
     ("unknown managedBy", _set(["spec", "managedBy"], labels.BATCH_JOB_CONTROLLER), "spec.managedBy"),
     ("bad name", _set(["metadata", "name"], "-x"), "metadata.name"),
 ]
@@ -179,8 +210,16 @@ def test_broken_jobset_names_the_field(what: str, mutate: Callable[[Obj], None],
 
 def test_jobset_status_and_worker_copy() -> None:
     js = load("jobset/jobset.yaml")
-    js["status"] = {"conditions": [{"type": "Completed", "status": "True", "reason": "AllJobsCompleted",
-                                    "message": "jobset completed successfully"}]}
+    js["status"] = {
+        "conditions": [
+            {
+                "type": "Completed",
+                "status": "True",
+                "reason": "AllJobsCompleted",
+                "message": "jobset completed successfully",
+            }
+        ]
+    }
     assert JOBSET.finished(js) == Finished("Succeeded", "AllJobsCompleted", "jobset completed successfully")
     out = JOBSET.prepare_for_worker(js, stamp={labels.ORIGIN: "o"}, managed_by=labels.JOBSET_CONTROLLER)
     assert out["spec"]["managedBy"] == labels.JOBSET_CONTROLLER and "status" not in out

@@ -37,16 +37,31 @@ def fields(errors: list[Invalid]) -> list[str]:
 
 
 def replica(container_name: str, replicas: int | None = 1, **resources: Any) -> dict[str, Any]:
-    spec: dict[str, Any] = {"template": {"spec": {"containers": [
-        {"name": container_name, "image": "example.com/train:1", "resources": {"requests": resources}}]}}}
+    spec: dict[str, Any] = {
+        "template": {
+            "spec": {
+                "containers": [
+                    {
+                        "name": container_name,
+                        "image": "example.com/train:1",
+                        "resources": {"requests": resources},
+                    }
+                ]
+            }
+        }
+    }
     if replicas is not None:
         spec["replicas"] = replicas
     return spec
 
 
 def v1_job(kind: str, field: str, specs: dict[str, Any], name: str = "job-1") -> Job:
-    return {"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": {"name": name, "namespace": "default"},
-            "spec": {"runPolicy": {"managedBy": labels.MULTIKUEUE}, field: specs}}
+    return {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": kind,
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"runPolicy": {"managedBy": labels.MULTIKUEUE}, field: specs},
+    }
 
 
 # --- PyTorchJob --------------------------------------------------------------------------------
@@ -70,12 +85,18 @@ def test_sendrecv_counts_and_elastic_without_master() -> None:
 
 
 def test_podset_order_follows_replica_types_not_the_map() -> None:
-    job = v1_job("PyTorchJob", "pytorchReplicaSpecs", {"Worker": replica("pytorch", 2), "Master": replica("pytorch")})
+    job = v1_job(
+        "PyTorchJob", "pytorchReplicaSpecs", {"Worker": replica("pytorch", 2), "Master": replica("pytorch")}
+    )
     assert [p.name for p in PYTORCHJOB.podsets(job)] == ["master", "worker"]
 
 
 def test_worker_replicas_default_to_one_but_master_must_say_one() -> None:
-    job = v1_job("PyTorchJob", "pytorchReplicaSpecs", {"Master": replica("pytorch"), "Worker": replica("pytorch", None)})
+    job = v1_job(
+        "PyTorchJob",
+        "pytorchReplicaSpecs",
+        {"Master": replica("pytorch"), "Worker": replica("pytorch", None)},
+    )
     assert PYTORCHJOB.validate(job) == []
     assert [p.count for p in PYTORCHJOB.podsets(job)] == [1, 1]
     del job["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"]  # the webhook sees the raw object
@@ -99,6 +120,7 @@ def _set(path: list[Any], value: Any) -> Callable[[Job], None]:
         for key in path[:-1]:
             node = node[key]
         node[path[-1]] = value
+
     return mutate
 
 
@@ -108,6 +130,7 @@ def _delete(path: list[Any]) -> Callable[[Job], None]:
         for key in path[:-1]:
             node = node[key]
         del node[path[-1]]
+
     return mutate
 
 
@@ -128,23 +151,52 @@ BROKEN_PYTORCH: list[tuple[str, Callable[[Job], None], str]] = [
     ("lower-case type", _rename_master, "spec.pytorchReplicaSpecs.master"),
     ("two masters", _set([*M, "replicas"], 2), "spec.pytorchReplicaSpecs.Master.replicas"),
     ("master count left out", _delete([*M, "replicas"]), "spec.pytorchReplicaSpecs.Master.replicas"),
-    ("zero workers", _set(["spec", "pytorchReplicaSpecs", "Worker", "replicas"], 0),
-     "spec.pytorchReplicaSpecs.Worker.replicas"),
-    ("replicas not a number", _set(["spec", "pytorchReplicaSpecs", "Worker", "replicas"], "two"),
-     "spec.pytorchReplicaSpecs.Worker.replicas"),
-    ("no pytorch container", _set([*MC, 0, "name"], "main"), "spec.pytorchReplicaSpecs.Master.template.spec.containers"),
-    ("no image", _delete([*MC, 0, "image"]), "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].image"),
+    (
+        "zero workers",
+        _set(["spec", "pytorchReplicaSpecs", "Worker", "replicas"], 0),
+        "spec.pytorchReplicaSpecs.Worker.replicas",
+    ),
+    (
+        "replicas not a number",
+        _set(["spec", "pytorchReplicaSpecs", "Worker", "replicas"], "two"),
+        "spec.pytorchReplicaSpecs.Worker.replicas",
+    ),
+    (
+        "no pytorch container",
+        _set([*MC, 0, "name"], "main"),
+        "spec.pytorchReplicaSpecs.Master.template.spec.containers",
+    ),
+    (
+        "no image",
+        _delete([*MC, 0, "image"]),
+        "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].image",
+    ),
     ("no containers", _set(MC, []), "spec.pytorchReplicaSpecs.Master.template.spec.containers"),
     ("no template", _delete([*M, "template"]), "spec.pytorchReplicaSpecs.Master.template"),
-    ("bad quantity", _set([*MC, 0, "resources", "requests", "cpu"], "half"),
-     "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].resources.requests.cpu"),
+    (
+        "bad quantity",
+        _set([*MC, 0, "resources", "requests", "cpu"], "half"),
+        "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].resources.requests.cpu",
+    ),
     ("bad name", _set(["metadata", "name"], "Pytorch_Simple"), "metadata.name"),
     ("name too long", _set(["metadata", "name"], "p" * 64), "metadata.name"),
-    ("unknown managedBy", _set(["spec", "runPolicy", "managedBy"], "example.com/mine"), "spec.runPolicy.managedBy"),
-    ("bad restart policy", _set([*M, "restartPolicy"], "Sometimes"), "spec.pytorchReplicaSpecs.Master.restartPolicy"),
+    (
+        "unknown managedBy",
+        _set(["spec", "runPolicy", "managedBy"], "example.com/mine"),
+        "spec.runPolicy.managedBy",
+    ),
+    (
+        "bad restart policy",
+        _set([*M, "restartPolicy"], "Sometimes"),
+        "spec.pytorchReplicaSpecs.Master.restartPolicy",
+    ),
     ("elastic without worker", _elastic_without_worker, "spec.pytorchReplicaSpecs.Worker"),
     ("bad nprocPerNode", _set(["spec", "nprocPerNode"], "many"), "spec.nprocPerNode"),
-    ("bad cleanPodPolicy", _set(["spec", "runPolicy", "cleanPodPolicy"], "Some"), "spec.runPolicy.cleanPodPolicy"),
+    (
+        "bad cleanPodPolicy",
+        _set(["spec", "runPolicy", "cleanPodPolicy"], "Some"),
+        "spec.runPolicy.cleanPodPolicy",
+    ),
     ("negative backoffLimit", _set(["spec", "runPolicy", "backoffLimit"], -1), "spec.runPolicy.backoffLimit"),
     ("suspend not bool", _set(["spec", "runPolicy", "suspend"], "yes"), "spec.runPolicy.suspend"),
 ]
@@ -166,7 +218,9 @@ def test_all_failures_are_collected() -> None:
     job["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 3
     del job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["image"]
     assert set(fields(PYTORCHJOB.validate(job))) == {
-        "metadata.name", "spec.runPolicy.managedBy", "spec.pytorchReplicaSpecs.Master.replicas",
+        "metadata.name",
+        "spec.runPolicy.managedBy",
+        "spec.pytorchReplicaSpecs.Master.replicas",
         "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].image",
     }
 
@@ -174,29 +228,45 @@ def test_all_failures_are_collected() -> None:
 def test_podsets_refuse_an_invalid_job() -> None:
     job = example("pytorch/simple.yaml")
     job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"] = {
-        "limits": {"memory": "1Gb"}}
+        "limits": {"memory": "1Gb"}
+    }
     with pytest.raises(Invalid) as info:
         PYTORCHJOB.podsets(job)
-    assert info.value.field == "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.memory"
+    assert (
+        info.value.field
+        == "spec.pytorchReplicaSpecs.Worker.template.spec.containers[0].resources.limits.memory"
+    )
 
 
 # --- the rest of the family ------------------------------------------------------------------------
 
 
 def test_tfjob_roles_and_rules() -> None:
-    job = v1_job("TFJob", "tfReplicaSpecs", {
-        "Worker": replica("tensorflow", 2, cpu="1"), "PS": replica("tensorflow", 1), "Chief": replica("tensorflow")})
+    job = v1_job(
+        "TFJob",
+        "tfReplicaSpecs",
+        {
+            "Worker": replica("tensorflow", 2, cpu="1"),
+            "PS": replica("tensorflow", 1),
+            "Chief": replica("tensorflow"),
+        },
+    )
     assert TFJOB.validate(job) == []
     assert [(p.name, p.count) for p in TFJOB.podsets(job)] == [("chief", 1), ("ps", 1), ("worker", 2)]
     job["spec"]["tfReplicaSpecs"]["Master"] = replica("tensorflow")
     job["spec"]["tfReplicaSpecs"]["Chief"]["replicas"] = 2
     job["spec"]["tfReplicaSpecs"]["PS"]["template"]["spec"]["containers"][0]["name"] = "tf"
     assert set(fields(TFJOB.validate(job))) == {
-        "spec.tfReplicaSpecs", "spec.tfReplicaSpecs.Chief.replicas", "spec.tfReplicaSpecs.PS.template.spec.containers"}
+        "spec.tfReplicaSpecs",
+        "spec.tfReplicaSpecs.Chief.replicas",
+        "spec.tfReplicaSpecs.PS.template.spec.containers",
+    }
 
 
 def test_xgboost_needs_its_master() -> None:
-    job = v1_job("XGBoostJob", "xgbReplicaSpecs", {"Master": replica("xgboost"), "Worker": replica("xgboost", 3)})
+    job = v1_job(
+        "XGBoostJob", "xgbReplicaSpecs", {"Master": replica("xgboost"), "Worker": replica("xgboost", 3)}
+    )
     assert XGBOOSTJOB.validate(job) == []
     assert [(p.name, p.count) for p in XGBOOSTJOB.podsets(job)] == [("master", 1), ("worker", 3)]
     del job["spec"]["xgbReplicaSpecs"]["Master"]["replicas"]
@@ -206,7 +276,9 @@ def test_xgboost_needs_its_master() -> None:
 
 
 def test_paddle_master_count_is_free_and_container_is_paddle() -> None:
-    job = v1_job("PaddleJob", "paddleReplicaSpecs", {"Master": replica("paddle", 2), "Worker": replica("paddle", 2)})
+    job = v1_job(
+        "PaddleJob", "paddleReplicaSpecs", {"Master": replica("paddle", 2), "Worker": replica("paddle", 2)}
+    )
     assert PADDLEJOB.validate(job) == []
     job["spec"]["paddleReplicaSpecs"]["Worker"] = replica("pytorch", 2)
     assert fields(PADDLEJOB.validate(job)) == ["spec.paddleReplicaSpecs.Worker.template.spec.containers"]
@@ -260,11 +332,19 @@ def test_managed_by_is_read_as_written() -> None:
 
 def server_side(job: Job) -> Job:
     job = copy.deepcopy(job)
-    job["metadata"].update({
-        "uid": "0d7c", "resourceVersion": "42", "creationTimestamp": "2026-01-01T00:00:00Z", "generation": 3,
-        "managedFields": [{"manager": "kubectl"}], "finalizers": ["x"], "ownerReferences": [{"uid": "p"}],
-        "labels": {"team": "a"},
-        "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "keep": "me"}})
+    job["metadata"].update(
+        {
+            "uid": "0d7c",
+            "resourceVersion": "42",
+            "creationTimestamp": "2026-01-01T00:00:00Z",
+            "generation": 3,
+            "managedFields": [{"manager": "kubectl"}],
+            "finalizers": ["x"],
+            "ownerReferences": [{"uid": "p"}],
+            "labels": {"team": "a"},
+            "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "keep": "me"},
+        }
+    )
     job["status"] = {"conditions": [cond("Created")]}
     return job
 

@@ -62,6 +62,7 @@ def _set(path: list[Any], value: Any) -> Callable[[Job], None]:
         for key in path[:-1]:
             node = node[key]
         node[path[-1]] = value
+
     return mutate
 
 
@@ -71,6 +72,7 @@ def _delete(path: list[Any]) -> Callable[[Job], None]:
         for key in path[:-1]:
             node = node[key]
         del node[path[-1]]
+
     return mutate
 
 
@@ -83,20 +85,36 @@ BROKEN: list[tuple[str, Callable[[Job], None], str]] = [
     ("zero workers", _set([*W, "replicas"], 0), "spec.mpiReplicaSpecs.Worker.replicas"),
     ("launcher Always", _set([*L, "restartPolicy"], "Always"), "spec.mpiReplicaSpecs.Launcher.restartPolicy"),
     ("worker ExitCode", _set([*W, "restartPolicy"], "ExitCode"), "spec.mpiReplicaSpecs.Worker.restartPolicy"),
-    ("no worker containers", _set([*W, "template", "spec", "containers"], []),
-     "spec.mpiReplicaSpecs.Worker.template.spec.containers"),
-    ("no image", _delete([*L, "template", "spec", "containers", 0, "image"]),
-     "spec.mpiReplicaSpecs.Launcher.template.spec.containers[0].image"),
-    ("bad limit", _set([*W, "template", "spec", "containers", 0, "resources", "limits", "cpu"], "1 core"),
-     "spec.mpiReplicaSpecs.Worker.template.spec.containers[0].resources.limits.cpu"),
+    (
+        "no worker containers",
+        _set([*W, "template", "spec", "containers"], []),
+        "spec.mpiReplicaSpecs.Worker.template.spec.containers",
+    ),
+    (
+        "no image",
+        _delete([*L, "template", "spec", "containers", 0, "image"]),
+        "spec.mpiReplicaSpecs.Launcher.template.spec.containers[0].image",
+    ),
+    (
+        "bad limit",
+        _set([*W, "template", "spec", "containers", 0, "resources", "limits", "cpu"], "1 core"),
+        "spec.mpiReplicaSpecs.Worker.template.spec.containers[0].resources.limits.cpu",
+    ),
     ("unknown type", _set(["spec", "mpiReplicaSpecs", "Master"], {}), "spec.mpiReplicaSpecs.Master"),
     ("negative slots", _set(["spec", "slotsPerWorker"], -1), "spec.slotsPerWorker"),
     ("empty ssh path", _set(["spec", "sshAuthMountPath"], ""), "spec.sshAuthMountPath"),
     ("bad implementation", _set(["spec", "mpiImplementation"], "MVAPICH"), "spec.mpiImplementation"),
     ("bad creation policy", _set(["spec", "launcherCreationPolicy"], "Later"), "spec.launcherCreationPolicy"),
-    ("bad clean policy", _set(["spec", "runPolicy", "cleanPodPolicy"], "Some"), "spec.runPolicy.cleanPodPolicy"),
-    ("unknown managedBy", _set(["spec", "runPolicy", "managedBy"], labels.TRAINING_OPERATOR),
-     "spec.runPolicy.managedBy"),
+    (
+        "bad clean policy",
+        _set(["spec", "runPolicy", "cleanPodPolicy"], "Some"),
+        "spec.runPolicy.cleanPodPolicy",
+    ),
+    (
+        "unknown managedBy",
+        _set(["spec", "runPolicy", "managedBy"], labels.TRAINING_OPERATOR),
+        "spec.runPolicy.managedBy",
+    ),
     ("worker hostname too long", _set(["metadata", "name"], "p" * 55), "metadata.name"),
     ("bad name", _set(["metadata", "name"], "1pi"), "metadata.name"),
 ]
@@ -134,8 +152,12 @@ def test_podsets_refuse_missing_launcher() -> None:
 
 def test_status_suspend_and_worker_copy() -> None:
     job = pi()
-    job["status"] = {"conditions": [{"type": "Created", "status": "True"},
-                                    {"type": "Failed", "status": "True", "reason": "MPIJobEvicted", "message": "1/2"}]}
+    job["status"] = {
+        "conditions": [
+            {"type": "Created", "status": "True"},
+            {"type": "Failed", "status": "True", "reason": "MPIJobEvicted", "message": "1/2"},
+        ]
+    }
     assert MPIJOB.finished(job) == Finished("Failed", "MPIJobEvicted", "1/2")
     assert MPIJOB.is_suspended(MPIJOB.with_suspended(job, True))
     out = MPIJOB.prepare_for_worker(job, stamp={labels.JOB_KIND: "MPIJob"}, managed_by=labels.MPI_OPERATOR)

@@ -14,13 +14,33 @@ from federation.kinds.crds import load_crds
 from federation.kinds.registry import KINDS, by_api, by_name
 
 EXPECTED = {
-    "PyTorchJob": ("kubeflow.org/v1", "pytorchjobs", labels.TRAINING_OPERATOR, ("spec", "runPolicy", "managedBy")),
+    "PyTorchJob": (
+        "kubeflow.org/v1",
+        "pytorchjobs",
+        labels.TRAINING_OPERATOR,
+        ("spec", "runPolicy", "managedBy"),
+    ),
     "TFJob": ("kubeflow.org/v1", "tfjobs", labels.TRAINING_OPERATOR, ("spec", "runPolicy", "managedBy")),
-    "XGBoostJob": ("kubeflow.org/v1", "xgboostjobs", labels.TRAINING_OPERATOR, ("spec", "runPolicy", "managedBy")),
-    "PaddleJob": ("kubeflow.org/v1", "paddlejobs", labels.TRAINING_OPERATOR, ("spec", "runPolicy", "managedBy")),
+    "XGBoostJob": (
+        "kubeflow.org/v1",
+        "xgboostjobs",
+        labels.TRAINING_OPERATOR,
+        ("spec", "runPolicy", "managedBy"),
+    ),
+    "PaddleJob": (
+        "kubeflow.org/v1",
+        "paddlejobs",
+        labels.TRAINING_OPERATOR,
+        ("spec", "runPolicy", "managedBy"),
+    ),
     "JAXJob": ("kubeflow.org/v1", "jaxjobs", labels.TRAINING_OPERATOR, ("spec", "runPolicy", "managedBy")),
     "MPIJob": ("kubeflow.org/v2beta1", "mpijobs", labels.MPI_OPERATOR, ("spec", "runPolicy", "managedBy")),
-    "TrainJob": ("trainer.kubeflow.org/v1alpha1", "trainjobs", labels.TRAINJOB_CONTROLLER, ("spec", "managedBy")),
+    "TrainJob": (
+        "trainer.kubeflow.org/v1alpha1",
+        "trainjobs",
+        labels.TRAINJOB_CONTROLLER,
+        ("spec", "managedBy"),
+    ),
     "Job": ("batch/v1", "jobs", labels.BATCH_JOB_CONTROLLER, ("spec", "managedBy")),
     "JobSet": ("jobset.x-k8s.io/v1alpha2", "jobsets", labels.JOBSET_CONTROLLER, ("spec", "managedBy")),
 }
@@ -32,7 +52,11 @@ def test_registry_lists_every_kind_once() -> None:
         assert isinstance(kind, JobKind)
         api_version, plural, controller, path = EXPECTED[kind.name]
         assert (kind.api_version, kind.plural, kind.controller, kind.managed_by_path) == (
-            api_version, plural, controller, path)
+            api_version,
+            plural,
+            controller,
+            path,
+        )
         assert kind.api_version == (f"{kind.group}/{kind.version}" if kind.group else kind.version)
         assert by_name(kind.name) is kind
         assert by_api(kind.api_version, kind.name) is kind
@@ -47,7 +71,10 @@ def test_lookups_refuse_unknown_kinds() -> None:
 
 
 def test_importing_the_package_registers_nothing() -> None:
-    code = "import sys, federation.kinds; print(any(m.startswith('federation.kinds.pytorch') for m in sys.modules))"
+    code = (
+        "import sys, federation.kinds; "
+        "print(any(m.startswith('federation.kinds.pytorch') for m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.strip() == "False"
 

@@ -36,8 +36,16 @@ def multi_node() -> Obj:
     return load("trainjob/multi-node.yaml")
 
 
-def rjob(name: str, *, ancestor: str | None = None, container: str = "node", image: str | None = "img:1",
-         parallelism: int | None = None, replicas: int | None = None, **requests: str) -> Obj:
+def rjob(
+    name: str,
+    *,
+    ancestor: str | None = None,
+    container: str = "node",
+    image: str | None = "img:1",
+    parallelism: int | None = None,
+    replicas: int | None = None,
+    **requests: str,
+) -> Obj:
     c: Obj = {"name": container, "resources": {"requests": dict(requests)} if requests else {}}
     if image:
         c["image"] = image
@@ -53,14 +61,21 @@ def rjob(name: str, *, ancestor: str | None = None, container: str = "node", ima
 
 
 def runtime(*rjobs: Obj, kind: str = "ClusterTrainingRuntime", **ml_policy: Any) -> Obj:
-    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": kind, "metadata": {"name": "rt"},
-            "spec": {"mlPolicy": ml_policy, "template": {"spec": {"replicatedJobs": list(rjobs)}}}}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": kind,
+        "metadata": {"name": "rt"},
+        "spec": {"mlPolicy": ml_policy, "template": {"spec": {"replicatedJobs": list(rjobs)}}},
+    }
 
 
 def trainjob(**trainer: Any) -> Obj:
-    return {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
-            "metadata": {"name": "tj", "namespace": "team-a"},
-            "spec": {"managedBy": labels.MULTIKUEUE, "runtimeRef": {"name": "rt"}, "trainer": trainer}}
+    return {
+        "apiVersion": "trainer.kubeflow.org/v1alpha1",
+        "kind": "TrainJob",
+        "metadata": {"name": "tj", "namespace": "team-a"},
+        "spec": {"managedBy": labels.MULTIKUEUE, "runtimeRef": {"name": "rt"}, "trainer": trainer},
+    }
 
 
 def test_multi_node_example() -> None:
@@ -74,11 +89,17 @@ def test_multi_node_example() -> None:
     container = node.template["spec"]["containers"][0]
     assert container["command"] == job["spec"]["trainer"]["command"]
     assert container["resources"]["limits"] == {"cpu": "1", "memory": "1Gi"}
-    assert container["image"] == rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"][
-        "spec"]["containers"][0]["image"]
+    assert (
+        container["image"]
+        == rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+            "containers"
+        ][0]["image"]
+    )
     [effective] = effective_replicated_jobs(job, rt)
     assert effective["template"]["spec"]["parallelism"] == effective["template"]["spec"]["completions"] == 3
-    assert "parallelism" not in rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]  # untouched
+    assert (
+        "parallelism" not in rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]
+    )  # untouched
 
 
 def test_num_nodes_falls_back_to_the_runtime_then_one() -> None:
@@ -94,9 +115,13 @@ def test_num_nodes_falls_back_to_the_runtime_then_one() -> None:
 
 def test_image_args_and_env_override_the_node_container() -> None:
     rt = runtime(rjob("node", ancestor="trainer", cpu="1"), torch={})
-    node = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]
+    node = rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]
     node["env"] = [{"name": "KEEP", "value": "1"}, {"name": "OVERRIDE", "value": "old"}]
-    job = trainjob(numNodes=2, image="mine:2", args=["--lr", "0.1"], env=[{"name": "OVERRIDE", "value": "new"}])
+    job = trainjob(
+        numNodes=2, image="mine:2", args=["--lr", "0.1"], env=[{"name": "OVERRIDE", "value": "new"}]
+    )
     [podset] = TRAINJOB.podsets(job, rt)
     container = podset.template["spec"]["containers"][0]
     assert container["image"] == "mine:2" and container["args"] == ["--lr", "0.1"]
@@ -108,12 +133,15 @@ def deepspeed_like(launcher_as_node: bool = True) -> Obj:
     return runtime(
         rjob("launcher", ancestor="trainer", cpu="500m"),
         rjob("node", cpu="2", memory="2Gi"),
-        numNodes=1, mpi={"numProcPerNode": 1, "runLauncherAsNode": launcher_as_node},
+        numNodes=1,
+        mpi={"numProcPerNode": 1, "runLauncherAsNode": launcher_as_node},
     )
 
 
 def test_mpi_launcher_as_node_takes_one_node() -> None:
-    job = trainjob(numNodes=3, image="ds:1", command=["mpirun", "train"], resourcesPerNode={"requests": {"cpu": "4"}})
+    job = trainjob(
+        numNodes=3, image="ds:1", command=["mpirun", "train"], resourcesPerNode={"requests": {"cpu": "4"}}
+    )
     rt = deepspeed_like()
     assert TRAINJOB.validate(job, rt) == []
     launcher, node = TRAINJOB.podsets(job, rt)
@@ -130,34 +158,59 @@ def test_mpi_launcher_as_node_takes_one_node() -> None:
 
 
 def test_one_node_with_launcher_as_node_is_launcher_only() -> None:
-    assert [(p.name, p.count) for p in TRAINJOB.podsets(trainjob(numNodes=1), deepspeed_like())] == [("launcher", 1)]
+    assert [(p.name, p.count) for p in TRAINJOB.podsets(trainjob(numNodes=1), deepspeed_like())] == [
+        ("launcher", 1)
+    ]
 
 
 def test_initializer_steps_are_their_own_podsets() -> None:
-    rt = runtime(rjob("dataset-initializer", ancestor="dataset-initializer", container="dataset-initializer",
-                      cpu="1", replicas=3),
-                 rjob("node", ancestor="trainer", cpu="2"), numNodes=1, torch={})
+    rt = runtime(
+        rjob(
+            "dataset-initializer",
+            ancestor="dataset-initializer",
+            container="dataset-initializer",
+            cpu="1",
+            replicas=3,
+        ),
+        rjob("node", ancestor="trainer", cpu="2"),
+        numNodes=1,
+        torch={},
+    )
     podsets = TRAINJOB.podsets(trainjob(numNodes=2), rt)
     assert [(p.name, p.count) for p in podsets] == [("dataset-initializer", 1), ("node", 2)]
     from federation.podset import total_requests
+
     assert total_requests(podsets)["cpu"] == D(5)
 
 
 def test_plain_jobs_count_replicas_times_parallelism() -> None:
-    rt = runtime(rjob("node", ancestor="trainer"), rjob("sidecar-job", container="helper", parallelism=2, replicas=2),
-                 torch={})
-    assert [(p.name, p.count) for p in TRAINJOB.podsets(trainjob(numNodes=1), rt)] == [("node", 1), ("sidecar-job", 4)]
+    rt = runtime(
+        rjob("node", ancestor="trainer"),
+        rjob("sidecar-job", container="helper", parallelism=2, replicas=2),
+        torch={},
+    )
+    assert [(p.name, p.count) for p in TRAINJOB.podsets(trainjob(numNodes=1), rt)] == [
+        ("node", 1),
+        ("sidecar-job", 4),
+    ]
 
 
 def test_runtime_ref() -> None:
     assert TRAINJOB.runtime_ref(multi_node()) == RuntimeRef(
-        "trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", "clustertrainingruntimes", "torch-distributed", None)
+        "trainer.kubeflow.org/v1alpha1",
+        "ClusterTrainingRuntime",
+        "clustertrainingruntimes",
+        "torch-distributed",
+        None,
+    )
     job = trainjob()
     assert TRAINJOB.runtime_ref(job) == RuntimeRef(  # kind defaults to ClusterTrainingRuntime
-        "trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", "clustertrainingruntimes", "rt", None)
+        "trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime", "clustertrainingruntimes", "rt", None
+    )
     job["spec"]["runtimeRef"]["kind"] = "TrainingRuntime"
     assert TRAINJOB.runtime_ref(job) == RuntimeRef(
-        "trainer.kubeflow.org/v1alpha1", "TrainingRuntime", "trainingruntimes", "rt", "team-a")
+        "trainer.kubeflow.org/v1alpha1", "TrainingRuntime", "trainingruntimes", "rt", "team-a"
+    )
     job["spec"]["runtimeRef"]["apiGroup"] = "example.com"
     assert TRAINJOB.runtime_ref(job) is None
     del job["spec"]["runtimeRef"]
@@ -176,6 +229,7 @@ def _set(path: list[Any], value: Any) -> Callable[[Obj], None]:
         for key in path[:-1]:
             node = node[key]
         node[path[-1]] = value
+
     return mutate
 
 
@@ -185,6 +239,7 @@ def _delete(path: list[Any]) -> Callable[[Obj], None]:
         for key in path[:-1]:
             node = node[key]
         del node[path[-1]]
+
     return mutate
 
 
@@ -197,29 +252,48 @@ BROKEN_JOB: list[tuple[str, Callable[[Obj], None], str]] = [
     ("zero nodes", _set([*T, "numNodes"], 0), "spec.trainer.numNodes"),
     ("reserved env", _set([*T, "env"], [{"name": "PET_NNODES", "value": "9"}]), "spec.trainer.env[0].name"),
     ("nameless env", _set([*T, "env"], [{"value": "9"}]), "spec.trainer.env[0].name"),
-    ("bad resourcesPerNode", _set([*T, "resourcesPerNode", "requests", "memory"], "1GB"),
-     "spec.trainer.resourcesPerNode.requests.memory"),
+    (
+        "bad resourcesPerNode",
+        _set([*T, "resourcesPerNode", "requests", "memory"], "1GB"),
+        "spec.trainer.resourcesPerNode.requests.memory",
+    ),
     ("command not a list", _set([*T, "command"], "torchrun"), "spec.trainer.command"),
     ("bad numProcPerNode", _set([*T, "numProcPerNode"], 0), "spec.trainer.numProcPerNode"),
     ("bad name", _set(["metadata", "name"], "Multi.Node"), "metadata.name"),
-    ("prototype managedBy", _set(["spec", "managedBy"], "kubeflow.org/trainjob-controller"), "spec.managedBy"),
+    (
+        "prototype managedBy",
+        _set(["spec", "managedBy"], "kubeflow.org/trainjob-controller"),
+        "spec.managedBy",
+    ),
     ("zero deadline", _set(["spec", "activeDeadlineSeconds"], 0), "spec.activeDeadlineSeconds"),
     ("suspend not bool", _set(["spec", "suspend"], 1), "spec.suspend"),
 ]
 RJ = ["spec", "template", "spec", "replicatedJobs"]
 NODE_POD = [*RJ, 0, "template", "spec", "template", "spec"]
 BROKEN_RUNTIME: list[tuple[str, Callable[[Obj], None], str]] = [
-    ("no node container", _set([*NODE_POD, "containers", 0, "name"], "trainer"),
-     "runtime.spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers"),
-    ("no trainer job", lambda rt: (_set([*RJ, 0, "name"], "other")(rt), _delete([*RJ, 0, "template", "metadata"])(rt)),
-     "runtime.spec.template.spec.replicatedJobs"),
+    (
+        "no node container",
+        _set([*NODE_POD, "containers", 0, "name"], "trainer"),
+        "runtime.spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers",
+    ),
+    (
+        "no trainer job",
+        lambda rt: (_set([*RJ, 0, "name"], "other")(rt), _delete([*RJ, 0, "template", "metadata"])(rt)),
+        "runtime.spec.template.spec.replicatedJobs",
+    ),
     ("no replicated jobs", _set(RJ, []), "runtime.spec.template.spec.replicatedJobs"),
-    ("no image", _delete([*NODE_POD, "containers", 0, "image"]),
-     "runtime.spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers[0].image"),
+    (
+        "no image",
+        _delete([*NODE_POD, "containers", 0, "image"]),
+        "runtime.spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers[0].image",
+    ),
     ("zero runtime nodes", _set(["spec", "mlPolicy", "numNodes"], 0), "runtime.spec.mlPolicy.numNodes"),
     ("kind mismatch", _set(["kind"], "TrainingRuntime"), "spec.runtimeRef.kind"),
-    ("bad restart policy", _set([*NODE_POD, "restartPolicy"], "Always"),
-     "runtime.spec.template.spec.replicatedJobs[0].template.spec.template.spec.restartPolicy"),
+    (
+        "bad restart policy",
+        _set([*NODE_POD, "restartPolicy"], "Always"),
+        "runtime.spec.template.spec.replicatedJobs[0].template.spec.template.spec.restartPolicy",
+    ),
 ]
 
 
@@ -243,7 +317,9 @@ def test_broken_runtime_names_the_field(what: str, mutate: Callable[[Obj], None]
 
 def test_trainer_image_fills_a_runtime_without_one() -> None:
     rt = torch_runtime()
-    del rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["containers"][0]["image"]
+    del rt["spec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"
+    ][0]["image"]
     job = multi_node()
     job["spec"]["trainer"]["image"] = "mine:1"
     assert TRAINJOB.validate(job, rt) == []
@@ -267,11 +343,22 @@ def test_managed_by_has_no_invented_default() -> None:
 def test_status_suspend_and_worker_copy() -> None:
     job = multi_node()
     job["metadata"]["uid"] = "u1"
-    job["status"] = {"conditions": [{"type": "Complete", "status": "True", "reason": "AllJobsCompleted",
-                                     "message": "jobset completed successfully"}]}
-    assert TRAINJOB.finished(job) == Finished("Succeeded", "AllJobsCompleted", "jobset completed successfully")
+    job["status"] = {
+        "conditions": [
+            {
+                "type": "Complete",
+                "status": "True",
+                "reason": "AllJobsCompleted",
+                "message": "jobset completed successfully",
+            }
+        ]
+    }
+    assert TRAINJOB.finished(job) == Finished(
+        "Succeeded", "AllJobsCompleted", "jobset completed successfully"
+    )
     job["status"]["conditions"][0]["type"] = "Failed"
-    assert TRAINJOB.finished(job) is not None and TRAINJOB.finished(job).outcome == "Failed"  # type: ignore[union-attr]
+    failed = TRAINJOB.finished(job)
+    assert failed is not None and failed.outcome == "Failed"
     assert TRAINJOB.is_suspended(TRAINJOB.with_suspended(job, True))
     out = TRAINJOB.prepare_for_worker(copy.deepcopy(job), stamp={labels.ORIGIN: "o"}, managed_by=None)
     assert "managedBy" not in out["spec"] and "uid" not in out["metadata"] and "status" not in out

@@ -66,16 +66,38 @@ def test_parse_quantity(text: str, expected: Decimal) -> None:
     assert parse_quantity(text, "spec.x") == expected
 
 
-@pytest.mark.parametrize(("value", "expected"),
-                         [(2, D(2)), (0.25, D("0.25")), (1024, D(1024)), (D("0.0000000001"), D("1e-9"))])
+@pytest.mark.parametrize(
+    ("value", "expected"), [(2, D(2)), (0.25, D("0.25")), (1024, D(1024)), (D("0.0000000001"), D("1e-9"))]
+)
 def test_parse_numbers_from_yaml(value: int | float, expected: Decimal) -> None:
     assert parse_quantity(value, "f") == expected
 
 
 @pytest.mark.parametrize(
     "text",
-    ["", " 1", "1 ", "Ki", "m", "1.2.3", "1e", "1e+", "1Kb", "1ki", "1KI", "--1", "+-1", "e3", "1e1.5",
-     "1 Gi", "abc", "1,5", "0x10", "1e99999999999", "١"],
+    [
+        "",
+        " 1",
+        "1 ",
+        "Ki",
+        "m",
+        "1.2.3",
+        "1e",
+        "1e+",
+        "1Kb",
+        "1ki",
+        "1KI",
+        "--1",
+        "+-1",
+        "e3",
+        "1e1.5",
+        "1 Gi",
+        "abc",
+        "1,5",
+        "0x10",
+        "1e99999999999",
+        "١",
+    ],
 )
 def test_parse_rejects_malformed(text: str) -> None:
     with pytest.raises(Invalid) as info:
@@ -84,7 +106,9 @@ def test_parse_rejects_malformed(text: str) -> None:
     assert info.value.fix  # says what would fix it
 
 
-@pytest.mark.parametrize("value", [True, None, float("nan"), float("inf"), D("NaN"), D("-Infinity"), [1], {"a": 1}])
+@pytest.mark.parametrize(
+    "value", [True, None, float("nan"), float("inf"), D("NaN"), D("-Infinity"), [1], {"a": 1}]
+)
 def test_parse_rejects_non_quantities(value: Any) -> None:
     with pytest.raises(Invalid):
         parse_quantity(value, "f")
@@ -137,8 +161,20 @@ def test_format_then_parse_round_trips(amount: Decimal, resource: str) -> None:
 )
 def test_parse_integer_with_suffix(number: int, suffix: str) -> None:
     multiplier = {
-        "": D(1), "n": D("1e-9"), "u": D("1e-6"), "m": D("1e-3"), "k": D(10**3), "M": D(10**6), "G": D(10**9),
-        "Ki": D(2**10), "Mi": D(2**20), "Gi": D(2**30), "Ti": D(2**40), "e2": D(100), "e-2": D("0.01"), "E0": D(1),
+        "": D(1),
+        "n": D("1e-9"),
+        "u": D("1e-6"),
+        "m": D("1e-3"),
+        "k": D(10**3),
+        "M": D(10**6),
+        "G": D(10**9),
+        "Ki": D(2**10),
+        "Mi": D(2**20),
+        "Gi": D(2**30),
+        "Ti": D(2**40),
+        "e2": D(100),
+        "e-2": D("0.01"),
+        "E0": D(1),
     }[suffix]
     assert parse_quantity(f"{number}{suffix}", "f") == min(number * multiplier, MAX_QUANTITY)
 
@@ -157,7 +193,9 @@ res_maps = st.dictionaries(st.sampled_from(["cpu", "memory", "pods", "nvidia.com
 
 
 @given(res_maps, res_maps, res_maps)
-def test_add_is_commutative_and_associative(a: dict[str, Decimal], b: dict[str, Decimal], c: dict[str, Decimal]) -> None:
+def test_add_is_commutative_and_associative(
+    a: dict[str, Decimal], b: dict[str, Decimal], c: dict[str, Decimal]
+) -> None:
     assert add(a, b) == add(b, a)
     assert add(add(a, b), c) == add(a, add(b, c))
 
@@ -189,8 +227,9 @@ def test_fits_counts_missing_resources_as_zero() -> None:
     assert fits({"cpu": D(0)}, {})
 
 
-def container(name: str, requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None,
-              **extra: Any) -> dict[str, Any]:
+def container(
+    name: str, requests: dict[str, Any] | None = None, limits: dict[str, Any] | None = None, **extra: Any
+) -> dict[str, Any]:
     resources = {k: v for k, v in (("requests", requests), ("limits", limits)) if v is not None}
     return {"name": name, "image": "busybox", "resources": resources, **extra}
 
@@ -234,7 +273,10 @@ def test_overhead_is_added_last() -> None:
 
 
 def test_pod_level_resources_replace_the_container_sum() -> None:
-    spec = {"resources": {"requests": {"cpu": "4"}}, "containers": [container("a", {"cpu": "1", "memory": "1Gi"})]}
+    spec = {
+        "resources": {"requests": {"cpu": "4"}},
+        "containers": [container("a", {"cpu": "1", "memory": "1Gi"})],
+    }
     assert pod_requests(spec) == {"cpu": D(4), "memory": D(2**30), "pods": D(1)}
 
 
@@ -245,11 +287,18 @@ def test_no_resources_is_one_pod() -> None:
 @pytest.mark.parametrize(
     ("spec", "field"),
     [
-        ({"containers": [container("a", {"cpu": "1x"})]}, "spec.template.spec.containers[0].resources.requests.cpu"),
-        ({"containers": [container("a"), container("b", None, {"memory": "lots"})]},
-         "spec.template.spec.containers[1].resources.limits.memory"),
-        ({"containers": [], "initContainers": [container("i", {"cpu": "-1"})]},
-         "spec.template.spec.initContainers[0].resources.requests.cpu"),
+        (
+            {"containers": [container("a", {"cpu": "1x"})]},
+            "spec.template.spec.containers[0].resources.requests.cpu",
+        ),
+        (
+            {"containers": [container("a"), container("b", None, {"memory": "lots"})]},
+            "spec.template.spec.containers[1].resources.limits.memory",
+        ),
+        (
+            {"containers": [], "initContainers": [container("i", {"cpu": "-1"})]},
+            "spec.template.spec.initContainers[0].resources.requests.cpu",
+        ),
         ({"containers": [], "overhead": {"cpu": "?"}}, "spec.template.spec.overhead.cpu"),
         ({"containers": "nope"}, "spec.template.spec.containers"),
     ],
@@ -273,7 +322,8 @@ def test_podset_total_and_total_requests() -> None:
 
 amounts = st.integers(min_value=0, max_value=4000)
 containers_st = st.lists(
-    st.tuples(st.booleans(), amounts, amounts), max_size=5  # (is sidecar, milli-cpu, MiB)
+    st.tuples(st.booleans(), amounts, amounts),
+    max_size=5,  # (is sidecar, milli-cpu, MiB)
 )
 
 
@@ -292,13 +342,22 @@ def stage_peak(inits: list[tuple[bool, int, int]], regular: list[tuple[int, int]
 
 
 @given(containers_st, st.lists(st.tuples(amounts, amounts), max_size=4), st.tuples(amounts, amounts))
-def test_pod_requests_match_the_startup_timeline(inits: list[tuple[bool, int, int]],
-                                                 regular: list[tuple[int, int]], overhead: tuple[int, int]) -> None:
+def test_pod_requests_match_the_startup_timeline(
+    inits: list[tuple[bool, int, int]], regular: list[tuple[int, int]], overhead: tuple[int, int]
+) -> None:
     spec = {
-        "initContainers": [container(f"i{n}", {"cpu": f"{cpu}m", "memory": f"{mem}Mi"},
-                                     **({"restartPolicy": "Always"} if sidecar else {}))
-                           for n, (sidecar, cpu, mem) in enumerate(inits)],
-        "containers": [container(f"c{n}", {"cpu": f"{cpu}m", "memory": f"{mem}Mi"}) for n, (cpu, mem) in enumerate(regular)],
+        "initContainers": [
+            container(
+                f"i{n}",
+                {"cpu": f"{cpu}m", "memory": f"{mem}Mi"},
+                **({"restartPolicy": "Always"} if sidecar else {}),
+            )
+            for n, (sidecar, cpu, mem) in enumerate(inits)
+        ],
+        "containers": [
+            container(f"c{n}", {"cpu": f"{cpu}m", "memory": f"{mem}Mi"})
+            for n, (cpu, mem) in enumerate(regular)
+        ],
         "overhead": {"cpu": f"{overhead[0]}m", "memory": f"{overhead[1]}Mi"},
     }
     cpu, mem = stage_peak(inits, [(c, m) for c, m in regular])
