@@ -12,6 +12,7 @@ import re
 from typing import Any
 
 from kubesim.errors import ApiError, invalid
+from kubesim.records import now
 from kubesim.resources import ResourceType
 
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -388,3 +389,34 @@ def check_kind_and_version(rt: ResourceType, obj: dict[str, Any]) -> None:
     if kind and kind != rt.kind:
         raise ApiError(400, "BadRequest", f"the object provided is unrecognized (must be of type {rt.kind}): "
                        f"{kind}")
+
+
+def node_object(n: Any, index: int = 0) -> dict[str, Any]:
+    """The Node a NodeSpec describes: capacity = allocatable, Ready, hostname label."""
+    res = {"cpu": n.cpu, "memory": n.memory, "pods": str(n.pods), "ephemeral-storage": "100Gi", **n.extended}
+    t = now()
+    labels = {"kubernetes.io/hostname": n.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
+              "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64", **n.labels}
+    return {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": n.name, "labels": labels, "annotations": {"kubesim.mkd.dev/simulated": "true"}},
+        "spec": {},
+        "status": {
+            "capacity": dict(res), "allocatable": dict(res),
+            "conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady",
+                 "message": "kubelet is posting ready status", "lastHeartbeatTime": t, "lastTransitionTime": t},
+                *[{"type": c, "status": "False", "reason": f"KubeletHas{r}", "message": m,
+                   "lastHeartbeatTime": t, "lastTransitionTime": t}
+                  for c, r, m in (("MemoryPressure", "SufficientMemory", "kubelet has sufficient memory available"),
+                                  ("DiskPressure", "NoDiskPressure", "kubelet has no disk pressure"),
+                                  ("PIDPressure", "SufficientPID", "kubelet has sufficient PID available"))],
+            ],
+            "addresses": [{"type": "InternalIP", "address": f"172.18.{index // 250}.{index % 250 + 2}"},
+                          {"type": "Hostname", "address": n.name}],
+            "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": "v1.31.0-kubesim",
+                         "containerRuntimeVersion": "kubesim://1.0", "kernelVersion": "6.0.0", "osImage": "kubesim",
+                         "kubeProxyVersion": "v1.31.0-kubesim", "machineID": "", "systemUUID": "", "bootID": ""},
+            "phase": "Running",
+        },
+    }

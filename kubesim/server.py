@@ -13,7 +13,7 @@ import base64
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import unquote
 
@@ -23,8 +23,8 @@ from aiohttp import web
 
 from kubesim.errors import ApiError, not_found
 from kubesim.resources import ResourceType
-from kubesim.selectors import matches, parse_field_selector, parse_label_selector
 from kubesim.store import RETURNS_OBJECT, Rec, Store
+from kubesim.watch import Watcher, serve_watch
 
 log = logging.getLogger("kubesim.server")
 
@@ -78,13 +78,6 @@ class Target:
     namespace: str | None
     name: str | None
     sub: str | None
-
-
-@dataclass(eq=False)
-class Watcher:
-    queue: asyncio.Queue[bytes | None]
-    transport: Any
-    tasks: set[Any] = field(default_factory=set)
 
 
 def status_body(e: ApiError) -> bytes:
@@ -243,7 +236,7 @@ class ApiServer:
         if t.name is None:
             if m == "GET":
                 if watch_path or q.get("watch") in ("true", "1", "True"):
-                    return await self._watch(request, t)
+                    return await serve_watch(self, request, t)
                 return self._list(request, t)
             if m == "POST":
                 obj = await self._body(request)
@@ -256,7 +249,7 @@ class ApiServer:
                            "resource", {})
         name = t.name
         if watch_path:
-            return await self._watch(request, t, name)
+            return await serve_watch(self, request, t, name)
         if t.sub == "scale":
             return await self._scale(request, t)
         if t.sub == "log":
@@ -346,7 +339,7 @@ class ApiServer:
 
     # ------------------------------------------------------------------ rendering
 
-    def _render(self, rec: Rec, t: Target) -> bytes:
+    def render(self, rec: Rec, t: Target) -> bytes:
         rt = t.rt
         if rt.builtin or len(rt.versions) == 1:
             return rec.raw
@@ -359,7 +352,7 @@ class ApiServer:
         return orjson.dumps(obj)
 
     def _obj(self, rec: Rec, t: Target, status: int = 200) -> web.Response:
-        return web.Response(body=self._render(rec, t), status=status, content_type=JSON)
+        return web.Response(body=self.render(rec, t), status=status, content_type=JSON)
 
     def _json(self, body: Any, status: int = 200) -> web.Response:
         return web.Response(body=orjson.dumps(body), status=status, content_type=JSON)
@@ -387,7 +380,7 @@ class ApiServer:
         if "as=Table" in request.headers.get("Accept", ""):
             return self._json(self._table(recs, meta))
         head = orjson.dumps({"kind": f"{rt.kind}List", "apiVersion": rt.api_version(t.version), "metadata": meta})
-        body = b"".join((head[:-1], b',"items":[', b",".join(self._render(r, t) for r in recs), b"]}"))
+        body = b"".join((head[:-1], b',"items":[', b",".join(self.render(r, t) for r in recs), b"]}"))
         return web.Response(body=body, content_type=JSON)
 
     def _table(self, recs: list[Rec], meta: dict[str, Any]) -> dict[str, Any]:
@@ -449,7 +442,7 @@ class ApiServer:
         for r in recs:
             with contextlib.suppress(ApiError):
                 rec, _ = self.store.delete_rec(t.rt.key, r.ns or None, r.name, q.get("propagationPolicy"))
-                items.append(self._render(rec, t))
+                items.append(self.render(rec, t))
         head = orjson.dumps({"kind": f"{t.rt.kind}List", "apiVersion": t.rt.api_version(t.version),
                              "metadata": {"resourceVersion": str(self.store.rv)}})
         return web.Response(body=head[:-1] + b',"items":[' + b",".join(items) + b"]}", content_type=JSON)
@@ -497,115 +490,3 @@ class ApiServer:
                                                           "creationTimestamp") if k in m},
                            "spec": {"replicas": dig(spec_path) or 0},
                            "status": {"replicas": dig(status_path) or 0}})
-
-    # ------------------------------------------------------------------ watch
-
-    async def _watch(self, request: web.Request, t: Target, name: str | None = None) -> web.StreamResponse:
-        q = request.query
-        rt = t.rt
-        store = self.store
-        lreq = parse_label_selector(q.get("labelSelector"))
-        fsel = q.get("fieldSelector") or ""
-        if name:
-            fsel = f"metadata.name={name}" + ("," + fsel if fsel else "")
-        freq = parse_field_selector(rt.key, fsel)
-        ns = t.namespace
-        bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
-        timeout = float(q.get("timeoutSeconds") or 0) or 1800.0
-        rv_param = q.get("resourceVersion") or ""
-        send_initial = q.get("sendInitialEvents") == "true"
-        queue: asyncio.Queue[bytes | None] = asyncio.Queue()
-        fields_match = store.fields_match
-
-        def wanted(rec: Rec | None) -> bool:
-            if rec is None:
-                return False
-            if ns and rec.ns != ns:
-                return False
-            if lreq and not matches(lreq, rec.labels):
-                return False
-            return not (freq and not fields_match(freq, rec))
-
-        def line(etype: str, rec: Rec) -> bytes:
-            return b'{"type":"' + etype.encode() + b'","object":' + self._render(rec, t) + b"}\n"
-
-        def on_event(etype: str, res: str, rec: Rec, old: Rec | None) -> None:
-            if res != rt.key:
-                return
-            now_ok = wanted(rec)
-            if etype == "MODIFIED" and (lreq or freq):
-                was_ok = wanted(old)
-                if now_ok and not was_ok:
-                    etype = "ADDED"
-                elif was_ok and not now_ok:
-                    etype, now_ok = "DELETED", True
-            if now_ok:
-                queue.put_nowait(line(etype, rec))
-
-        resp = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
-        resp.enable_chunked_encoding()
-        initial: list[bytes] = []
-        # Subscribe and read the starting state in one synchronous step, so no event falls in between.
-        if rv_param in ("", "0") or send_initial:
-            initial = [line("ADDED", r) for r in store.list_recs(rt.key, ns) if wanted(r)]
-            if send_initial and bookmarks:
-                initial.append(self._bookmark(rt, store.rv, initial_end=True))
-        else:
-            try:
-                since = int(rv_param)
-            except ValueError:
-                raise ApiError(400, "BadRequest", f"invalid resource version: {rv_param}") from None
-            events = store.events_since(since)
-            if events is None:
-                gone = ApiError(410, "Expired", f"too old resource version: {since} ({store.compacted + 1})")
-                await resp.prepare(request)
-                await resp.write(b'{"type":"ERROR","object":' + status_body(gone) + b"}\n")
-                await resp.write_eof()
-                return resp
-            for _rv, etype, _res, rec, old in events:
-                if _res == rt.key:
-                    on_event(etype, _res, rec, old)
-        unsub = store.subscribe_raw(on_event)
-        watcher = Watcher(queue, request.transport)
-        self.watchers.add(watcher)
-        deadline = time.monotonic() + timeout
-        last_bookmark = time.monotonic()
-        try:
-            await resp.prepare(request)
-            if initial:
-                await resp.write(b"".join(initial))
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    break
-                wait = min(left, self.bookmark_seconds) if bookmarks else left
-                try:
-                    item = await asyncio.wait_for(queue.get(), wait)
-                except TimeoutError:
-                    if bookmarks and time.monotonic() - last_bookmark >= self.bookmark_seconds * 0.99:
-                        await resp.write(self._bookmark(rt, store.rv))
-                        last_bookmark = time.monotonic()
-                    continue
-                if item is None:
-                    break
-                chunk = [item]
-                while not queue.empty():
-                    nxt = queue.get_nowait()
-                    if nxt is None:
-                        break
-                    chunk.append(nxt)
-                await resp.write(b"".join(chunk))
-            await resp.write_eof()
-        except (ConnectionResetError, asyncio.CancelledError, RuntimeError):
-            pass
-        finally:
-            unsub()
-            self.watchers.discard(watcher)
-        return resp
-
-    def _bookmark(self, rt: ResourceType, rv: int, initial_end: bool = False) -> bytes:
-        meta: dict[str, Any] = {"resourceVersion": str(rv)}
-        if initial_end:
-            meta["annotations"] = {"k8s.io/initial-events-end": "true"}
-        return orjson.dumps({"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version(),
-                                                            "metadata": meta}}) + b"\n"

@@ -13,18 +13,19 @@ from __future__ import annotations
 import base64
 import builtins
 import random
-import time
 import uuid
 from collections import deque
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
 
+from kubesim import apply as ssa
 from kubesim import kinds
+from kubesim.deletion import DeletionMixin
 from kubesim.errors import ApiError, already_exists, conflict, invalid, not_found
 from kubesim.patch import json_patch, merge_patch, strategic_merge
+from kubesim.records import Rec, now
 from kubesim.resources import Catalogue, ResourceType
 from kubesim.selectors import field_matches, matches, parse_field_selector, parse_label_selector
 from kubesim.spec import ClusterSpec
@@ -41,37 +42,7 @@ Subscriber = Callable[[str, str, dict[str, Any]], None]
 RawSubscriber = Callable[[str, str, "Rec", "Rec | None"], None]
 
 
-_stamp: list[Any] = [0, ""]
-
-
-def now() -> str:
-    """RFC 3339 UTC timestamp with seconds precision (formatted once per second: it is on the hot path)."""
-    t = int(time.time())
-    if _stamp[0] != t:
-        _stamp[0], _stamp[1] = t, datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return str(_stamp[1])
-
-
-class Rec:
-    """One stored object: its JSON bytes and what selectors, GC and watches need without parsing."""
-
-    __slots__ = ("labels", "name", "ns", "owners", "raw", "rv", "uid")
-
-    def __init__(self, raw: bytes, ns: str, name: str, rv: int, uid: str,
-                 labels: dict[str, str] | None, owners: tuple[str, ...]) -> None:
-        self.raw = raw
-        self.ns = ns
-        self.name = name
-        self.rv = rv
-        self.uid = uid
-        self.labels = labels
-        self.owners = owners
-
-    def obj(self) -> dict[str, Any]:
-        return orjson.loads(self.raw)  # type: ignore[no-any-return]
-
-
-class Store:
+class Store(DeletionMixin):
     """All objects of one cluster (see module docstring)."""
 
     def __init__(self, spec: ClusterSpec, history: int = HISTORY) -> None:
@@ -94,7 +65,7 @@ class Store:
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         for i, n in enumerate(spec.nodes):
-            self.create("nodes", node_object(n, i))
+            self.create("nodes", kinds.node_object(n, i))
 
     # ------------------------------------------------------------------ public contract
 
@@ -428,7 +399,7 @@ class Store:
 
     def apply_rec(self, res: str, namespace: str | None, name: str, obj: dict[str, Any], manager: str,
                   force: bool = False, subresource: str | None = None, dry_run: bool = False) -> Rec:
-        """Server-side apply, simplified: create if missing, else a forced merge of the applied config."""
+        """Server-side apply (see kubesim.apply): create if missing, else merge with field ownership."""
         rt = self.rtype(res)
         ns = (namespace or "default") if rt.namespaced else ""
         meta = obj.setdefault("metadata", {})
@@ -437,27 +408,19 @@ class Store:
         meta["name"] = name
         if rt.namespaced:
             meta["namespace"] = ns
-        entry = {"manager": manager, "operation": "Apply", "apiVersion": obj.get("apiVersion") or rt.api_version(),
-                 "time": now(), "fieldsType": "FieldsV1", "fieldsV1": _fields_v1(obj)}
-        if subresource:
-            entry["subresource"] = subresource
+        api_version = obj.get("apiVersion") or rt.api_version()
         rec = self.get_rec(res, ns, name)
         if rec is None:
             if subresource:
                 raise not_found(rt.plural, rt.group, name)
-            meta["managedFields"] = [entry]
+            _, meta["managedFields"] = ssa.plan({}, obj, manager, None, True, api_version, now())
             return self.create_rec(res, obj, dry_run)
-        old = rec.obj()
         if meta.get("resourceVersion") and meta["resourceVersion"] != str(rec.rv):
             raise conflict(rt.plural, rt.group, name)
-        applied = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind")}
-        applied["metadata"] = {k: v for k, v in meta.items() if k in ("labels", "annotations", "finalizers",
-                                                                      "ownerReferences")}
-        new = strategic_merge(old, applied) if rt.builtin else merge_patch(old, applied)
-        mf = [m for m in old["metadata"].get("managedFields") or []
-              if not (m.get("manager") == manager and m.get("operation") == "Apply"
-                      and m.get("subresource") == entry.get("subresource"))]
-        new["metadata"]["managedFields"] = [*mf, entry]
+        base, managed = ssa.plan(rec.obj(), obj, manager, subresource, force, api_version, now())
+        applied = ssa.applied_part(obj)
+        new = strategic_merge(base, applied) if rt.builtin else merge_patch(base, applied)
+        new["metadata"]["managedFields"] = managed
         return self._replace(rt, rec, new, subresource, dry_run)
 
     def bind(self, namespace: str, name: str, node: str) -> dict[str, Any]:
@@ -480,191 +443,6 @@ class Store:
                       "lastTransitionTime": now()})
         status["conditions"] = conds
         return self._commit(rt, pod, "MODIFIED", rec).obj()
-
-    # ------------------------------------------------------------------ delete and GC
-
-    def delete_rec(self, res: str, namespace: str | None, name: str, propagation: str | None = None,
-                   precondition_uid: str | None = None, precondition_rv: str | None = None,
-                   dry_run: bool = False, grace_period: int | None = None) -> tuple[Rec, bool]:
-        """Delete; returns (record, gone). ``propagation`` None means the resource's default policy."""
-        rt = self.rtype(res)
-        ns = (namespace or "default") if rt.namespaced else ""
-        rec = self._must(rt, ns, name)
-        if precondition_uid and precondition_uid != rec.uid:
-            raise ApiError(409, "Conflict", f'Precondition failed: UID in precondition: {precondition_uid}, '
-                           f"UID in object meta: {rec.uid}", {"name": name, "kind": rt.plural})
-        if precondition_rv and precondition_rv != str(rec.rv):
-            raise ApiError(409, "Conflict", f"Precondition failed: ResourceVersion in precondition: "
-                           f"{precondition_rv}, ResourceVersion in object meta: {rec.rv}",
-                           {"name": name, "kind": rt.plural})
-        if propagation is None:
-            # batch/v1 Jobs still default to orphaning their pods, as upstream keeps for compatibility.
-            propagation = "Orphan" if res == "jobs.batch" else "Background"
-        if propagation not in ("Background", "Foreground", "Orphan"):
-            raise ApiError(400, "BadRequest", f"propagationPolicy: Unsupported value: {propagation!r}")
-        obj = rec.obj()
-        meta = obj["metadata"]
-        fins = list(meta.get("finalizers") or [])
-        if propagation == "Foreground" and "foregroundDeletion" not in fins:
-            fins.append("foregroundDeletion")
-        if propagation == "Orphan" and "orphan" not in fins and self._deps.get(rec.uid):
-            fins.append("orphan")
-        if dry_run:
-            return rec, not fins and res != "namespaces"
-        if res == "namespaces":
-            if "deletionTimestamp" not in meta:
-                meta["deletionTimestamp"] = now()
-                meta["deletionGracePeriodSeconds"] = 0
-                obj["status"] = {"phase": "Terminating"}
-                rec = self._commit(rt, obj, "MODIFIED", rec)
-                self.defer(lambda: self._finalize_namespace(name))
-            return rec, False
-        grace = self._pod_grace(obj, grace_period) if res == "pods" else 0
-        if not fins and grace == 0:
-            return self._remove(rt, rec, obj), True
-        if "deletionTimestamp" in meta and fins == list(meta.get("finalizers") or []) and (
-                grace >= int(meta.get("deletionGracePeriodSeconds") or 0)):
-            return rec, False
-        first = "deletionTimestamp" not in meta
-        if first or grace < int(meta.get("deletionGracePeriodSeconds") or 0):
-            # A bound, running pod is deleted gracefully: it lingers until its kubelet confirms with grace 0.
-            when = datetime.now(UTC) + timedelta(seconds=grace)
-            meta["deletionTimestamp"] = when.strftime("%Y-%m-%dT%H:%M:%SZ")
-            meta["deletionGracePeriodSeconds"] = grace
-        if fins:
-            meta["finalizers"] = fins
-        if rt.generation and first:
-            meta["generation"] = int(meta.get("generation") or 1) + 1
-        rec = self._commit(rt, obj, "MODIFIED", rec)
-        self.defer(lambda: self._process_deleting(rt.key, ns, name))
-        return rec, False
-
-    @staticmethod
-    def _pod_grace(pod: dict[str, Any], requested: int | None) -> int:
-        """Upstream CheckGracefulDelete for pods: unbound or finished pods go at once."""
-        if not (pod.get("spec") or {}).get("nodeName"):
-            return 0
-        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
-            return 0
-        if requested is not None:
-            return max(int(requested), 0)
-        return int((pod.get("spec") or {}).get("terminationGracePeriodSeconds", 30) or 0)
-
-    def _remove(self, rt: ResourceType, rec: Rec, obj: dict[str, Any]) -> Rec:
-        out = self._commit(rt, obj, "DELETED", rec)
-        uid = rec.uid
-        if rt.key == RAW_CRD:
-            crt = self.catalogue.by_key.get(rec.name)
-            if crt is not None:
-                for r in self.list_recs(crt.key):
-                    self._commit(crt, r.obj(), "DELETED", r)
-                self.catalogue.remove(rec.name)
-        if self._deps.get(uid):
-            self.defer(lambda: self._owner_gone(uid))
-        for o in rec.owners:
-            if o in self._uids:
-                self.defer(lambda o=o: self._recheck_owner(o))  # type: ignore[misc]
-        if rec.ns and rt.key != "namespaces":
-            nsrec = self.get_rec("namespaces", None, rec.ns)
-            if nsrec is not None and b'"deletionTimestamp"' in nsrec.raw:
-                self.defer(lambda: self._finalize_namespace(rec.ns))
-        return out
-
-    def _owner_gone(self, uid: str) -> None:
-        for res, ns, name in sorted(self._deps.get(uid, ())):
-            self._collect(res, ns, name)
-
-    def _collect(self, res: str, ns: str, name: str) -> None:
-        """Delete a dependent whose owners are all gone (the garbage collector's rule)."""
-        rec = self.get_rec(res, ns, name)
-        if rec is None or not rec.owners or any(o in self._uids for o in rec.owners):
-            return
-        try:
-            self.delete_rec(res, ns or None, name, "Background")
-        except ApiError:
-            pass
-
-    def _recheck_owner(self, uid: str) -> None:
-        loc = self._uids.get(uid)
-        if loc is not None:
-            self._process_deleting(*loc)
-
-    def _process_deleting(self, res: str, ns: str, name: str) -> None:
-        """Drive the orphan / foregroundDeletion finalizers of an object being deleted."""
-        rec = self.get_rec(res, ns, name)
-        if rec is None or b'"deletionTimestamp"' not in rec.raw:
-            return
-        obj = rec.obj()
-        fins = list(obj["metadata"].get("finalizers") or [])
-        deps = sorted(self._deps.get(rec.uid, ()))
-        if "orphan" in fins:
-            for dres, dns, dname in deps:
-                drec = self.get_rec(dres, dns, dname)
-                if drec is None:
-                    continue
-                dobj = drec.obj()
-                refs = [r for r in dobj["metadata"].get("ownerReferences") or [] if r.get("uid") != rec.uid]
-                if refs:
-                    dobj["metadata"]["ownerReferences"] = refs
-                else:
-                    dobj["metadata"].pop("ownerReferences", None)
-                self._commit(self.rtype(dres), dobj, "MODIFIED", drec)
-            fins.remove("orphan")
-        elif "foregroundDeletion" in fins:
-            blocking = False
-            for dres, dns, dname in deps:
-                drec = self.get_rec(dres, dns, dname)
-                if drec is None:
-                    continue
-                dobj = drec.obj()
-                if any(r.get("uid") == rec.uid and r.get("blockOwnerDeletion")
-                       for r in dobj["metadata"].get("ownerReferences") or []):
-                    blocking = True
-                if "deletionTimestamp" not in dobj["metadata"]:
-                    try:
-                        self.delete_rec(dres, dns or None, dname, "Foreground")
-                    except ApiError:
-                        pass
-            # Dependents without finalizers are gone by now; wait only for blocking ones that remain.
-            remaining = [d for d in self._deps.get(rec.uid, ()) if self.get_rec(*d) is not None]
-            if blocking and any(self._blocks(d, rec.uid) for d in remaining):
-                return
-            fins.remove("foregroundDeletion")
-        else:
-            return
-        rec = self.get_rec(res, ns, name) or rec
-        obj = rec.obj()
-        obj["metadata"]["finalizers"] = fins
-        if not fins:
-            obj["metadata"].pop("finalizers", None)
-        self._replace(self.rtype(res), rec, obj, None)
-
-    def _blocks(self, loc: tuple[str, str, str], uid: str) -> bool:
-        rec = self.get_rec(*loc)
-        if rec is None:
-            return False
-        return any(r.get("uid") == uid and r.get("blockOwnerDeletion")
-                   for r in rec.obj()["metadata"].get("ownerReferences") or [])
-
-    def _finalize_namespace(self, name: str) -> None:
-        """The namespace controller: delete everything in a terminating namespace, then the namespace."""
-        nsrec = self.get_rec("namespaces", None, name)
-        if nsrec is None or b'"deletionTimestamp"' not in nsrec.raw:
-            return
-        for res, rec in sorted(self.objects_in(name), key=lambda x: (x[0], x[1].name)):
-            if b'"deletionTimestamp"' in rec.raw or self.get_rec(res, name, rec.name) is None:
-                continue
-            try:
-                self.delete_rec(res, name, rec.name, "Background")
-            except ApiError:
-                pass
-        if self.objects_in(name):
-            return
-        nsrec = self.get_rec("namespaces", None, name)
-        if nsrec is not None:
-            obj = nsrec.obj()
-            obj.setdefault("spec", {})["finalizers"] = []
-            self._remove(self.rtype("namespaces"), nsrec, obj)
 
     # ------------------------------------------------------------------ history
 
@@ -694,54 +472,6 @@ class Store:
 
 def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in obj.items() if k not in ("metadata", "status")}
-
-
-def _fields_v1(obj: Any) -> dict[str, Any]:
-    """A FieldsV1-shaped set of the applied fields (lists are recorded as wholes)."""
-    if not isinstance(obj, dict):
-        return {}
-    out: dict[str, Any] = {}
-    for k, v in obj.items():
-        if k in ("apiVersion", "kind") or (k == "metadata" and not isinstance(v, dict)):
-            continue
-        if k == "metadata":
-            sub = {f"f:{m}": _fields_v1(mv) for m, mv in v.items() if m in ("labels", "annotations")}
-            if sub:
-                out["f:metadata"] = sub
-            continue
-        out[f"f:{k}"] = _fields_v1(v) if isinstance(v, dict) else {}
-    return out
-
-
-def node_object(n: Any, index: int = 0) -> dict[str, Any]:
-    """The Node a NodeSpec describes: capacity = allocatable, Ready, hostname label."""
-    res = {"cpu": n.cpu, "memory": n.memory, "pods": str(n.pods), "ephemeral-storage": "100Gi", **n.extended}
-    t = now()
-    labels = {"kubernetes.io/hostname": n.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
-              "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64", **n.labels}
-    return {
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": {"name": n.name, "labels": labels, "annotations": {"kubesim.mkd.dev/simulated": "true"}},
-        "spec": {},
-        "status": {
-            "capacity": dict(res), "allocatable": dict(res),
-            "conditions": [
-                {"type": "Ready", "status": "True", "reason": "KubeletReady",
-                 "message": "kubelet is posting ready status", "lastHeartbeatTime": t, "lastTransitionTime": t},
-                *[{"type": c, "status": "False", "reason": f"KubeletHas{r}", "message": m,
-                   "lastHeartbeatTime": t, "lastTransitionTime": t}
-                  for c, r, m in (("MemoryPressure", "SufficientMemory", "kubelet has sufficient memory available"),
-                                  ("DiskPressure", "NoDiskPressure", "kubelet has no disk pressure"),
-                                  ("PIDPressure", "SufficientPID", "kubelet has sufficient PID available"))],
-            ],
-            "addresses": [{"type": "InternalIP", "address": f"172.18.{index // 250}.{index % 250 + 2}"},
-                          {"type": "Hostname", "address": n.name}],
-            "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux", "kubeletVersion": "v1.31.0-kubesim",
-                         "containerRuntimeVersion": "kubesim://1.0", "kernelVersion": "6.0.0", "osImage": "kubesim",
-                         "kubeProxyVersion": "v1.31.0-kubesim", "machineID": "", "systemUUID": "", "bootID": ""},
-            "phase": "Running",
-        },
-    }
 
 
 def b64(s: str) -> str:

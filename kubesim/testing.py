@@ -38,11 +38,11 @@ def gone(read: Callable[[], Any]) -> Callable[[], bool]:
         try:
             read()
         except client.ApiException as e:
-            return e.status == 404
+            return bool(e.status == 404)
         return False
     return check
 
 
 def status_of(e: client.ApiException) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads(e.body)
+    body: dict[str, Any] = json.loads(e.body or "{}")
     return body

@@ -235,3 +235,17 @@ def test_leases_and_events(api: client.ApiClient, ns: str) -> None:
         "kind": "Pod", "name": "p", "namespace": ns}, "reason": "Test", "message": "hello", "type": "Normal"})
     evs = v1.list_namespaced_event(ns, field_selector="involvedObject.name=p").items
     assert [e.reason for e in evs] == ["Test"]
+
+
+def test_binding_subresource_assigns_the_node_once(api: client.ApiClient, ns: str) -> None:
+    v1 = client.CoreV1Api(api)
+    node = v1.list_node().items[0].metadata.name
+    v1.create_namespaced_pod(ns, pod_body("tobind", schedulerName="no-such-scheduler"))
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "tobind"},
+               "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+    v1.create_namespaced_pod_binding("tobind", ns, binding, _preload_content=False)
+    pod = v1.read_namespaced_pod("tobind", ns)
+    assert pod.spec.node_name == node
+    with pytest.raises(client.ApiException) as ei:
+        v1.create_namespaced_pod_binding("tobind", ns, binding, _preload_content=False)
+    assert ei.value.status == 409

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import yaml
 from kubernetes import client
@@ -108,3 +110,29 @@ def test_apply_without_field_manager_is_rejected(api: client.ApiClient, ns: str)
         dc.request("patch", f"/api/v1/namespaces/{ns}/configmaps/nofm", body=body,
                    content_type="application/apply-patch+yaml")
     assert ei.value.status in (400, 422)
+
+
+def _cm_manifest(ns: str, **data: str) -> dict:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "owned", "namespace": ns}, "data": data}
+
+
+def test_apply_conflict_between_managers_and_force(api: client.ApiClient, ns: str) -> None:
+    cms = DynamicClient(api).resources.get(api_version="v1", kind="ConfigMap")
+    cms.server_side_apply(body=_cm_manifest(ns, k="a"), field_manager="first")
+    with pytest.raises(DynamicApiError) as ei:
+        cms.server_side_apply(body=_cm_manifest(ns, k="b"), field_manager="second")
+    assert ei.value.status == 409
+    body = json.loads(ei.value.body)
+    assert body["reason"] == "Conflict"
+    assert body["details"]["causes"][0]["field"] == ".data.k"
+    # Same value: shared ownership, no conflict.
+    cms.server_side_apply(body=_cm_manifest(ns, k="a"), field_manager="second")
+    forced = cms.server_side_apply(body=_cm_manifest(ns, k="c"), field_manager="second", force_conflicts=True)
+    assert forced.data.k == "c"
+
+
+def test_apply_removes_fields_the_manager_stopped_applying(api: client.ApiClient, ns: str) -> None:
+    cms = DynamicClient(api).resources.get(api_version="v1", kind="ConfigMap")
+    cms.server_side_apply(body=_cm_manifest(ns, a="1", b="2"), field_manager="mkd")
+    after = cms.server_side_apply(body=_cm_manifest(ns, a="1"), field_manager="mkd")
+    assert dict(after.data) == {"a": "1"}

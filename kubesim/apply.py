@@ -1,0 +1,135 @@
+"""Server-side apply, simplified: field ownership per Apply manager, conflicts, and removal of dropped fields.
+
+Ownership is tracked in ``metadata.managedFields`` (``fieldsType: FieldsV1``) at the granularity of map
+keys: lists are atomic, as for the ``atomic`` list type. Applying a value another Apply manager owns with a
+different value is a 409 Conflict unless ``force``; with ``force`` the other manager loses the field.
+Fields a manager applied before and omits now are removed unless another manager still owns them. Update
+(non-apply) writers are not tracked, so they never conflict with an applier.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from kubesim.errors import ApiError
+
+Path = tuple[str, ...]
+_META_KEYS = ("labels", "annotations", "finalizers", "ownerReferences")
+
+
+def applied_part(obj: dict[str, Any]) -> dict[str, Any]:
+    """The part of an applied configuration that can be owned (no identity or server-set metadata)."""
+    out = {k: v for k, v in obj.items() if k not in ("apiVersion", "kind", "metadata")}
+    meta = {k: v for k, v in (obj.get("metadata") or {}).items() if k in _META_KEYS}
+    if meta:
+        out["metadata"] = meta
+    return out
+
+
+def leaves(obj: Any, prefix: Path = ()) -> dict[Path, Any]:
+    """Leaf paths of nested maps (lists and scalars are leaves)."""
+    if not isinstance(obj, dict) or (not obj and prefix):
+        return {prefix: obj}
+    out: dict[Path, Any] = {}
+    for k, v in obj.items():
+        out.update(leaves(v, (*prefix, k)))
+    return out
+
+
+def to_fields_v1(paths: list[Path]) -> dict[str, Any]:
+    root: dict[str, Any] = {}
+    for p in paths:
+        cur = root
+        for part in p:
+            cur = cur.setdefault(f"f:{part}", {})
+    return root
+
+
+def from_fields_v1(fields: Any, prefix: Path = ()) -> set[Path]:
+    if not isinstance(fields, dict) or not fields:
+        return {prefix} if prefix else set()
+    out: set[Path] = set()
+    for k, v in fields.items():
+        if k.startswith("f:"):
+            out |= from_fields_v1(v, (*prefix, k[2:]))
+    return out
+
+
+def _get(obj: Any, path: Path) -> tuple[bool, Any]:
+    cur = obj
+    for p in path:
+        if not isinstance(cur, dict) or p not in cur:
+            return False, None
+        cur = cur[p]
+    return True, cur
+
+
+def _remove(obj: dict[str, Any], path: Path) -> None:
+    cur: Any = obj
+    for p in path[:-1]:
+        if not isinstance(cur, dict) or p not in cur:
+            return
+        cur = cur[p]
+    if isinstance(cur, dict):
+        cur.pop(path[-1], None)
+
+
+def _overlaps(a: Path, b: Path) -> bool:
+    n = min(len(a), len(b))
+    return a[:n] == b[:n]
+
+
+def plan(current: dict[str, Any], applied: dict[str, Any], manager: str, subresource: str | None,
+         force: bool, api_version: str, stamp: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Return (object with dropped fields removed, new managedFields); raise 409 on conflicts."""
+    mine = leaves(applied_part(applied))
+    entries = copy.deepcopy((current.get("metadata") or {}).get("managedFields") or [])
+    key = (manager, "Apply", subresource)
+    previous: set[Path] = set()
+    others: list[tuple[dict[str, Any], set[Path]]] = []
+    kept: list[dict[str, Any]] = []
+    for e in entries:
+        ek = (e.get("manager"), e.get("operation"), e.get("subresource"))
+        if ek == key:
+            previous = from_fields_v1(e.get("fieldsV1"))
+            continue
+        kept.append(e)
+        if e.get("operation") == "Apply" and e.get("subresource") == subresource:
+            others.append((e, from_fields_v1(e.get("fieldsV1"))))
+    conflicts: list[tuple[str, Path]] = []
+    for path, value in mine.items():
+        for e, owned in others:
+            hit = [o for o in owned if _overlaps(o, path)]
+            if not hit:
+                continue
+            found, cur = _get(current, path)
+            if found and cur == value:
+                continue  # shared ownership of an equal value is no conflict
+            if force:
+                for o in hit:
+                    owned.discard(o)
+                e["fieldsV1"] = to_fields_v1(sorted(owned))
+            else:
+                conflicts.append((str(e.get("manager")), path))
+    if conflicts:
+        causes = [{"reason": "FieldManagerConflict", "message": f'conflict with "{m}"',
+                   "field": "." + ".".join(p)} for m, p in conflicts]
+        n = len(conflicts)
+        listing = "\n".join(f'- {c["message"]}: {c["field"]}' for c in causes)
+        raise ApiError(409, "Conflict", f"Apply failed with {n} conflict{'s' if n > 1 else ''}: {listing}",
+                       {"causes": causes})
+    result = copy.deepcopy(current)
+    still_owned = set().union(*(o for _, o in others)) if others else set()
+    for path in previous - set(mine):
+        # A main-resource applier never drops status fields, a status applier only status fields.
+        if (path[:1] == ("status",)) != (subresource == "status"):
+            continue
+        if not any(_overlaps(path, o) for o in still_owned):
+            _remove(result, path)
+    entry: dict[str, Any] = {"manager": manager, "operation": "Apply", "apiVersion": api_version, "time": stamp,
+                             "fieldsType": "FieldsV1", "fieldsV1": to_fields_v1(sorted(mine))}
+    if subresource:
+        entry["subresource"] = subresource
+    kept = [e for e in kept if e.get("operation") != "Apply" or e.get("fieldsV1")]
+    return result, [*kept, entry]

@@ -1,0 +1,148 @@
+"""Watch streams: the initial state or the history since a resourceVersion, then live events, as JSON lines.
+
+Selectors are applied per event; an object that stops (starts) matching is sent as DELETED (ADDED), as
+the real watch cache does. Bookmarks come every ``bookmark_seconds`` when asked for; a version older than
+the store's window answers an ERROR event carrying a 410 Expired Status; ``timeoutSeconds`` ends the
+stream cleanly and ``Faults.drop_watches`` cuts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from aiohttp import web
+
+from kubesim.errors import ApiError
+from kubesim.records import Rec
+from kubesim.resources import ResourceType
+from kubesim.selectors import matches, parse_field_selector, parse_label_selector
+
+if TYPE_CHECKING:
+    from kubesim.server import ApiServer, Target
+
+JSON = "application/json"
+
+
+@dataclass(eq=False)
+class Watcher:
+    """One open watch: its event queue and connection (so that faults can cut it)."""
+
+    queue: asyncio.Queue[bytes | None]
+    transport: Any
+
+
+async def serve_watch(server: ApiServer, request: web.Request, t: Target, name: str | None = None
+                      ) -> web.StreamResponse:
+    q = request.query
+    rt = t.rt
+    store = server.store
+    lreq = parse_label_selector(q.get("labelSelector"))
+    fsel = q.get("fieldSelector") or ""
+    if name:
+        fsel = f"metadata.name={name}" + ("," + fsel if fsel else "")
+    freq = parse_field_selector(rt.key, fsel)
+    ns = t.namespace
+    bookmarks = q.get("allowWatchBookmarks") in ("true", "1")
+    timeout = float(q.get("timeoutSeconds") or 0) or 1800.0
+    rv_param = q.get("resourceVersion") or ""
+    send_initial = q.get("sendInitialEvents") == "true"
+    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+    fields_match = store.fields_match
+
+    def wanted(rec: Rec | None) -> bool:
+        if rec is None:
+            return False
+        if ns and rec.ns != ns:
+            return False
+        if lreq and not matches(lreq, rec.labels):
+            return False
+        return not (freq and not fields_match(freq, rec))
+
+    def line(etype: str, rec: Rec) -> bytes:
+        return b'{"type":"' + etype.encode() + b'","object":' + server.render(rec, t) + b"}\n"
+
+    def on_event(etype: str, res: str, rec: Rec, old: Rec | None) -> None:
+        if res != rt.key:
+            return
+        now_ok = wanted(rec)
+        if etype == "MODIFIED" and (lreq or freq):
+            was_ok = wanted(old)
+            if now_ok and not was_ok:
+                etype = "ADDED"
+            elif was_ok and not now_ok:
+                etype, now_ok = "DELETED", True
+        if now_ok:
+            queue.put_nowait(line(etype, rec))
+
+    resp = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
+    resp.enable_chunked_encoding()
+    initial: list[bytes] = []
+    # Subscribe and read the starting state in one synchronous step, so no event falls in between.
+    if rv_param in ("", "0") or send_initial:
+        initial = [line("ADDED", r) for r in store.list_recs(rt.key, ns) if wanted(r)]
+        if send_initial and bookmarks:
+            initial.append(bookmark(rt, store.rv, initial_end=True))
+    else:
+        try:
+            since = int(rv_param)
+        except ValueError:
+            raise ApiError(400, "BadRequest", f"invalid resource version: {rv_param}") from None
+        events = store.events_since(since)
+        if events is None:
+            gone = ApiError(410, "Expired", f"too old resource version: {since} ({store.compacted + 1})")
+            await resp.prepare(request)
+            await resp.write(b'{"type":"ERROR","object":' + orjson.dumps(gone.status()) + b"}\n")
+            await resp.write_eof()
+            return resp
+        for _rv, etype, _res, rec, old in events:
+            if _res == rt.key:
+                on_event(etype, _res, rec, old)
+    unsub = store.subscribe_raw(on_event)
+    watcher = Watcher(queue, request.transport)
+    server.watchers.add(watcher)
+    deadline = time.monotonic() + timeout
+    last_bookmark = time.monotonic()
+    try:
+        await resp.prepare(request)
+        if initial:
+            await resp.write(b"".join(initial))
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            wait = min(left, server.bookmark_seconds) if bookmarks else left
+            try:
+                item = await asyncio.wait_for(queue.get(), wait)
+            except TimeoutError:
+                if bookmarks and time.monotonic() - last_bookmark >= server.bookmark_seconds * 0.99:
+                    await resp.write(bookmark(rt, store.rv))
+                    last_bookmark = time.monotonic()
+                continue
+            if item is None:
+                break
+            chunk = [item]
+            while not queue.empty():
+                nxt = queue.get_nowait()
+                if nxt is None:
+                    break
+                chunk.append(nxt)
+            await resp.write(b"".join(chunk))
+        await resp.write_eof()
+    except (ConnectionResetError, asyncio.CancelledError, RuntimeError):
+        pass
+    finally:
+        unsub()
+        server.watchers.discard(watcher)
+    return resp
+
+
+def bookmark(rt: ResourceType, rv: int, initial_end: bool = False) -> bytes:
+    meta: dict[str, Any] = {"resourceVersion": str(rv)}
+    if initial_end:
+        meta["annotations"] = {"k8s.io/initial-events-end": "true"}
+    return orjson.dumps({"type": "BOOKMARK", "object": {"kind": rt.kind, "apiVersion": rt.api_version(),
+                                                        "metadata": meta}}) + b"\n"
