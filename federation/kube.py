@@ -243,8 +243,9 @@ class Kube:
                 k8s_config.load_kube_config(  # type: ignore[no-untyped-call]
                     config_file=path, context=self.context, client_configuration=configuration,
                     persist_config=False)
-        # Watches hold a connection each; calls need max_concurrency more without queueing.
-        configuration.connection_pool_maxsize = self.settings.max_concurrency + 8
+        # Every informer holds a connection for its watch and calls need max_concurrency more; the pool
+        # opens connections on demand, so a generous cap costs nothing and avoids connection churn.
+        configuration.connection_pool_maxsize = self.settings.max_concurrency + 64
         return k8s_client.ApiClient(configuration)
 
     # --- raw requests (run in threads) ---
