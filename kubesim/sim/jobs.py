@@ -49,7 +49,7 @@ DEADLINE_REASON = "DeadlineExceeded"
 DEADLINE_MESSAGE = "Job was active longer than specified deadline"
 POLICY_REASON = "PodFailurePolicy"
 POLICY_SUCCESS_REASON = "SuccessPolicy"
-BATCH_SIZE = 100
+BATCH_SIZE = 50
 """Jobs reconciled per loop iteration, so a burst of Jobs does not starve the API server's loop."""
 CREATE_BURST = 500
 """Pods created for one Job in one reconcile (the real controller's slow start caps it too)."""

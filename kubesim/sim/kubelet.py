@@ -14,7 +14,8 @@ and outcome come from pod annotations (see ``kubesim.sim``) or the cluster's ``K
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,8 @@ RESTART_DELAY_MAX = 0.5
 READY_DELAY = 0.05
 """Seconds from a container's start to its first passing readinessProbe."""
 TERMINATION_SECONDS_MAX = 0.1
+DUE_BUDGET = 100
+"""Pod transitions (each a status write) the kubelet makes per loop iteration."""
 """terminationGracePeriodSeconds is scaled down to at most this many seconds."""
 
 
@@ -121,6 +124,8 @@ class Kubelet:
         self.runs: dict[Key, PodRun] = {}
         self.parked: dict[str, dict[Key, None]] = {}
         self._ip_next: dict[str, int] = {}
+        self._due: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
+        self._due_handle: asyncio.Handle | None = None
         self.stopped = False
         scheduler.on_node_change.append(self._node_changed)
 
@@ -130,6 +135,30 @@ class Kubelet:
             if run.handle is not None:
                 run.handle.cancel()
                 run.handle = None
+
+    # --- timers -------------------------------------------------------------------------------
+    def _later(self, delay: float, fn: Callable[..., None], *args: Any) -> asyncio.TimerHandle:
+        """Run ``fn`` after ``delay`` through the due queue, so thousands of pods started together do not
+        hold the loop (and the API server on it) for one long burst."""
+        return self.loop.call_later(delay, self._enqueue, fn, args)
+
+    def _enqueue(self, fn: Callable[..., None], args: tuple[Any, ...]) -> None:
+        self._due.append((fn, args))
+        if self._due_handle is None and not self.stopped:
+            self._due_handle = self.loop.call_soon(self._run_due)
+
+    def _run_due(self) -> None:
+        self._due_handle = None
+        for _ in range(min(len(self._due), DUE_BUDGET)):
+            fn, args = self._due.popleft()
+            if self.stopped:
+                return
+            try:
+                fn(*args)
+            except Exception:
+                log.exception("kubelet step %s failed", getattr(fn, "__name__", fn))
+        if self._due and not self.stopped:
+            self._due_handle = self.loop.call_soon(self._run_due)
 
     # --- events -------------------------------------------------------------------------------
     def on_pod(self, event: str, pod: Mapping[str, Any]) -> None:
@@ -201,7 +230,7 @@ class Kubelet:
             run.state = "running"
             self._schedule_exit(run)
         else:
-            run.handle = self.loop.call_later(run.outcome.start_seconds, self._start, run)
+            run.handle = self._later(run.outcome.start_seconds, self._start, run)
         return run
 
     def _drop(self, run: PodRun) -> None:
@@ -229,7 +258,7 @@ class Kubelet:
 
     def _schedule_exit(self, run: PodRun) -> None:
         if not run.outcome.forever:
-            run.handle = self.loop.call_later(run.outcome.run_seconds, self._exit, run)
+            run.handle = self._later(run.outcome.run_seconds, self._exit, run)
 
     def _start(self, run: PodRun) -> None:
         run.handle = None
@@ -277,7 +306,7 @@ class Kubelet:
         self._write_status(run, pod)
         self._schedule_exit(run)
         if probed:
-            self.loop.call_later(READY_DELAY, self._ready, run, run.attempt)
+            self._later(READY_DELAY, self._ready, run, run.attempt)
 
     def _ready(self, run: PodRun, attempt: int) -> None:
         if run.state != "running" or run.attempt != attempt:
@@ -337,7 +366,7 @@ class Kubelet:
         for ctype in ("ContainersReady", "Ready"):
             set_condition(conditions, ctype, "False", "ContainersNotReady", message, now=stamp, probe_times=True)
         self._write_status(run, pod)
-        run.handle = self.loop.call_later(delay, self._start, run)
+        run.handle = self._later(delay, self._start, run)
 
     def _terminate(self, run: PodRun, pod: dict[str, Any], code: int, *, force_failed: bool = False) -> None:
         stamp = now_ts()
@@ -374,7 +403,7 @@ class Kubelet:
         delay = min(float(grace or 0), TERMINATION_SECONDS_MAX)
         if run.outcome.termination_seconds is not None and run.outcome.termination_seconds >= 0:
             delay = run.outcome.termination_seconds
-        run.handle = self.loop.call_later(delay, self._finish_termination, run, was_running)
+        run.handle = self._later(delay, self._finish_termination, run, was_running)
 
     def _finish_termination(self, run: PodRun, was_running: bool) -> None:
         run.handle = None

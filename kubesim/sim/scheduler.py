@@ -31,7 +31,7 @@ TERMINAL = frozenset({"Succeeded", "Failed"})
 BACKOFF_INITIAL = 1.0
 BACKOFF_MAX = 10.0
 """A pod's Unschedulable message is rewritten at most this often (the real queue's pod backoff, seconds)."""
-PASS_WRITE_BUDGET = 200
+PASS_WRITE_BUDGET = 100
 """Writes (binds, unschedulable status + event) one scheduling pass may make before yielding the loop."""
 
 
