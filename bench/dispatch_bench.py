@@ -1,7 +1,7 @@
 """Dispatcher throughput: N PyTorchJobs (1 master + 1 worker) from creation on the manager to accepted.
 
-Set-up: kubesim (the manager cluster) runs in its own process, fake agents (accept every Place at
-once, heartbeat a huge capacity) in another; the dispatcher and the Job creator run here. Real
+Set-up: kubesim (the manager cluster), the fake agents (accept every Place at once, heartbeat a
+huge capacity) and the Job creator each run in their own process; the dispatcher runs here. Real
 Mosquitto and PostgreSQL when reachable, else the embedded broker and SQLite (the output says
 which). Figures: creation rate, jobs/s from the first creation to the last acceptance, latency
 creation → accepted (p50 / p99 / max), and with ``--profile`` a cProfile summary of this process.
@@ -51,6 +51,7 @@ CRD = {
                                                           "x-kubernetes-preserve-unknown-fields": True}}}]},
 }
 CLUSTERS = ("worker-1", "worker-2", "worker-3")
+LOAD: list[float] = [0.0, 0.0, 0.0]
 
 
 def reachable(host: str, port: int) -> bool:
@@ -83,8 +84,15 @@ async def _agents(mqtt_url: str, root: str, ready: Any) -> None:
     async with MqttLink(settings, client_id=f"bench-agents-{uuid.uuid4().hex[:6]}", persistent=False) as link:
         for c in CLUSTERS:
             await link.subscribe(topics.commands(c, root))
-            hb = messages.Heartbeat(cluster=c, capacity=cap, agent_version="bench", interval_seconds=3600)
-            await link.publish(topics.presence(c, root), messages.encode(hb), retain=True)
+
+        async def beat() -> None:  # the dispatcher places nothing on a cluster silent for 30 s
+            while True:
+                for c in CLUSTERS:
+                    hb = messages.Heartbeat(cluster=c, capacity=cap, agent_version="bench", interval_seconds=5)
+                    await link.publish(topics.presence(c, root), messages.encode(hb), retain=True)
+                await asyncio.sleep(5)
+        beats = asyncio.ensure_future(beat())
+        await asyncio.sleep(0.2)
         ready.set()
         seq = 0
         pending: set[asyncio.Task[None]] = set()
@@ -98,18 +106,43 @@ async def _agents(mqtt_url: str, root: str, ready: Any) -> None:
                 t = asyncio.ensure_future(link.publish(topics.reports(cluster, root), messages.encode(ack)))
                 pending.add(t)
                 t.add_done_callback(pending.discard)
+        beats.cancel()
 
 
 def agents_main(mqtt_url: str, root: str, ready: Any) -> None:
     asyncio.run(_agents(mqtt_url, root, ready))
 
 
+# --- the Job creator (own process) -----------------------------------------------------------
+
+
+async def _create(kubeconfig: str, n: int, concurrency: int) -> tuple[list[tuple[str, float]], float, float]:
+    out: list[tuple[str, float]] = []
+    async with Kube(kubeconfig, settings=KubeSettings(max_concurrency=concurrency)) as kube:
+        sem = asyncio.Semaphore(concurrency)
+
+        async def make(i: int) -> None:
+            async with sem:
+                started = time.time()
+                obj = await kube.create(PYTORCHJOBS, job(i), "default")
+                out.append((obj["metadata"]["uid"], started))
+        t0 = time.time()
+        await asyncio.gather(*(make(i) for i in range(n)))
+        return out, t0, time.time()
+
+
+def creator_main(kubeconfig: str, n: int, concurrency: int, go: Any, results: Any) -> None:
+    go.wait()
+    results.put(asyncio.run(_create(kubeconfig, n, concurrency)))
+
+
 # --- the run ------------------------------------------------------------------------------------
 
 
 async def bench(n: int, mqtt_url: str, db_url: str, kubeconfig: Path, root: str, concurrency: int,
-                profile: cProfile.Profile | None) -> dict[str, Any]:
-    async with Kube(kubeconfig, settings=KubeSettings(max_concurrency=concurrency)) as kube:
+                profile: cProfile.Profile | None, creator: Any, go: Any, results: Any,
+                others: dict[str, Any]) -> dict[str, Any]:
+    async with Kube(kubeconfig) as kube:
         await kube.create(CRDS, CRD)
         for _ in range(200):
             if await kube.served(PYTORCHJOBS):
@@ -119,50 +152,41 @@ async def bench(n: int, mqtt_url: str, db_url: str, kubeconfig: Path, root: str,
         kube=KubeSettings(kubeconfig=kubeconfig, max_concurrency=16), database_url=db_url,
         mqtt=MqttSettings(url=mqtt_url, topic_root=root, client_id=f"bench-{uuid.uuid4().hex[:6]}"),
         kube_writers=16)
-    created: dict[str, float] = {}
-    by_name: dict[str, float] = {}
     accepted: dict[str, float] = {}
     all_done = asyncio.Event()
 
     def observe(type_: str, uid: str) -> None:
         if type_ == "accepted" and uid not in accepted:
-            accepted[uid] = time.monotonic()
+            accepted[uid] = time.time()
             if len(accepted) >= n:
                 all_done.set()
 
     stop = asyncio.Event()
     async with Dispatcher(settings) as d:
-        assert d.engine is not None and d.writer is not None
+        assert d.engine is not None and d.writer is not None and d.intake is not None
         d.engine.observers.append(observe)
         task = asyncio.create_task(d.run(stop))
-        await asyncio.wait_for(d.intake.ready.wait(), 30)  # type: ignore[union-attr]
+        await asyncio.wait_for(d.intake.ready.wait(), 30)
+        cpu0 = cpu_seconds(others)
         if profile is not None:
             profile.enable()
-        t0 = time.monotonic()
-        async with Kube(kubeconfig, settings=KubeSettings(max_concurrency=concurrency)) as kube:
-            sem = asyncio.Semaphore(concurrency)
-
-            async def make(i: int) -> None:
-                async with sem:
-                    started = time.monotonic()
-                    obj = await kube.create(PYTORCHJOBS, job(i), "default")
-                    created[obj["metadata"]["uid"]] = started
-                    by_name[obj["metadata"]["name"]] = started
-            await asyncio.gather(*(make(i) for i in range(n)))
-            t_created = time.monotonic()
-            try:
-                await asyncio.wait_for(all_done.wait(), timeout=max(60.0, n / 50))
-            except TimeoutError:
-                print(f"!! only {len(accepted)}/{n} accepted before the timeout", file=sys.stderr)
-            t_accepted = time.monotonic()
-            await asyncio.wait_for(d.writer.wait_idle(), timeout=max(60.0, n / 50))
-            t_written = time.monotonic()
+        go.set()
+        try:
+            await asyncio.wait_for(all_done.wait(), timeout=max(60.0, n / 50))
+        except TimeoutError:
+            print(f"!! only {len(accepted)}/{n} accepted before the timeout", file=sys.stderr)
+        t_accepted = time.time()
+        await asyncio.wait_for(d.writer.wait_idle(), timeout=max(60.0, n / 50))
+        t_written = time.time()
         if profile is not None:
             profile.disable()
+        cpu1 = cpu_seconds(others)
+        created, t0, t_created = await asyncio.to_thread(results.get, True, 120)
         stop.set()
         await asyncio.wait_for(task, 30)
         batches = d.engine.batches
-    lat = sorted(accepted[u] - created[u] for u in accepted if u in created)
+    created_at = dict(created)
+    lat = sorted(accepted[u] - created_at[u] for u in accepted if u in created_at)
 
     def pct(p: float) -> float:
         return lat[min(len(lat) - 1, int(p * len(lat)))] if lat else float("nan")
@@ -171,7 +195,27 @@ async def bench(n: int, mqtt_url: str, db_url: str, kubeconfig: Path, root: str,
         "accept_s": t_accepted - t0, "rate": len(accepted) / (t_accepted - t0),
         "p50": pct(0.50), "p99": pct(0.99), "max": lat[-1] if lat else float("nan"),
         "conditions_written_s": t_written - t0, "batches": batches,
+        "cpu": {k: cpu1[k] - cpu0.get(k, 0.0) for k in cpu1},
     }
+
+
+def cpu_seconds(others: dict[str, Any]) -> dict[str, float]:
+    """CPU seconds (user + system) used so far by each process of the run, and by PostgreSQL / Mosquitto."""
+    import psutil
+    out: dict[str, float] = {}
+    for name, pid in others.items():
+        try:
+            t = psutil.Process(pid).cpu_times()
+            out[name] = t.user + t.system + t.children_user + t.children_system
+        except psutil.Error:
+            pass
+    for proc in psutil.process_iter(["name", "cpu_times"]):
+        pname = proc.info["name"] or ""
+        key = "postgres" if pname.startswith("postgres") else "mosquitto" if pname == "mosquitto" else None
+        if key and proc.info["cpu_times"] is not None:
+            t = proc.info["cpu_times"]
+            out[key] = out.get(key, 0.0) + t.user + t.system
+    return out
 
 
 async def fresh_postgres() -> tuple[str, str]:
@@ -201,6 +245,7 @@ def main() -> int:
     p.add_argument("--profile", action="store_true", help="cProfile this process during the run")
     p.add_argument("--sqlite", action="store_true", help="use SQLite even when PostgreSQL is reachable")
     args = p.parse_args()
+    LOAD[:] = list(os.getloadavg())
     tmp = Path(tempfile.mkdtemp(prefix="mkd-bench-"))
     root = f"mkd-bench-{uuid.uuid4().hex[:6]}/v1"
     notes = []
@@ -234,6 +279,7 @@ def main() -> int:
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Event()
     agents = ctx.Process(target=agents_main, args=(mqtt_url, root, ready), daemon=True)
+    creator: Any = None
     try:
         assert sim.stdout is not None
         for line in sim.stdout:
@@ -245,10 +291,20 @@ def main() -> int:
         agents.start()
         if not ready.wait(30):
             raise RuntimeError("fake agents did not start")
+        go = ctx.Event()
+        results = ctx.Queue()
+        creator = ctx.Process(target=creator_main, args=(str(kubeconfig), args.n, args.concurrency, go, results),
+                              daemon=True)
+        creator.start()
         db.upgrade(db_url)
         prof = cProfile.Profile() if args.profile else None
-        result = asyncio.run(bench(args.n, mqtt_url, db_url, kubeconfig, root, args.concurrency, prof))
+        others = {"dispatcher (this process)": os.getpid(), "kubesim": sim.pid, "fake agents": agents.pid,
+                  "job creator": creator.pid}
+        result = asyncio.run(bench(args.n, mqtt_url, db_url, kubeconfig, root, args.concurrency, prof, creator, go,
+                                   results, others))
     finally:
+        with contextlib.suppress(Exception):
+            creator.terminate()
         agents.terminate()
         sim.terminate()
         with contextlib.suppress(Exception):
@@ -266,11 +322,16 @@ def main() -> int:
           f"max {result['max'] * 1000:.0f} ms")
     print(f"  MultiClusterDispatched conditions all written after {result['conditions_written_s']:.2f}s; "
           f"{result['batches']} engine batches")
+    wall = result["accept_s"]
+    print(f"  CPU seconds during the run ({wall:.1f}s wall, {os.cpu_count()} cores = "
+          f"{wall * (os.cpu_count() or 1):.1f} CPU-s available; load average before: {LOAD[0]:.1f}):")
+    for name, sec in sorted(result["cpu"].items(), key=lambda kv: -kv[1]):
+        print(f"    {name:28s} {sec:6.1f}")
     if prof is not None:
         out = io.StringIO()
         stats = pstats.Stats(prof, stream=out)
         stats.sort_stats(os.environ.get("BENCH_SORT", "tottime")).print_stats(*([os.environ["BENCH_FILTER"]] if os.environ.get("BENCH_FILTER") else []), 25)
-        print("  profile (this process: dispatcher + creator), top 25 by own time:")
+        print("  profile (this process: the dispatcher), top 25 by own time:")
         print(out.getvalue())
     return 0
 

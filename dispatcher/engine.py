@@ -197,14 +197,15 @@ class Engine:
                     reports.append(item)
             else:
                 tick = True
-        described: dict[str, wl.Described] = {}
-        for uid, ch in jobs.items():
-            if not ch.deleted and not wl.being_deleted(ch.obj) and ch.kind.managed_by(ch.obj) == labels.MULTIKUEUE:
-                described[uid] = await self._describe(ch)
-                if len(described) % 50 == 0:
-                    await asyncio.sleep(0)  # keep the loop (and the MQTT socket) responsive
         b = _Batch(now=self.clock.now())
         async with self.sessions.begin() as s:
+            await self._load(s, b, [uid for uid in jobs if uid in self.known])
+            described: dict[str, wl.Described] = {}
+            for uid, ch in jobs.items():
+                if self._needs_description(b.w.get(uid), ch):
+                    described[uid] = await self._describe(ch)
+                    if len(described) % 50 == 0:
+                        await asyncio.sleep(0)  # keep the loop (and the MQTT socket) responsive
             for hb in heartbeats.values():
                 await self._heartbeat(s, b, hb)
             if tick:
@@ -227,6 +228,15 @@ class Engine:
         for type_, uid in b.notes:
             for observer in self.observers:
                 observer(type_, uid)
+
+    @staticmethod
+    def _needs_description(row: Mapping[str, Any] | None, ch: JobChange) -> bool:
+        """Validate and compute PodSets only for a claim, or a new generation of a Job not yet placed."""
+        if ch.deleted or wl.being_deleted(ch.obj) or ch.kind.managed_by(ch.obj) != labels.MULTIKUEUE:
+            return False
+        if row is None:
+            return True
+        return row["state"] in ("pending", "rejected") and wl.generation_of(ch.obj) > row["generation"]
 
     def _retry_due(self) -> bool:
         return self.clock.monotonic() - self._last_place >= self.settings.placement_retry_seconds
@@ -279,7 +289,6 @@ class Engine:
                     described: dict[str, wl.Described]) -> None:
         if not jobs:
             return
-        await self._load(s, b, [uid for uid in jobs if uid in self.known])
         claims: list[dict[str, Any]] = []
         for uid, ch in jobs.items():
             if uid in b.w:
@@ -658,8 +667,13 @@ class Engine:
             placements.append({"workload_uid": uid, "attempt": attempt, "cluster": cluster, "epoch": self.epoch,
                                "state": "sent", "spec_version": row["spec_version"], "created_at": b.now})
             kind = by_name(row["kind"])
-            self._send_place(b, row, kind, self.cache[uid], attempt=attempt, cluster=cluster,
-                             spec_version=row["spec_version"])
+            try:
+                self._send_place(b, row, kind, self.cache[uid], attempt=attempt, cluster=cluster,
+                                 spec_version=row["spec_version"])
+            except messages.MessageRefused as exc:  # e.g. above the payload limit: cannot be sent anywhere
+                b.set_w(uid, cluster=None)
+                self._reject(b, row, [Invalid("metadata.name", exc.message)])
+                continue
             b.event(uid, "placed", cluster=cluster, message=f"attempt {attempt} on {cluster}")
             self.book.reserve(uid, cluster, need.total)
         await q.add_placements(s, placements)
