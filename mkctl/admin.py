@@ -17,7 +17,7 @@ from typing import Annotated, Any
 import typer
 
 from mkctl import output
-from mkctl.errors import EXIT_USAGE, CommandFailed
+from mkctl.errors import CommandFailed
 from mkctl.output import Column, OutputFormat
 from mkctl.services import DatabaseUrl, await_maybe, database_url_from
 
@@ -248,14 +248,6 @@ def clusters_list(
         views.append(view)
     typer.echo(output.render(views, CLUSTER_COLUMNS, output_format, kind="ClusterList",
                              empty="No clusters have sent a heartbeat yet."))
-
-
-def check_format(value: str) -> OutputFormat:
-    try:
-        return OutputFormat(value)
-    except ValueError:
-        raise CommandFailed(f"-o: {value!r} is not an output format; use table, wide, json or yaml",
-                            code=EXIT_USAGE) from None
 
 
 def register(app: typer.Typer) -> None:

@@ -16,8 +16,8 @@ import contextlib
 import hashlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -277,7 +277,3 @@ class Topology:
             "topic_root": self.options.topic_root,
             "kubeconfigs": {name: str(self.kubeconfig(name)) for name in self.cluster_names},
         }
-
-
-def with_workers(options: TopologyOptions, workers: Iterable[Any]) -> TopologyOptions:
-    return replace(options, workers=list(workers))
