@@ -19,7 +19,6 @@ import asyncio
 import copy
 import time
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -35,11 +34,21 @@ from kubesim.sim.common import (
     record_event,
     set_condition,
 )
+from kubesim.sim.jobpods import (
+    INDEX_KEY,
+    TRACKING_FINALIZER,
+    PodSummary,
+    format_indexes,
+    owner_uid,
+    parse_indexes,
+    pod_failure_policy,
+    removal_order,
+    success_policy,
+    summarize,
+)
 
 JOBS = "jobs.batch"
 CONTROLLER = "kubernetes.io/job-controller"
-TRACKING_FINALIZER = "batch.kubernetes.io/job-tracking"
-INDEX_KEY = "batch.kubernetes.io/job-completion-index"
 COMPONENT = "job-controller"
 SUCCESS_REASON = "CompletionsReached"
 SUCCESS_MESSAGE = "Reached expected number of succeeded pods"
@@ -53,99 +62,6 @@ BATCH_SIZE = 50
 """Jobs reconciled per loop iteration, so a burst of Jobs does not starve the API server's loop."""
 CREATE_BURST = 500
 """Pods created for one Job in one reconcile (the real controller's slow start caps it too)."""
-
-
-@dataclass
-class PodSummary:
-    """What the controller needs to know about one of its pods."""
-
-    name: str
-    uid: str
-    phase: str
-    ready: bool
-    deleting: bool
-    index: int | None
-    tracked: bool
-    restarts: int
-    seq: int
-    exit_codes: tuple[tuple[str, int], ...] = ()
-    conditions: frozenset[tuple[str, str]] = frozenset()
-
-    @property
-    def terminal(self) -> bool:
-        return self.phase in ("Succeeded", "Failed")
-
-    @property
-    def active(self) -> bool:
-        return not self.terminal and not self.deleting
-
-
-def _summary(pod: Mapping[str, Any], seq: int) -> PodSummary:
-    meta = pod.get("metadata") or {}
-    status = pod.get("status") or {}
-    ready = False
-    for cond in status.get("conditions") or ():
-        if cond.get("type") == "Ready":
-            ready = cond.get("status") == "True"
-    raw_index = (meta.get("annotations") or {}).get(INDEX_KEY)
-    try:
-        index = int(raw_index) if raw_index is not None else None
-    except ValueError:
-        index = None
-    restarts = sum(int(cs.get("restartCount") or 0)
-                   for cs in list(status.get("containerStatuses") or ()) + list(status.get("initContainerStatuses") or ()))
-    phase = status.get("phase") or "Pending"
-    exit_codes: tuple[tuple[str, int], ...] = ()
-    conditions: frozenset[tuple[str, str]] = frozenset()
-    if phase == "Failed":  # what podFailurePolicy rules look at
-        exit_codes = tuple((str(cs.get("name")), int(((cs.get("state") or {}).get("terminated") or {}).get("exitCode", 0)))
-                           for cs in status.get("containerStatuses") or ()
-                           if ((cs.get("state") or {}).get("terminated")))
-        conditions = frozenset((str(c.get("type")), str(c.get("status"))) for c in status.get("conditions") or ())
-    return PodSummary(name=meta.get("name") or "", uid=meta.get("uid") or "", phase=phase,
-                      ready=ready, deleting=bool(meta.get("deletionTimestamp")), index=index,
-                      tracked=TRACKING_FINALIZER in (meta.get("finalizers") or ()), restarts=restarts, seq=seq,
-                      exit_codes=exit_codes, conditions=conditions)
-
-
-def _owner_uid(pod: Mapping[str, Any]) -> str | None:
-    for ref in (pod.get("metadata") or {}).get("ownerReferences") or ():
-        if ref.get("controller") and ref.get("kind") == "Job" and str(ref.get("apiVersion", "")).startswith("batch/"):
-            return str(ref.get("uid"))
-    return None
-
-
-def format_indexes(indexes: Iterable[int]) -> str:
-    """completedIndexes form: sorted, consecutive runs as "a-b" ("1,3-5,7")."""
-    out: list[str] = []
-    run: list[int] = []
-    for i in sorted(set(indexes)):
-        if run and i == run[-1] + 1:
-            run.append(i)
-            continue
-        if run:
-            out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-        run = [i]
-    if run:
-        out.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
-    return ",".join(out)
-
-
-def parse_indexes(text: str | None) -> set[int]:
-    result: set[int] = set()
-    for part in (text or "").split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            if "-" in part:
-                lo, hi = part.split("-", 1)
-                result.update(range(int(lo), int(hi) + 1))
-            else:
-                result.add(int(part))
-        except ValueError:
-            continue
-    return result
 
 
 def _finished(conditions: list[dict[str, Any]] | None) -> dict[str, Any] | None:
@@ -210,7 +126,7 @@ class JobController:
         self._mark(key)
 
     def on_pod(self, event: str, pod: Mapping[str, Any]) -> None:
-        owner = _owner_uid(pod)
+        owner = owner_uid(pod)
         meta = pod.get("metadata") or {}
         tracked = TRACKING_FINALIZER in (meta.get("finalizers") or ())
         if owner is None or owner not in self.job_keys:
@@ -236,7 +152,7 @@ class JobController:
         old = pods.get(name)
         if old is None:
             self._seq += 1
-        pods[name] = _summary(pod, old.seq if old is not None else self._seq)
+        pods[name] = summarize(pod, old.seq if old is not None else self._seq)
 
     def _mark(self, key: Key) -> None:
         self.dirty[key] = None
@@ -326,7 +242,7 @@ class JobController:
                 else:
                     status["succeeded"] = int(status.get("succeeded") or 0) + 1
             elif pod.uid not in self.deleted_by_us:
-                verdict = _pod_failure_policy(spec.get("podFailurePolicy"), key[0], pod)
+                verdict = pod_failure_policy(spec.get("podFailurePolicy"), key[0], pod)
                 if verdict is not None and verdict[0] == "Ignore":
                     continue
                 status["failed"] = int(status.get("failed") or 0) + 1
@@ -370,7 +286,7 @@ class JobController:
                     set_condition(conditions, "FailureTarget", "True", reason, message, now=stamp)
                     failure_target = find_condition(conditions, "FailureTarget")
                     events.append(("Warning", reason, message))
-                elif (policy_met := _success_policy(spec.get("successPolicy"), succeeded_indexes)) is not None:
+                elif (policy_met := success_policy(spec.get("successPolicy"), succeeded_indexes)) is not None:
                     set_condition(conditions, "SuccessCriteriaMet", "True", POLICY_SUCCESS_REASON, policy_met,
                                   now=stamp)
                     success_met = find_condition(conditions, "SuccessCriteriaMet")
@@ -475,7 +391,7 @@ class JobController:
             busy = {p.index for p in occupying if p.index is not None}
             keep = [p for p in active if p not in excess]
             if len(keep) > parallelism:
-                excess += _removal_order(keep)[: len(keep) - parallelism]
+                excess += removal_order(keep)[: len(keep) - parallelism]
             self._delete_pods(key, excess)
             active = [p for p in active if p not in excess]
             room = parallelism - len([p for p in occupying if p not in excess])
@@ -489,7 +405,7 @@ class JobController:
                 want = min(parallelism, int(completions) - succeeded)
             want = max(want, 0)
             if len(active) > want:
-                excess = _removal_order(active)[: len(active) - want]
+                excess = removal_order(active)[: len(active) - want]
                 self._delete_pods(key, excess)
                 active = [p for p in active if p not in excess]
             missing = want - len(occupying)
@@ -576,7 +492,7 @@ class JobController:
         pod = self.store.get("pods", namespace, name)
         if pod is None:
             return
-        owner = _owner_uid(pod)
+        owner = owner_uid(pod)
         if owner is not None and owner in self.job_keys:
             return
         self._drop_finalizer(namespace, name, uid)
@@ -604,50 +520,8 @@ class JobController:
             self._wake_at(key, started + int(deadline))
 
 
-def _pod_failure_policy(policy: Mapping[str, Any] | None, namespace: str,
-                        pod: PodSummary) -> tuple[str, str] | None:
-    """(action, message) of the first podFailurePolicy rule matching a failed pod, else None."""
-    for i, rule in enumerate((policy or {}).get("rules") or ()):
-        action = str(rule.get("action"))
-        on_codes = rule.get("onExitCodes")
-        if on_codes:
-            values = {int(v) for v in on_codes.get("values") or ()}
-            wanted = on_codes.get("containerName")
-            for name, code in pod.exit_codes:
-                if code == 0 or (wanted and wanted != name):
-                    continue  # exit code 0 never matches a rule
-                if (code in values) == (on_codes.get("operator") == "In"):
-                    return action, (f"Container {name} for pod {namespace}/{pod.name} failed with exit code "
-                                    f"{code} matching {action} rule at index {i}")
-        for pattern in rule.get("onPodConditions") or ():
-            if (str(pattern.get("type")), str(pattern.get("status") or "True")) in pod.conditions:
-                return action, (f"Pod {namespace}/{pod.name} has condition {pattern.get('type')} matching "
-                                f"{action} rule at index {i}")
-    return None
-
-
-def _success_policy(policy: Mapping[str, Any] | None, succeeded: set[int]) -> str | None:
-    """The SuccessCriteriaMet message when an Indexed Job's successPolicy is met, else None."""
-    for i, rule in enumerate((policy or {}).get("rules") or ()):
-        count = rule.get("succeededCount")
-        if rule.get("succeededIndexes") is not None:
-            wanted = parse_indexes(rule.get("succeededIndexes"))
-            done = len(wanted & succeeded)
-            met = done >= int(count) if count is not None else bool(wanted) and done == len(wanted)
-        else:
-            met = count is not None and len(succeeded) >= int(count)
-        if met:
-            return f"Matched rules at index {i}"
-    return None
-
-
 def _set_count(status: dict[str, Any], field: str, value: int) -> None:
     if value:
         status[field] = value
     else:
         status.pop(field, None)
-
-
-def _removal_order(pods: list[PodSummary]) -> list[PodSummary]:
-    """Which active pods go first when there are too many: unscheduled/pending, not ready, newest."""
-    return sorted(pods, key=lambda p: (p.phase == "Running", p.ready, -p.seq))

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from kubesim.sim.jobs import format_indexes, parse_indexes
+from kubesim.sim.jobpods import format_indexes, parse_indexes, success_policy
 from kubesim.sim.kubelet import Outcome, outcome_of
 from kubesim.sim.resources import parse_quantity, pod_requests
 from kubesim.sim.scheduler import Scheduler
@@ -83,3 +83,12 @@ def test_unschedulable_message_counts_reasons_per_node() -> None:
     assert node is None
     assert message == ("0/3 nodes are available: 1 Insufficient cpu, 2 Insufficient nvidia.com/gpu. preemption: "
                        "0/3 nodes are available: 3 No preemption victims found for incoming pod.")
+
+
+def test_success_policy_rules() -> None:
+    rules = {"rules": [{"succeededIndexes": "0-1", "succeededCount": 1}, {"succeededCount": 3}]}
+    assert success_policy(rules, {2}) is None
+    assert success_policy(rules, {1}) == "Matched rules at index 0"
+    assert success_policy({"rules": [{"succeededCount": 3}]}, {2, 5, 7}) == "Matched rules at index 0"
+    assert success_policy({"rules": [{"succeededIndexes": "0,2"}]}, {0}) is None
+    assert success_policy(None, {0, 1}) is None
