@@ -47,12 +47,15 @@ def rv_of(obj: Mapping[str, Any] | None) -> int:
         return -1
 
 
-_POD_STATUS_KEEP = ("phase", "reason", "message", "conditions", "startTime", "containerStatuses",
+_POD_STATUS_KEEP = ("phase", "reason", "message", "conditions", "containerStatuses",
                     "initContainerStatuses")
 _CONTAINER_STATUS_KEEP = ("name", "ready", "restartCount", "state", "lastState")
 _SLIM_META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences", "deletionTimestamp",
               "finalizers")
 KUBEFLOW_OPERATOR_LABEL = "training.kubeflow.org/operator-name"
+V1_OPERATORS = frozenset({"pytorchjob-controller", "tfjob-controller", "xgboostjob-controller",
+                          "paddlejob-controller", "jaxjob-controller"})
+"""Services of these operators are never updated by the agent, so a slim copy is enough."""
 
 
 def trim(obj: dict[str, Any], plural: str) -> dict[str, Any]:
@@ -65,17 +68,20 @@ def trim(obj: dict[str, Any], plural: str) -> dict[str, Any]:
     if isinstance(meta, dict):
         for key in _DROP_META:
             meta.pop(key, None)
-    if plural == "services" and KUBEFLOW_OPERATOR_LABEL in ((meta or {}).get("labels") or {}):
-        # per-index Services of the Kubeflow v1 family: the render reads names and labels only
-        spec = obj.get("spec") or {}
+    if plural == "services" and ((meta or {}).get("labels") or {}).get(KUBEFLOW_OPERATOR_LABEL) in V1_OPERATORS:
+        # per-index Services of the Kubeflow v1 family: the render reads names and labels only (they are
+        # listed by label, never by owner), and a change requeues the job through its job-name label
         obj.clear()
-        obj.update({"metadata": {k: v for k, v in (meta or {}).items() if k in _SLIM_META},
-                    "spec": {"selector": spec.get("selector")}})
+        obj["metadata"] = {k: v for k, v in (meta or {}).items() if k in _SLIM_META and k != "ownerReferences"}
         return obj
     if plural == "pods":
         if isinstance(meta, dict):
             for key in [k for k in meta if k not in _SLIM_META]:
                 del meta[key]
+            refs = meta.get("ownerReferences")
+            if refs:  # the controller's uid is all that is read (pods are filtered to their controller)
+                meta["ownerReferences"] = [{"uid": r.get("uid"), "controller": True} for r in refs
+                                           if r.get("controller")]
         spec = obj.get("spec")
         if isinstance(spec, dict):
             for key in [k for k in spec if k not in _POD_SPEC_KEEP]:
@@ -89,7 +95,8 @@ def trim(obj: dict[str, Any], plural: str) -> dict[str, Any]:
             for key in [k for k in status if k not in _POD_STATUS_KEEP]:
                 del status[key]
             status["conditions"] = [{"type": c.get("type"), "status": c.get("status")}
-                                    for c in status.get("conditions") or []]
+                                    for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+            status.pop("startTime", None)
             for key in ("containerStatuses", "initContainerStatuses"):
                 for cs in status.get(key) or []:
                     for field_name in [k for k in cs if k not in _CONTAINER_STATUS_KEEP]:
@@ -97,8 +104,12 @@ def trim(obj: dict[str, Any], plural: str) -> dict[str, Any]:
                     for state_key in ("state", "lastState"):
                         state = cs.get(state_key)
                         if isinstance(state, dict):
-                            cs[state_key] = {k: {f: v[f] for f in ("exitCode", "reason") if f in v}
-                                             for k, v in state.items() if isinstance(v, dict)}
+                            slim = {k: {f: v[f] for f in ("exitCode", "reason") if f in v}
+                                    for k, v in state.items() if isinstance(v, dict)}
+                            if any(slim.values()) or state_key == "state":
+                                cs[state_key] = slim
+                            else:
+                                del cs[state_key]
         for key in [k for k in obj if k not in ("metadata", "spec", "status")]:
             del obj[key]
     return obj

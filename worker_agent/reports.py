@@ -20,6 +20,8 @@ from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
+import orjson
+
 from federation import labels
 from federation.errors import Invalid, Transport
 from federation.kinds.base import JobKind
@@ -203,17 +205,21 @@ class CapacityMeter:
     def __init__(self, nodes: ObjectCache, pods: ObjectCache) -> None:
         self.nodes = nodes
         self.pods = pods
-        self._requests: dict[str, Resources] = {}
+        self._requests: dict[bytes, Resources] = {}
 
     def _pod_requests(self, pod: Mapping[str, Any]) -> Resources:
-        uid = str((pod.get("metadata") or {}).get("uid") or id(pod))
-        cached = self._requests.get(uid)
+        # keyed by what the scheduler counts, not by pod: thousands of replicas share a handful of shapes
+        spec = pod.get("spec") or {}
+        signature = orjson.dumps([spec.get("containers"), spec.get("initContainers"), spec.get("overhead")])
+        cached = self._requests.get(signature)
         if cached is None:
             try:
-                cached = pod_requests(pod.get("spec") or {})
+                cached = pod_requests(spec)
             except Invalid:
                 cached = {}
-            self._requests[uid] = cached
+            if len(self._requests) > 10_000:
+                self._requests.clear()
+            self._requests[signature] = cached
         return cached
 
     def snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -235,18 +241,14 @@ class CapacityMeter:
             per_node[str((node.get("metadata") or {}).get("name"))] = alloc
         used: Resources = {}
         used_on: dict[str, Resources] = {}
-        live: set[str] = set()
         for pod in pods:
             if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
                 continue
-            live.add(str((pod.get("metadata") or {}).get("uid") or id(pod)))
             req = self._pod_requests(pod)
             used = add(used, req)
             node_name = (pod.get("spec") or {}).get("nodeName")
             if node_name in per_node:
                 used_on[node_name] = add(used_on.get(node_name, {}), req)
-        if len(self._requests) > 2 * len(live) + 1000:
-            self._requests = {k: v for k, v in self._requests.items() if k in live}
         free = {k: max(v, Decimal(0)) for k, v in sub(allocatable, used).items() if k in allocatable}
         largest: Resources = {}
         for node_name, alloc in per_node.items():
