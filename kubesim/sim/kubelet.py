@@ -385,8 +385,13 @@ class Kubelet:
                 init["ready"] = False
                 init["started"] = False
         conditions = status.setdefault("conditions", [])
+        if status["phase"] == "Succeeded":
+            reason, message = "PodCompleted", None
+        else:  # the kubelet reports a failed pod's containers as not ready, naming them
+            names = " ".join(str(c.get("name")) for c in spec.get("containers") or ())
+            reason, message = "ContainersNotReady", f"containers with unready status: [{names}]"
         for ctype in ("ContainersReady", "Ready"):
-            set_condition(conditions, ctype, "False", "PodCompleted", None, now=stamp, probe_times=True)
+            set_condition(conditions, ctype, "False", reason, message, now=stamp, probe_times=True)
         set_condition(conditions, "PodReadyToStartContainers", "False", None, None, now=stamp, probe_times=True)
         self._write_status(run, pod)
 
