@@ -392,6 +392,10 @@ class Kubelet:
             reason, message = "ContainersNotReady", f"containers with unready status: [{names}]"
         for ctype in ("ContainersReady", "Ready"):
             set_condition(conditions, ctype, "False", reason, message, now=stamp, probe_times=True)
+            if message is None:
+                for cond in conditions:
+                    if cond.get("type") == ctype:
+                        cond.pop("message", None)
         set_condition(conditions, "PodReadyToStartContainers", "False", None, None, now=stamp, probe_times=True)
         self._write_status(run, pod)
 
