@@ -6,6 +6,8 @@ import asyncio
 import copy
 from typing import Any
 
+import pytest
+
 from federation import labels
 from federation.kube import EVENTS, NAMESPACES, PODS, SERVICES
 from tests.agent.conftest import PYTORCHJOBS, AgentHarness, conditions, place
@@ -187,3 +189,41 @@ async def test_service_rule_and_user_service(harness: AgentHarness) -> None:
     events = (await harness.kube.list(EVENTS, "team-a")).items
     assert any(e["reason"] == "TooManyServices" and "worker 1" in e["message"] for e in events)
     assert (await harness.get(SERVICES, "metrics", "team-a") or {}).get("spec", {}).get("ports")[0]["port"] == 9090
+
+
+EXPECTED = {
+    "pytorch-simple.yaml": ({"pytorch-simple-master-0": {"RANK": "0", "WORLD_SIZE": "2", "PET_NNODES": "2"},
+                             "pytorch-simple-worker-0": {"RANK": "1", "WORLD_SIZE": "2", "PET_NNODES": "2"}}),
+    "pytorch-sendrecv.yaml": ({f"pytorch-dist-basic-sendrecv-worker-{i}": {"RANK": str(i + 1), "WORLD_SIZE": "4"}
+                               for i in range(3)}),
+    "pytorch-cpu-demo.yaml": ({"torchrun-cpu-master-0": {"WORLD_SIZE": "4", "PET_NPROC_PER_NODE": "2"}}),
+    "pytorch-elastic-echo.yaml": ({f"elastic-example-echo-worker-{i}": {
+        "PET_NNODES": "1:2", "PET_RDZV_ENDPOINT": "elastic-example-echo-worker-0:23456",
+        "PET_RDZV_BACKEND": "c10d", "PET_MAX_RESTARTS": "100"} for i in range(2)}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+async def test_example_shapes_on_kubesim(harness: AgentHarness, name: str) -> None:
+    job = with_annotations(example(name), **{FOREVER: "true"})
+    await harness.send(place(job))
+    status = await harness.wait_report(lambda r: r.type == "status" and any(
+        c[0] == "Running" and c[1] == "True" for c in conditions(r.status)))
+    job_name = job["metadata"]["name"]
+    pods = {p["metadata"]["name"]: p for p in (await harness.kube.list(PODS, "team-a")).items}
+    services = {s["metadata"]["name"]: s for s in (await harness.kube.list(SERVICES, "team-a")).items}
+    assert set(pods) == set(services)
+    for pod_name, wanted in EXPECTED[name].items():
+        pod = pods[pod_name]
+        env = {e["name"]: e["value"] for e in pod["spec"]["containers"][0]["env"]}
+        assert {k: env.get(k) for k in wanted} == wanted
+        assert env["PYTHONUNBUFFERED"] == "1"
+        svc = services[pod_name]
+        keys = ("operator-name", "job-name", "replica-type", "replica-index")
+        assert svc["spec"]["selector"] == {f"training.kubeflow.org/{k}": pod["metadata"]["labels"][
+            f"training.kubeflow.org/{k}"] for k in keys}
+        assert svc["spec"]["clusterIP"] == "None" and not svc["spec"].get("publishNotReadyAddresses")
+    for rtype, entry in status.status["replicaStatuses"].items():
+        assert entry["selector"] == (f"training.kubeflow.org/job-name={job_name},training.kubeflow.org/"
+                                     f"operator-name=pytorchjob-controller,training.kubeflow.org/"
+                                     f"replica-type={rtype.lower()}")
