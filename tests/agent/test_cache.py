@@ -1,0 +1,65 @@
+"""The agent's object cache: newest version wins, local deletes are not resurrected, label indexes stay right."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from worker_agent.cache import ObjectCache, Selector
+
+
+def obj(name: str, rv: int, uid: str = "u", **labels: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": "ns", "resourceVersion": str(rv), "uid": uid,
+                         "labels": labels}}
+
+
+def test_newest_version_wins_and_tombstones_block_stale_events() -> None:
+    cache = ObjectCache("configmaps")
+    assert cache.upsert(obj("a", 5, app="x"))
+    assert not cache.upsert(obj("a", 4, app="y"))  # a late watch event of an older version
+    assert cache.select("ns", "app=x")[0]["metadata"]["resourceVersion"] == "5"
+    cache.remove(("ns", "a"))
+    assert not cache.upsert(obj("a", 5, app="x"))  # the watch catching up after a local delete
+    assert cache.upsert(obj("a", 9, uid="u2", app="x"))  # re-created under the same name
+    cache.delete_event(obj("a", 6, uid="u"))  # the old object's DELETED must not remove the new one
+    assert cache.get(("ns", "a")) is not None
+
+
+def test_label_index_follows_label_changes() -> None:
+    cache = ObjectCache("configmaps")
+    cache.upsert(obj("a", 1, job="j1", role="w"))
+    cache.upsert(obj("b", 1, job="j1", role="m"))
+    assert {o["metadata"]["name"] for o in cache.select("ns", "job=j1")} == {"a", "b"}
+    assert [o["metadata"]["name"] for o in cache.select("ns", "job=j1,role=m")] == ["b"]
+    cache.upsert(obj("a", 2, job="j2", role="w"))
+    assert [o["metadata"]["name"] for o in cache.select("ns", "job=j1")] == ["b"]
+    assert [o["metadata"]["name"] for o in cache.select("ns", "job=j2,role!=m")] == ["a"]
+    cache.remove(("ns", "b"))
+    assert cache.select("ns", "job=j1") == []
+    assert cache.select("other", "job=j2") == []
+
+
+def test_pods_trimmed_in_place() -> None:
+    cache = ObjectCache("pods")
+    pod = {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "1", "managedFields": [{}],
+                        "ownerReferences": [{"uid": "j", "controller": True, "kind": "PyTorchJob"}]},
+           "spec": {"containers": [{"name": "c", "image": "i", "env": [{"name": "A"}],
+                                    "resources": {"requests": {"cpu": "1"}}}], "nodeName": "n"},
+           "status": {"phase": "Running", "podIP": "1.2.3.4",
+                      "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": "t"}],
+                      "containerStatuses": [{"name": "c", "image": "i", "restartCount": 2,
+                                             "state": {"running": {"startedAt": "t"}}}]}}
+    cache.upsert(pod)
+    assert pod["spec"] == {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}], "nodeName": "n"}
+    assert pod["status"] == {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+                             "containerStatuses": [{"name": "c", "restartCount": 2, "state": {"running": {}}}]}
+    assert pod["metadata"]["ownerReferences"] == [{"uid": "j", "controller": True}]
+
+
+def test_selector_terms() -> None:
+    sel = Selector.parse("a=1, b==2,c!=3,d,!e")
+    assert sel.matches({"a": "1", "b": "2", "c": "4", "d": ""})
+    assert not sel.matches({"a": "1", "b": "2", "d": "", "e": "x"})
+    with pytest.raises(ValueError):
+        Selector.parse("a in (1,2)")
