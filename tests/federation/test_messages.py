@@ -161,7 +161,7 @@ REQUIRED = {"placement", "job", "cluster", "seq", "spec_version", "expected", "i
             "attempt", "epoch", "kind", "api_version", "namespace", "name", "manifest", "status", "last_seq"}
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(st.sampled_from(ALL), st.data())
 def test_mutated_messages_are_refused_or_valid(case: tuple[Any, Any], data: st.DataObject) -> None:
     message, decode = case
@@ -178,23 +178,24 @@ def test_mutated_messages_are_refused_or_valid(case: tuple[Any, Any], data: st.D
                           and p[-1] in ("placement", "job", "capacity")]
         where = data.draw(st.sampled_from(objects))
         target = _parent(doc, (*where, None))
-        name = data.draw(st.text(min_size=1, max_size=10).filter(lambda k: k not in target))
+        name = "x-" + data.draw(st.text(max_size=10))  # no model field starts with "x-"
         target[name] = data.draw(JSON_VALUES)
     elif mutation == "retype":
         path = data.draw(st.sampled_from(paths))
         parent = _parent(doc, path)
         old = parent[path[-1]]
-        new = data.draw(JSON_VALUES.filter(lambda v: type(v) is not type(old) and not (
-            isinstance(v, int | float) and isinstance(old, int | float) and not isinstance(v, bool))))
+        new = data.draw(JSON_VALUES)
         parent[path[-1]] = new
-        # a few fields legitimately accept other shapes (None for optional ones, str for datetimes)
-        must_refuse = path[-1] not in ("finished", "sent_at", "reason", "message", "name") and not (
-            new is None and path[-1] in ("finished",))
+        numbers = (int, float)
+        same_shape = type(new) is type(old) or (
+            isinstance(new, numbers) and isinstance(old, numbers) and not isinstance(new, bool))
+        # same-typed values may be valid; ``finished`` is optional, so None is valid for it
+        must_refuse = not same_shape and not (new is None and path[-1] == "finished")
     elif mutation == "version":
         doc["v"] = data.draw(st.sampled_from([0, 2, "1", 1.5, None, [1], -1, 10**20]))
-    elif mutation == "oversize":
-        doc["padding"] = "x" * MAX_PAYLOAD_BYTES
     payload = json.dumps(doc).encode()
+    if mutation == "oversize":  # a valid message padded past the limit (built as bytes: cheap)
+        payload = payload[:-1] + b', "padding": "' + b"x" * MAX_PAYLOAD_BYTES + b'"}'
     if mutation == "truncate":
         payload = payload[: data.draw(st.integers(0, len(payload) - 1))]
     result = _decode_safely(decode, payload)
