@@ -21,9 +21,11 @@ class ApiError(Exception):
 
     def status(self) -> dict[str, Any]:
         body: dict[str, Any] = {
-            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": self.message, "reason": self.reason, "code": self.code,
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": self.message,
         }
+        if self.reason:  # "Unknown" is the empty reason, omitted like any empty field
+            body["reason"] = self.reason
+        body["code"] = self.code
         if self.details is not None:
             body["details"] = self.details
         return body

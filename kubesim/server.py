@@ -375,7 +375,8 @@ class ApiServer:
             last = recs[limit - 1]
             meta["continue"] = base64.urlsafe_b64encode(orjson.dumps(
                 {"v": "meta.k8s.io/v1", "rv": self.store.rv, "ns": last.ns, "name": last.name})).decode()
-            meta["remainingItemCount"] = len(recs) - limit
+            if not q.get("labelSelector") and not q.get("fieldSelector"):
+                meta["remainingItemCount"] = len(recs) - limit  # upstream omits it for filtered lists
             recs = recs[:limit]
         if "as=Table" in request.headers.get("Accept", ""):
             return self._json(self._table(recs, meta))

@@ -220,6 +220,9 @@ class Store(DeletionMixin):
             meta = obj["metadata"] = {}
         obj["apiVersion"] = obj.get("apiVersion") or rt.api_version()
         obj["kind"] = rt.kind
+        if meta.get("resourceVersion"):
+            # etcd3's store refuses this with a plain error, which the handler turns into a reasonless 500.
+            raise ApiError(500, "", "resourceVersion should not be set on objects to be created")
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = self._generate_name(meta["generateName"])
         name = meta.get("name") or ""
@@ -300,6 +303,9 @@ class Store(DeletionMixin):
         rv = meta.get("resourceVersion")
         if rv and rv != str(rec.rv):
             raise conflict(rt.plural, rt.group, meta["name"])
+        if meta.get("uid") and meta["uid"] != rec.uid:
+            raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {meta['uid']}, UID in "
+                           f"object meta: {rec.uid}", {"name": meta["name"], "kind": rt.plural})
         return self._replace(rt, rec, obj, subresource, dry_run)
 
     def _replace(self, rt: ResourceType, rec: Rec, obj: dict[str, Any], subresource: str | None,
@@ -414,6 +420,7 @@ class Store(DeletionMixin):
             if subresource:
                 raise not_found(rt.plural, rt.group, name)
             _, meta["managedFields"] = ssa.plan({}, obj, manager, None, True, api_version, now())
+            meta.pop("resourceVersion", None)
             return self.create_rec(res, obj, dry_run)
         if meta.get("resourceVersion") and meta["resourceVersion"] != str(rec.rv):
             raise conflict(rt.plural, rt.group, name)

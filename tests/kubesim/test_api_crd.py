@@ -133,3 +133,32 @@ def test_body_api_version_must_match_the_url(api: client.ApiClient, crd_group: s
         client.CustomObjectsApi(api).create_namespaced_custom_object(
             crd_group, "v1", ns, "widgets", widget(crd_group, "mismatch", version="v1beta1"))
     assert ei.value.status == 400
+
+
+def test_scale_subresource(api: client.ApiClient, ns: str) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    group = "scalable.kubesim.mkd.dev"
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    ext.create_custom_resource_definition({"metadata": {"name": f"pools.{group}"}, "spec": {
+        "group": group, "scope": "Namespaced", "names": {"plural": "pools", "kind": "Pool"},
+        "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema, "subresources": {
+            "status": {}, "scale": {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas"}}}]}})
+    co = client.CustomObjectsApi(api)
+    try:
+        def create() -> bool:
+            try:
+                co.create_namespaced_custom_object(group, "v1", ns, "pools", {
+                    "apiVersion": f"{group}/v1", "kind": "Pool", "metadata": {"name": "p"}, "spec": {"replicas": 2}})
+            except client.ApiException as e:
+                if e.status == 404:
+                    return False
+                raise
+            return True
+
+        eventually(create, what="pools served")
+        scale = co.get_namespaced_custom_object_scale(group, "v1", ns, "pools", "p")
+        assert scale["kind"] == "Scale" and scale["spec"]["replicas"] == 2
+        co.patch_namespaced_custom_object_scale(group, "v1", ns, "pools", "p", {"spec": {"replicas": 5}})
+        assert co.get_namespaced_custom_object(group, "v1", ns, "pools", "p")["spec"]["replicas"] == 5
+    finally:
+        ext.delete_custom_resource_definition(f"pools.{group}")

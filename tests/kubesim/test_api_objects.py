@@ -249,3 +249,22 @@ def test_binding_subresource_assigns_the_node_once(api: client.ApiClient, ns: st
     with pytest.raises(client.ApiException) as ei:
         v1.create_namespaced_pod_binding("tobind", ns, binding, _preload_content=False)
     assert ei.value.status == 409
+
+
+def test_create_with_resource_version_is_refused(api: client.ApiClient, ns: str) -> None:
+    # Objects copied from another cluster must have their resourceVersion stripped before create.
+    v1 = client.CoreV1Api(api)
+    with pytest.raises(client.ApiException) as ei:
+        v1.create_namespaced_config_map(ns, {"metadata": {"name": "rv", "resourceVersion": "12"}})
+    assert ei.value.status == 500
+    assert "resourceVersion should not be set" in status_of(ei.value)["message"]
+
+
+def test_update_with_another_uid_is_a_precondition_conflict(api: client.ApiClient, ns: str) -> None:
+    v1 = client.CoreV1Api(api)
+    cm = v1.create_namespaced_config_map(ns, {"metadata": {"name": "u"}})
+    cm.metadata.uid = "00000000-0000-0000-0000-000000000000"
+    cm.metadata.resource_version = None
+    with pytest.raises(client.ApiException) as ei:
+        v1.replace_namespaced_config_map("u", ns, cm)
+    assert ei.value.status == 409
