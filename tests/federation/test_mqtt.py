@@ -273,3 +273,44 @@ async def test_tls_round_trip_and_untrusted_broker_refused(tmp_path: Path, topic
         with pytest.raises(Transport):
             async with MqttLink(MqttSettings(url=broker.url), client_id=cid("tls"), persistent=False):
                 pass
+
+
+class SilentBroker:
+    """Accepts the MQTT CONNECT, then never acknowledges anything: shows that publish waits for PUBACK."""
+
+    def __init__(self) -> None:
+        self.writers: list[asyncio.StreamWriter] = []
+        self.received = asyncio.Event()
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.writers.append(writer)
+        await reader.read(1)  # the CONNECT packet's first byte
+        writer.write(b"\x20\x02\x00\x00")  # CONNACK, accepted
+        while await reader.read(4096):
+            self.received.set()
+
+    def cut(self) -> None:
+        for w in self.writers:
+            w.transport.abort()
+
+
+async def test_publish_waits_for_the_puback_and_fails_fast_when_the_link_drops() -> None:
+    silent = SilentBroker()
+    server = await asyncio.start_server(silent.handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        settings = MqttSettings(url=f"mqtt://127.0.0.1:{port}", publish_timeout=0.3)
+        async with MqttLink(settings, client_id=cid("silent"), persistent=False) as link:
+            with pytest.raises(Transport):  # sent, never acknowledged: not reported as published
+                await link.publish("a/b", b"unacked")
+            assert silent.received.is_set()
+        long_wait = MqttSettings(url=f"mqtt://127.0.0.1:{port}", publish_timeout=60)
+        async with MqttLink(long_wait, client_id=cid("silent"), persistent=False) as link:
+            pending = asyncio.ensure_future(link.publish("a/b", b"never acked"))
+            await asyncio.sleep(0)
+            silent.cut()
+            with pytest.raises(LinkClosed):  # at once, not after the 60 s publish timeout
+                await asyncio.wait_for(pending, TIMEOUT)
+    finally:
+        server.close()
+        silent.cut()
