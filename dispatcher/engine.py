@@ -111,6 +111,7 @@ class Engine:
         self.book = CapacityBook(settle_seconds=settings.capacity_settle_seconds)
         self.lost: dict[str, datetime] = {}
         self.epoch = 0
+        self.outbox_ids = q.OutboxIds(0)
         self.outbox_wake = asyncio.Event()
         self.fresh: list[tuple[int, str, bytes]] = []
         """Outbox rows committed by this engine, handed to the publisher in memory (it need not read
@@ -128,6 +129,7 @@ class Engine:
         async with self.sessions.begin() as s:
             self.epoch = await q.new_epoch(s, origin=self.settings.origin, host=socket.gethostname(),
                                            now=self.clock.now())
+        self.outbox_ids = q.OutboxIds(self.epoch)
         await self.rebuild()
         log.info("dispatcher epoch %d: %d Workloads known, %d placements hold capacity", self.epoch,
                  len(self.known), len(self.book.reservations))
@@ -218,9 +220,9 @@ class Engine:
                 await self._place(s, b)
                 await self._flush(s, b)
             await q.add_events(s, b.events)
-            ids = await q.add_outbox(s, b.outbox)
+            await q.add_outbox(s, b.outbox)
         self.batches += 1
-        self.fresh.extend((i, row["topic"], row["payload"]) for i, row in zip(ids, b.outbox, strict=True))
+        self.fresh.extend((row["id"], row["topic"], row["payload"]) for row in b.outbox)
         for fn in b.after:
             fn()
         if b.outbox:
@@ -429,7 +431,7 @@ class Engine:
         self._queue(b, cluster, row["uid"], cmd)
 
     def _queue(self, b: _Batch, cluster: str, uid: str, cmd: messages.Place | messages.Delete | messages.Resync) -> None:
-        b.outbox.append({"cluster": cluster, "topic": topics.commands(cluster, self.settings.mqtt.topic_root),
+        b.outbox.append({"id": self.outbox_ids.next(), "cluster": cluster, "topic": topics.commands(cluster, self.settings.mqtt.topic_root),
                          "payload": messages.encode(cmd), "workload_uid": uid, "created_at": b.now})
 
     # --- Reports ----------------------------------------------------------------------------------

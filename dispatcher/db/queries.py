@@ -11,6 +11,7 @@ The read-only functions at the end serve ``mkctl`` (``list_placements``, ``show_
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -38,6 +39,27 @@ def _insert(session: AsyncSession, table: sa.Table) -> Any:
     raise NotImplementedError(f"database dialect {name!r} is not supported (use SQLite or PostgreSQL)")
 
 
+def _pg(session: AsyncSession) -> bool:
+    return session.get_bind().dialect.name == "postgresql"
+
+
+def _in(session: AsyncSession, col: sa.ColumnElement[Any], values: Sequence[Any]) -> sa.ColumnElement[bool]:
+    """``col IN values``; on PostgreSQL ``col = ANY(:array)`` so the statement text (and its prepared
+    statement) is the same whatever the number of values: one round trip instead of prepare + execute."""
+    if _pg(session):
+        return col == sa.any_(sa.bindparam(None, list(values), type_=postgresql.ARRAY(col.type)))
+    return col.in_(list(values))
+
+
+_CHUNK = 1000  # SQLite's bound-parameter limit is far above this; PostgreSQL takes one array anyway
+
+
+def _chunks(session: AsyncSession, values: Sequence[Any]) -> list[Sequence[Any]]:
+    if _pg(session):
+        return [values] if values else []
+    return [values[i:i + _CHUNK] for i in range(0, len(values), _CHUNK)]
+
+
 # --- epochs ----------------------------------------------------------------------------------
 
 
@@ -52,10 +74,30 @@ async def new_epoch(session: AsyncSession, *, origin: str, host: str, now: datet
 # --- workloads -------------------------------------------------------------------------------
 
 
+_CLAIM_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("uid", "VARCHAR"), ("namespace", "VARCHAR"), ("name", "VARCHAR"), ("kind", "VARCHAR"),
+    ("api_version", "VARCHAR"), ("queue", "VARCHAR"), ("priority", "INTEGER"), ("state", "VARCHAR"),
+    ("reason", "TEXT"), ("spec_version", "INTEGER"), ("generation", "BIGINT"), ("suspended", "BOOLEAN"),
+    ("requests", "JSON"), ("podsets", "JSON"), ("attempt", "INTEGER"), ("cluster", "VARCHAR"),
+    ("excluded", "JSON"), ("created_at", "TIMESTAMPTZ"), ("updated_at", "TIMESTAMPTZ"),
+)
+_CLAIM_PG = sa.text(
+    "INSERT INTO workloads (" + ", ".join(c for c, _ in _CLAIM_COLUMNS) + ") SELECT "
+    + ", ".join(f"{c}::json" if t == "JSON" else c for c, t in _CLAIM_COLUMNS)
+    + " FROM unnest(" + ", ".join(f"CAST(:{c} AS {'TEXT' if t == 'JSON' else t}[])" for c, t in _CLAIM_COLUMNS)
+    + ") AS t(" + ", ".join(c for c, _ in _CLAIM_COLUMNS) + ") ON CONFLICT (uid) DO NOTHING RETURNING uid"
+).bindparams(*[sa.bindparam(c, type_=postgresql.ARRAY(sa.DateTime(timezone=True)))
+               for c, t in _CLAIM_COLUMNS if t == "TIMESTAMPTZ"])
+
+
 async def claim(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> set[str]:
     """Insert Workload rows; return the uids this call inserted (others were claimed before)."""
     if not rows:
         return set()
+    if _pg(session):  # one statement, one round trip, same text every time: INSERT ... SELECT FROM unnest
+        params = {c: [json.dumps(r[c]) if t == "JSON" else r[c] for r in rows] for c, t in _CLAIM_COLUMNS}
+        result = await session.execute(_CLAIM_PG, params)
+        return {r[0] for r in result.all()}
     stmt = _insert(session, workloads).on_conflict_do_nothing(index_elements=["uid"]).returning(
         workloads.c.uid)
     result = await session.execute(stmt, list(rows))
@@ -65,8 +107,8 @@ async def claim(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> set
 async def load_workloads(session: AsyncSession, uids: Iterable[str]) -> dict[str, sa.Row[Any]]:
     keys = list(set(uids))
     out: dict[str, sa.Row[Any]] = {}
-    for i in range(0, len(keys), 1000):
-        result = await session.execute(sa.select(workloads).where(workloads.c.uid.in_(keys[i:i + 1000])))
+    for chunk in _chunks(session, keys):
+        result = await session.execute(sa.select(workloads).where(_in(session, workloads.c.uid, chunk)))
         out.update({r.uid: r for r in result})
     return out
 
@@ -78,12 +120,12 @@ async def load_current(session: AsyncSession, uids: Iterable[str]
     rows: dict[str, sa.Row[Any]] = {}
     current: dict[tuple[str, int], dict[str, Any]] = {}
     pcols = [c.label(f"p__{c.name}") for c in placements.c]
-    for i in range(0, len(keys), 1000):
+    for chunk in _chunks(session, keys):
         result = await session.execute(
             sa.select(workloads, *pcols)
             .outerjoin(placements, sa.and_(placements.c.workload_uid == workloads.c.uid,
                                            placements.c.attempt == workloads.c.attempt))
-            .where(workloads.c.uid.in_(keys[i:i + 1000])))
+            .where(_in(session, workloads.c.uid, chunk)))
         for r in result:
             m = r._mapping
             rows[r.uid] = r
@@ -136,11 +178,24 @@ async def mark_placed(session: AsyncSession, by_cluster: Mapping[str, Sequence[s
     or that changed state meanwhile, is not returned).
     """
     won: dict[str, int] = {}
-    for cluster, uids in by_cluster.items():
-        for i in range(0, len(uids), 1000):
+    if _pg(session):  # one statement for every cluster: UPDATE ... FROM unnest(uids, clusters)
+        uids = [u for c in by_cluster for u in by_cluster[c]]
+        names = [c for c in by_cluster for _ in by_cluster[c]]
+        if uids:
+            result = await session.execute(sa.text(
+                "UPDATE workloads SET state = 'placed', attempt = workloads.attempt + 1, cluster = v.cluster, "
+                "reason = '', updated_at = :now FROM unnest(CAST(:uids AS VARCHAR[]), CAST(:clusters AS VARCHAR[])) "
+                "AS v(uid, cluster) WHERE workloads.uid = v.uid AND workloads.state = 'pending' "
+                "RETURNING workloads.uid, workloads.attempt"
+            ).bindparams(sa.bindparam("now", type_=sa.DateTime(timezone=True))),
+                {"uids": uids, "clusters": names, "now": now})
+            won.update({r.uid: r.attempt for r in result})
+        return won
+    for cluster, members in by_cluster.items():
+        for chunk in _chunks(session, members):
             result = await session.execute(
                 sa.update(workloads)
-                .where(workloads.c.uid.in_(uids[i:i + 1000]), workloads.c.state == "pending")
+                .where(_in(session, workloads.c.uid, chunk), workloads.c.state == "pending")
                 .values(state="placed", attempt=workloads.c.attempt + 1, cluster=cluster, reason="",
                         updated_at=now)
                 .returning(workloads.c.uid, workloads.c.attempt))
@@ -161,8 +216,8 @@ async def load_placements(session: AsyncSession, keys: Iterable[tuple[str, int]]
     wanted = set(keys)
     uids = list({uid for uid, _ in wanted})
     out: dict[tuple[str, int], sa.Row[Any]] = {}
-    for i in range(0, len(uids), 1000):
-        result = await session.execute(sa.select(placements).where(placements.c.workload_uid.in_(uids[i:i + 1000])))
+    for chunk in _chunks(session, uids):
+        result = await session.execute(sa.select(placements).where(_in(session, placements.c.workload_uid, chunk)))
         for r in result:
             if (r.workload_uid, r.attempt) in wanted:
                 out[(r.workload_uid, r.attempt)] = r
@@ -253,19 +308,29 @@ async def add_events(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -
         await session.execute(sa.insert(events), full)
 
 
-async def add_outbox(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> list[int]:
-    """Queue Commands (cluster, topic, payload, workload_uid, created_at); returns their ids in order."""
-    if not rows:
-        return []
-    if session.get_bind().dialect.name == "sqlite":
-        # Ordered RETURNING makes SQLAlchemy insert row by row on SQLite. A SQLite write transaction
-        # excludes every other writer, so the rows just inserted are the newest len(rows) ids.
+async def add_outbox(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> None:
+    """Queue Commands: id, cluster, topic, payload, workload_uid, created_at.
+
+    The caller assigns ids (see :class:`OutboxIds`), so the insert is a plain executemany: no
+    RETURNING round trip, and the publisher can mark in-memory rows sent by id.
+    """
+    if rows:
         await session.execute(sa.insert(outbox), list(rows))
-        result = await session.execute(sa.select(outbox.c.id).order_by(outbox.c.id.desc()).limit(len(rows)))
-        return sorted(int(r[0]) for r in result.all())
-    result = await session.execute(
-        sa.insert(outbox).returning(outbox.c.id, sort_by_parameter_order=True), list(rows))
-    return [int(r[0]) for r in result.all()]
+
+
+class OutboxIds:
+    """Outbox ids made by the dispatcher: ``epoch << 32 | n``. Epochs only grow, so ids keep the order
+    in which Commands were queued across restarts, and two replicas (two epochs) never collide."""
+
+    def __init__(self, epoch: int) -> None:
+        self.base = epoch << 32
+        self.n = 0
+
+    def next(self) -> int:
+        self.n += 1
+        if self.n >= 1 << 32:
+            raise OverflowError("2^32 Commands in one epoch; restart the dispatcher")
+        return self.base | self.n
 
 
 async def unsent(session: AsyncSession, limit: int, *, before: datetime | None = None) -> list[Any]:
@@ -279,15 +344,9 @@ async def unsent(session: AsyncSession, limit: int, *, before: datetime | None =
 
 
 async def mark_sent(session: AsyncSession, ids: Sequence[int], now: datetime) -> None:
-    for i in range(0, len(ids), 1000):
-        await session.execute(sa.update(outbox).where(outbox.c.id.in_(ids[i:i + 1000]))
+    for chunk in _chunks(session, ids):
+        await session.execute(sa.update(outbox).where(_in(session, outbox.c.id, chunk))
                               .values(sent_at=now, attempts=outbox.c.attempts + 1))
-
-
-async def count_attempt(session: AsyncSession, ids: Sequence[int]) -> None:
-    for i in range(0, len(ids), 1000):
-        await session.execute(sa.update(outbox).where(outbox.c.id.in_(ids[i:i + 1000]))
-                              .values(attempts=outbox.c.attempts + 1))
 
 
 async def purge_sent(session: AsyncSession, before: datetime) -> int:
