@@ -205,6 +205,9 @@ class JobController:
         meta = job["metadata"]
         spec = job.get("spec") or {}
         if spec.get("managedBy") not in (None, CONTROLLER):
+            # Another controller runs it; only the TTL-after-finished controller still looks at it.
+            status = job.get("status") or {}
+            self._timers(key, spec, status, status.get("conditions") or [], time.time(), ttl_only=True)
             return
         uid = str(meta.get("uid"))
         self.job_keys[uid] = key
@@ -498,7 +501,7 @@ class JobController:
         self._drop_finalizer(namespace, name, uid)
 
     def _timers(self, key: Key, spec: Mapping[str, Any], status: Mapping[str, Any],
-                conditions: list[dict[str, Any]], now: float) -> None:
+                conditions: list[dict[str, Any]], now: float, *, ttl_only: bool = False) -> None:
         finished = _finished(conditions)
         if finished is not None:
             ttl = spec.get("ttlSecondsAfterFinished")
@@ -513,6 +516,8 @@ class JobController:
                     log.debug("TTL delete of job %s/%s: %s", key[0], key[1], exc)
             else:
                 self._wake_at(key, expiry)
+            return
+        if ttl_only:
             return
         deadline = spec.get("activeDeadlineSeconds")
         started = parse_ts(status.get("startTime"))

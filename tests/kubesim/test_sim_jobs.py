@@ -207,6 +207,19 @@ def test_jobs_managed_by_another_controller_are_left_alone(tmp_path: Path) -> No
         assert not status(apis, "elsewhere").start_time
 
 
+def test_ttl_applies_to_jobs_finished_by_another_controller(tmp_path: Path) -> None:
+    with cluster(tmp_path) as apis:
+        apis.batch.create_namespaced_job(NS, job("foreign", managedBy="kueue.x-k8s.io/multikueue",
+                                                 ttlSecondsAfterFinished=0))
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        apis.batch.patch_namespaced_job_status("foreign", NS, {"status": {
+            "startTime": now, "completionTime": now, "succeeded": 1,
+            "conditions": [{"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": now},
+                           {"type": "Complete", "status": "True", "lastTransitionTime": now}]}})
+        wait_for(lambda: not [j for j in apis.batch.list_namespaced_job(NS).items
+                              if j.metadata.name == "foreign"], what="TTL deletion")
+
+
 def test_pod_names_are_deterministic_under_a_seed(tmp_path: Path) -> None:
     def names(run: int) -> list[str]:
         (tmp_path / str(run)).mkdir()
