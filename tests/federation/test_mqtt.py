@@ -314,3 +314,19 @@ async def test_publish_waits_for_the_puback_and_fails_fast_when_the_link_drops()
     finally:
         server.close()
         silent.cut()
+
+
+async def test_retained_will_marks_presence_offline_for_late_subscribers(broker_url: str, topic_root: str) -> None:
+    settings = MqttSettings(url=broker_url)
+    topic = f"{topic_root}/c1/presence"
+    async with MqttLink(settings, client_id=cid("agent"), will=Will(topic, b"offline"), persistent=False) as agent:
+        await agent.publish(topic, b"online", retain=True)
+        agent.drop()
+    async with MqttLink(settings, client_id=cid("late"), persistent=False) as late:
+        await late.subscribe(topic)
+        it = late.messages()
+        msg = await next_message(late, it)
+        while msg.payload == b"online":  # the broker may not have processed the loss yet
+            msg = await next_message(late, it)
+        await late.publish(topic, b"", retain=True)
+    assert msg == Message(topic, b"offline", msg.retain)
