@@ -50,8 +50,10 @@ class DispatcherSettings(BaseSettings):
     """Events (Job changes and Reports) handled in one database transaction. Batching is what lets
     the dispatcher claim and place hundreds of Jobs a second on two cores."""
 
-    outbox_batch_size: int = Field(default=1000, ge=1, le=10_000)
-    """Outbox rows read and published (concurrently, QoS 1) per round."""
+    outbox_batch_size: int = Field(default=500, ge=1, le=10_000)
+    """Outbox rows published (concurrently, QoS 1) per round. Every Place is answered at once, so a
+    round is also a burst of Reports; Mosquitto drops QoS 1 messages for a subscriber with more than
+    ``max_queued_messages`` (default 1000) waiting, so a round stays well below that."""
 
     outbox_poll_seconds: float = Field(default=2.0, gt=0)
     """How often the publisher looks for unsent rows when nothing woke it (rows written by a
