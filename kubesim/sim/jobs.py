@@ -270,7 +270,7 @@ class JobController:
             pass
         elif finished is None and failure_target is None and success_met is None:
             if suspended:
-                if set_condition(conditions, "Suspended", "True", "JobSuspended", "Job suspended", now=stamp):
+                if _job_condition(conditions, "Suspended", "True", "JobSuspended", "Job suspended", now=stamp):
                     events.append(("Normal", "Suspended", "Job suspended"))
                 self._delete_pods(key, active)
                 active = []
@@ -279,22 +279,22 @@ class JobController:
             else:
                 cond = find_condition(conditions, "Suspended")
                 if cond is not None and cond.get("status") == "True":
-                    set_condition(conditions, "Suspended", "False", "JobResumed", "Job resumed", now=stamp)
+                    _job_condition(conditions, "Suspended", "False", "JobResumed", "Job resumed", now=stamp)
                     events.append(("Normal", "Resumed", "Job resumed"))
                     status["startTime"] = stamp
                 status.setdefault("startTime", stamp)
                 failure = policy_failure or self._failure(job, spec, status, active, failed, now)
                 if failure is not None:
                     reason, message = failure
-                    set_condition(conditions, "FailureTarget", "True", reason, message, now=stamp)
+                    _job_condition(conditions, "FailureTarget", "True", reason, message, now=stamp)
                     failure_target = find_condition(conditions, "FailureTarget")
                     events.append(("Warning", reason, message))
                 elif (policy_met := success_policy(spec.get("successPolicy"), succeeded_indexes)) is not None:
-                    set_condition(conditions, "SuccessCriteriaMet", "True", POLICY_SUCCESS_REASON, policy_met,
+                    _job_condition(conditions, "SuccessCriteriaMet", "True", POLICY_SUCCESS_REASON, policy_met,
                                   now=stamp)
                     success_met = find_condition(conditions, "SuccessCriteriaMet")
                 elif self._succeeded(indexed, completions, succeeded, succeeded_indexes, active):
-                    set_condition(conditions, "SuccessCriteriaMet", "True", SUCCESS_REASON, SUCCESS_MESSAGE, now=stamp)
+                    _job_condition(conditions, "SuccessCriteriaMet", "True", SUCCESS_REASON, SUCCESS_MESSAGE, now=stamp)
                     success_met = find_condition(conditions, "SuccessCriteriaMet")
                 else:
                     active = self._manage(job, key, pods, active, terminating, parallelism, completions, indexed,
@@ -307,11 +307,11 @@ class JobController:
             active = []
             if not any(not p.terminal for p in pods.values()):
                 if failure_target is not None:
-                    set_condition(conditions, "Failed", "True", failure_target.get("reason"),
+                    _job_condition(conditions, "Failed", "True", failure_target.get("reason"),
                                   failure_target.get("message"), now=stamp)
                 else:
                     met = success_met or {}
-                    set_condition(conditions, "Complete", "True", met.get("reason", SUCCESS_REASON),
+                    _job_condition(conditions, "Complete", "True", met.get("reason", SUCCESS_REASON),
                                   met.get("message", SUCCESS_MESSAGE), now=stamp)
                     status["completionTime"] = stamp
                     events.append(("Normal", "Completed", "Job completed"))
@@ -523,6 +523,17 @@ class JobController:
         started = parse_ts(status.get("startTime"))
         if deadline is not None and started is not None and not spec.get("suspend"):
             self._wake_at(key, started + int(deadline))
+
+
+def _job_condition(conditions: list[dict[str, Any]], ctype: str, status: str, reason: str | None,
+                   message: str | None, *, now: str) -> bool:
+    """set_condition plus lastProbeTime, which the Job controller stamps whenever it writes a condition."""
+    changed = set_condition(conditions, ctype, status, reason, message, now=now)
+    if changed:
+        for cond in conditions:
+            if cond.get("type") == ctype:
+                cond["lastProbeTime"] = now
+    return changed
 
 
 def _set_count(status: dict[str, Any], field: str, value: int) -> None:
