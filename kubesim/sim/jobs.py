@@ -8,8 +8,9 @@ is counted once (succeeded / failed / completedIndexes) and then loses its final
 tracks pods; pods of vanished Jobs lose it too. Status carries active, ready, terminating, succeeded, failed,
 startTime, completionTime and the k8s ≥ 1.31 conditions: SuccessCriteriaMet then Complete, FailureTarget
 then Failed (BackoffLimitExceeded, DeadlineExceeded), the terminal condition being added once no pod is
-still running. Suspend deletes active pods (not counted as failures) and clears startTime; resume sets it
-anew. podReplacementPolicy Failed waits for terminating pods before replacing them. Jobs whose
+still running. Suspend and scale-down delete active pods without counting them as failures (the real controller drops
+their finalizer first); pods cut short because the Job met its success or failure criteria count as
+failed. Suspend clears startTime; resume sets it anew. podReplacementPolicy Failed waits for terminating pods before replacing them. Jobs whose
 ``spec.managedBy`` names another controller are left alone. Reconciles are coalesced per Job and batched.
 """
 
@@ -291,7 +292,7 @@ class JobController:
                     events.append(("Warning", reason, message))
                 elif (policy_met := success_policy(spec.get("successPolicy"), succeeded_indexes)) is not None:
                     _job_condition(conditions, "SuccessCriteriaMet", "True", POLICY_SUCCESS_REASON, policy_met,
-                                  now=stamp)
+                                   now=stamp)
                     success_met = find_condition(conditions, "SuccessCriteriaMet")
                 elif self._succeeded(indexed, completions, succeeded, succeeded_indexes, active):
                     _job_condition(conditions, "SuccessCriteriaMet", "True", SUCCESS_REASON, SUCCESS_MESSAGE, now=stamp)
@@ -303,21 +304,21 @@ class JobController:
         if being_deleted:
             pass
         elif finished is None and (failure_target is not None or success_met is not None):
-            self._delete_pods(key, active)
+            self._delete_pods(key, active, counted=True)
             active = []
             if not any(not p.terminal for p in pods.values()):
                 if failure_target is not None:
                     _job_condition(conditions, "Failed", "True", failure_target.get("reason"),
-                                  failure_target.get("message"), now=stamp)
+                                   failure_target.get("message"), now=stamp)
                 else:
                     met = success_met or {}
                     _job_condition(conditions, "Complete", "True", met.get("reason", SUCCESS_REASON),
-                                  met.get("message", SUCCESS_MESSAGE), now=stamp)
+                                   met.get("message", SUCCESS_MESSAGE), now=stamp)
                     status["completionTime"] = stamp
                     events.append(("Normal", "Completed", "Job completed"))
                 finished = _finished(conditions)
         elif finished is not None:
-            self._delete_pods(key, active)
+            self._delete_pods(key, active, counted=True)
             active = []
 
         ready = sum(1 for p in active if p.ready and p.name in pods and pods[p.name].active)
@@ -465,11 +466,14 @@ class JobController:
             return
         events.append(("Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}"))
 
-    def _delete_pods(self, key: Key, pods: Iterable[PodSummary]) -> None:
+    def _delete_pods(self, key: Key, pods: Iterable[PodSummary], *, counted: bool = False) -> None:
+        """Delete active pods. Like the real controller, pods removed for suspension or scale-down are not
+        failures (it drops their finalizer first); pods cut short because the Job finished count as failed."""
         for pod in pods:
             if pod.deleting:
                 continue
-            self.deleted_by_us.add(pod.uid)
+            if not counted:
+                self.deleted_by_us.add(pod.uid)
             try:
                 self.store.delete("pods", key[0], pod.name)
             except Exception as exc:
