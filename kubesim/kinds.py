@@ -301,9 +301,28 @@ def prepare_job(obj: dict[str, Any], old: dict[str, Any] | None, uid: str) -> li
             return [bad_value("spec.selector", spec.get("selector"), "field is immutable")]
         if spec.get("completionMode") != ospec.get("completionMode"):
             return [bad_value("spec.completionMode", spec.get("completionMode"), "field is immutable")]
-        if spec.get("template") != ospec.get("template") and not ospec.get("suspend"):
-            return [bad_value("spec.template", spec.get("template"), "field is immutable")]
+        if spec.get("managedBy") != ospec.get("managedBy"):
+            return [bad_value("spec.managedBy", spec.get("managedBy"), "field is immutable")]
+        if spec.get("completions") != ospec.get("completions"):
+            # Only elastic Indexed Jobs may change completions, and only together with parallelism.
+            elastic = spec.get("completionMode") == "Indexed" and spec.get("completions") == spec.get("parallelism")
+            if not elastic:
+                return [bad_value("spec.completions", spec.get("completions"), "field is immutable")]
+        if spec.get("template") != ospec.get("template"):
+            # Suspended jobs accept new scheduling directives (what Kueue injects), nothing else.
+            if not (ospec.get("suspend") and _sched_free(spec.get("template")) == _sched_free(ospec.get("template"))):
+                return [bad_value("spec.template", spec.get("template"), "field is immutable")]
     return []
+
+
+def _sched_free(tmpl: Any) -> Any:
+    """A pod template without the scheduling directives a suspended Job may change."""
+    if not isinstance(tmpl, dict):
+        return tmpl
+    meta = {k: v for k, v in (tmpl.get("metadata") or {}).items() if k not in ("labels", "annotations")}
+    spec = {k: v for k, v in (tmpl.get("spec") or {}).items()
+            if k not in ("nodeSelector", "tolerations", "affinity", "schedulingGates")}
+    return {**tmpl, "metadata": meta, "spec": spec}
 
 
 # ---------------------------------------------------------------- others
@@ -378,6 +397,8 @@ def apply_kind_rules(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] 
             obj["status"] = {"phase": "Active"}
     elif key == "events" and not obj.get("involvedObject"):
         causes.append(required("involvedObject"))
+    elif key == "podtemplates" and isinstance((obj.get("template") or {}).get("spec"), dict):
+        default_pod_spec(obj["template"]["spec"])
     elif key == "leases.coordination.k8s.io":
         obj.setdefault("spec", {})
     if causes:

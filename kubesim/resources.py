@@ -62,6 +62,7 @@ BUILTINS: list[ResourceType] = [
                  verbs=["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]),
     ResourceType("configmaps", "configmap", "ConfigMap", "", ["v1"], True, (), ("cm",)),
     ResourceType("secrets", "secret", "Secret", "", ["v1"], True),
+    ResourceType("podtemplates", "podtemplate", "PodTemplate", "", ["v1"], True),
     ResourceType("serviceaccounts", "serviceaccount", "ServiceAccount", "", ["v1"], True, (), ("sa",)),
     ResourceType("events", "event", "Event", "", ["v1"], True, (), ("ev",), name_rule="path"),
     ResourceType("jobs", "job", "Job", "batch", ["v1"], True, ("status",), (), ("all",), generation=True),

@@ -268,3 +268,22 @@ def test_update_with_another_uid_is_a_precondition_conflict(api: client.ApiClien
     with pytest.raises(client.ApiException) as ei:
         v1.replace_namespaced_config_map("u", ns, cm)
     assert ei.value.status == 409
+
+
+def test_job_immutable_fields(api: client.ApiClient, ns: str) -> None:
+    batch = client.BatchV1Api(api)
+    batch.create_namespaced_job(ns, {"metadata": {"name": "imm"}, "spec": {
+        "suspend": True, "completions": 2, "parallelism": 1, "managedBy": "example.com/dispatcher",
+        "template": {"spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}})
+    for patch in ({"spec": {"completions": 3}}, {"spec": {"managedBy": "example.com/other"}},
+                  {"spec": {"selector": {"matchLabels": {"a": "b"}}}}):
+        with pytest.raises(client.ApiException) as ei:
+            batch.patch_namespaced_job("imm", ns, patch)
+        assert ei.value.status == 422, patch
+    # The template of a suspended job may change (Kueue relies on this to inject node selectors).
+    job = batch.patch_namespaced_job("imm", ns, {"spec": {"template": {"spec": {"nodeSelector": {"x": "y"}}}}})
+    assert job.spec.template.spec.node_selector == {"x": "y"}
+    with pytest.raises(client.ApiException) as ei:
+        batch.patch_namespaced_job("imm", ns, {"spec": {"template": {"spec": {"containers": [
+            {"name": "c", "image": "other"}]}}}})
+    assert ei.value.status == 422

@@ -44,20 +44,21 @@ def test_json_patch_ops(api: client.ApiClient, ns: str) -> None:
 
 
 def test_strategic_merge_by_name_for_containers_and_env(api: client.ApiClient, ns: str) -> None:
-    batch = client.BatchV1Api(api)
-    batch.create_namespaced_job(ns, {"metadata": {"name": "s"}, "spec": {"suspend": True, "template": {"spec": {
+    # A PodTemplate: a built-in kind whose pod spec may change freely (a Job's template may not).
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_pod_template(ns, {"metadata": {"name": "s"}, "template": {"spec": {
         "restartPolicy": "Never", "containers": [
             {"name": "a", "image": "x", "env": [{"name": "E1", "value": "1"}, {"name": "E2", "value": "2"}]},
-            {"name": "b", "image": "y"}]}}}})
-    job = batch.patch_namespaced_job("s", ns, {"spec": {"template": {"spec": {"containers": [
-        {"name": "a", "env": [{"name": "E2", "value": "two"}, {"name": "E3", "value": "3"}]}]}}}})
-    cs = job.spec.template.spec.containers
+            {"name": "b", "image": "y"}]}}})
+    pt = v1.patch_namespaced_pod_template("s", ns, {"template": {"spec": {"containers": [
+        {"name": "a", "env": [{"name": "E2", "value": "two"}, {"name": "E3", "value": "3"}]}]}}})
+    cs = pt.template.spec.containers
     assert [c.name for c in cs] == ["a", "b"]
     assert cs[0].image == "x"
     assert [(e.name, e.value) for e in cs[0].env] == [("E1", "1"), ("E2", "two"), ("E3", "3")]
-    job = batch.patch_namespaced_job("s", ns, {"spec": {"template": {"spec": {"containers": [
-        {"name": "b", "$patch": "delete"}]}}}})
-    assert [c.name for c in job.spec.template.spec.containers] == ["a"]
+    pt = v1.patch_namespaced_pod_template("s", ns, {"template": {"spec": {"containers": [
+        {"name": "b", "$patch": "delete"}]}}})
+    assert [c.name for c in pt.template.spec.containers] == ["a"]
 
 
 def test_strategic_merge_ports_volumes_and_status_conditions(api: client.ApiClient, ns: str) -> None:
