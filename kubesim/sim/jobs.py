@@ -3,15 +3,17 @@
 Owns Job pods and Job status. Pods are created from the template with the controller ownerReference,
 the ``batch.kubernetes.io/job-tracking`` finalizer and the job labels (``batch.kubernetes.io/controller-uid``,
 ``batch.kubernetes.io/job-name``, ``controller-uid``, ``job-name``); Indexed Jobs add the completion index
-annotation and label, the ``JOB_COMPLETION_INDEX`` env var and the hostname ``{job}-{index}``. A terminal pod
-is counted once (succeeded / failed / completedIndexes) and then loses its finalizer, as the real controller
-tracks pods; pods of vanished Jobs lose it too. Status carries active, ready, terminating, succeeded, failed,
-startTime, completionTime and the k8s ≥ 1.31 conditions: SuccessCriteriaMet then Complete, FailureTarget
-then Failed (BackoffLimitExceeded, DeadlineExceeded), the terminal condition being added once no pod is
-still running. Suspend and scale-down delete active pods without counting them as failures (the real controller drops
-their finalizer first); pods cut short because the Job met its success or failure criteria count as
-failed. Suspend clears startTime; resume sets it anew. podReplacementPolicy Failed waits for terminating pods before replacing them. Jobs whose
-``spec.managedBy`` names another controller are left alone. Reconciles are coalesced per Job and batched.
+annotation and label, the ``JOB_COMPLETION_INDEX`` env var and the hostname ``{job}-{index}``. A terminal
+pod is counted once (succeeded / failed / completedIndexes) and then loses its finalizer, as the real
+controller tracks pods; pods of vanished Jobs lose it too. Status carries active, ready, terminating,
+succeeded, failed, startTime, completionTime and the k8s >= 1.31 conditions: SuccessCriteriaMet then
+Complete, FailureTarget then Failed (BackoffLimitExceeded, DeadlineExceeded, PodFailurePolicy), the
+terminal condition being added once no pod is still running. Suspend and scale-down delete active pods
+without counting them as failures (upstream drops their finalizer first); pods cut short because the Job
+met its success or failure criteria count as failed. Suspend keeps startTime (Kueue-style callers clear
+it themselves); resume sets it anew. podReplacementPolicy Failed waits for terminating pods before
+replacing them. Jobs whose ``spec.managedBy`` names another controller are left alone (except by the TTL
+controller). Reconciles are coalesced per Job and batched.
 """
 
 from __future__ import annotations
@@ -275,8 +277,6 @@ class JobController:
                     events.append(("Normal", "Suspended", "Job suspended"))
                 self._delete_pods(key, active)
                 active = []
-                if status.get("startTime"):
-                    status.pop("startTime", None)
             else:
                 cond = find_condition(conditions, "Suspended")
                 if cond is not None and cond.get("status") == "True":
@@ -294,12 +294,14 @@ class JobController:
                     _job_condition(conditions, "SuccessCriteriaMet", "True", POLICY_SUCCESS_REASON, policy_met,
                                    now=stamp)
                     success_met = find_condition(conditions, "SuccessCriteriaMet")
-                elif self._succeeded(indexed, completions, succeeded, succeeded_indexes, active):
-                    _job_condition(conditions, "SuccessCriteriaMet", "True", SUCCESS_REASON, SUCCESS_MESSAGE, now=stamp)
-                    success_met = find_condition(conditions, "SuccessCriteriaMet")
                 else:
+                    # Pods beyond what is still needed go first (not failures), then completion is judged.
                     active = self._manage(job, key, pods, active, terminating, parallelism, completions, indexed,
                                           succeeded, succeeded_indexes, events)
+                    if self._succeeded(indexed, completions, succeeded, succeeded_indexes, active):
+                        _job_condition(conditions, "SuccessCriteriaMet", "True", SUCCESS_REASON, SUCCESS_MESSAGE,
+                                       now=stamp)
+                        success_met = find_condition(conditions, "SuccessCriteriaMet")
 
         if being_deleted:
             pass
@@ -370,8 +372,10 @@ class JobController:
     @staticmethod
     def _succeeded(indexed: bool, completions: int | None, succeeded: int, succeeded_indexes: set[int],
                    active: list[PodSummary]) -> bool:
+        if active:
+            return False  # as upstream: complete only once no pod is still running
         if completions is None:
-            return succeeded > 0 and not active
+            return succeeded > 0
         if indexed:
             return len(succeeded_indexes) >= int(completions)
         return succeeded >= int(completions)
