@@ -27,7 +27,7 @@ from federation.messages import Capacity, encode
 from federation.mqtt import LinkHealth, MqttLink, Will
 from federation.tasks import Supervisor
 from worker_agent.apply import ApplyLoop, JobKey
-from worker_agent.cache import ObjectCache, key_of, kind_resource, rv_of
+from worker_agent.cache import ObjectCache, key_of, kind_resource
 from worker_agent.inbox import Inbox
 from worker_agent.reconcilers.base import Reconciler
 from worker_agent.reconcilers.registry import reconcilers as all_reconcilers
@@ -101,18 +101,21 @@ class Agent:
             ns, job_name = key_of(obj)
             uid = str((obj.get("metadata") or {}).get("uid") or "")
             if event.type == "DELETED":
-                cache.delete_event(obj)
-                if cache.get((ns, job_name)) is None:
+                last = cache.delete_event(obj)
+                # a relist reports deletions with the informer's slim copy; the cache has the full one
+                full = obj if ("spec" in obj or last is None) else last
+                if cache.header((ns, job_name)) is None:
                     self.by_uid.pop(uid, None)
                     self.apply.forget((name, ns, job_name))
-                self.inbox.job_seen(name, obj, deleted=True)
-                self.reporter.job_changed(kind, obj, deleted=True)
+                self.inbox.job_seen(name, full, deleted=True)
+                self.reporter.job_changed(kind, full, deleted=True)
                 continue
-            if not cache.upsert(obj):
+            if not cache.accepts(obj):
                 continue
             self.by_uid[uid] = (name, ns, job_name)
             self.inbox.job_seen(name, obj)
             self.reporter.job_changed(kind, obj)
+            cache.upsert(obj)  # shrinks obj to its header: read it before
             self.apply.enqueue((name, ns, job_name))
 
     async def follow_children(self, plural: str) -> None:
@@ -123,11 +126,8 @@ class Agent:
             obj = event.object
             if event.type == "DELETED":
                 cache.delete_event(obj)
-            else:
-                current = cache.get(key_of(obj))
-                if current is not None and rv_of(current) > rv_of(obj):
-                    continue
-                cache.upsert(obj)
+            elif not cache.upsert(obj):
+                continue
             if plural in (PODS.plural, NODES.plural):
                 self.capacity_changed.set()
             if plural != NODES.plural:
@@ -135,8 +135,7 @@ class Agent:
 
     # --- MQTT ---------------------------------------------------------------------------------
     def _heartbeat(self, capacity: Capacity, online: bool = True) -> bytes:
-        running = sum(1 for name, res in self.job_resources.items()
-                      for job in self.caches[res.plural].objects.values() if not self.kinds[name].finished(job))
+        running = self.reporter.running()
         return encode(heartbeat(self.settings.cluster_name, capacity, version=__version__,
                                 interval=self.settings.heartbeat_interval_seconds,
                                 cluster_labels=self.settings.cluster_labels,

@@ -14,7 +14,6 @@ the pass before the status write, as upstream does; Temporary errors retry with 
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -105,7 +104,7 @@ class ApplyLoop:
         if job_name:
             ns = str(meta.get("namespace") or "")
             for kind, res in self.resources.items():
-                if kind in self.reconcilers and self.caches[res.plural].get((ns, job_name)) is not None:
+                if kind in self.reconcilers and self.caches[res.plural].header((ns, job_name)) is not None:
                     self.enqueue((kind, ns, job_name))
 
     async def run(self) -> None:
@@ -170,7 +169,7 @@ class ApplyLoop:
             selector = reconciler.child_selector(job)
             for res in reconciler.children:
                 children[res.plural] = self.caches[res.plural].select(ns, selector)
-        return Observed(job=copy.deepcopy(job), children=children, now=self.clock.now())
+        return Observed(job=job, children=children, now=self.clock.now())  # decoded copies, ours to keep
 
     async def reconcile(self, key: JobKey) -> float | None:
         """One pass; returns a retry delay when the pass was cut short."""
@@ -243,7 +242,7 @@ class ApplyLoop:
 
     async def _delete(self, res: Resource, name: str, ns: str) -> None:
         cache = self.caches.get(res.plural)
-        current = cache.get((ns, name)) if cache is not None else None
+        current = cache.header((ns, name)) if cache is not None else None
         try:
             await self.kube.delete(res, name, ns, propagation="Background")
         except NotFound:
@@ -275,9 +274,9 @@ class ApplyLoop:
             fresh = await self.kube.get(res, str(meta.get("name")), meta.get("namespace"))
             cache.upsert(fresh)
             return 0.0
-        cache.upsert(updated)
         if self.on_status is not None:
             self.on_status(str(job.get("kind")), updated)
+        cache.upsert(updated)
         return None
 
 

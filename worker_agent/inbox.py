@@ -290,7 +290,7 @@ class Inbox:
     async def _delete_job(self, applied: Applied) -> None:
         kind = self.kinds.get(applied.kind) or by_name(applied.kind)
         res = kind_resource(kind)
-        cached = self.caches[res.plural].get((applied.namespace, applied.name))
+        cached = self.caches[res.plural].header((applied.namespace, applied.name))
         if cached is not None and ((cached.get("metadata") or {}).get("labels") or {}).get(
                 labels.ORIGIN) != self.origin:
             return  # never delete what another origin (or a user) owns
@@ -313,7 +313,7 @@ class Inbox:
         await self._delete_job(current)
         del self.workloads[p.workload_uid]
         res = kind_resource(self.kinds.get(current.kind) or by_name(current.kind))
-        cached = self.caches[res.plural].get((current.namespace, current.name))
+        cached = self.caches[res.plural].header((current.namespace, current.name))
         if cached is None:
             self.reporter.status(p, {}, None, gone=True)
         # otherwise the watcher's DELETED event reports gone with the last status
@@ -326,7 +326,11 @@ class Inbox:
         expected = {(k.workload_uid, k.attempt) for k in cmd.expected}
         for kind_name, kind in self.kinds.items():
             res = kind_resource(kind)
-            for job in list(self.caches[res.plural].objects.values()):
+            cache = self.caches[res.plural]
+            for key in cache.keys():
+                job = cache.get(key)
+                if job is None:
+                    continue
                 job_labels = (job.get("metadata") or {}).get("labels") or {}
                 if job_labels.get(labels.ORIGIN) != self.origin:
                     continue  # checked before anything is deleted

@@ -138,6 +138,7 @@ class Reporter:
         """workload uid -> last seq sent."""
         self._last_status: dict[str, tuple[int, int, int]] = {}
         """workload uid -> (attempt, epoch, hash of the status last sent)."""
+        self._finished: dict[str, bool] = {}
 
     def _send(self, report: Accepted | Rejected | Status | Inventory) -> None:
         self.outbox.put(self.topic, encode(report))
@@ -175,13 +176,19 @@ class Reporter:
         outcome = finished.outcome if finished else None
         if deleted:
             self._last_status.pop(placement.workload_uid, None)
+            self._finished.pop(placement.workload_uid, None)
             self.status(placement, status, outcome, gone=True)
             return
+        self._finished[placement.workload_uid] = outcome is not None
         fingerprint = (placement.attempt, placement.epoch, hash(repr(status)))
         if not force and self._last_status.get(placement.workload_uid) == fingerprint:
             return
         self._last_status[placement.workload_uid] = fingerprint
         self.status(placement, status, outcome)
+
+    def running(self) -> int:
+        """Owned jobs seen and not finished."""
+        return sum(1 for done in self._finished.values() if not done)
 
     def inventory(self, items: list[Any]) -> None:
         self._send(Inventory(cluster=self.cluster, items=items))
@@ -207,26 +214,29 @@ class CapacityMeter:
         self.pods = pods
         self._requests: dict[bytes, Resources] = {}
 
-    def _pod_requests(self, pod: Mapping[str, Any]) -> Resources:
+    def _pod_requests(self, shape: bytes) -> Resources:
         # keyed by what the scheduler counts, not by pod: thousands of replicas share a handful of shapes
-        spec = pod.get("spec") or {}
-        signature = orjson.dumps([spec.get("containers"), spec.get("initContainers"), spec.get("overhead")])
-        cached = self._requests.get(signature)
+        cached = self._requests.get(shape)
         if cached is None:
+            containers, inits, overhead = orjson.loads(shape)
+            spec = {"containers": containers or [], "initContainers": inits or []}
+            if overhead:
+                spec["overhead"] = overhead
             try:
                 cached = pod_requests(spec)
             except Invalid:
                 cached = {}
             if len(self._requests) > 10_000:
                 self._requests.clear()
-            self._requests[signature] = cached
+            self._requests[shape] = cached
         return cached
 
-    def snapshot(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        """Node and pod lists taken on the event loop, so ``measure`` may run in a thread."""
-        return list(self.nodes.objects.values()), list(self.pods.objects.values())
+    def snapshot(self) -> tuple[list[dict[str, Any]], list[tuple[str, str | None, bytes]]]:
+        """Nodes and pod usage taken on the event loop, so ``measure`` may run in a thread."""
+        return self.nodes.values(), list(self.pods.pod_usage.values())
 
-    def measure(self, snapshot: tuple[list[dict[str, Any]], list[dict[str, Any]]] | None = None) -> Capacity:
+    def measure(self, snapshot: tuple[list[dict[str, Any]], list[tuple[str, str | None, bytes]]] | None = None,
+                ) -> Capacity:
         nodes, pods = snapshot or self.snapshot()
         allocatable: Resources = {}
         per_node: dict[str, Resources] = {}
@@ -241,13 +251,12 @@ class CapacityMeter:
             per_node[str((node.get("metadata") or {}).get("name"))] = alloc
         used: Resources = {}
         used_on: dict[str, Resources] = {}
-        for pod in pods:
-            if (pod.get("status") or {}).get("phase") in TERMINAL_PHASES:
+        for phase, node_name, shape in pods:
+            if phase in TERMINAL_PHASES:
                 continue
-            req = self._pod_requests(pod)
+            req = self._pod_requests(shape)
             used = add(used, req)
-            node_name = (pod.get("spec") or {}).get("nodeName")
-            if node_name in per_node:
+            if node_name is not None and node_name in per_node:
                 used_on[node_name] = add(used_on.get(node_name, {}), req)
         free = {k: max(v, Decimal(0)) for k, v in sub(allocatable, used).items() if k in allocatable}
         largest: Resources = {}

@@ -40,7 +40,7 @@ def test_label_index_follows_label_changes() -> None:
     assert cache.select("other", "job=j2") == []
 
 
-def test_pods_trimmed_in_place() -> None:
+def test_pods_trimmed_and_kept_compact() -> None:
     cache = ObjectCache("pods")
     pod = {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "1", "managedFields": [{}],
                         "ownerReferences": [{"uid": "j", "controller": True, "kind": "PyTorchJob"}]},
@@ -51,6 +51,10 @@ def test_pods_trimmed_in_place() -> None:
                       "containerStatuses": [{"name": "c", "image": "i", "restartCount": 2,
                                              "state": {"running": {"startedAt": "t"}}}]}}
     cache.upsert(pod)
+    assert pod == {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "1",
+                                "ownerReferences": [{"uid": "j", "controller": True}]}}  # the header, in place
+    assert cache.pod_usage[("ns", "p")][:2] == ("Running", "n")
+    pod = cache.get(("ns", "p")) or {}
     assert pod["spec"] == {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}], "nodeName": "n"}
     assert pod["status"] == {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
                              "containerStatuses": [{"name": "c", "restartCount": 2, "state": {"running": {}}}]}
