@@ -116,12 +116,15 @@ def agents_main(mqtt_url: str, root: str, ready: Any) -> None:
 # --- the Job creator (own process) -----------------------------------------------------------
 
 
-async def _create(kubeconfig: str, n: int, concurrency: int) -> tuple[list[tuple[str, float]], float, float]:
+async def _create(kubeconfig: str, n: int, concurrency: int, rate: float
+                  ) -> tuple[list[tuple[str, float]], float, float]:
     out: list[tuple[str, float]] = []
     async with Kube(kubeconfig, settings=KubeSettings(max_concurrency=concurrency)) as kube:
         sem = asyncio.Semaphore(concurrency)
 
         async def make(i: int) -> None:
+            if rate:
+                await asyncio.sleep(max(0.0, t0 + i / rate - time.time()))
             async with sem:
                 started = time.time()
                 obj = await kube.create(PYTORCHJOBS, job(i), "default")
@@ -131,9 +134,9 @@ async def _create(kubeconfig: str, n: int, concurrency: int) -> tuple[list[tuple
         return out, t0, time.time()
 
 
-def creator_main(kubeconfig: str, n: int, concurrency: int, go: Any, results: Any) -> None:
+def creator_main(kubeconfig: str, n: int, concurrency: int, rate: float, go: Any, results: Any) -> None:
     go.wait()
-    results.put(asyncio.run(_create(kubeconfig, n, concurrency)))
+    results.put(asyncio.run(_create(kubeconfig, n, concurrency, rate)))
 
 
 # --- the run ------------------------------------------------------------------------------------
@@ -149,9 +152,10 @@ async def bench(n: int, mqtt_url: str, db_url: str, kubeconfig: Path, root: str,
                 break
             await asyncio.sleep(0.05)
     settings = DispatcherSettings(
-        kube=KubeSettings(kubeconfig=kubeconfig, max_concurrency=16), database_url=db_url,
+        kube=KubeSettings(kubeconfig=kubeconfig, max_concurrency=int(os.environ.get("BENCH_KUBE_THREADS", "4"))),
+        database_url=db_url,
         mqtt=MqttSettings(url=mqtt_url, topic_root=root, client_id=f"bench-{uuid.uuid4().hex[:6]}"),
-        kube_writers=16)
+        kube_writers=int(os.environ.get("BENCH_KUBE_THREADS", "4")))
     accepted: dict[str, float] = {}
     all_done = asyncio.Event()
 
@@ -242,6 +246,8 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", type=int, default=1000, help="PyTorchJobs to create")
     p.add_argument("--concurrency", type=int, default=32, help="creations in flight")
+    p.add_argument("--rate", type=float, default=0.0,
+                   help="create Jobs at this many per second (0: as fast as kubesim takes them)")
     p.add_argument("--profile", action="store_true", help="cProfile this process during the run")
     p.add_argument("--sqlite", action="store_true", help="use SQLite even when PostgreSQL is reachable")
     args = p.parse_args()
@@ -293,7 +299,7 @@ def main() -> int:
             raise RuntimeError("fake agents did not start")
         go = ctx.Event()
         results = ctx.Queue()
-        creator = ctx.Process(target=creator_main, args=(str(kubeconfig), args.n, args.concurrency, go, results),
+        creator = ctx.Process(target=creator_main, args=(str(kubeconfig), args.n, args.concurrency, args.rate, go, results),
                               daemon=True)
         creator.start()
         db.upgrade(db_url)
@@ -315,7 +321,7 @@ def main() -> int:
             asyncio.run(drop_postgres(pg_name))
     print(f"dispatch_bench: N={result['n']} ({'; '.join(notes)}; {os.cpu_count()} cores)")
     print(f"  created {result['n']} Jobs in {result['create_s']:.2f}s ({result['create_rate']:.0f}/s, "
-          f"{args.concurrency} in flight)")
+          f"{args.concurrency} in flight, {f'paced at {args.rate:g}/s' if args.rate else 'unpaced'})")
     print(f"  accepted {result['accepted']}/{result['n']} in {result['accept_s']:.2f}s from the first creation: "
           f"{result['rate']:.0f} jobs/s")
     print(f"  latency creation -> accepted: p50 {result['p50'] * 1000:.0f} ms, p99 {result['p99'] * 1000:.0f} ms, "
