@@ -283,11 +283,15 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
         # --- the services, each in its own process ---
         mkctl = [sys.executable, "-m", "mkctl.main"]
         common = ["--mqtt-url", mqtt_url, "--mqtt-topic-root", topic_root, "--origin", "bench"]
+        # Client ids unique to this run: a persistent MQTT session keeps its old subscriptions and queue.
+        tag = topic_root.split("/")[0]
         await procs.start("dispatcher", *mkctl, "dispatcher", "--kubeconfig", str(configs["manager"]),
-                          "--database-url", database_url, *common, *dispatcher_args)
+                          "--database-url", database_url, "--mqtt-client-id", f"{tag}-dispatcher", *common,
+                          *dispatcher_args)
         for w in WORKERS:
             await procs.start(f"agent-{w}", *mkctl, "agent", "--cluster-name", w, "--kubeconfig", str(configs[w]),
-                              "--heartbeat-interval-seconds", "2", *common, *agent_args)
+                              "--mqtt-client-id", f"{tag}-agent-{w}", "--heartbeat-interval-seconds", "2", *common,
+                              *agent_args)
         await wait_clusters_online(database_url, procs)
 
         # --- end to end ---
