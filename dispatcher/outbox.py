@@ -54,55 +54,84 @@ class Publisher:
                 await self.clock.sleep(delay)
 
     async def _drain_forever(self, link: MqttLink) -> None:
-        while True:
-            self.wake.clear()
-            if await self.drain_once(link):
-                continue  # there may be more
-            await self._maybe_purge()
-            try:
-                await asyncio.wait_for(self.wake.wait(), timeout=self.settings.outbox_poll_seconds)
-            except TimeoutError:
-                pass
+        self._link = link
+        self._inflight: dict[int, asyncio.Task[None]] = {}
+        self._acked: list[int] = []
+        self._failed: list[BaseException] = []
+        self._last_mark = self.clock.monotonic()
+        try:
+            while True:
+                self.wake.clear()
+                if await self.drain_once(link):
+                    await asyncio.sleep(0)  # let the publishes just started go out
+                    continue
+                if not self._inflight and not self._acked:
+                    await self._maybe_purge()
+                wait = 0.02 if self._acked else self.settings.outbox_poll_seconds
+                try:
+                    await asyncio.wait_for(self.wake.wait(), timeout=wait)
+                except TimeoutError:
+                    pass
+        finally:
+            for task in self._inflight.values():
+                task.cancel()
+
+    async def _one(self, row_id: int, topic: str, payload: bytes) -> None:
+        try:
+            await self._link.publish(topic, payload)
+            self._acked.append(row_id)
+        except Exception as exc:
+            self._failed.append(exc)
+        finally:
+            self._inflight.pop(row_id, None)
+            self.wake.set()
 
     async def drain_once(self, link: MqttLink) -> int:
-        """Publish one round; returns how many rows were sent.
+        """Start publishing what is waiting and mark acknowledged rows sent; returns rows started.
 
-        Rows the engine just committed come from memory (``fresh``); when there are none, unsent rows
-        are read from the database (left by a crash, a lost connection or another dispatcher). A row
-        a scan already published is skipped when it also shows up in ``fresh``.
+        Publishing is pipelined: up to ``outbox_batch_size`` Commands are in flight, a new one starts
+        as soon as a slot frees up, and acknowledged rows are marked sent in batches (every 20 ms or
+        500 rows). Rows the engine just committed come from memory (``fresh``); when there are none
+        and nothing is in flight, unsent rows are read from the database (left by a crash, a lost
+        connection or another dispatcher). A row a scan already published is skipped when it also
+        shows up in ``fresh``.
         """
-        limit = self.settings.outbox_batch_size
-        if self.fresh:
-            rows = [r for r in self.fresh[:limit] if r[0] not in self._scanned]
-            del self.fresh[:limit]
-        else:
+        if self._failed:
+            await self._mark()  # what was acknowledged before the link broke stays acknowledged
+            first = self._failed[0]
+            raise first if isinstance(first, Transport) else Transport(f"publish failed: {first!r}")
+        if self._acked and (len(self._acked) >= 500 or self.clock.monotonic() - self._last_mark >= 0.02
+                            or not self._inflight):
+            await self._mark()
+        room = self.settings.outbox_batch_size - len(self._inflight)
+        rows: list[tuple[int, str, bytes]] = []
+        if room > 0 and self.fresh:
+            rows = [r for r in self.fresh[:room] if r[0] not in self._scanned and r[0] not in self._inflight]
+            del self.fresh[:room]
+        elif room > 0 and not self._inflight and not self._acked:  # a scan must not see rows not yet marked
             # After (re)connecting, everything unsent; later only rows old enough that they are not
-            # this engine's in-flight fresh rows (rows of another dispatcher, or left by a crash).
+            # this engine's fresh rows (rows of another dispatcher, or left by a crash).
             before = None if self._startup else self.clock.now() - timedelta(seconds=self.settings.outbox_poll_seconds)
             async with self.sessions() as s:
-                rows = [(r.id, r.topic, r.payload) for r in await q.unsent(s, limit, before=before)]
+                rows = [(r.id, r.topic, r.payload) for r in await q.unsent(s, room, before=before)]
             if not rows:
                 self._startup = False
             if len(self._scanned) > 100_000:
                 self._scanned.clear()
             self._scanned.update(r[0] for r in rows)
-        if not rows:
-            return 0
-        results = await asyncio.gather(*(link.publish(topic, payload) for _, topic, payload in rows),
-                                       return_exceptions=True)
-        done = [r[0] for r, res in zip(rows, results, strict=True) if res is None]
-        failed = [res for res in results if res is not None]
+        for row_id, topic, payload in rows:
+            self._inflight[row_id] = asyncio.ensure_future(self._one(row_id, topic, payload))
+        if rows:
+            self.rounds += 1
+        return len(rows)
+
+    async def _mark(self) -> None:
+        done, self._acked = self._acked, []
+        self._last_mark = self.clock.monotonic()
         if done:
             async with self.sessions.begin() as s:
                 await q.mark_sent(s, done, self.clock.now())
             self.sent += len(done)
-        self.rounds += 1
-        if failed:
-            first = failed[0]
-            if isinstance(first, BaseException) and not isinstance(first, Exception):
-                raise first
-            raise first if isinstance(first, Transport) else Transport(f"publish failed: {first!r}")
-        return len(done)
 
     async def _maybe_purge(self) -> None:
         keep = self.settings.outbox_retention_seconds
