@@ -61,6 +61,7 @@ DEADLINE_REASON = "DeadlineExceeded"
 DEADLINE_MESSAGE = "Job was active longer than specified deadline"
 POLICY_REASON = "PodFailurePolicy"
 POLICY_SUCCESS_REASON = "SuccessPolicy"
+RETRY_SECONDS = 0.2
 BATCH_SIZE = 50
 """Jobs reconciled per loop iteration, so a burst of Jobs does not starve the API server's loop."""
 CREATE_BURST = 500
@@ -467,6 +468,8 @@ class JobController:
         except Exception as exc:
             log.warning("job %s/%s: creating a pod failed: %s", key[0], key[1], exc)
             events.append(("Warning", "FailedCreate", f"Error creating: {exc}"))
+            # Try again shortly, as the controller's rate-limited requeue does (e.g. a generated name clash).
+            self.loop.call_later(RETRY_SECONDS, self._mark, key)
             return
         events.append(("Normal", "SuccessfulCreate", f"Created pod: {created['metadata']['name']}"))
 
