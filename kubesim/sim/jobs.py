@@ -344,6 +344,7 @@ class JobController:
                 self.written_rv[key] = written["metadata"].get("resourceVersion")
             except Exception as exc:
                 log.debug("job %s/%s status not written: %s", key[0], key[1], exc)
+                counted.difference_update(p.uid for p in newly_counted)  # count them on the retry
                 self.loop.call_later(RETRY_SECONDS, self._mark, key)
                 return
         for pod in newly_counted:
