@@ -72,7 +72,7 @@ class Dispatcher:
                              recheck_seconds=s.kind_recheck_seconds)
         base = s.mqtt.client_id or f"mkd-dispatcher-{s.origin}"
         self.publisher = Publisher(s, sessions, self.clock, self.engine.outbox_wake, client_id=f"{base}-out",
-                                   fresh=self.engine.fresh)
+                                   fresh=self.engine.fresh, unanswered=self.engine.unanswered)
         self.reports = ReportSubscriber(s, self.engine, self.clock, client_id=f"{base}-in")
         return self
 

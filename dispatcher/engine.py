@@ -73,6 +73,7 @@ class _Batch:
     after: list[Callable[[], object]] = field(default_factory=list)
     notes: list[tuple[str, str]] = field(default_factory=list)            # (event type, uid) for observers
     placement_due: bool = False
+    place_keys: dict[int, tuple[str, int]] = field(default_factory=dict)  # outbox id -> Place's placement
 
     def set_w(self, uid: str, **values: Any) -> None:
         self.w[uid].update(values)
@@ -113,11 +114,13 @@ class Engine:
         self.epoch = 0
         self.outbox_ids = q.OutboxIds(0)
         self.outbox_wake = asyncio.Event()
-        self.fresh: list[tuple[int, str, bytes]] = []
+        self.fresh: list[tuple[int, str, bytes, tuple[str, int] | None]] = []
         """Outbox rows committed by this engine, handed to the publisher in memory (it need not read
         them back); the database copy is what survives a crash."""
         self.observers: list[Callable[[str, str], None]] = []
         self.stale_dropped = 0
+        self.unanswered: dict[tuple[str, int], float] = {}
+        """Places published and not answered yet (monotonic publish time): the publisher's flow control."""
         self._resent: dict[tuple[str, int], float] = {}
         self.batches = 0
         self._last_place = 0.0
@@ -222,10 +225,11 @@ class Engine:
             await q.add_events(s, b.events)
             await q.add_outbox(s, b.outbox)
         self.batches += 1
-        self.fresh.extend((row["id"], row["topic"], row["payload"]) for row in b.outbox)
+        self.fresh.extend((row["id"], row["topic"], row["payload"], b.place_keys.get(row["id"]))
+                          for row in b.outbox)
         for fn in b.after:
             fn()
-        if b.outbox:
+        if self.fresh:  # new Commands, or answers that freed the publisher's unanswered-Place budget
             self.outbox_wake.set()
         for type_, uid in b.notes:
             for observer in self.observers:
@@ -429,6 +433,7 @@ class Engine:
         cmd = wl.place_command(kind, obj, origin=self.settings.origin, attempt=attempt, epoch=self.epoch,
                                spec_version=spec_version, now=b.now)
         self._queue(b, cluster, row["uid"], cmd)
+        b.place_keys[b.outbox[-1]["id"]] = (row["uid"], attempt)
 
     def _queue(self, b: _Batch, cluster: str, uid: str, cmd: messages.Place | messages.Delete | messages.Resync) -> None:
         b.outbox.append({"id": self.outbox_ids.next(), "cluster": cluster, "topic": topics.commands(cluster, self.settings.mqtt.topic_root),
@@ -449,6 +454,7 @@ class Engine:
                 continue
             assert not isinstance(r, messages.Heartbeat)
             key = (r.placement.workload_uid, r.placement.attempt)
+            self.unanswered.pop(key, None)
             row = b.w.get(key[0])
             p = b.p.get(key)
             if row is None or p is None or p["cluster"] != r.cluster:

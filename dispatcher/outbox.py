@@ -26,7 +26,9 @@ log = logging.getLogger(__name__)
 
 class Publisher:
     def __init__(self, settings: DispatcherSettings, sessions: async_sessionmaker[AsyncSession], clock: Clock,
-                 wake: asyncio.Event, *, client_id: str, fresh: list[tuple[int, str, bytes]] | None = None) -> None:
+                 wake: asyncio.Event, *, client_id: str,
+                 fresh: list[tuple[int, str, bytes, tuple[str, int] | None]] | None = None,
+                 unanswered: dict[tuple[str, int], float] | None = None) -> None:
         self.settings = settings
         self.sessions = sessions
         self.clock = clock
@@ -36,6 +38,7 @@ class Publisher:
         self.rounds = 0
         self._last_purge = 0.0
         self.fresh = fresh if fresh is not None else []
+        self.unanswered = unanswered if unanswered is not None else {}
         self._scanned: set[int] = set()
         self._startup = True
 
@@ -106,8 +109,7 @@ class Publisher:
         room = self.settings.outbox_batch_size - len(self._inflight)
         rows: list[tuple[int, str, bytes]] = []
         if room > 0 and self.fresh:
-            rows = [r for r in self.fresh[:room] if r[0] not in self._scanned and r[0] not in self._inflight]
-            del self.fresh[:room]
+            rows = self._take_fresh(room)
         elif room > 0 and not self._inflight and not self._acked:  # a scan must not see rows not yet marked
             # After (re)connecting, everything unsent; later only rows old enough that they are not
             # this engine's fresh rows (rows of another dispatcher, or left by a crash).
@@ -124,6 +126,34 @@ class Publisher:
         if rows:
             self.rounds += 1
         return len(rows)
+
+    def _take_fresh(self, room: int) -> list[tuple[int, str, bytes]]:
+        """Fresh rows in order, while in-flight slots and the unanswered-Place budget last.
+
+        Each Place is answered at once by its agent; Mosquitto drops QoS 1 messages for a subscriber
+        with more than ``max_queued_messages`` waiting, so at most ``max_unanswered_places`` Places
+        may wait for an answer (an entry expires after ``place_resend_seconds``).
+        """
+        now = self.clock.monotonic()
+        expiry = self.settings.place_resend_seconds
+        if len(self.unanswered) >= self.settings.max_unanswered_places:
+            for stale in [k for k, t in self.unanswered.items() if now - t > expiry]:
+                del self.unanswered[stale]
+        budget = self.settings.max_unanswered_places - len(self.unanswered)
+        out: list[tuple[int, str, bytes]] = []
+        taken = 0
+        for row_id, topic, payload, key in self.fresh:
+            if len(out) >= room or (key is not None and budget <= 0):
+                break
+            taken += 1
+            if row_id in self._scanned or row_id in self._inflight:
+                continue
+            if key is not None:
+                self.unanswered[key] = now
+                budget -= 1
+            out.append((row_id, topic, payload))
+        del self.fresh[:taken]
+        return out
 
     async def _mark(self) -> None:
         done, self._acked = self._acked, []

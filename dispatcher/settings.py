@@ -55,6 +55,11 @@ class DispatcherSettings(BaseSettings):
     round is also a burst of Reports; Mosquitto drops QoS 1 messages for a subscriber with more than
     ``max_queued_messages`` (default 1000) waiting, so a round stays well below that."""
 
+    max_unanswered_places: int = Field(default=800, ge=1)
+    """Places published whose agent has not answered yet, at most. Agents answer at once, and
+    Mosquitto drops QoS 1 messages for a subscriber with more than ``max_queued_messages`` (default
+    1000) waiting: this keeps the dispatcher's Report subscription below that."""
+
     outbox_poll_seconds: float = Field(default=2.0, gt=0)
     """How often the publisher looks for unsent rows when nothing woke it (rows written by a
     second dispatcher, or left by a crash)."""
