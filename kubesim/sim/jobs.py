@@ -7,7 +7,8 @@ annotation and label, the ``JOB_COMPLETION_INDEX`` env var and the hostname ``{j
 pod is counted once (succeeded / failed / completedIndexes) and then loses its finalizer, as the real
 controller tracks pods; pods of vanished Jobs lose it too. Status carries active, ready, terminating,
 succeeded, failed, startTime, completionTime and the k8s >= 1.31 conditions: SuccessCriteriaMet then
-Complete, FailureTarget then Failed (BackoffLimitExceeded, DeadlineExceeded, PodFailurePolicy), the
+Complete, FailureTarget then Failed (BackoffLimitExceeded, DeadlineExceeded, PodFailurePolicy,
+FailedIndexes / MaxFailedIndexesExceeded for backoffLimitPerIndex, counted in memory only), the
 terminal condition being added once no pod is still running. Suspend and scale-down delete active pods
 without counting them as failures (upstream drops their finalizer first); pods cut short because the Job
 met its success or failure criteria count as failed. Suspend keeps startTime (Kueue-style callers clear
@@ -61,6 +62,7 @@ DEADLINE_REASON = "DeadlineExceeded"
 DEADLINE_MESSAGE = "Job was active longer than specified deadline"
 POLICY_REASON = "PodFailurePolicy"
 POLICY_SUCCESS_REASON = "SuccessPolicy"
+INDEX_FAILURES_KEY = "batch.kubernetes.io/job-index-failure-count"
 RETRY_SECONDS = 0.2
 BATCH_SIZE = 50
 """Jobs reconciled per loop iteration, so a burst of Jobs does not starve the API server's loop."""
@@ -89,6 +91,7 @@ class JobController:
         self.job_keys: dict[str, Key] = {}                       # job uid -> key
         self.pods: dict[str, dict[str, PodSummary]] = {}         # job uid -> pod name -> summary
         self.counted: dict[str, set[str]] = {}                   # job uid -> pod uids already counted
+        self.index_failures: dict[str, dict[int, int]] = {}     # job uid -> index -> failed pods
         self.deleted_by_us: set[str] = set()                     # pod uids deleted for suspend/excess/finish
         self.written_rv: dict[Key, str] = {}
         self.timers: dict[Key, tuple[float, asyncio.TimerHandle]] = {}
@@ -123,6 +126,7 @@ class JobController:
                 if pod.tracked and (pod.terminal or pod.deleting):
                     self.loop.call_soon(self._drop_finalizer, key[0], pod.name, pod.uid)
             self.counted.pop(uid, None)
+            self.index_failures.pop(uid, None)
             return
         self.job_keys[uid] = key
         if self.written_rv.get(key) == meta.get("resourceVersion"):
@@ -230,6 +234,8 @@ class JobController:
         # 1. Count terminal pods once, then release their finalizers.
         counted = self.counted.setdefault(uid, set())
         succeeded_indexes = parse_indexes(status.get("completedIndexes"))
+        per_index = spec.get("backoffLimitPerIndex") if indexed else None
+        failed_indexes = parse_indexes(status.get("failedIndexes"))
         newly_counted: list[PodSummary] = []
         policy_failure: tuple[str, str] | None = None
         for pod in pods.values():
@@ -255,9 +261,16 @@ class JobController:
                 status["failed"] = int(status.get("failed") or 0) + 1
                 if verdict is not None and verdict[0] == "FailJob" and policy_failure is None:
                     policy_failure = (POLICY_REASON, verdict[1])
+                if per_index is not None and pod.index is not None:
+                    fails = self.index_failures.setdefault(uid, {})
+                    fails[pod.index] = fails.get(pod.index, 0) + 1
+                    if fails[pod.index] > int(per_index) or (verdict is not None and verdict[0] == "FailIndex"):
+                        failed_indexes.add(pod.index)
         if indexed:
             status["completedIndexes"] = format_indexes(succeeded_indexes)
             status["succeeded"] = len(succeeded_indexes)
+        if per_index is not None:
+            status["failedIndexes"] = format_indexes(failed_indexes)
 
         active = [p for p in pods.values() if p.active]
         terminating = [p for p in pods.values() if p.deleting and not p.terminal]
@@ -285,7 +298,8 @@ class JobController:
                     events.append(("Normal", "Resumed", "Job resumed"))
                     status["startTime"] = stamp
                 status.setdefault("startTime", stamp)
-                failure = policy_failure or self._failure(job, spec, status, active, failed, now)
+                failure = (policy_failure or _index_failure(spec, per_index, failed_indexes, succeeded_indexes)
+                           or self._failure(job, spec, status, active, failed, now, per_index is not None))
                 if failure is not None:
                     reason, message = failure
                     _job_condition(conditions, "FailureTarget", "True", reason, message, now=stamp)
@@ -298,7 +312,7 @@ class JobController:
                 else:
                     # Pods beyond what is still needed go first (not failures), then completion is judged.
                     active = self._manage(job, key, pods, active, terminating, parallelism, completions, indexed,
-                                          succeeded, succeeded_indexes, events)
+                                          succeeded, succeeded_indexes | failed_indexes, events)
                     if self._succeeded(indexed, completions, succeeded, succeeded_indexes, active):
                         _job_condition(conditions, "SuccessCriteriaMet", "True", SUCCESS_REASON, SUCCESS_MESSAGE,
                                        now=stamp)
@@ -355,9 +369,10 @@ class JobController:
         self._timers(key, spec, status, conditions, now)
 
     def _failure(self, job: Mapping[str, Any], spec: Mapping[str, Any], status: Mapping[str, Any],
-                 active: list[PodSummary], failed: int, now: float) -> tuple[str, str] | None:
+                 active: list[PodSummary], failed: int, now: float, per_index: bool) -> tuple[str, str] | None:
         limit = spec.get("backoffLimit")
-        limit = 6 if limit is None else int(limit)
+        # With backoffLimitPerIndex upstream defaults backoffLimit to MaxInt32; the store defaults it to 6.
+        limit = 2**31 - 1 if limit is None or per_index else int(limit)
         if failed > limit:
             return BACKOFF_REASON, BACKOFF_MESSAGE
         template_spec = ((spec.get("template") or {}).get("spec") or {})
@@ -441,6 +456,8 @@ class JobController:
         if index is not None:
             labels[INDEX_KEY] = str(index)
             annotations[INDEX_KEY] = str(index)
+            if (job.get("spec") or {}).get("backoffLimitPerIndex") is not None:
+                annotations[INDEX_FAILURES_KEY] = str(self.index_failures.get(uid, {}).get(index, 0))
             generate = f"{name}-{index}-"
             pod_spec.setdefault("hostname", f"{name}-{index}")
             for container in list(pod_spec.get("containers") or ()) + list(pod_spec.get("initContainers") or ()):
@@ -535,6 +552,19 @@ class JobController:
         started = parse_ts(status.get("startTime"))
         if deadline is not None and started is not None and not spec.get("suspend"):
             self._wake_at(key, started + int(deadline))
+
+
+def _index_failure(spec: Mapping[str, Any], per_index: Any, failed: set[int],
+                   succeeded: set[int]) -> tuple[str, str] | None:
+    """backoffLimitPerIndex outcomes: too many failed indexes, or every index settled with some failed."""
+    if per_index is None or not failed:
+        return None
+    most = spec.get("maxFailedIndexes")
+    if most is not None and len(failed) > int(most):
+        return "MaxFailedIndexesExceeded", "Job has exceeded the specified maximal number of failed indexes"
+    if len(failed | succeeded) >= int(spec.get("completions") or 0):
+        return "FailedIndexes", "Job has failed indexes"
+    return None
 
 
 def _job_condition(conditions: list[dict[str, Any]], ctype: str, status: str, reason: str | None,

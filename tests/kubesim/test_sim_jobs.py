@@ -320,3 +320,22 @@ def test_success_policy_completes_an_indexed_job_when_the_leader_succeeds(tmp_pa
         final = status(apis, "leader")
         assert final.completed_indexes == "0" and final.succeeded == 1
         assert not final.active
+
+
+def test_backoff_limit_per_index(tmp_path: Path) -> None:
+    with cluster(tmp_path) as apis:
+        failing = {"kubesim.mkd.dev/exit-code": "1", "kubesim.mkd.dev/run-seconds": "0.05"}
+        apis.batch.create_namespaced_job(NS, job("perindex", completions=2, parallelism=2, completionMode="Indexed",
+                                                 backoffLimitPerIndex=1, annotations=failing))
+        apis.batch.create_namespaced_job(NS, job("maxfailed", completions=3, parallelism=1, completionMode="Indexed",
+                                                 backoffLimitPerIndex=0, maxFailedIndexes=0, annotations=failing))
+        failed = wait_for(lambda: condition(apis, "perindex", "Failed"), what="perindex Failed")
+        assert (failed.reason, failed.message) == ("FailedIndexes", "Job has failed indexes")
+        final = status(apis, "perindex")
+        assert final.failed_indexes == "0-1" and final.failed == 4  # each index ran twice
+        retries = [p for p in pods_of(apis, "perindex")
+                   if p.metadata.annotations.get("batch.kubernetes.io/job-index-failure-count") == "1"]
+        assert len(retries) == 2
+        failed = wait_for(lambda: condition(apis, "maxfailed", "Failed"), what="maxfailed Failed")
+        assert failed.reason == "MaxFailedIndexesExceeded"
+        assert status(apis, "maxfailed").failed_indexes == "0"
