@@ -540,7 +540,8 @@ class JobController:
             expiry = since + int(ttl)
             if expiry <= now:
                 try:
-                    self.store.delete(JOBS, key[0], key[1], propagation="Background")
+                    # The TTL-after-finished controller deletes in the foreground, as upstream does.
+                    self.store.delete(JOBS, key[0], key[1], propagation="Foreground")
                 except Exception as exc:
                     log.debug("TTL delete of job %s/%s: %s", key[0], key[1], exc)
             else:
