@@ -131,12 +131,22 @@ class Inbox:
                     break
                 except Temporary as exc:
                     log.info("command %s for %s: %s (try %d)", command.type, key, exc, attempt + 1)
-                    await asyncio.sleep(min(exc.delay or 0.2 * 2 ** attempt, 5.0))
-                except Exception:
+                    if attempt == 4:
+                        self._gave_up(command, f"the worker cluster kept failing: {exc}")
+                    else:
+                        await asyncio.sleep(min(exc.delay or 0.2 * 2 ** attempt, 5.0))
+                except Exception as exc:
                     log.exception("command %s for %s failed", command.type, key)
+                    self._gave_up(command, f"{type(exc).__name__}: {exc}")
                     break
         if not lock.locked() and key in self._locks and self._locks[key] is lock:
             del self._locks[key]
+
+    def _gave_up(self, command: Place | Delete | Resync, message: str) -> None:
+        """Tell the dispatcher a Place could not be carried out now, so it can retry or go elsewhere."""
+        if isinstance(command, Place):
+            self.reporter.rejected(command.placement, command.spec_version, "AgentError", message,
+                                   permanent=False)
 
     async def drain(self) -> None:
         """Wait for the commands being handled (tests and shutdown)."""

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 from typing import Any
 
 from federation import labels
-from federation.kube import PODS
+from federation.kube import CRDS, PODS, Resource
 from federation.messages import Delete, Heartbeat, PlacementKey, Resync
 from tests.agent.conftest import CLUSTER, PYTORCHJOBS, AgentHarness, conditions, place
 from tests.agent.render_harness import example
 from tests.agent.test_agent_pytorch import FOREVER, RUN, has, with_annotations
+
+TFJOBS = Resource("kubeflow.org", "v1", "tfjobs", "TFJob")
 
 
 def forever(name: str = "pytorch-simple.yaml") -> dict[str, Any]:
@@ -164,3 +167,22 @@ async def test_delegated_kind_gets_operator_managed_by(harness: AgentHarness) ->
     mirrored = await harness.wait_report(lambda r: r.type == "status" and r.status.get("conditions"))
     assert mirrored.status["conditions"][0]["message"] == "by the operator"
     assert mirrored.placement == PlacementKey(workload_uid="wl-pytorch-simple", attempt=1, epoch=1)
+
+
+async def test_kind_without_crd_is_rejected_not_lost(harness: AgentHarness) -> None:
+    await harness.kube.delete(CRDS, "tfjobs.kubeflow.org")
+    for _ in range(100):
+        if not await harness.kube.served(TFJOBS):
+            break
+        await asyncio.sleep(0.05)
+    await harness.stop_agent()
+    await harness.start_agent()
+    restarted = len(harness.reports)
+    tf = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "tf"},
+          "spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {"containers": [
+              {"name": "tensorflow", "image": "tf"}]}}}}}}
+    await harness.send(place(tf))
+    refused = await harness.wait_report(lambda r: r.type == "rejected")
+    assert refused.reason == "KindNotServed" and not refused.permanent
+    beat = await harness.wait_report(lambda r: r.type == "heartbeat" and r.kinds_reconciled, after=restarted)
+    assert "TFJob" not in beat.kinds_reconciled and "PyTorchJob" in beat.kinds_reconciled
