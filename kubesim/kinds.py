@@ -310,7 +310,9 @@ def prepare_job(obj: dict[str, Any], old: dict[str, Any] | None, uid: str) -> li
                 return [bad_value("spec.completions", spec.get("completions"), "field is immutable")]
         if spec.get("template") != ospec.get("template"):
             # Suspended jobs accept new scheduling directives (what Kueue injects), nothing else.
-            if not (ospec.get("suspend") and _sched_free(spec.get("template")) == _sched_free(ospec.get("template"))):
+            never_started = not (old.get("status") or {}).get("startTime")
+            if not (ospec.get("suspend") and never_started
+                    and _sched_free(spec.get("template")) == _sched_free(ospec.get("template"))):
                 return [bad_value("spec.template", spec.get("template"), "field is immutable")]
     return []
 

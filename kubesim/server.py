@@ -128,6 +128,8 @@ class ApiServer:
         try:
             return await self._route(request)
         except ApiError as e:
+            log.debug("kubesim %s %s?%s -> %s %s: %s", request.method, request.path, request.query_string, e.code,
+                      e.reason, e.message)
             return error_response(e)
         except Exception as e:  # the real server answers 500 with a Status, and so do we
             log.exception("kubesim handler failed: %s %s", request.method, request.path)
