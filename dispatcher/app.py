@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -55,9 +56,13 @@ class Dispatcher:
         self.reports: ReportSubscriber | None = None
         self.supervisor: Supervisor | None = None
         self._engine_sql: Any = None
+        self._switch_interval = sys.getswitchinterval()
 
     async def __aenter__(self) -> Dispatcher:
         s = self.settings
+        self._switch_interval = sys.getswitchinterval()
+        if s.gil_switch_interval_seconds is not None:
+            sys.setswitchinterval(s.gil_switch_interval_seconds)
         _ensure_sqlite_dir(s.database_url)
         if self.check_schema:
             await db.check_current(s.database_url)
@@ -77,6 +82,7 @@ class Dispatcher:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        sys.setswitchinterval(self._switch_interval)
         if self.kube is not None:
             await self.kube.__aexit__(None, None, None)
         if self._engine_sql is not None:

@@ -82,5 +82,11 @@ class DispatcherSettings(BaseSettings):
     kind_recheck_seconds: float = Field(default=30.0, gt=0)
     """How often a JobKind whose CRD is not installed is checked again."""
 
+    gil_switch_interval_seconds: float | None = Field(default=0.0005, gt=0)
+    """``sys.setswitchinterval`` while the dispatcher runs (process-wide). The event loop does many
+    short socket calls, each giving up the GIL; with the Kubernetes client's threads busy, getting
+    it back waits up to the interval (CPython's default 5 ms). 0.5 ms lifted throughput by a third
+    in the benchmark. None: leave the interpreter's value."""
+
     kube_writers: int = Field(default=16, ge=1, le=256)
     """Concurrent writes to manager Jobs (conditions, status mirror, Events); per Job they are serial."""
