@@ -103,7 +103,8 @@ async def test_resync_deletes_garbage_of_own_origin_only(harness: AgentHarness) 
     garbage = place(garbage_job, uid="wl-garbage")
     for cmd in (keep, garbage):
         await harness.send(cmd)
-        await harness.wait_report(lambda r, c=cmd: r.type == "accepted" and r.placement == c.placement)
+        wanted = cmd.placement
+        await harness.wait_report(lambda r: r.type == "accepted" and r.placement == wanted)  # noqa: B023
     foreign = forever()
     foreign["metadata"] = {"name": "users-own", "namespace": "team-a",
                            "labels": {labels.ORIGIN: "other-federation", labels.WORKLOAD_UID: "x"}}
