@@ -122,8 +122,9 @@ class ApiServer:
             if f.fail_status == 429:
                 return error_response(ApiError(429, "TooManyRequests", "kubesim: injected throttling, please "
                                                "retry", {"retryAfterSeconds": 1}), {"Retry-After": "1"})
-            return error_response(ApiError(f.fail_status or 500, "InternalError",
-                                           "Internal error occurred: kubesim: injected fault",
+            code = f.fail_status or 500
+            reason = {503: "ServiceUnavailable", 504: "Timeout"}.get(code, "InternalError")
+            return error_response(ApiError(code, reason, "Internal error occurred: kubesim: injected fault",
                                            {"causes": [{"message": "kubesim: injected fault"}]}))
         try:
             return await self._route(request)

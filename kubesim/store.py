@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import base64
 import builtins
+import logging
 import random
 import uuid
 from collections import deque
@@ -31,6 +32,8 @@ from kubesim.selectors import field_matches, matches, parse_field_selector, pars
 from kubesim.spec import ClusterSpec
 
 __all__ = ["ApiError", "Rec", "Store"]
+
+log = logging.getLogger("kubesim.store")
 
 HISTORY = 10_000
 NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"
@@ -188,14 +191,14 @@ class Store(DeletionMixin):
             try:
                 raw_fn(etype, rt.key, rec, old)
             except Exception:  # a broken watcher must not break the write that triggered it
-                pass
+                log.exception("kubesim: watch callback failed on %s %s", etype, rt.key)
         if self._subs:
             parsed = rec.obj()
             for fn in list(self._subs):
                 try:
                     fn(etype, rt.key, parsed)
                 except Exception:
-                    pass
+                    log.exception("kubesim: subscriber failed on %s %s %s", etype, rt.key, name)
         return rec
 
     # ------------------------------------------------------------------ create
