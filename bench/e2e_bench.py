@@ -319,9 +319,14 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
         cpu["bench (this process, whole run)"] = self_cpu.user + self_cpu.system
         first = min(times.created.values())
         e2e_rate = len(times.on_manager) / (max(times.on_manager.values(), default=first + 1) - first)
-        missing = (f"INCOMPLETE: {n - len(times.on_manager)} of {n} never mirrored Running on the manager "
-                   f"within {deadline - started:.0f} s ({len(times.on_worker)} were Running on workers)"
-                   if len(times.on_manager) < n else "")
+        missing = ""
+        if len(times.on_manager) < n:
+            # A fresh list tells a lost mirror (the manager never got it) from a missed watch event.
+            listed = (await kubes["manager"].list(PYTORCHJOBS, NAMESPACE)).items
+            running_now = sum(1 for j in listed if running(j))
+            missing = (f"INCOMPLETE: {n - len(times.on_manager)} of {n} never seen Running on the manager within "
+                       f"{deadline - started:.0f} s ({len(times.on_worker)} were Running on workers; a fresh list "
+                       f"of the manager finds {running_now} Running)")
         keys = [k for k in times.created if k in times.on_worker and k in times.on_manager]
         leg1 = [times.on_worker[k] - times.created[k] for k in keys]
         leg2 = [max(0.0, times.on_manager[k] - times.on_worker[k]) for k in keys]
