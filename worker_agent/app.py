@@ -64,28 +64,65 @@ class Agent:
         self.capacity_changed = asyncio.Event()
         self.connected = asyncio.Event()
         self.meter: CapacityMeter | None = None
+        self._unserved_logged: set[str] = set()
+        self._watching: set[str] = set()
+        self._watching_children: set[str] = set()
 
     async def discover(self) -> None:
-        """Watch the kinds whose CRDs are served now (reconciled or delegated); log the others."""
-        for name in sorted(set(self.reconcilers) | set(self.delegated)):
-            res = kind_resource(self.kinds[name])
-            if await self.kube.served(res):
-                self.job_resources[name] = res
-            else:
-                log.warning("%s (%s) is not served by this cluster; its placements will be rejected",
-                            name, res.plural)
-        for name in self.job_resources:
-            for res in getattr(self.reconcilers.get(name), "children", ()):
-                self.child_resources.setdefault(res.plural, res)
-        for res in [*self.job_resources.values(), *self.child_resources.values()]:
-            self.caches.setdefault(res.plural, ObjectCache(res.plural))
+        """Watch the kinds whose CRDs are served now (reconciled or delegated); the others are retried."""
+        self.caches.setdefault(PODS.plural, ObjectCache(PODS.plural))
+        self.caches.setdefault(NODES.plural, ObjectCache(NODES.plural))
         self.meter = CapacityMeter(self.caches[NODES.plural], self.caches[PODS.plural])
-        served_kinds = {n: self.kinds[n] for n in self.job_resources}
-        self.apply = ApplyLoop(self.kube, {n: r for n, r in self.reconcilers.items() if n in self.job_resources},
-                               self.job_resources, self.caches, self.clock,
+        self.apply = ApplyLoop(self.kube, {}, {}, self.caches, self.clock,
                                concurrency=self.settings.concurrency, on_status=self._own_status)
-        self.inbox = Inbox(self.kube, self.caches, self.reporter, origin=self.settings.origin, kinds=served_kinds,
+        self.inbox = Inbox(self.kube, self.caches, self.reporter, origin=self.settings.origin, kinds={},
                            delegate=self.delegated, create_namespaces=self.settings.create_namespaces)
+        await self.adopt_served()
+
+    async def adopt_served(self) -> list[str]:
+        """Add every wanted kind whose CRD is served now; returns the names added."""
+        assert self.apply is not None and self.inbox is not None
+        added: list[str] = []
+        for name in sorted(set(self.reconcilers) | set(self.delegated)):
+            if name in self.job_resources:
+                continue
+            res = kind_resource(self.kinds[name])
+            if not await self.kube.served(res):
+                if name not in self._unserved_logged:
+                    self._unserved_logged.add(name)
+                    log.warning("%s (%s) is not served by this cluster (yet); its placements are rejected "
+                                "until its CRD is installed", name, res.plural)
+                continue
+            self.job_resources[name] = res
+            self.caches.setdefault(res.plural, ObjectCache(res.plural))
+            reconciler = self.reconcilers.get(name)
+            if reconciler is not None:
+                for child in reconciler.children:
+                    self.child_resources.setdefault(child.plural, child)
+                    self.caches.setdefault(child.plural, ObjectCache(child.plural))
+                self.apply.reconcilers[name] = reconciler
+            self.apply.resources[name] = res
+            self.inbox.kinds[name] = self.kinds[name]
+            added.append(name)
+        return added
+
+    async def rediscover_loop(self, sup: Supervisor) -> None:
+        """CRDs installed after the agent started are picked up without a restart."""
+        while len(self.job_resources) < len(set(self.reconcilers) | set(self.delegated)):
+            await self.clock.sleep(self.settings.discovery_interval_seconds)
+            if await self.adopt_served():
+                self._start_watchers(sup)
+                self.capacity_changed.set()  # the heartbeat lists the kinds
+
+    def _start_watchers(self, sup: Supervisor) -> None:
+        for name in self.job_resources:
+            if name not in self._watching:
+                self._watching.add(name)
+                sup.start(f"watch-kind-{name}", self._bind(self.follow_jobs, name), restart=True)
+        for plural in self.child_resources:
+            if plural not in self._watching_children:
+                self._watching_children.add(plural)
+                sup.start(f"watch-child-{plural}", self._bind(self.follow_children, plural), restart=True)
 
     def _own_status(self, kind: str, job: dict[str, Any]) -> None:
         self.reporter.job_changed(self.kinds[kind], job)
@@ -201,10 +238,8 @@ class Agent:
         await self.discover()
         assert self.apply is not None
         async with Supervisor() as sup:
-            for name in self.job_resources:
-                sup.start(f"watch-kind-{name}", self._bind(self.follow_jobs, name), restart=True)
-            for plural in self.child_resources:
-                sup.start(f"watch-child-{plural}", self._bind(self.follow_children, plural), restart=True)
+            self._start_watchers(sup)
+            sup.start("discovery", lambda: self.rediscover_loop(sup), restart=True)
             sup.start("apply", self.apply.run, restart=True)
             for i in range(SENDERS):
                 sup.start(f"outbox-{i}", self.outbox.run_sender, restart=True)

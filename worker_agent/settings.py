@@ -49,6 +49,10 @@ class AgentSettings(BaseSettings):
     cluster_labels: dict[str, str] = Field(default_factory=dict)
     """Labels announced in the heartbeat (region, gpu type, ...) that placement can match on."""
 
+    discovery_interval_seconds: float = Field(default=30.0, gt=0)
+    """Seconds between checks for job CRDs installed after the agent started (they are then watched and
+    reconciled without a restart); 30 s is quick next to installing an operator, cheap for the API server."""
+
     concurrency: int = Field(default=16, ge=1, le=256)
     """Jobs reconciled at once (each job is always reconciled by one worker at a time)."""
 

@@ -7,6 +7,7 @@ import copy
 from typing import Any
 
 from federation import labels
+from federation.kinds.crds import load_crds
 from federation.kube import CRDS, PODS, Resource
 from federation.messages import Delete, Heartbeat, PlacementKey, Resync
 from tests.agent.conftest import CLUSTER, PYTORCHJOBS, AgentHarness, conditions, place
@@ -177,7 +178,7 @@ async def test_kind_without_crd_is_rejected_not_lost(harness: AgentHarness) -> N
             break
         await asyncio.sleep(0.05)
     await harness.stop_agent()
-    await harness.start_agent()
+    await harness.start_agent(discovery_interval_seconds=0.2)
     restarted = len(harness.reports)
     tf = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "tf"},
           "spec": {"tfReplicaSpecs": {"Worker": {"replicas": 1, "template": {"spec": {"containers": [
@@ -187,3 +188,11 @@ async def test_kind_without_crd_is_rejected_not_lost(harness: AgentHarness) -> N
     assert refused.reason == "KindNotServed" and not refused.permanent
     beat = await harness.wait_report(lambda r: r.type == "heartbeat" and r.kinds_reconciled, after=restarted)
     assert "TFJob" not in beat.kinds_reconciled and "PyTorchJob" in beat.kinds_reconciled
+    (crd,) = [c for c in load_crds() if c["metadata"]["name"] == "tfjobs.kubeflow.org"]
+    await harness.kube.create(CRDS, crd)  # installed later: picked up without a restart
+    await harness.wait_report(lambda r: r.type == "heartbeat" and "TFJob" in r.kinds_reconciled, after=restarted)
+    await harness.send(place(tf, uid="wl-tf-2"))
+    accepted = await harness.wait_report(lambda r: r.type == "accepted")
+    assert accepted.placement.workload_uid == "wl-tf-2"
+    await harness.wait_report(lambda r: r.type == "status" and r.placement.workload_uid == "wl-tf-2"
+                              and any(c["type"] == "Created" for c in r.status.get("conditions", [])))
