@@ -315,3 +315,54 @@ def test_readme_configuration_reference_lists_every_setting(service: str) -> Non
     missing = [s.flag for s in flags.settings_of(cls) if f"| `{s.flag}` | `{s.env}` |" not in current]
     assert not missing, f"README lacks {missing}: run `mkctl settings {service} --update README.md`"
     assert "make demo" in readme and "make test" in readme
+
+
+# --- the demo's reading of a manager Job -------------------------------------------------------------
+
+
+def _sample(**run_policy: Any) -> Any:
+    from mkctl.jobs import Sample, expectation
+
+    manifest = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                "metadata": {"name": "j", "namespace": "ns", "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"runPolicy": dict(run_policy), "pytorchReplicaSpecs": {}}}
+    return Sample(manifest, Path("j.yaml"), expectation(manifest))
+
+
+def _with_status(sample: Any, *conditions: dict[str, Any], **status: Any) -> dict[str, Any]:
+    return {**sample.manifest, "status": {"conditions": list(conditions), **status}}
+
+
+def test_demo_expectations_from_managed_by_and_name() -> None:
+    from mkctl.jobs import expectation
+
+    assert _sample(managedBy="kueue.x-k8s.io/multikueue").expect == "Succeeded"
+    assert _sample(managedBy="kubeflow.org/training-operator").expect == "Untouched"
+    assert _sample().expect == "Untouched"
+    big = {**_sample(managedBy="kueue.x-k8s.io/multikueue").manifest}
+    assert expectation(big, Path("special/too-large.yaml")) == "Pending"
+
+
+def test_demo_observes_pending_running_finished_and_untouched() -> None:
+    from mkctl.jobs import observe, reached
+
+    mine = _sample(managedBy="kueue.x-k8s.io/multikueue")
+    pending = _with_status(mine, {"type": "MultiClusterDispatched", "status": "False", "reason": "NoFittingCluster",
+                                  "message": "needs 32 nvidia.com/gpu; most free: worker-3 has 8"})
+    obs = observe(mine, pending)
+    assert (obs.state, obs.cluster) == ("Pending", "") and "worker-3 has 8" in obs.reason
+    placed = {"type": "MultiClusterDispatched", "status": "True", "reason": "Placed",
+              "message": "placed on cluster worker-2 (attempt 1)"}
+    obs = observe(mine, _with_status(mine, placed, {"type": "Created", "status": "True"},
+                                     {"type": "Running", "status": "True"}))
+    assert (obs.state, obs.cluster) == ("Running", "worker-2") and not reached(mine, obs)
+    done = _with_status(mine, placed, {"type": "Succeeded", "status": "True", "reason": "PyTorchJobSucceeded",
+                                       "lastTransitionTime": "2026-01-01T00:00:05Z"},
+                        completionTime="2026-01-01T00:00:05Z")
+    obs = observe(mine, done)
+    assert obs.state == "Succeeded" and reached(mine, obs) and obs.elapsed() == 5.0
+    other = _sample(managedBy="kubeflow.org/training-operator")
+    assert observe(other, other.manifest).state == "Untouched"
+    touched = {**other.manifest, "metadata": {**other.manifest["metadata"], "labels": {"mkd.dev/origin": "x"}}}
+    assert observe(other, touched).state == "Touched"
+    assert observe(mine, None).state == "Missing"
