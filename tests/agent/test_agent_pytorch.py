@@ -182,7 +182,8 @@ async def test_service_rule_and_user_service(harness: AgentHarness) -> None:
             "spec": {"ports": [{"port": 9090}], "selector": {"training.kubeflow.org/job-name": name}}}
     await harness.kube.create(SERVICES, user, "team-a")
     await harness.send(place(job))
-    await harness.wait_report(has(("Running", "True", "PyTorchJobRunning")))
+    running = await harness.wait_report(has(("Running", "True", "PyTorchJobRunning")))
+    assert "too many services for worker 1" in running.status["message"]
     names = {s["metadata"]["name"] for s in (await harness.kube.list(SERVICES, "team-a")).items}
     assert f"{name}-worker-1" not in names
     assert {f"{name}-master-0", f"{name}-worker-0", f"{name}-worker-2", "claim-a", "claim-b", "metrics"} <= names

@@ -244,6 +244,11 @@ def test_service_rule_second_match_stops_creation_and_user_service_untouched() -
     assert "pytorch-dist-basic-sendrecv-worker-1" not in names
     assert {"extra-a", "extra-b", "pytorch-dist-basic-sendrecv-worker-0"} <= names
     assert any(r == "TooManyServices" and "worker 1" in m for _, r, m in c.events)
+    assert c.job is not None and "too many services for worker 1: extra-a, extra-b" in c.job["status"]["message"]
+    del c.objects["services"]["extra-b"]  # resolved: the one left is kept, the message goes
+    c.settle()
+    assert "message" not in c.job["status"]
+    assert "pytorch-dist-basic-sendrecv-worker-1" not in c.objects["services"]
     # a user Service with other labels is never listed, so never touched; the apply loop lists by selector
     assert PyTorchJobReconciler().child_selector(c.job or {}) == (
         f"{JN}=pytorch-dist-basic-sendrecv,{OP}=pytorchjob-controller")

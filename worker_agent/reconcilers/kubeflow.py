@@ -259,10 +259,16 @@ class KubeflowV1Reconciler:
             self._ttl(plan, run_policy, status, now)
             return self._finish(plan, old, status)
 
+        conflicts: list[str] = []
         for rspec in specs.values():
             self._reconcile_pods(plan, job, specs, rspec, pods, status, now)
-            self._reconcile_services(plan, job, rspec, services)
+            conflicts += self._reconcile_services(plan, job, rspec, services)
         self._update_job_status(plan, job, specs, status, now)
+        if conflicts:
+            # not an upstream field: the dispatcher only sees .status, and this blocks the job
+            status["message"] = "; ".join(conflicts)
+        else:
+            status.pop("message", None)
 
         if cond.is_finished(status):
             if not status.get("completionTime"):
@@ -424,14 +430,17 @@ class KubeflowV1Reconciler:
                 _bump(entry, "failed")
 
     def _reconcile_services(self, plan: Plan, job: Mapping[str, Any], rspec: ReplicaSpec,
-                            services: list[dict[str, Any]]) -> None:
+                            services: list[dict[str, Any]]) -> list[str]:
+        """Create / delete the per-index Services; returns one line per index blocked by duplicates."""
         rtype = rspec.rtype
+        conflicts: list[str] = []
         for index, bucket in enumerate(self._slices(services, rtype, rspec.replicas)):
             if len(bucket) > 1:
                 names = ", ".join(sorted(str(_meta(s).get("name")) for s in bucket))
-                plan.events.append(("Warning", "TooManyServices",
-                                    f"We have too many services for {rtype.lower()} {index}: {names}; "
-                                    "creating nothing for this index until only one matches"))
+                text = (f"We have too many services for {rtype.lower()} {index}: {names}; "
+                        "creating nothing for this index until only one matches")
+                plan.events.append(("Warning", "TooManyServices", text))
+                conflicts.append(text)
                 continue
             if not bucket:
                 if index < rspec.replicas:
@@ -441,6 +450,7 @@ class KubeflowV1Reconciler:
                 continue
             if index >= rspec.replicas:
                 plan.deletes.append((SERVICES, str(_meta(bucket[0]).get("name"))))
+        return conflicts
 
     def _update_job_status(self, plan: Plan, job: Mapping[str, Any], specs: Mapping[str, ReplicaSpec],
                            status: dict[str, Any], now: datetime) -> None:
