@@ -172,3 +172,53 @@ async def test_lost_cluster_gets_nothing_new_and_worker_lost_timeout_moves_its_w
     evs = await rows(db_url, m.events)
     assert any(e.type == "cluster_lost" and e.cluster == "worker-1" for e in evs)
     assert any(e.type == "requeued" for e in evs)
+
+
+TRAINJOB_CRD: dict[str, Any] = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "trainjobs.trainer.kubeflow.org"},
+    "spec": {"group": "trainer.kubeflow.org", "scope": "Namespaced",
+             "names": {"plural": "trainjobs", "singular": "trainjob", "kind": "TrainJob"},
+             "versions": [{"name": "v1alpha1", "served": True, "storage": True, "subresources": {"status": {}},
+                           "schema": {"openAPIV3Schema": {"type": "object",
+                                                          "x-kubernetes-preserve-unknown-fields": True}}}]},
+}
+
+
+async def test_trainjob_with_an_unknown_runtime_is_rejected_and_a_kind_installed_later_is_picked_up(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    from federation.kube import CRDS, Resource
+    trainjobs = Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob")
+    s = settings(manager, db_url, mqtt_url, topic_root, kind_recheck_seconds=0.2)
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s) as d:
+        assert d.intake is not None
+        await eventually(lambda: "PyTorchJob" in d.intake.watching, what="intake running")
+        assert "TrainJob" not in d.intake.watching
+        await kube.create(CRDS, TRAINJOB_CRD)
+        # discovery answers are cached for 10 s in federation.kube
+        await eventually(lambda: "TrainJob" in d.intake.watching, within=25, what="TrainJob picked up once its CRD exists")
+        await kube.create(trainjobs, {
+            "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+            "metadata": {"name": "tj", "namespace": "default"},
+            "spec": {"managedBy": labels.MULTIKUEUE,
+                     "runtimeRef": {"name": "torch-missing", "apiGroup": "trainer.kubeflow.org",
+                                    "kind": "ClusterTrainingRuntime"}}}, "default")
+
+        async def rejected() -> Any:
+            obj = await kube.get(trainjobs, "tj", "default")
+            c = cond(obj, labels.CONDITION_REJECTED)
+            return c if c and c["status"] == "True" else None
+        c = await eventually(rejected, what="MultiClusterRejected on the TrainJob")
+        assert "spec.runtimeRef.name" in c["message"] and "torch-missing" in c["message"]
+        assert agent.places() == []
+
+
+async def test_refuses_to_start_on_a_schema_that_is_behind(manager: Path, database_url: str, mqtt_url: str,
+                                                           topic_root: str) -> None:
+    import pytest
+
+    from dispatcher.app import Dispatcher
+    from federation.errors import Permanent
+    with pytest.raises(Permanent, match="mkctl db upgrade"):
+        async with Dispatcher(settings(manager, database_url, mqtt_url, topic_root)):
+            pass
