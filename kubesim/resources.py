@@ -33,10 +33,12 @@ class ResourceType:
     scale: dict[str, Any] | None = None  # CRD scale subresource paths
     verbs: list[str] = field(default_factory=lambda: list(ALL_VERBS))
     key: str = field(init=False, default="")
+    list_item_prefix: bytes = field(init=False, default=b"")
 
     def __post_init__(self) -> None:
         # Computed once: the storage key is read on every request.
         self.key = f"{self.plural}.{self.group}" if self.group else self.plural
+        self.list_item_prefix = f'{{"apiVersion":"{self.api_version()}","kind":"{self.kind}",'.encode()
 
     @property
     def storage_version(self) -> str:

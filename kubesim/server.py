@@ -354,6 +354,14 @@ class ApiServer:
         obj["apiVersion"] = want
         return orjson.dumps(obj)
 
+    def list_item(self, rec: Rec, t: Target) -> bytes:
+        """A list item: built-in kinds are listed without apiVersion/kind, as typed lists encode them."""
+        if not t.rt.builtin:
+            return self.render(rec, t)
+        prefix = t.rt.list_item_prefix
+        raw = rec.raw
+        return b"{" + raw[len(prefix):] if raw.startswith(prefix) else raw
+
     def _obj(self, rec: Rec, t: Target, status: int = 200) -> web.Response:
         return web.Response(body=self.render(rec, t), status=status, content_type=JSON)
 
@@ -384,7 +392,7 @@ class ApiServer:
         if "as=Table" in request.headers.get("Accept", ""):
             return self._json(self._table(recs, meta))
         head = orjson.dumps({"kind": f"{rt.kind}List", "apiVersion": rt.api_version(t.version), "metadata": meta})
-        body = b"".join((head[:-1], b',"items":[', b",".join(self.render(r, t) for r in recs), b"]}"))
+        body = b"".join((head[:-1], b',"items":[', b",".join(self.list_item(r, t) for r in recs), b"]}"))
         return web.Response(body=body, content_type=JSON)
 
     def _table(self, recs: list[Rec], meta: dict[str, Any]) -> dict[str, Any]:

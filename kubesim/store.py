@@ -166,8 +166,12 @@ class Store(DeletionMixin):
         ns = meta.get("namespace", "") if rt.namespaced else ""
         name = meta["name"]
         owners = tuple(o.get("uid", "") for o in meta.get("ownerReferences") or ())
+        # apiVersion and kind lead the stored bytes, so that list items can drop them cheaply.
+        ordered = {"apiVersion": obj.get("apiVersion") or rt.api_version(), "kind": obj.get("kind") or rt.kind}
+        ordered.update(obj)
         # orjson leaves slack capacity in the bytes it returns; an exact copy keeps the store compact.
-        rec = Rec(memoryview(orjson.dumps(obj)).tobytes(), ns, name, self.rv, meta.get("uid", ""), meta.get("labels") or None, owners)
+        raw = memoryview(orjson.dumps(ordered)).tobytes()
+        rec = Rec(raw, ns, name, self.rv, meta.get("uid", ""), meta.get("labels") or None, owners)
         by_name = self._objs.setdefault(rt.key, {}).setdefault(ns, {})
         if old is not None:
             for o in old.owners:

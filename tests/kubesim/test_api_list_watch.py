@@ -169,3 +169,14 @@ def test_watch_from_compacted_version_is_410_gone(api: client.ApiClient, ns: str
             pass
     # The client does one silent re-list-free retry on 410 and raises on the second one.
     assert ei.value.status == 410
+
+
+def test_list_items_of_built_in_kinds_carry_no_type_meta(api: client.ApiClient, ns: str) -> None:
+    # Typed lists are encoded without each item's apiVersion/kind: clients must not rely on them.
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_config_map(ns, {"metadata": {"name": "tm"}})
+    raw = json.loads(v1.list_namespaced_config_map(ns, field_selector="metadata.name=tm",
+                                                   _preload_content=False).data)
+    assert raw["kind"] == "ConfigMapList" and raw["apiVersion"] == "v1"
+    assert raw["items"][0]["metadata"]["name"] == "tm"
+    assert "kind" not in raw["items"][0] and "apiVersion" not in raw["items"][0]
