@@ -162,3 +162,17 @@ def test_scale_subresource(api: client.ApiClient, ns: str) -> None:
         assert co.get_namespaced_custom_object(group, "v1", ns, "pools", "p")["spec"]["replicas"] == 5
     finally:
         ext.delete_custom_resource_definition(f"pools.{group}")
+
+
+def test_server_side_apply_on_the_status_subresource(api: client.ApiClient, crd_group: str, ns: str) -> None:
+    co = client.CustomObjectsApi(api)
+    co.create_namespaced_custom_object(crd_group, "v1", ns, "widgets", widget(crd_group, "st", size=1))
+    body = {"apiVersion": f"{crd_group}/v1", "kind": "Widget", "metadata": {"name": "st"},
+            "status": {"phase": "Ready"}, "spec": {"size": 7}}
+    w = co.patch_namespaced_custom_object_status(crd_group, "v1", ns, "widgets", "st", body,
+                                                 field_manager="status-writer", force=True,
+                                                 _content_type="application/apply-patch+yaml")
+    assert w["status"] == {"phase": "Ready"}
+    assert w["spec"]["size"] == 1  # a status apply leaves the spec alone
+    assert any(m["manager"] == "status-writer" and m.get("subresource") == "status"
+               for m in w["metadata"]["managedFields"])
