@@ -163,7 +163,7 @@ class Inbox:
                     f"placed attempt {current.attempt}")
         return None
 
-    async def place(self, cmd: Place) -> None:
+    async def place(self, cmd: Place, *, again: bool = False) -> None:
         p = cmd.placement
         uid = p.workload_uid
         try:
@@ -224,9 +224,12 @@ class Inbox:
                                        f"{kind.name} {ns}/{cmd.job.name} already exists on this cluster and "
                                        "does not belong to this workload", permanent=False)
                 return
-            self.caches[res.plural].upsert(existing)
+            if again:  # an older copy is still going away (finalizers): retry later with backoff
+                raise Temporary(f"{kind.name} {ns}/{cmd.job.name} from an older attempt is still terminating",
+                                delay=1.0) from None
             self.workloads[uid] = found
-            await self.place(cmd)  # decide again against what is really there
+            self.caches[res.plural].upsert(existing)
+            await self.place(cmd, again=True)  # decide again against what is really there
             return
         except Invalid as exc:
             self.reporter.rejected(p, cmd.spec_version, "Invalid", exc.message)
