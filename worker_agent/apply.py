@@ -177,7 +177,11 @@ class ApplyLoop:
         if observed is None:
             return None
         self.passes += 1
-        plan = self.reconcilers[key[0]].render(observed)
+        reconciler = self.reconcilers[key[0]]
+        prepare = getattr(reconciler, "prepare", None)
+        if prepare is not None:
+            observed.extra = await prepare(self.kube, observed.job)
+        plan = reconciler.render(observed)
         return await self.carry_out(key, observed.job, plan)
 
     async def carry_out(self, key: JobKey, job: dict[str, Any], plan: Plan) -> float | None:

@@ -1,7 +1,9 @@
 """The reconciler contract: ``Observed`` in, ``Plan`` out, one pure ``render`` per JobKind.
 
-A reconciler never talks to the API server. The apply loop (``worker_agent.apply``) reads the
-job and lists its children by ``child_selector``, calls ``render`` and carries out the Plan:
+A reconciler never writes to the API server. One that needs more input than the job and its children
+(TrainJob: its runtime) may define ``async prepare(kube, job) -> dict``, which the apply loop awaits
+before each ``render`` and hands over as ``Observed.extra``. The apply loop (``worker_agent.apply``)
+reads the job and lists its children by ``child_selector``, calls ``render`` and carries out the Plan:
 creates, updates, deletes, the status write (status subresource, only when changed), Events,
 and a requeue after ``requeue_after`` seconds for deadlines and TTLs. Children created from a
 Plan get an owner reference to the job (controller, blockOwnerDeletion) added by the apply loop.
@@ -27,6 +29,9 @@ class Observed:
     children: dict[str, list[dict[str, Any]]]
     """``Resource.plural`` -> objects matching ``child_selector``."""
     now: datetime
+    extra: dict[str, Any] | None = None
+    """What the reconciler's optional ``async prepare(kube, job)`` returned (TrainJob: its runtime),
+    read by the apply loop just before ``render``; None for reconcilers without ``prepare``."""
 
 
 @dataclass
