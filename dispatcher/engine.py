@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import socket
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ from federation.kinds.registry import KINDS, by_name
 from federation.podset import parse_quantity
 
 log = logging.getLogger(__name__)
+_DIGITS = re.compile(r"(?<![-\w])[0-9.]+[a-zA-Z]*")  # figures, not the digits in cluster names
 
 
 @dataclass(frozen=True)
@@ -616,6 +618,13 @@ class Engine:
                 b.set_p(key, state="lost", finished_at=b.now, reason=f"cluster {name} lost")
                 self._requeue(b, b.w[p.workload_uid], f"cluster {name} was lost for more than {limit:g}s")
 
+    @staticmethod
+    def _same_story(new: str, old: str, since: datetime, now: datetime) -> bool:
+        """Only the figures changed ("most free: worker-3 has 6" → "has 4"), and recently: not worth a
+        new event row and condition write on every heartbeat; refreshed at least once a minute."""
+        return (_DIGITS.sub("#", new) == _DIGITS.sub("#", old)
+                and (now - since).total_seconds() < 60)
+
     async def _resend_unanswered(self, s: AsyncSession, b: _Batch) -> None:
         wait = self.settings.place_resend_seconds
         now = self.clock.monotonic()
@@ -654,7 +663,7 @@ class Engine:
             decision = choose(need, views.values(), now=b.now, timeout=self.settings.heartbeat_timeout_seconds,
                               exclude=r.excluded)
             if decision.cluster is None:
-                if decision.reason != r.reason:
+                if decision.reason != r.reason and not self._same_story(decision.reason, r.reason, r.updated_at, b.now):
                     waiting.append((row, decision.reason))
                 continue
             self.book.take(views[decision.cluster], need)

@@ -91,3 +91,15 @@ def test_capacity_book_subtracts_recent_placements_until_a_later_heartbeat() -> 
     used = messages.Capacity(allocatable={"cpu": "10"}, free={"cpu": "4"}, largest_node_free={"cpu": "4"})
     book.heartbeat(messages.Heartbeat(cluster="w1", capacity=used, sent_at=NOW + timedelta(seconds=6)), NOW)
     assert book.views()[0].free["cpu"] == 4 and not book.reservations
+
+
+def test_a_pending_reason_whose_figures_alone_changed_is_not_rewritten_within_a_minute() -> None:
+    from dispatcher.engine import Engine
+
+    old = "needs 8 nvidia.com/gpu in one cluster; most free: worker-1 has 4"
+    assert Engine._same_story("needs 8 nvidia.com/gpu in one cluster; most free: worker-1 has 6", old,
+                              NOW, NOW + timedelta(seconds=30))
+    assert not Engine._same_story("needs 8 nvidia.com/gpu in one cluster; most free: worker-1 has 6", old,
+                                  NOW, NOW + timedelta(seconds=61))
+    assert not Engine._same_story("needs 8 nvidia.com/gpu in one cluster; most free: worker-2 has 4", old,
+                                  NOW, NOW + timedelta(seconds=1))
