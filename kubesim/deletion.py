@@ -73,6 +73,9 @@ class DeletionMixin:
         if dry_run:
             return rec, not fins and res != "namespaces"
         if res == "namespaces":
+            if name in ("default", "kube-system", "kube-public"):
+                raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be '
+                               "deleted", {"name": name, "kind": "namespaces"})
             if "deletionTimestamp" not in meta:
                 meta["deletionTimestamp"] = now()
                 meta["deletionGracePeriodSeconds"] = 0

@@ -149,3 +149,9 @@ def test_unbound_pod_is_deleted_at_once(api: client.ApiClient, ns: str) -> None:
     with pytest.raises(client.ApiException) as ei:
         v1.read_namespaced_pod("unbound", ns)
     assert ei.value.status == 404
+
+
+def test_system_namespaces_cannot_be_deleted(api: client.ApiClient) -> None:
+    with pytest.raises(client.ApiException) as ei:
+        client.CoreV1Api(api).delete_namespace("kube-system")
+    assert ei.value.status == 403
