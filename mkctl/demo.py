@@ -240,7 +240,9 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
                   "the dispatcher and 3 agents…")
     options = TopologyOptions(state_dir=opts.state_dir, mqtt_url=opts.mqtt_url, database_url=opts.database_url)
     async with Topology(options) as top:
-        console.print(f"federation up in {time.monotonic() - started:.1f}s; submitting {len(examples.samples)} "
+        known = await top.wait_for_clusters()
+        console.print(f"federation up in {time.monotonic() - started:.1f}s (dispatcher knows "
+                      f"{', '.join(sorted(known)) or 'no cluster yet'}); submitting {len(examples.samples)} "
                       f"jobs and {len(examples.runtimes)} runtime(s) from examples/")
         await submit(top, examples)
         reader = PlacementReader(top.database_url)

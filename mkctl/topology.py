@@ -255,6 +255,31 @@ class Topology:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await info.task
 
+    async def wait_for_clusters(self, within: float = 30.0) -> list[str]:
+        """Wait until the dispatcher has heard every agent's heartbeat; return the clusters it knows.
+
+        Jobs submitted earlier are fine (they wait, pending, for a cluster); the demo waits so its
+        table does not open with "no worker cluster is known yet".
+        """
+        from sqlalchemy.ext.asyncio import AsyncSession
+
+        from dispatcher.db import make_engine, queries
+
+        engine = make_engine(self.database_url)
+        known: list[str] = []
+        try:
+            deadline = time.monotonic() + within
+            while time.monotonic() < deadline:
+                self.check_running()
+                async with AsyncSession(engine) as session:
+                    known = [r.name for r in await queries.list_clusters(session) if r.online]
+                if set(self.worker_names) <= set(known):
+                    break
+                await asyncio.sleep(0.2)
+        finally:
+            await engine.dispose()
+        return known
+
     def failures(self) -> list[tuple[str, BaseException]]:
         """Services that ended with an error (the demo and tests stop on the first one)."""
         out = []
