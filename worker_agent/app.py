@@ -37,6 +37,8 @@ from worker_agent.settings import AgentSettings
 log = logging.getLogger(__name__)
 
 SENDERS = 4
+FLUSH_SECONDS = 2.0
+"""On shutdown, how long queued reports may take to reach the broker."""
 
 
 class Agent:
@@ -245,9 +247,20 @@ class Agent:
                 sup.start(f"outbox-{i}", self.outbox.run_sender, restart=True)
             sup.start("mqtt", self.link_loop, restart=True)
             sup.start("heartbeat", self.heartbeat_loop, restart=True)
-            await sup.run_until_stopped(stop)
+            flushed = asyncio.Event()
+            sup.start("flush-on-stop", lambda: self._flush_after(stop, flushed))
+            await sup.run_until_stopped(flushed)
         if self.inbox is not None:
             await self.inbox.drain()
+
+    async def _flush_after(self, stop: asyncio.Event, flushed: asyncio.Event) -> None:
+        """On stop, give queued reports a moment to reach the broker before the tasks are cancelled."""
+        await stop.wait()
+        for _ in range(int(FLUSH_SECONDS / 0.05)):
+            if not self.outbox.pending() or not self.connected.is_set():
+                break
+            await asyncio.sleep(0.05)
+        flushed.set()
 
     @staticmethod
     def _bind(fn: Callable[[str], Coroutine[Any, Any, None]], arg: str) -> Callable[[], Coroutine[Any, Any, None]]:
