@@ -119,17 +119,17 @@ async def drive(url: str, root: str, kubeconfig: Path, burst: int, total: int) -
                     running_at.setdefault(report.placement.workload_uid, time.perf_counter())
 
         collector = asyncio.create_task(collect())
-        agent = subprocess.Popen([sys.executable, __file__, "--agent"], cwd=ROOT, env=env)
+        agent = subprocess.Popen([sys.executable, __file__, "--agent"], cwd=ROOT, env=env)  # noqa: ASYNC220
         try:
             await asyncio.wait_for(inventory.wait(), 60)
             proc = psutil.Process(agent.pid)
             print(f"agent RSS idle: {proc.memory_info().rss / 2**20:.0f} MiB")
 
-            async def wave(start: int, stop: int, timeout: float) -> float:
+            async def wave(start: int, stop: int, limit: float) -> float:
                 t0 = time.perf_counter()
                 for i in range(start, stop):
                     await link.publish(f"{root}/{CLUSTER}/commands", encode(place(i)))
-                deadline = t0 + timeout
+                deadline = t0 + limit
                 while sum(1 for i in range(start, stop) if f"wl-{i}" in running_at) < stop - start:
                     if time.perf_counter() > deadline:
                         done = sum(1 for i in range(start, stop) if f"wl-{i}" in running_at)
