@@ -34,7 +34,7 @@ from worker_agent.reconcilers.jobset_support import (
 GROUP = "jobset.sigs.k8s.io"
 """Prefix of the label and annotation keys; the API group itself is ``jobset.x-k8s.io``."""
 JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
-OWNER_UID_LABEL = f"{mkd_labels.PREFIX}/owner-uid"
+OWNER_UID_LABEL = mkd_labels.OWNER_UID
 
 JOBSET_NAME = f"{GROUP}/jobset-name"
 JOBSET_UID = f"{GROUP}/jobset-uid"

@@ -23,7 +23,7 @@ from worker_agent.reconcilers.base import Observed, Plan
 from worker_agent.reconcilers.conditions import parse_time, rfc3339
 from worker_agent.reconcilers.jobset_support import child_stamp, controlled_by
 
-OWNER_UID_LABEL = f"{mkd_labels.PREFIX}/owner-uid"
+OWNER_UID_LABEL = mkd_labels.OWNER_UID
 """Stamped on every child (and pod template) so one selector lists all of them."""
 CREATED, RUNNING, SUCCEEDED, FAILED, SUSPENDED = "Created", "Running", "Succeeded", "Failed", "Suspended"
 ERR_RESOURCE_EXISTS = "ErrResourceExists"

@@ -33,7 +33,7 @@ from worker_agent.reconcilers.jobset_support import child_stamp, controlled_by
 from worker_agent.reconcilers.mpi_support import ssh_secret_data
 from worker_agent.reconcilers.trainjob_build import GROUP, MPI_HOSTFILE_SUFFIX, MPI_SSH_SUFFIX, build
 
-OWNER_UID_LABEL = f"{mkd_labels.PREFIX}/owner-uid"
+OWNER_UID_LABEL = mkd_labels.OWNER_UID
 TRAINING_RUNTIMES = Resource(GROUP, "v1alpha1", "trainingruntimes", "TrainingRuntime")
 CLUSTER_TRAINING_RUNTIMES = Resource(GROUP, "v1alpha1", "clustertrainingruntimes", "ClusterTrainingRuntime",
                                      namespaced=False)
