@@ -6,6 +6,9 @@ import asyncio
 import copy
 from typing import Any
 
+import pytest
+
+import federation.kube
 from federation import labels
 from federation.kinds.crds import load_crds
 from federation.kube import CRDS, PODS, Resource
@@ -171,7 +174,8 @@ async def test_delegated_kind_gets_operator_managed_by(harness: AgentHarness) ->
     assert mirrored.placement == PlacementKey(workload_uid="wl-pytorch-simple", attempt=1, epoch=1)
 
 
-async def test_kind_without_crd_is_rejected_not_lost(harness: AgentHarness) -> None:
+async def test_kind_without_crd_is_rejected_not_lost(harness: AgentHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(federation.kube, "DISCOVERY_TTL", 0.1)  # the test need not wait out the cache
     await harness.kube.delete(CRDS, "tfjobs.kubeflow.org")
     for _ in range(100):
         if not await harness.kube.served(TFJOBS):
