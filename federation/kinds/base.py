@@ -165,6 +165,14 @@ def validate_dns1123(name: Any, field: str) -> list[Invalid]:
     return []
 
 
+def validate_bool(job: Mapping[str, Any], path: tuple[str, ...]) -> list[Invalid]:
+    """An optional boolean field (``spec.suspend``, ``spec.runPolicy.suspend``): absent or true/false."""
+    value = get_path(job, path)
+    if value is None or isinstance(value, bool):
+        return []
+    return [Invalid(".".join(path), f"{value!r} is not a boolean", fix="write true or false")]
+
+
 def validate_managed_by(kind: JobKind, job: Mapping[str, Any]) -> list[Invalid]:
     """managedBy is absent, the kind's own controller, or MultiKueue."""
     value = get_path(job, kind.managed_by_path)

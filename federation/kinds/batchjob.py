@@ -25,6 +25,7 @@ from federation.kinds.base import (
     int_or,
     podset_for,
     raise_first,
+    validate_bool,
     validate_count,
     validate_managed_by,
     validate_pod_template,
@@ -110,9 +111,7 @@ class BatchJobKind(BaseKind):
         errors = validate_job_name(get_path(job, ("metadata", "name")))
         errors += validate_managed_by(self, job)
         errors += validate_job_spec(job.get("spec"), "spec")
-        suspend = get_path(job, ("spec", "suspend"))
-        if suspend is not None and not isinstance(suspend, bool):
-            errors.append(Invalid("spec.suspend", f"{suspend!r} is not a boolean", fix="write true or false"))
+        errors += validate_bool(job, ("spec", "suspend"))
         return errors
 
     def podsets(self, job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> list[PodSet]:

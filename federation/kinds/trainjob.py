@@ -32,6 +32,7 @@ from federation.kinds.base import (
     int_or,
     podset_for,
     raise_first,
+    validate_bool,
     validate_count,
     validate_dns1035,
     validate_managed_by,
@@ -193,12 +194,7 @@ class TrainJobKind(BaseKind):
         errors += self._validate_trainer(job, runtime)
         spec = as_map(job.get("spec"))
         errors += validate_count(spec.get("activeDeadlineSeconds"), "spec.activeDeadlineSeconds", minimum=1)
-        if spec.get("suspend") is not None and not isinstance(spec.get("suspend"), bool):
-            errors.append(
-                Invalid(
-                    "spec.suspend", f"{spec.get('suspend')!r} is not a boolean", fix="write true or false"
-                )
-            )
+        errors += validate_bool(job, ("spec", "suspend"))
         if runtime is not None:
             errors += self._validate_runtime(job, runtime)
         return errors
