@@ -17,6 +17,7 @@ import logging
 import shutil
 import sys
 import time
+import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -222,6 +223,7 @@ class DemoOptions:
     timeout: float
     keep_running: bool
     examples: Path | None
+    topic_root: str | None = None
 
 
 async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
@@ -238,7 +240,11 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
                   f"{'MQTT ' + redact(opts.mqtt_url) if opts.mqtt_url else 'the embedded MQTT broker'}, "
                   f"{'database ' + redact(opts.database_url) if opts.database_url else 'SQLite'}, "
                   "the dispatcher and 3 agents…")
-    options = TopologyOptions(state_dir=opts.state_dir, mqtt_url=opts.mqtt_url, database_url=opts.database_url)
+    # On a shared broker, two demos (or a demo and a test run) must not hear each other: a topic root
+    # of their own, which also makes the MQTT client ids unique (see Topology).
+    topic_root = opts.topic_root or ("mkd/v1" if opts.mqtt_url is None else f"mkd-demo-{uuid.uuid4().hex[:6]}/v1")
+    options = TopologyOptions(state_dir=opts.state_dir, mqtt_url=opts.mqtt_url, database_url=opts.database_url,
+                              topic_root=topic_root)
     async with Topology(options) as top:
         known = await top.wait_for_clusters()
         console.print(f"federation up in {time.monotonic() - started:.1f}s (dispatcher knows "
@@ -384,12 +390,15 @@ def demo(
                             ] = False,
     examples: Annotated[Path | None, typer.Option("--examples", help="Folder of sample jobs (default: examples/).",
                                                   show_default=False)] = None,
+    topic_root: Annotated[str | None, typer.Option(
+        "--topic-root", show_default=False,
+        help="MQTT topic root (default: mkd/v1 on the embedded broker, a fresh one on --mqtt-url).")] = None,
 ) -> None:
     """Run the whole federation in one process on embedded defaults and submit the sample jobs."""
     debug = bool(getattr(ctx.find_root().obj, "debug", False))
     console = Console(highlight=False, soft_wrap=not sys.stdout.isatty())
     log_path = setup_demo_logging(state_dir, console, debug)
-    opts = DemoOptions(state_dir, mqtt_url, database_url, timeout, keep_running, examples)
+    opts = DemoOptions(state_dir, mqtt_url, database_url, timeout, keep_running, examples, topic_root)
     try:
         problems = asyncio.run(run_demo(opts, console))
     except KeyboardInterrupt:

@@ -166,12 +166,12 @@ async def test_lost_agent_is_noticed_and_nothing_is_lost(federation: Topology) -
     await wait_for(back_online, "worker-3 online again", top=federation)
 
 
-async def test_mkctl_demo_runs_to_the_end(tmp_path: Path, mqtt_url: str, database_url: str) -> None:
+async def test_mkctl_demo_runs_to_the_end(tmp_path: Path, mqtt_url: str, database_url: str, topic_root: str) -> None:
     """``make demo`` as CI runs it: no TTY, plain lines, exit 0 when every job ended as expected."""
     env = {**os.environ, "COLUMNS": "160"}
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "mkctl.main", "demo", "--state-dir", str(tmp_path / "state"), "--timeout", "90",
-        "--mqtt-url", mqtt_url, "--database-url", database_url,
+        "--mqtt-url", mqtt_url, "--database-url", database_url, "--topic-root", topic_root,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env)
     try:
         out, _ = await asyncio.wait_for(proc.communicate(), timeout=150)
