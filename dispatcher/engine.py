@@ -474,14 +474,17 @@ class Engine:
                   current: bool) -> None:
         if not current or p["state"] != "sent":
             return
+        self._mark_accepted(b, row, p, r.cluster)
+
+    def _mark_accepted(self, b: _Batch, row: dict[str, Any], p: dict[str, Any], cluster: str) -> None:
         uid = row["uid"]
         b.set_p((uid, p["attempt"]), state="accepted", accepted_at=b.now)
         if row["state"] == "placed":
             b.set_w(uid, state="running", reason="", updated_at=b.now)
-        b.event(uid, "accepted", cluster=r.cluster, message=f"attempt {p['attempt']} accepted by {r.cluster}")
+        b.event(uid, "accepted", cluster=cluster, message=f"attempt {p['attempt']} accepted by {cluster}")
         key = _key(row)
         cond = wl.condition(labels.CONDITION_DISPATCHED, True, "Placed",
-                            f"placed on cluster {r.cluster} (attempt {p['attempt']})", b.now)
+                            f"placed on cluster {cluster} (attempt {p['attempt']})", b.now)
         now = b.now
         b.after.append(lambda: self.book.accepted(uid, now))
         b.after.append(lambda: self.writer.condition(key, cond))
@@ -524,15 +527,15 @@ class Engine:
             return
         pkey = (uid, p["attempt"])
         b.set_p(pkey, last_status_seq=r.seq)
-        if r.gone:
+        if r.gone and r.finished is None:
+            # A Job that vanished without an outcome (deleted on the worker): placed again. One that
+            # finished and then went (TTL) is recorded as finished below.
             if p["state"] in q.ACTIVE_PLACEMENT:
                 b.set_p(pkey, state="lost", finished_at=b.now, reason="the worker Job disappeared")
                 self._requeue(b, row, f"the Job disappeared from {r.cluster}")
             return
         if p["state"] == "sent":  # Status before Accepted (lost or reordered): it evidently runs
-            b.set_p(pkey, state="accepted", accepted_at=b.now)
-            if row["state"] == "placed":
-                b.set_w(uid, state="running", updated_at=b.now)
+            self._mark_accepted(b, row, p, r.cluster)
         if r.finished is not None and p["state"] not in ("finished", "failed"):
             outcome = "finished" if r.finished == "Succeeded" else "failed"
             b.set_p(pkey, state=outcome, finished_at=b.now)
@@ -543,6 +546,8 @@ class Engine:
         elif r.finished is None and p["state"] in ("sent", "accepted") and r.status.get("startTime"):
             b.set_p(pkey, state="running")
             b.event(uid, "running", cluster=r.cluster, message=f"started on {r.cluster}")
+        if r.gone and not r.status:
+            return  # nothing to mirror: keep the last status the manager Job shows
         key = _key(row)
         status = r.status
         b.after.append(lambda: self.writer.mirror(key, status))
