@@ -202,11 +202,18 @@ def prepare_pod(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict[st
                 tols.append(dict(t))
         obj["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
     else:
-        # Upstream allows only a few pod spec fields to change (images, deadlines, added tolerations).
+        # Upstream allows only a few pod spec fields to change (images, deadlines, added tolerations,
+        # removed scheduling gates; a gated pod may also gain nodeSelector entries).
         ospec = dict(old.get("spec") or {})
         nspec = dict(spec)
+        causes = _gate_update_causes(ospec, nspec)
+        if causes:
+            return causes
+        movable = ["activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds", "schedulingGates"]
+        if ospec.get("schedulingGates"):
+            movable.append("nodeSelector")
         for s in (ospec, nspec):
-            for k in ("activeDeadlineSeconds", "tolerations", "terminationGracePeriodSeconds"):
+            for k in movable:
                 s.pop(k, None)
             for kind in ("containers", "initContainers"):
                 s[kind] = [{k: v for k, v in c.items() if k != "image"} for c in s.get(kind) or []]
@@ -217,6 +224,24 @@ def prepare_pod(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict[st
                           "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously "
                           "negative)", "FieldValueForbidden")]
     return []
+
+
+def _gate_update_causes(ospec: dict[str, Any], nspec: dict[str, Any]) -> list[dict[str, str]]:
+    """Scheduling gates may only be removed; while gated, nodeSelector may only gain entries (upstream rule)."""
+    causes: list[dict[str, str]] = []
+    had = {g.get("name") for g in ospec.get("schedulingGates") or [] if isinstance(g, dict)}
+    for i, g in enumerate(nspec.get("schedulingGates") or []):
+        name = g.get("name") if isinstance(g, dict) else None
+        if name not in had:
+            causes.append(cause(f"spec.schedulingGates[{i}].name", "Forbidden: only deletion is allowed, but "
+                                f"found new scheduling gate '{name}'", "FieldValueForbidden"))
+    if had:
+        osel = ospec.get("nodeSelector") or {}
+        nsel = nspec.get("nodeSelector") or {}
+        if any(nsel.get(k) != v for k, v in osel.items()):
+            causes.append(bad_value("spec.nodeSelector", nsel, "only additions to spec.nodeSelector are allowed "
+                                    "(no mutations or deletions)"))
+    return causes
 
 
 # ---------------------------------------------------------------- services
@@ -278,9 +303,13 @@ def prepare_job(obj: dict[str, Any], old: dict[str, Any] | None, uid: str) -> li
         causes.append(required("spec.completions"))
     if causes:
         return causes
-    spec.setdefault("parallelism", 1)
-    if "completions" not in spec:
+    # Upstream defaulting: both unset -> both 1; parallelism alone -> completions stays unset (a work queue).
+    if spec.get("completions") is None and spec.get("parallelism") is None:
         spec["completions"] = 1
+    if spec.get("parallelism") is None:
+        spec["parallelism"] = 1
+    if spec.get("completions") is None:
+        spec.pop("completions", None)
     spec.setdefault("backoffLimit", 6)
     spec.setdefault("suspend", False)
     spec.setdefault("manualSelector", False)
@@ -305,9 +334,11 @@ def prepare_job(obj: dict[str, Any], old: dict[str, Any] | None, uid: str) -> li
             return [bad_value("spec.managedBy", spec.get("managedBy"), "field is immutable")]
         if spec.get("completions") != ospec.get("completions"):
             # Only elastic Indexed Jobs may change completions, and only together with parallelism.
-            elastic = spec.get("completionMode") == "Indexed" and spec.get("completions") == spec.get("parallelism")
-            if not elastic:
+            if spec.get("completionMode") != "Indexed":
                 return [bad_value("spec.completions", spec.get("completions"), "field is immutable")]
+            if spec.get("completions") != spec.get("parallelism"):
+                return [bad_value("spec.completions", spec.get("completions"),
+                                  "can only be modified in tandem with spec.parallelism")]
         if spec.get("template") != ospec.get("template"):
             # Suspended jobs accept new scheduling directives (what Kueue injects), nothing else.
             never_started = not (old.get("status") or {}).get("startTime")
@@ -324,6 +355,12 @@ def _sched_free(tmpl: Any) -> Any:
     meta = {k: v for k, v in (tmpl.get("metadata") or {}).items() if k not in ("labels", "annotations")}
     spec = {k: v for k, v in (tmpl.get("spec") or {}).items()
             if k not in ("nodeSelector", "tolerations", "affinity", "schedulingGates")}
+    # Of the affinity only nodeAffinity is a scheduling directive; pod (anti-)affinity stays immutable.
+    affinity = (tmpl.get("spec") or {}).get("affinity")
+    if isinstance(affinity, dict):
+        rest = {k: v for k, v in affinity.items() if k != "nodeAffinity" and v is not None}
+        if rest:
+            spec["affinity"] = rest
     return {**tmpl, "metadata": meta, "spec": spec}
 
 
