@@ -8,26 +8,50 @@ Replica types Master (``replicas: 1`` written out: the webhook sees the raw obje
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from federation import labels
 from federation.errors import Invalid
-from federation.kinds.base import get_path
+from federation.kinds.base import as_map, get_path
 from federation.kinds.kubeflow import GROUP, RUN_POLICY, KubeflowV1Kind
+from federation.podset import PodSet, pod_requests
 
 CONTAINER = "pytorch"
 DEFAULT_PORT_NAME = "pytorchjob-port"
 DEFAULT_PORT = 23456
 NPROC_WORDS = ("auto", "cpu", "gpu")
 RDZV_BACKENDS = ("c10d", "etcd", "etcd-v2")
+INIT_CONTAINER: dict[str, Any] = {
+    "name": "init-pytorch",
+    "resources": {"limits": {"cpu": "100m", "memory": "20Mi"}, "requests": {"cpu": "50m", "memory": "10Mi"}},
+}
+"""What counts of the init container the agent adds to Worker pods when a Master exists (KUBEFLOW.md A.4)."""
 
 
 @dataclass(frozen=True)
 class PyTorchJobKind(KubeflowV1Kind):
     """PyTorchJob: see the module docstring."""
+
+    def podsets(self, job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> list[PodSet]:
+        """The base PodSets, with the Worker's per-pod requests counting ``init-pytorch`` when a Master
+        exists: the worker agent (like the training-operator) appends that init container to every
+        Worker pod, and the scheduler charges max(any init container, sum of containers)."""
+        out = super().podsets(job, runtime)
+        if "Master" not in self.replica_specs(job):
+            return out
+        fixed = []
+        for podset in out:
+            if podset.name == "worker":
+                spec = dict(copy.deepcopy(as_map(podset.template.get("spec"))))
+                spec["initContainers"] = [*(spec.get("initContainers") or []), INIT_CONTAINER]
+                path = f"spec.{self.replica_specs_field}.Worker.template.spec"
+                podset = replace(podset, requests=pod_requests(spec, path))
+            fixed.append(podset)
+        return fixed
 
     def validate(self, job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> list[Invalid]:
         errors = super().validate(job, runtime)
