@@ -35,8 +35,10 @@ def setup_logging(debug: bool) -> None:
     logging.basicConfig(level=logging.DEBUG if debug else logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)-7s %(name)s: %(message)s", force=True)
     if not debug:
-        for noisy in ("kubernetes", "urllib3", "aiosqlite", "asyncio", "amqtt", "transitions", "alembic"):
+        for noisy in ("kubernetes", "aiosqlite", "asyncio", "amqtt", "transitions", "alembic"):
             logging.getLogger(noisy).setLevel(logging.WARNING)
+        # "Connection pool is full, discarding connection" only says a spare connection was closed.
+        logging.getLogger("urllib3.connectionpool").setLevel(logging.ERROR)
 
 
 def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
