@@ -184,3 +184,15 @@ async def test_mkctl_demo_runs_to_the_end(tmp_path: Path, mqtt_url: str, databas
     assert "too-large stays pending" in text and "other-controller was left alone" in text
     assert f"mkctl placements list --database-url '{database_url}'" in text
     assert "\x1b[" not in text, "no terminal escapes when stdout is not a TTY"
+
+    # The admin's view of the same run, from the database the demo left behind.
+    def placements() -> dict[str, dict[str, Any]]:
+        result = CliRunner().invoke(app, ["placements", "list", "-o", "json", "--database-url", database_url])
+        assert result.exit_code == 0, result.output
+        return {f"{i['namespace']}/{i['name']}": i for i in json.loads(result.output)["items"]}
+
+    rows = await asyncio.to_thread(placements)
+    assert rows["default/too-large"]["state"] == "pending" and "nvidia.com/gpu" in rows["default/too-large"]["reason"]
+    assert "default/other-controller" not in rows, "a job of another controller is never claimed"
+    finished = {k for k, r in rows.items() if r["state"] == "finished"}
+    assert {"default/pytorch-simple", "default/pi", "team-a/batch-pi", "default/driver-workers"} <= finished, rows
