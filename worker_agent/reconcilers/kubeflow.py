@@ -201,7 +201,9 @@ class KubeflowV1Reconciler:
         spec = job.get("spec") or {}
         run_policy = spec.get("runPolicy") or {}
         managed_by = run_policy.get("managedBy")
-        if managed_by not in (None, "", mkd_labels.TRAINING_OPERATOR) or meta.get("deletionTimestamp"):
+        # upstream compares a *string pointer*: any set value but the operator's own, "" included,
+        # belongs to another controller (ManagedByExternalController)
+        if (managed_by is not None and managed_by != mkd_labels.TRAINING_OPERATOR) or meta.get("deletionTimestamp"):
             return plan
         name = str(meta.get("name", ""))
         try:

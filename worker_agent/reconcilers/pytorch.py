@@ -9,6 +9,7 @@ WORLD_SIZE, RANK, PET_NODE_RANK (only with a Master); PET_NPROC_PER_NODE (when
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -16,6 +17,16 @@ from worker_agent.reconcilers.kubeflow import KubeflowV1Reconciler, ReplicaSpec
 
 INIT_IMAGE = "alpine:3.10"
 INIT_MAX_TRIES = 100
+
+
+_ATOI = re.compile(r"[+-]?[0-9]+")
+
+
+def _atoi(value: str | None) -> int:
+    """getNprocPerNodeInt: Go's strconv.Atoi of nprocPerNode (ASCII digits, optional sign), else 1."""
+    if value is None or not _ATOI.fullmatch(value):
+        return 1
+    return int(value)
 
 
 def _env(name: str, value: object) -> dict[str, Any]:
@@ -64,7 +75,7 @@ class PyTorchJobReconciler(KubeflowV1Reconciler):
             port = self.port_of(specs["Master"])
             env += [_env("MASTER_PORT", port), _env("PET_MASTER_PORT", port),
                     _env("MASTER_ADDR", f"{name}-master-0"), _env("PET_MASTER_ADDR", f"{name}-master-0")]
-            nproc_int = int(nproc) if nproc is not None and nproc.isdigit() else 1
+            nproc_int = _atoi(nproc)
             rank = index + 1 if rtype == "Worker" else index
             env += [_env("WORLD_SIZE", total * nproc_int), _env("RANK", rank), _env("PET_NODE_RANK", rank)]
         if nproc is not None:
@@ -79,8 +90,11 @@ class PyTorchJobReconciler(KubeflowV1Reconciler):
     def elastic_env(self, name: str, specs: Mapping[str, ReplicaSpec],
                     elastic: Mapping[str, Any]) -> list[dict[str, Any]]:
         worker = specs.get("Worker")
-        host = elastic.get("rdzvHost") or f"{name}-worker-0"
-        port = elastic.get("rdzvPort") or self.port_of(worker)
+        # pointer semantics upstream: only an absent field falls back (an empty host stays empty)
+        host = elastic.get("rdzvHost")
+        host = f"{name}-worker-0" if host is None else host
+        port = elastic.get("rdzvPort")
+        port = self.port_of(worker) if port is None else port
         env = [_env("PET_RDZV_ENDPOINT", f"{host}:{port}"),
                _env("PET_RDZV_BACKEND", elastic.get("rdzvBackend") or "c10d")]
         low, high = elastic.get("minReplicas"), elastic.get("maxReplicas")
