@@ -12,6 +12,7 @@ import copy
 import json
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from typer.testing import CliRunner
 
 from federation import labels
 from federation.kinds.registry import by_api
-from federation.kube import PODS
+from federation.kube import PODS, resource_for
 from mkctl import jobs
 from mkctl.demo import observe_all, read_job, submit
 from mkctl.main import app
@@ -196,3 +197,42 @@ async def test_mkctl_demo_runs_to_the_end(tmp_path: Path, mqtt_url: str, databas
     assert "default/other-controller" not in rows, "a job of another controller is never claimed"
     finished = {k for k, r in rows.items() if r["state"] == "finished"}
     assert {"default/pytorch-simple", "default/pi", "team-a/batch-pi", "default/driver-workers"} <= finished, rows
+
+
+async def test_managed_by_changed_after_claim_is_rejected_and_the_copy_removed(federation: Topology) -> None:
+    """Without the admission policy nothing stops the edit; mkd then lets go of the Job, saying why."""
+    examples = jobs.load_examples()
+    base = next(s for s in examples.samples if s.name == "pytorch-simple")
+    manifest = copy.deepcopy(base.manifest)
+    manifest["metadata"]["name"] = "handed-over"
+    for spec in manifest["spec"]["pytorchReplicaSpecs"].values():
+        spec["template"].setdefault("metadata", {}).setdefault("annotations", {})[
+            "kubesim.mkd.dev/run-seconds"] = "60"
+    sample = jobs.Sample(manifest, base.source, "Succeeded")
+    await submit(federation, jobs.Examples(samples=[sample], namespaces={sample.namespace}))
+
+    async def running() -> dict[str, Any] | NotYet:
+        job = await read_job(federation.manager, sample)
+        cond = jobs.condition(job, "Running") if job else None
+        return job if job and cond else NotYet(str((job or {}).get("status")))
+
+    job = await wait_for(running, "the job Running on the manager", top=federation)
+    cluster = jobs.cluster_from(jobs.condition(job, labels.CONDITION_DISPATCHED))
+    kind = kind_of(job)
+    await federation.manager.patch(resource_for(kind), sample.name,
+                                   {"spec": {"runPolicy": {"managedBy": labels.TRAINING_OPERATOR}}}, sample.namespace)
+
+    async def rejected() -> Mapping[str, Any] | NotYet:
+        job = await read_job(federation.manager, sample)
+        cond = jobs.condition(job, labels.CONDITION_REJECTED) if job else None
+        return cond if cond and cond.get("status") == "True" else NotYet(str((job or {}).get("status")))
+
+    cond = await wait_for(rejected, "MultiClusterRejected on the manager Job", top=federation)
+    assert cond["reason"] == "ManagedByChanged" and "immutable" in cond["message"], cond
+
+    async def copy_removed() -> bool | NotYet:
+        found = await federation.kubes[cluster].list(resource_for(kind), sample.namespace)
+        names = [j["metadata"]["name"] for j in found.items]
+        return True if sample.name not in names else NotYet(f"still on {cluster}: {names}")
+
+    await wait_for(copy_removed, f"the worker copy removed from {cluster}", top=federation)
