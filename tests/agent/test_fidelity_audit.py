@@ -263,3 +263,19 @@ def test_mpi_hostfile_formats_and_launcher_env_per_implementation() -> None:
                              ("OMPI_MCA_plm_rsh_args", "-o ConnectionAttempts=10"),
                              ("OMPI_MCA_orte_set_default_slots", "3")]
     assert mpi_support.config_data(job, [], "")["hostfile"].splitlines()[0] == "pi-launcher.pi.default.svc slots=3"
+
+
+def test_master_port_not_found_aborts_the_pass_instead_of_writing_none() -> None:
+    job = example("pytorch-simple.yaml")
+    job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["name"] = "main"
+    plan = PyTorchJobReconciler().render(Observed(job=job, children={}, now=T0))
+    assert plan.creates == [] and plan.status is None
+    assert plan.events[-1][:2] == ("Warning", "FailedCreatePod") and "port not found" in plan.events[-1][2]
+    elastic = example("pytorch-elastic-echo.yaml")
+    elastic["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = "main"
+    plan = PyTorchJobReconciler().render(Observed(job=elastic, children={}, now=T0))
+    assert not [b for _, b in plan.creates if b["kind"] == "Pod"] and plan.status is None
+    elastic["spec"]["elasticPolicy"]["rdzvPort"] = 29400  # an explicit port needs no lookup
+    plan = PyTorchJobReconciler().render(Observed(job=elastic, children={}, now=T0))
+    pod = next(b for _, b in plan.creates if b["kind"] == "Pod")
+    assert ("PET_RDZV_ENDPOINT", "elastic-example-echo-worker-0:29400") in env(pod)

@@ -262,9 +262,15 @@ class KubeflowV1Reconciler:
             return self._finish(plan, old, status)
 
         conflicts: list[str] = []
-        for rspec in specs.values():
-            self._reconcile_pods(plan, job, specs, rspec, pods, status, now)
-            conflicts += self._reconcile_services(plan, job, rspec, services)
+        try:
+            for rspec in specs.values():
+                self._reconcile_pods(plan, job, specs, rspec, pods, status, now)
+                conflicts += self._reconcile_services(plan, job, rspec, services)
+        except Invalid as exc:
+            # upstream: a pod that cannot be built (e.g. "port not found") aborts the pass before
+            # the status update; what was already planned still happens, and the next pass retries
+            plan.events.append(("Warning", "FailedCreatePod", exc.message))
+            return plan
         self._update_job_status(plan, job, specs, status, now)
         if conflicts:
             # not an upstream field: the dispatcher only sees .status, and this blocks the job

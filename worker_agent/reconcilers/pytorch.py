@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from federation.errors import Invalid
 from worker_agent.reconcilers.kubeflow import KubeflowV1Reconciler, ReplicaSpec
 
 INIT_IMAGE = "alpine:3.10"
@@ -61,6 +62,14 @@ class PyTorchJobReconciler(KubeflowV1Reconciler):
             return "auto"
         return None if value is None else str(value)
 
+    def _port(self, specs: Mapping[str, ReplicaSpec], rtype: str) -> int:
+        """getPortFromPyTorchJob: the ``pytorchjob-port`` of the replica's ``pytorch`` container."""
+        port = self.port_of(specs.get(rtype))
+        if port is None:
+            raise Invalid(f"spec.{self.specs_field}.{rtype}", "port not found",
+                          fix=f"name a container {self.container!r} (it gets the {self.port_name} port)")
+        return port
+
     def any_worker_success(self, job: Mapping[str, Any]) -> bool:
         return self._spec(job).get("elasticPolicy") is not None
 
@@ -72,7 +81,7 @@ class PyTorchJobReconciler(KubeflowV1Reconciler):
         total = sum(s.replicas for s in specs.values())
         nproc = self.nproc_per_node(job)
         if "Master" in specs:
-            port = self.port_of(specs["Master"])
+            port = self._port(specs, "Master")
             env += [_env("MASTER_PORT", port), _env("PET_MASTER_PORT", port),
                     _env("MASTER_ADDR", f"{name}-master-0"), _env("PET_MASTER_ADDR", f"{name}-master-0")]
             nproc_int = _atoi(nproc)
@@ -94,7 +103,7 @@ class PyTorchJobReconciler(KubeflowV1Reconciler):
         host = elastic.get("rdzvHost")
         host = f"{name}-worker-0" if host is None else host
         port = elastic.get("rdzvPort")
-        port = self.port_of(worker) if port is None else port
+        port = self._port(specs, "Worker") if port is None else port
         env = [_env("PET_RDZV_ENDPOINT", f"{host}:{port}"),
                _env("PET_RDZV_BACKEND", elastic.get("rdzvBackend") or "c10d")]
         low, high = elastic.get("minReplicas"), elastic.get("maxReplicas")
