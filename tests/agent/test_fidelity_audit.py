@@ -279,3 +279,14 @@ def test_master_port_not_found_aborts_the_pass_instead_of_writing_none() -> None
     plan = PyTorchJobReconciler().render(Observed(job=elastic, children={}, now=T0))
     pod = next(b for _, b in plan.creates if b["kind"] == "Pod")
     assert ("PET_RDZV_ENDPOINT", "elastic-example-echo-worker-0:29400") in env(pod)
+
+
+def test_no_pytorch_container_fails_service_creation_and_ends_the_pass() -> None:
+    job = example("pytorch-elastic-echo.yaml")
+    job["spec"]["elasticPolicy"]["rdzvPort"] = 29400
+    job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["name"] = "main"
+    plan = PyTorchJobReconciler().render(Observed(job=job, children={}, now=T0))
+    # the Worker pods were planned before the Service failed; the status is not written
+    assert [b["kind"] for _, b in plan.creates] == ["Pod", "Pod"] and plan.status is None
+    assert plan.events[-1][:2] == ("Warning", "FailedCreateService")
+    assert plan.events[-1][2].startswith("failed to find the port")

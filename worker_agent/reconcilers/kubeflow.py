@@ -36,6 +36,15 @@ RETRYABLE_MAGIC = 0xBEEF
 """Exit code assumed when the main container has not terminated (upstream: retryable)."""
 
 
+class PassAborted(Exception):
+    """A child cannot be built: upstream returns the error, ending the pass before the status write."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
 @dataclass(frozen=True)
 class ReplicaSpec:
     """One defaulted replica spec (defaulting is in memory only, as upstream)."""
@@ -266,10 +275,11 @@ class KubeflowV1Reconciler:
             for rspec in specs.values():
                 self._reconcile_pods(plan, job, specs, rspec, pods, status, now)
                 conflicts += self._reconcile_services(plan, job, rspec, services)
-        except Invalid as exc:
-            # upstream: a pod that cannot be built (e.g. "port not found") aborts the pass before
-            # the status update; what was already planned still happens, and the next pass retries
-            plan.events.append(("Warning", "FailedCreatePod", exc.message))
+        except PassAborted as exc:
+            # upstream: a Pod or Service that cannot be built ("port not found", "failed to find the
+            # port") aborts the pass before the status update; what was already planned still
+            # happens, and the next pass retries
+            plan.events.append(("Warning", exc.reason, exc.message))
             return plan
         self._update_job_status(plan, job, specs, status, now)
         if conflicts:
@@ -452,9 +462,7 @@ class KubeflowV1Reconciler:
                 continue
             if not bucket:
                 if index < rspec.replicas:
-                    service = self.build_service(plan, job, rspec, index)
-                    if service is not None:
-                        plan.creates.append((SERVICES, service))
+                    plan.creates.append((SERVICES, self.build_service(plan, job, rspec, index)))
                 continue
             if index >= rspec.replicas:
                 plan.deletes.append((SERVICES, str(_meta(bucket[0]).get("name"))))
@@ -520,7 +528,10 @@ class KubeflowV1Reconciler:
         if tmeta.get("finalizers"):
             meta["finalizers"] = list(tmeta["finalizers"])
         pod_spec: dict[str, Any] = template.get("spec") or {}
-        env = self.pod_env(job, specs, rspec.rtype, index)
+        try:
+            env = self.pod_env(job, specs, rspec.rtype, index)
+        except Invalid as exc:
+            raise PassAborted("FailedCreatePod", exc.message) from exc
         for container in pod_spec.get("containers") or []:
             container["env"] = [*(container.get("env") or []), *copy.deepcopy(env)]
         inits = self.init_containers(job, specs, rspec.rtype, index)
@@ -533,13 +544,11 @@ class KubeflowV1Reconciler:
         return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod_spec}
 
     def build_service(self, plan: Plan, job: Mapping[str, Any], rspec: ReplicaSpec,
-                      index: int) -> dict[str, Any] | None:
+                      index: int) -> dict[str, Any]:
         container = self.main_container(rspec.template, fallback=False)
         if container is None:
-            plan.events.append(("Warning", "FailedCreateService",
-                                f"failed to find the port: no container named {self.container} in "
-                                f"{rspec.rtype}"))
-            return None
+            raise PassAborted("FailedCreateService",
+                              f"failed to find the port: no container named {self.container} in {rspec.rtype}")
         labels = self.replica_labels(job, rspec.rtype, index)
         ports = [{"name": p["name"], "port": p["containerPort"]}
                  for p in container.get("ports") or [] if p.get("name")]
