@@ -9,12 +9,15 @@ Place Command with the ownership stamp every worker copy carries; ``condition`` 
 
 from __future__ import annotations
 
+import collections
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
+
+import orjson
 
 from dispatcher.placement import Need
 from federation import labels, messages
@@ -83,15 +86,41 @@ def describe(kind: JobKind, job: Mapping[str, Any], runtime: Mapping[str, Any] |
     if problems:
         return Described(columns, None, problems)
     try:
-        podsets = kind.podsets(job, runtime)
+        requests, podsets, need = _podsets(kind, job, runtime)
     except Invalid as exc:
         return Described(columns, None, [exc])
-    total = total_requests(podsets)
-    columns["requests"] = format_resources(total)
-    columns["podsets"] = [{"name": p.name, "count": p.count, "requests": format_resources(p.requests)}
-                          for p in podsets]
-    need = Need(kind.name, total, tuple((p.name, dict(p.requests)) for p in podsets))
+    columns["requests"] = dict(requests)
+    columns["podsets"] = [dict(p, requests=dict(p["requests"])) for p in podsets]
     return Described(columns, need)
+
+
+_PodSets = tuple[dict[str, str], list[dict[str, Any]], Need]
+_PODSETS: collections.OrderedDict[bytes, _PodSets] = collections.OrderedDict()
+_PODSETS_MAX = 1024
+
+
+def _podsets(kind: JobKind, job: Mapping[str, Any], runtime: Mapping[str, Any] | None) -> _PodSets:
+    """PodSets as Workload columns, remembered per (kind, spec, runtime): Jobs submitted from one
+    template share them, and computing them walks every pod template again (a third of a claim's CPU).
+    Only called after ``kind.validate`` passed, so every Job is still validated on its own."""
+    try:
+        key = orjson.dumps([kind.name, job.get("spec"), runtime], option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # not JSON (never from the API server): just compute
+        key = b""
+    hit = _PODSETS.get(key) if key else None
+    if hit is not None:
+        _PODSETS.move_to_end(key)
+        return hit
+    podsets = kind.podsets(job, runtime)
+    total = total_requests(podsets)
+    out: _PodSets = (format_resources(total),
+                     [{"name": p.name, "count": p.count, "requests": format_resources(p.requests)} for p in podsets],
+                     Need(kind.name, total, tuple((p.name, dict(p.requests)) for p in podsets)))
+    if key:
+        _PODSETS[key] = out
+        if len(_PODSETS) > _PODSETS_MAX:
+            _PODSETS.popitem(last=False)
+    return out
 
 
 def need_of(kind: str, podsets: list[dict[str, Any]]) -> Need:
