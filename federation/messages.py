@@ -114,7 +114,22 @@ Command = Annotated[Place | Delete | Resync, Field(discriminator="type")]
 # --- Reports --------------------------------------------------------------------------------
 
 
-class Accepted(_Message):
+class ReportBase(_Message):
+    """Every Report is numbered on its agent's **stream** so the dispatcher can see loss.
+
+    A stream is one MQTT connection of one agent (a random id, new on every reconnect); ``n``
+    counts the Reports published on it, heartbeats included, from 1. The sender stamps both as it
+    publishes. A broker may drop QoS 1 messages for a slow subscriber (Mosquitto's
+    ``max_queued_messages``), so at-least-once is not a given end to end: a hole in ``n`` that does
+    not fill tells the dispatcher to answer with a Resync, which makes the agent report every
+    expected placement again. ``n`` 0 means unnumbered (the will message, a tool's one-off report).
+    """
+
+    stream: str = Field(default="", max_length=64)
+    n: Counter = 0
+
+
+class Accepted(ReportBase):
     """The agent created (or already had) the Job for this placement and spec version."""
 
     type: Literal["accepted"] = "accepted"
@@ -125,7 +140,7 @@ class Accepted(_Message):
     sent_at: datetime = Field(default_factory=now)
 
 
-class Rejected(_Message):
+class Rejected(ReportBase):
     """The agent refused the placement. ``permanent`` False means another try on this cluster may work."""
 
     type: Literal["rejected"] = "rejected"
@@ -139,7 +154,7 @@ class Rejected(_Message):
     sent_at: datetime = Field(default_factory=now)
 
 
-class Status(_Message):
+class Status(ReportBase):
     """The worker Job's ``.status`` as its controller wrote it, copied whole.
 
     ``finished`` is ``"Succeeded"`` / ``"Failed"`` once the JobKind says so, else None.
@@ -166,7 +181,7 @@ class Capacity(BaseModel):
     """Free capacity of the node with the most of it, per resource: what one pod can get at most."""
 
 
-class Heartbeat(_Message):
+class Heartbeat(ReportBase):
     """Retained on the presence topic; the will message is the same with ``online=False``."""
 
     type: Literal["heartbeat"] = "heartbeat"
@@ -191,7 +206,7 @@ class InventoryItem(BaseModel):
     last_seq: Counter
 
 
-class Inventory(_Message):
+class Inventory(ReportBase):
     """Sent by the agent on every (re)connect: what it runs. The dispatcher answers with a Resync."""
 
     type: Literal["inventory"] = "inventory"
@@ -204,6 +219,11 @@ Report = Annotated[Accepted | Rejected | Status | Heartbeat | Inventory, Field(d
 
 _COMMAND: TypeAdapter[Place | Delete | Resync] = TypeAdapter(Command)
 _REPORT: TypeAdapter[Accepted | Rejected | Status | Heartbeat | Inventory] = TypeAdapter(Report)
+
+
+def numbered(report: ReportBase, stream: str, n: int) -> ReportBase:
+    """The same Report stamped with its place on a stream (see :class:`ReportBase`)."""
+    return report.model_copy(update={"stream": stream, "n": n})
 
 
 def encode(message: _Message) -> bytes:

@@ -23,7 +23,7 @@ from federation.kinds.base import JobKind
 from federation.kinds.registry import KINDS
 from federation.kube import NODES, PODS, Kube, Resource
 from federation.labels import origin_selector
-from federation.messages import Capacity, encode
+from federation.messages import Capacity, Heartbeat, encode
 from federation.mqtt import LinkHealth, MqttLink, Will
 from federation.tasks import Supervisor
 from worker_agent.apply import ApplyLoop, JobKey
@@ -173,20 +173,20 @@ class Agent:
                 self.apply.enqueue_owner(obj, self.by_uid)
 
     # --- MQTT ---------------------------------------------------------------------------------
-    def _heartbeat(self, capacity: Capacity, online: bool = True) -> bytes:
+    def _heartbeat(self, capacity: Capacity, online: bool = True) -> Heartbeat:
         running = self.reporter.running()
-        return encode(heartbeat(self.settings.cluster_name, capacity, version=__version__,
+        return heartbeat(self.settings.cluster_name, capacity, version=__version__,
                                 interval=self.settings.heartbeat_interval_seconds,
                                 cluster_labels=self.settings.cluster_labels,
                                 reconciled=[n for n in self.job_resources if n in self.reconcilers],
                                 delegated={n: v for n, v in self.delegated.items() if n in self.job_resources},
-                                running=running, online=online))
+                                running=running, online=online)
 
     async def link_loop(self) -> None:
         settings = self.settings
         root = settings.mqtt.topic_root
         presence = topics.presence(settings.cluster_name, root)
-        will = Will(presence, self._heartbeat(Capacity(), online=False), retain=True)
+        will = Will(presence, encode(self._heartbeat(Capacity(), online=False)), retain=True)
         health = LinkHealth(settings.mqtt, self.clock)
         assert self.inbox is not None
         while True:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import deque
 from collections.abc import Mapping
 from decimal import Decimal
@@ -33,8 +34,10 @@ from federation.messages import (
     JobRef,
     PlacementKey,
     Rejected,
+    ReportBase,
     Status,
     encode,
+    numbered,
 )
 from federation.mqtt import MqttLink
 from federation.podset import Resources, add, format_resources, parse_resources, pod_requests, sub
@@ -57,20 +60,29 @@ class Sequencer:
 
 
 class Outbox:
-    """Reports waiting for the link; publish order is kept per sender, several senders run at once."""
+    """Reports waiting for the link; several senders publish at once.
+
+    Each Report is numbered as it goes out (``ReportBase.stream`` / ``n``): the stream is the
+    current link, a new random id on every attach, so the dispatcher can tell a lost Report
+    (a hole in ``n`` that does not fill) from one still in flight.
+    """
 
     def __init__(self, *, limit: int = 200_000) -> None:
-        self._items: deque[tuple[str, bytes, bool]] = deque(maxlen=limit)
+        self._items: deque[tuple[str, ReportBase, bool]] = deque(maxlen=limit)
         self._ready = asyncio.Event()
         self._link: MqttLink | None = None
         self._linked = asyncio.Event()
         self.sent = 0
+        self.stream = ""
+        self._n = 0
 
-    def put(self, topic: str, payload: bytes, *, retain: bool = False) -> None:
-        self._items.append((topic, payload, retain))
+    def put(self, topic: str, report: ReportBase, *, retain: bool = False) -> None:
+        self._items.append((topic, report, retain))
         self._ready.set()
 
     def attach(self, link: MqttLink | None) -> None:
+        if link is not None and link is not self._link:
+            self.stream, self._n = uuid.uuid4().hex[:16], 0
         self._link = link
         if link is None:
             self._linked.clear()
@@ -88,8 +100,10 @@ class Outbox:
             if link is None or not self._items:
                 continue
             item = self._items.popleft()
+            self._n += 1
+            payload = encode(numbered(item[1], self.stream, self._n))
             try:
-                await link.publish(item[0], item[1], retain=item[2])
+                await link.publish(item[0], payload, retain=item[2])
                 self.sent += 1
             except (Transport, RuntimeError) as exc:
                 self._items.appendleft(item)
@@ -141,7 +155,7 @@ class Reporter:
         self._finished: dict[str, bool] = {}
 
     def _send(self, report: Accepted | Rejected | Status | Inventory) -> None:
-        self.outbox.put(self.topic, encode(report))
+        self.outbox.put(self.topic, report)
 
     def accepted(self, placement: PlacementKey, spec_version: int) -> None:
         seq = self.seq.next()

@@ -1,0 +1,75 @@
+"""The agent numbers its Reports per link (stream), so the dispatcher can tell loss from delay."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from federation.errors import Transport
+from federation.messages import Capacity, Heartbeat, PlacementKey, Status, decode_report
+from worker_agent.reports import Outbox
+
+
+class RecordingLink:
+    """Stands in for an MqttLink: records what was published, or fails the first ``fail`` publishes."""
+
+    def __init__(self, fail: int = 0) -> None:
+        self.published: list[Any] = []
+        self.fail = fail
+        self.calls = 0
+        self.called = asyncio.Event()
+
+    async def publish(self, topic: str, payload: bytes, *, retain: bool = False) -> None:
+        self.calls += 1
+        self.called.set()
+        if self.fail:
+            self.fail -= 1
+            raise Transport("connection lost")
+        self.published.append(decode_report(payload))
+
+    async def wait_calls(self, count: int) -> None:
+        async with asyncio.timeout(5):
+            while self.calls < count:
+                self.called.clear()
+                await self.called.wait()
+
+
+def status(i: int) -> Status:
+    return Status(cluster="w1", placement=PlacementKey(workload_uid=f"u{i}", attempt=1, epoch=1), seq=i, status={})
+
+
+async def drain(outbox: Outbox, link: RecordingLink, count: int) -> None:
+    sender = asyncio.create_task(outbox.run_sender())
+    try:
+        await link.wait_calls(count)
+    finally:
+        sender.cancel()
+
+
+async def test_reports_are_numbered_consecutively_on_one_stream() -> None:
+    outbox, link = Outbox(), RecordingLink()
+    outbox.attach(link)  # type: ignore[arg-type]
+    for i in range(5):
+        outbox.put("t/reports", status(i))
+    outbox.put("t/presence", Heartbeat(cluster="w1", capacity=Capacity()), retain=True)
+    await drain(outbox, link, 6)
+    assert [r.n for r in link.published] == [1, 2, 3, 4, 5, 6]
+    assert {r.stream for r in link.published} == {outbox.stream} and len(outbox.stream) == 16
+
+
+async def test_a_new_link_starts_a_new_stream_and_a_failed_report_is_renumbered() -> None:
+    outbox, first = Outbox(), RecordingLink(fail=1)
+    outbox.attach(first)  # type: ignore[arg-type]
+    old_stream = outbox.stream
+    outbox.put("t/reports", status(1))
+    sender = asyncio.create_task(outbox.run_sender())
+    await first.wait_calls(1)
+    await asyncio.sleep(0)  # let the sender put the report back
+    sender.cancel()
+    assert first.published == [] and outbox.pending() == 1  # put back, not lost
+
+    second = RecordingLink()
+    outbox.attach(second)  # type: ignore[arg-type]
+    assert outbox.stream != old_stream
+    await drain(outbox, second, 1)
+    assert second.published[0].n == 1 and second.published[0].stream == outbox.stream
