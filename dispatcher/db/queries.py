@@ -113,16 +113,21 @@ async def load_workloads(session: AsyncSession, uids: Iterable[str]) -> dict[str
     return out
 
 
+_LIGHT = [c for c in workloads.c if c.name not in ("requests", "podsets")]
+"""Workload columns without the PodSet JSON: what decisions on Reports and Job changes read."""
+
+
 async def load_current(session: AsyncSession, uids: Iterable[str]
                        ) -> tuple[dict[str, sa.Row[Any]], dict[tuple[str, int], dict[str, Any]]]:
-    """Workloads by uid and their current placement (if any) by (uid, attempt), in one round trip."""
+    """Workloads by uid (without ``requests`` / ``podsets``) and their current placement (if any) by
+    (uid, attempt), in one round trip."""
     keys = list(set(uids))
     rows: dict[str, sa.Row[Any]] = {}
     current: dict[tuple[str, int], dict[str, Any]] = {}
     pcols = [c.label(f"p__{c.name}") for c in placements.c]
     for chunk in _chunks(session, keys):
         result = await session.execute(
-            sa.select(workloads, *pcols)
+            sa.select(*_LIGHT, *pcols)
             .outerjoin(placements, sa.and_(placements.c.workload_uid == workloads.c.uid,
                                            placements.c.attempt == workloads.c.attempt))
             .where(_in(session, workloads.c.uid, chunk)))
