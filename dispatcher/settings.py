@@ -50,9 +50,9 @@ class DispatcherSettings(BaseSettings):
     """Events (Job changes and Reports) handled in one database transaction. Batching is what lets
     the dispatcher claim and place hundreds of Jobs a second on two cores."""
 
-    batch_linger_seconds: float = Field(default=0.05, ge=0)
+    batch_linger_seconds: float = Field(default=0.02, ge=0)
     """After the first item arrives, wait this long for more before starting a batch. Every batch costs
-    a handful of database round trips whatever its size; 50 ms of latency turns a trickle of single
+    a handful of database round trips whatever its size; 20 ms of latency turns a trickle of single
     items into batches of dozens."""
 
     outbox_batch_size: int = Field(default=500, ge=1, le=10_000)
