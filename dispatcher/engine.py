@@ -29,6 +29,7 @@ from dispatcher.db import queries as q
 from dispatcher.kubewriter import JobKey, KubeWriter
 from dispatcher.placement import CapacityBook, Need, choose
 from dispatcher.settings import DispatcherSettings
+from dispatcher.streams import StreamBook
 from federation import labels, messages, topics
 from federation.clock import Clock
 from federation.errors import Invalid, NotFound
@@ -57,10 +58,17 @@ class ReportIn:
 
 @dataclass(frozen=True)
 class Tick:
-    """Time passed: retry pending Workloads, check heartbeat ages."""
+    """Time passed: retry pending Workloads, check heartbeat ages, look for lost Reports."""
 
 
-Item = JobChange | ReportIn | Tick
+@dataclass(frozen=True)
+class ResyncDue:
+    """Reports from ``cluster`` may have been lost: send it a Resync (see ``dispatcher.streams``)."""
+
+    cluster: str
+
+
+Item = JobChange | ReportIn | Tick | ResyncDue
 
 
 @dataclass
@@ -112,6 +120,10 @@ class Engine:
         self.known: dict[str, str] = {}
         self.needs: dict[str, Need] = {}
         self.book = CapacityBook(settle_seconds=settings.capacity_settle_seconds)
+        self.streams = StreamBook(grace=settings.report_gap_grace_seconds)
+        """The agents' numbered report streams; the report subscriber feeds it, ticks read it."""
+        self._resync_due: set[str] = set()
+        self._last_resync: dict[str, float] = {}
         self.lost: dict[str, datetime] = {}
         self.epoch = 0
         self.outbox_ids = q.OutboxIds(0)
@@ -206,6 +218,8 @@ class Engine:
                     heartbeats[item.report.cluster] = item
                 else:
                     reports.append(item)
+            elif isinstance(item, ResyncDue):
+                self._resync_due.add(item.cluster)
             else:
                 tick = True
         b = _Batch(now=self.clock.now())
@@ -222,6 +236,9 @@ class Engine:
             if tick:
                 await self._check_clusters(s, b)
                 await self._resend_unanswered(s, b)
+                self._resync_due.update(self.streams.overdue(self.clock.monotonic()))
+            if self._resync_due:
+                await self._resync_lost_reports(s, b)
             await self._jobs(s, b, jobs, described)
             await self._reports(s, b, reports)
             await self._flush(s, b)
@@ -556,13 +573,31 @@ class Engine:
         status = r.status
         b.after.append(lambda: self.writer.mirror(key, status))
 
-    async def _inventory(self, s: AsyncSession, b: _Batch, r: messages.Inventory) -> None:
-        have = {(i.placement.workload_uid, i.placement.attempt): i for i in r.items}
-        expected = await q.expected_on(s, r.cluster)
+    async def _resync(self, s: AsyncSession, b: _Batch, cluster: str) -> list[Any]:
+        """Queue a Resync listing every placement expected on ``cluster``; returns those placements."""
+        expected = await q.expected_on(s, cluster)
         keys = [messages.PlacementKey(workload_uid=e.workload_uid, attempt=e.attempt, epoch=self.epoch)
                 for e in expected]
-        self._queue(b, r.cluster, "", messages.Resync(cluster=r.cluster, epoch=self.epoch, expected=keys,
-                                                      sent_at=b.now))
+        self._queue(b, cluster, "", messages.Resync(cluster=cluster, epoch=self.epoch, expected=keys, sent_at=b.now))
+        self._last_resync[cluster] = self.clock.monotonic()
+        return list(expected)
+
+    async def _resync_lost_reports(self, s: AsyncSession, b: _Batch) -> None:
+        """Resync clusters whose Reports went missing, at most once per two grace periods each."""
+        now = self.clock.monotonic()
+        spacing = 2 * self.settings.report_gap_grace_seconds
+        for cluster in sorted(self._resync_due):
+            if now - self._last_resync.get(cluster, -1e18) < spacing:
+                continue  # stays due; a later tick sends it
+            self._resync_due.discard(cluster)
+            expected = await self._resync(s, b, cluster)
+            log.warning("reports from %s were lost (a broker dropped them, or this dispatcher was away): "
+                        "resync of %d placements sent", cluster, len(expected))
+
+    async def _inventory(self, s: AsyncSession, b: _Batch, r: messages.Inventory) -> None:
+        have = {(i.placement.workload_uid, i.placement.attempt): i for i in r.items}
+        self._resync_due.discard(r.cluster)  # the answer below is that resync
+        expected = await self._resync(s, b, r.cluster)
         resent = 0
         for e in expected:
             item = have.get((e.workload_uid, e.attempt))

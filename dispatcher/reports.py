@@ -1,7 +1,8 @@
 """The report subscriber: agents' Reports and heartbeats from MQTT into the engine's inbox.
 
 Subscribes to ``<root>/+/reports`` and ``<root>/+/presence`` on a persistent session (Reports
-sent while the dispatcher was away are delivered when it comes back). Payloads are decoded with
+sent while the dispatcher was away are delivered when it comes back) and follows each agent's
+numbered report stream (``dispatcher.streams``): Reports a broker dropped lead to a Resync. Payloads are decoded with
 ``federation.messages``; a refused payload, or one whose cluster differs from the topic's, is
 logged and dropped (an agent may only speak for its own cluster).
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from dispatcher.engine import Engine, ReportIn
+from dispatcher.engine import Engine, ReportIn, ResyncDue
 from dispatcher.settings import DispatcherSettings
 from federation import messages, topics
 from federation.clock import Clock
@@ -42,15 +43,16 @@ class ReportSubscriber:
                     await link.subscribe(topics.all_reports(root), topics.all_presence(root))
                     self.subscribed.set()
                     health.connected_now()
+                    self.engine.streams.forget()  # whatever was dropped while away shows as streams met part-way
                     async for msg in link.messages():
-                        self.accept(msg.topic, msg.payload)
+                        self.accept(msg.topic, msg.payload, retained=msg.retain)
             except Transport as exc:
                 health.failed(exc)
                 delay = health.next_delay()
                 log.warning("report link down (%s); reconnecting in %.1fs", exc, delay)
                 await self.clock.sleep(delay)
 
-    def accept(self, topic: str, payload: bytes) -> None:
+    def accept(self, topic: str, payload: bytes, *, retained: bool = False) -> None:
         root = self.settings.mqtt.topic_root
         if not payload:
             return  # a cleared retained presence message
@@ -67,4 +69,7 @@ class ReportSubscriber:
                         report.cluster)
             return
         self.received += 1
+        # a retained presence replayed on subscribe is not part of the live stream
+        if not retained and self.engine.streams.seen(where.cluster, report.stream, report.n, self.clock.monotonic()):
+            self.engine.inbox.put_nowait(ResyncDue(where.cluster))
         self.engine.inbox.put_nowait(ReportIn(report, self.clock.now()))

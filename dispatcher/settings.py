@@ -72,6 +72,11 @@ class DispatcherSettings(BaseSettings):
     outbox_retention_seconds: float = Field(default=3600.0, ge=0)
     """Sent outbox rows are deleted after this long; they only serve debugging."""
 
+    report_gap_grace_seconds: float = Field(default=5.0, gt=0)
+    """How long a hole in an agent's numbered report stream may stay open before the Reports in it
+    count as lost and the cluster is sent a Resync (every expected placement is reported again).
+    Concurrent publishers reorder a few Reports; seconds of reordering never happen."""
+
     place_resend_seconds: float = Field(default=30.0, gt=0)
     """A Place that got neither Accepted nor Rejected within this long is sent again: a broker may
     drop QoS 1 messages for a slow subscriber (Mosquitto's ``max_queued_messages``), and the agent

@@ -1,0 +1,56 @@
+"""Reports a broker drops are noticed from the hole in the agent's numbered stream and healed by a Resync."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from federation import labels, messages, topics
+from federation.kube import Kube
+from tests.dispatcher.harness import PYTORCHJOBS, FakeAgent, eventually, pytorchjob, running, settings
+from tests.dispatcher.test_lifecycle import condition
+
+
+async def numbered(agent: FakeAgent, report: messages.ReportBase, stream: str, n: int) -> None:
+    assert agent.link is not None
+    await agent.link.publish(topics.reports(agent.name, agent.root),
+                             messages.encode(messages.numbered(report, stream, n)))
+
+
+def resyncs(agent: FakeAgent) -> list[messages.Resync]:
+    return [c for c in agent.commands if isinstance(c, messages.Resync)]
+
+
+async def test_a_hole_in_the_report_stream_brings_a_resync(manager: Path, kube: Kube, db_url: str,
+                                                           mqtt_url: str, topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root, report_gap_grace_seconds=0.5,
+                 placement_retry_seconds=0.25)
+    async with FakeAgent("worker-1", mqtt_url, topic_root, auto_accept=False) as agent, running(s):
+        await kube.create(PYTORCHJOBS, pytorchjob("gap"), "default")
+        (place,) = await eventually(lambda: agent.places(), what="Place")
+        await numbered(agent, messages.Accepted(cluster="worker-1", placement=place.placement,
+                                                spec_version=place.spec_version, seq=1), "s1", 1)
+        await eventually(lambda: condition(kube, "gap", labels.CONDITION_DISPATCHED, "True"))
+        assert resyncs(agent) == []  # an unbroken stream needs none
+
+        # report 2 is "dropped by the broker"; 3 arrives and the hole never fills
+        await numbered(agent, messages.Status(cluster="worker-1", placement=place.placement, seq=3,
+                                              status={"startTime": "2026-11-21T00:00:00Z"}), "s1", 3)
+        (resync,) = await eventually(lambda: resyncs(agent), within=10, what="Resync after the loss")
+        assert [k.workload_uid for k in resync.expected] == [place.placement.workload_uid]
+        assert resync.cluster == "worker-1"
+
+
+async def test_a_stream_met_part_way_is_resynced_once(manager: Path, kube: Kube, db_url: str, mqtt_url: str,
+                                                      topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root, report_gap_grace_seconds=0.5,
+                 placement_retry_seconds=0.25)
+    async with FakeAgent("worker-1", mqtt_url, topic_root, auto_accept=False) as agent, running(s):
+        await kube.create(PYTORCHJOBS, pytorchjob("late"), "default")
+        (place,) = await eventually(lambda: agent.places(), what="Place")
+        # the dispatcher never saw reports 1..41 of this stream (it was away while they were dropped)
+        for n in (42, 43, 44):
+            await numbered(agent, messages.Accepted(cluster="worker-1", placement=place.placement,
+                                                    spec_version=place.spec_version, seq=n), "s9", n)
+        await eventually(lambda: resyncs(agent), what="Resync for the unknown start of the stream")
+        await eventually(lambda: condition(kube, "late", labels.CONDITION_DISPATCHED, "True"))
+        assert len(resyncs(agent)) == 1
