@@ -66,6 +66,8 @@ class KubeWriter:
         self._idle = asyncio.Event()
         self._idle.set()
         self.writes = 0
+        self.unchanged = 0
+        """Writes skipped because the manager Job already had exactly that status."""
         self.failures = 0
 
     # --- what the engine calls (after its transaction committed) ------------------------------
@@ -169,14 +171,18 @@ class KubeWriter:
                 mkd[type_] = cond
             worker = todo.status if todo.status is not None else self._worker_status.get(key.uid)
             status = merge_status(worker, mkd, current)
-            result = await self.kube.patch(res, key.name, {"status": status}, key.namespace, subresource="status")
-            self.writes += 1
+            target = {k: v for k, v in status.items() if v is not None}
+            if current is not None and target == current:
+                self.unchanged += 1  # e.g. a status re-reported after a Resync: nothing to write
+            else:
+                result = await self.kube.patch(res, key.name, {"status": status}, key.namespace,
+                                               subresource="status")
+                self.writes += 1
+                written = result.get("status") if isinstance(result, dict) else None
+                self._written[key.uid] = written if isinstance(written, dict) else target
             self._mkd[key.uid] = mkd
             if todo.status is not None:
                 self._worker_status[key.uid] = todo.status
-            written = result.get("status") if isinstance(result, dict) else None
-            self._written[key.uid] = written if isinstance(written, dict) else {
-                k: v for k, v in status.items() if v is not None}
         for type_, reason, message in todo.events:
             involved = {"apiVersion": kind.api_version, "kind": kind.name,
                         "metadata": {"namespace": key.namespace, "name": key.name, "uid": key.uid}}

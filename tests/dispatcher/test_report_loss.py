@@ -54,3 +54,25 @@ async def test_a_stream_met_part_way_is_resynced_once(manager: Path, kube: Kube,
         await eventually(lambda: resyncs(agent), what="Resync for the unknown start of the stream")
         await eventually(lambda: condition(kube, "late", labels.CONDITION_DISPATCHED, "True"))
         assert len(resyncs(agent)) == 1
+
+
+async def test_a_status_reported_again_unchanged_is_not_written_again(manager: Path, kube: Kube, db_url: str,
+                                                                      mqtt_url: str, topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s) as d:
+        await kube.create(PYTORCHJOBS, pytorchjob("again"), "default")
+        (place,) = await eventually(lambda: agent.places(), what="Place")
+        status = {"startTime": "2026-11-21T00:00:00Z",
+                  "replicaStatuses": {"Master": {"active": 1}, "Worker": {"active": 1}}}
+        await agent.status(place, status)
+
+        async def mirrored() -> bool:
+            obj = await kube.get(PYTORCHJOBS, "again", "default")
+            return (obj.get("status") or {}).get("startTime") == status["startTime"]
+        await eventually(mirrored, what="status mirrored")
+        assert d.writer is not None
+        await eventually(lambda: d.writer is not None and d.writer.backlog == 0, what="writer idle")
+        writes = d.writer.writes
+        await agent.status(place, status)  # what a Resync makes the agent do: the same status, newer seq
+        await eventually(lambda: d.writer is not None and d.writer.unchanged >= 1, what="the repeat seen")
+        assert d.writer.writes == writes
