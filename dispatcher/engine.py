@@ -83,6 +83,7 @@ class _Batch:
     after: list[Callable[[], object]] = field(default_factory=list)
     notes: list[tuple[str, str]] = field(default_factory=list)            # (event type, uid) for observers
     placement_due: bool = False
+    resync: set[str] = field(default_factory=set)                        # clusters sent a Resync this batch
     place_keys: dict[int, tuple[str, int]] = field(default_factory=dict)  # outbox id -> Place's placement
 
     def set_w(self, uid: str, **values: Any) -> None:
@@ -237,14 +238,16 @@ class Engine:
                 await self._check_clusters(s, b)
                 await self._resend_unanswered(s, b)
                 self._resync_due.update(self.streams.overdue(self.clock.monotonic()))
-            if self._resync_due:
-                await self._resync_lost_reports(s, b)
             await self._jobs(s, b, jobs, described)
             await self._reports(s, b, reports)
             await self._flush(s, b)
             if b.placement_due or tick or self._retry_due():
                 await self._place(s, b)
                 await self._flush(s, b)
+            # last, so a Resync lists this batch's placements too: an agent deletes what it does not list
+            self._take_due_resyncs(b)
+            for cluster in sorted(b.resync):
+                await self._resync(s, b, cluster)
             await q.add_events(s, b.events)
             await q.add_outbox(s, b.outbox)
         self.batches += 1
@@ -574,7 +577,8 @@ class Engine:
         b.after.append(lambda: self.writer.mirror(key, status))
 
     async def _resync(self, s: AsyncSession, b: _Batch, cluster: str) -> list[Any]:
-        """Queue a Resync listing every placement expected on ``cluster``; returns those placements."""
+        """Queue a Resync listing every placement expected on ``cluster`` (call it after the batch's
+        placements are flushed); returns those placements."""
         expected = await q.expected_on(s, cluster)
         keys = [messages.PlacementKey(workload_uid=e.workload_uid, attempt=e.attempt, epoch=self.epoch)
                 for e in expected]
@@ -582,22 +586,23 @@ class Engine:
         self._last_resync[cluster] = self.clock.monotonic()
         return list(expected)
 
-    async def _resync_lost_reports(self, s: AsyncSession, b: _Batch) -> None:
-        """Resync clusters whose Reports went missing, at most once per two grace periods each."""
+    def _take_due_resyncs(self, b: _Batch) -> None:
+        """Clusters whose Reports went missing get a Resync, at most once per two grace periods each."""
         now = self.clock.monotonic()
         spacing = 2 * self.settings.report_gap_grace_seconds
-        for cluster in sorted(self._resync_due):
+        for cluster in sorted(self._resync_due - b.resync):
             if now - self._last_resync.get(cluster, -1e18) < spacing:
                 continue  # stays due; a later tick sends it
             self._resync_due.discard(cluster)
-            expected = await self._resync(s, b, cluster)
+            b.resync.add(cluster)
             log.warning("reports from %s were lost (a broker dropped them, or this dispatcher was away): "
-                        "resync of %d placements sent", cluster, len(expected))
+                        "sending a resync", cluster)
+        self._resync_due -= b.resync
 
     async def _inventory(self, s: AsyncSession, b: _Batch, r: messages.Inventory) -> None:
         have = {(i.placement.workload_uid, i.placement.attempt): i for i in r.items}
-        self._resync_due.discard(r.cluster)  # the answer below is that resync
-        expected = await self._resync(s, b, r.cluster)
+        b.resync.add(r.cluster)  # the answer to an Inventory is a Resync, sent at the end of the batch
+        expected = await q.expected_on(s, r.cluster)
         resent = 0
         for e in expected:
             item = have.get((e.workload_uid, e.attempt))

@@ -86,6 +86,10 @@ class Inbox:
         self._known_namespaces: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.highest_epoch = 0
+        self._arrivals = 0
+        self.place_arrival: dict[str, int] = {}
+        """workload uid -> arrival number of its newest Place. A Resync describes the dispatcher's view
+        when it was sent: a Job whose Place arrived after the Resync is newer than it, never garbage."""
 
     # --- the index, fed by the job watchers -------------------------------------------------------
     def job_seen(self, kind: str, job: Mapping[str, Any], *, deleted: bool = False) -> None:
@@ -113,12 +117,18 @@ class Inbox:
             log.warning("refused command: %s", exc)
             return
         key = command.placement.workload_uid if isinstance(command, Place | Delete) else "__resync__"
+        self._arrivals += 1
+        if isinstance(command, Place):
+            self.place_arrival[key] = self._arrivals
+            if len(self.place_arrival) > 20_000:  # only Places newer than a Resync in flight matter
+                horizon = self._arrivals - 10_000
+                self.place_arrival = {u: a for u, a in self.place_arrival.items() if a > horizon}
         lock = self._locks.setdefault(key, asyncio.Lock())
-        task = asyncio.get_running_loop().create_task(self._handle(lock, key, command))
+        task = asyncio.get_running_loop().create_task(self._handle(lock, key, command, self._arrivals))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _handle(self, lock: asyncio.Lock, key: str, command: Place | Delete | Resync) -> None:
+    async def _handle(self, lock: asyncio.Lock, key: str, command: Place | Delete | Resync, arrival: int) -> None:
         async with lock:
             for attempt in range(5):
                 try:
@@ -127,7 +137,7 @@ class Inbox:
                     elif isinstance(command, Delete):
                         await self.delete(command)
                     else:
-                        await self.resync(command)
+                        await self.resync(command, arrival=arrival)
                     break
                 except Temporary as exc:
                     log.info("command %s for %s: %s (try %d)", command.type, key, exc, attempt + 1)
@@ -331,7 +341,13 @@ class Inbox:
             self.reporter.status(p, {}, None, gone=True)
         # otherwise the watcher's DELETED event reports gone with the last status
 
-    async def resync(self, cmd: Resync) -> None:
+    async def resync(self, cmd: Resync, *, arrival: int | None = None) -> None:
+        """Delete owned Jobs the dispatcher does not expect; report the expected ones again.
+
+        ``arrival`` is the Resync's place in the order Commands were received (None: now); a Job whose
+        Place arrived later than that was placed after the dispatcher built this Resync and is kept.
+        """
+        arrival = self._arrivals if arrival is None else arrival
         if cmd.epoch < self.highest_epoch:
             log.info("ignoring resync from epoch %d (seen %d)", cmd.epoch, self.highest_epoch)
             return
@@ -353,6 +369,8 @@ class Inbox:
                 if (placement.workload_uid, placement.attempt) in expected:
                     self.reporter.job_changed(kind, job, force=True)
                     continue
+                if self.place_arrival.get(placement.workload_uid, 0) > arrival:
+                    continue  # placed after this Resync was built
                 applied = Applied.of(kind_name, job)
                 if applied is not None:
                     log.info("garbage: %s %s/%s (workload %s attempt %d) is not expected", kind_name,

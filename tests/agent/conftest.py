@@ -27,7 +27,7 @@ from federation.messages import (
 from federation.mqtt import MqttLink
 from federation.settings import MqttSettings
 from kubesim import ClusterSpec, NodeSpec, serve_async
-from worker_agent.app import run
+from worker_agent.app import Agent
 from worker_agent.settings import AgentSettings
 
 CLUSTER = "worker-1"
@@ -46,15 +46,22 @@ class AgentHarness:
         self._stop: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self.link: MqttLink | None = None
+        self.agent: Agent | None = None
 
     async def start_agent(self, **overrides: Any) -> None:
         if overrides:
             self.settings = self.settings.model_copy(update=overrides)
         self._stop = asyncio.Event()
         seen = len(self.reports)
-        self._task = asyncio.create_task(run(self.settings, stop=self._stop))
+        self._task = asyncio.create_task(self._run_agent(self._stop))
         # the agent announces itself with an Inventory once subscribed; Commands sent before would be lost
         self.inventory = await self.wait_report(lambda r: r.type == "inventory", after=seen)
+
+    async def _run_agent(self, stop: asyncio.Event) -> None:
+        """``worker_agent.app.run``, keeping the Agent at hand for tests that look inside it."""
+        async with Kube.from_settings(self.settings.kube_settings()) as kube:
+            self.agent = Agent(self.settings, kube)
+            await self.agent.run(stop)
 
     async def stop_agent(self) -> None:
         assert self._stop is not None and self._task is not None

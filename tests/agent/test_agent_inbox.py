@@ -200,3 +200,20 @@ async def test_kind_without_crd_is_rejected_not_lost(harness: AgentHarness, monk
     assert accepted.placement.workload_uid == "wl-tf-2"
     await harness.wait_report(lambda r: r.type == "status" and r.placement.workload_uid == "wl-tf-2"
                               and any(c["type"] == "Created" for c in r.status.get("conditions", [])))
+
+
+async def test_resync_keeps_a_job_whose_place_arrived_after_it(harness: AgentHarness) -> None:
+    """A Resync lists what the dispatcher expected when it built it; a later Place is newer, not garbage."""
+    cmd = place(forever(), uid="wl-late")
+    await harness.send(cmd)
+    await harness.wait_report(lambda r: r.type == "accepted" and r.placement == cmd.placement)
+    assert harness.agent is not None and harness.agent.inbox is not None
+    inbox = harness.agent.inbox
+    placed_at = inbox.place_arrival["wl-late"]
+
+    await inbox.resync(Resync(cluster=CLUSTER, epoch=1, expected=[]), arrival=placed_at - 1)
+    assert await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a") is not None
+
+    await inbox.resync(Resync(cluster=CLUSTER, epoch=1, expected=[]), arrival=placed_at)
+    gone = await harness.wait_report(lambda r: r.type == "status" and r.gone)
+    assert gone.placement.workload_uid == "wl-late"
