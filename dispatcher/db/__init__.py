@@ -20,13 +20,31 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
-from federation.errors import Permanent
+from federation.errors import Invalid, Permanent
 
 UPGRADE_HINT = "mkctl db upgrade --database-url <url>"
+_ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg",
+                  "postgres": "postgresql+asyncpg"}
+
+
+def async_url(url: str) -> str:
+    """The URL with the async driver mkd uses: ``sqlite://`` and ``postgresql://`` (as people write
+    them) become ``sqlite+aiosqlite://`` and ``postgresql+asyncpg://``; other drivers are refused."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        raise Invalid("database_url", f"{url!r} is not a database URL",
+                      fix="write sqlite+aiosqlite:///path/to/mkd.db or postgresql+asyncpg://user@host/db")
+    if scheme in _ASYNC_DRIVERS.values():
+        return url
+    if scheme in _ASYNC_DRIVERS:
+        return f"{_ASYNC_DRIVERS[scheme]}://{rest}"
+    raise Invalid("database_url", f"the driver {scheme!r} is not supported",
+                  fix="use sqlite+aiosqlite:// (SQLite) or postgresql+asyncpg:// (PostgreSQL)")
 
 
 def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
     """An async engine for ``url`` with the per-backend settings mkd relies on."""
+    url = async_url(url)
     if url.startswith("sqlite"):
         engine = create_async_engine(url, connect_args={"timeout": 30}, **kwargs)
 

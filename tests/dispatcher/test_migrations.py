@@ -12,7 +12,7 @@ from alembic.script import ScriptDirectory
 
 from dispatcher import db
 from dispatcher.db import models as m
-from federation.errors import Permanent
+from federation.errors import Invalid, Permanent
 
 
 def test_one_head() -> None:
@@ -87,3 +87,15 @@ async def test_cycle_database(database_url: str) -> None:
 def test_sync_upgrade_refuses_inside_a_loop(sqlite_url: str) -> None:
     db.upgrade(sqlite_url)  # no loop running here: works
     assert db.head()
+
+
+def test_database_urls_as_people_write_them_get_the_async_driver() -> None:
+    assert db.async_url("sqlite:///state/mkd.db") == "sqlite+aiosqlite:///state/mkd.db"
+    assert db.async_url("postgresql://postgres@db/mkd") == "postgresql+asyncpg://postgres@db/mkd"
+    assert db.async_url("postgres://u@h/d") == "postgresql+asyncpg://u@h/d"
+    assert db.async_url("postgresql+asyncpg://u@h/d") == "postgresql+asyncpg://u@h/d"
+    with pytest.raises(Invalid) as err:
+        db.async_url("mysql+pymysql://u@h/d")
+    assert err.value.field == "database_url" and "postgresql+asyncpg" in err.value.fix
+    with pytest.raises(Invalid):
+        db.async_url("state/mkd.db")
