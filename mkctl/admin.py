@@ -84,9 +84,13 @@ def with_session(url: str, query: Callable[[Any], Awaitable[Any]]) -> Any:
     from sqlalchemy.ext.asyncio import AsyncSession
 
     from dispatcher.db import make_engine
+    from federation.errors import Invalid
 
     async def run() -> Any:
-        engine = make_engine(url)
+        try:
+            engine = make_engine(url)
+        except Invalid as exc:  # blame the flag the user typed, not the settings field
+            raise Invalid("--database-url", exc.detail, fix=exc.fix) from None
         try:
             async with AsyncSession(engine) as session:
                 return await query(session)

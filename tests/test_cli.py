@@ -175,8 +175,8 @@ def test_missing_schema_is_one_line_naming_the_fix(tmp_path: Path) -> None:
 def test_bad_database_url_names_the_flag() -> None:
     result = invoke("placements", "list", "--database-url", "nosuch://x")
     lines = error_lines(result)
-    assert result.exit_code == 1 and len(lines) == 1
-    assert lines[0].startswith("error: --database-url:")
+    assert result.exit_code == 2 and len(lines) == 1  # a bad flag value is a usage error
+    assert lines[0].startswith("error: --database-url:") and "postgresql+asyncpg://" in lines[0]
 
 
 def test_unknown_output_format_is_a_usage_error(db_url: str) -> None:
