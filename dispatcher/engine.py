@@ -700,7 +700,7 @@ class Engine:
         if not rows:
             return
         views = {v.name: v for v in self.book.views()}
-        chosen: list[tuple[dict[str, Any], str, Need]] = []
+        chosen: list[tuple[dict[str, Any], str, Need, str]] = []
         waiting: list[tuple[dict[str, Any], str]] = []
         for r in rows:
             row = b.w.setdefault(r.uid, dict(r._mapping))
@@ -716,13 +716,13 @@ class Engine:
                     waiting.append((row, decision.reason))
                 continue
             self.book.take(views[decision.cluster], need)
-            chosen.append((row, decision.cluster, need))
+            chosen.append((row, decision.cluster, need, decision.reason))
         by_cluster: dict[str, list[str]] = {}
-        for row, cluster, _ in chosen:
+        for row, cluster, _, _ in chosen:
             by_cluster.setdefault(cluster, []).append(row["uid"])
         won = await q.mark_placed(s, by_cluster, b.now)
         placements = []
-        for n, (row, cluster, need) in enumerate(chosen):
+        for n, (row, cluster, need, why) in enumerate(chosen):
             uid = row["uid"]
             if uid not in won:
                 continue
@@ -731,7 +731,8 @@ class Engine:
             attempt = won[uid]
             row.update(state="placed", attempt=attempt, cluster=cluster, reason="")
             placements.append({"workload_uid": uid, "attempt": attempt, "cluster": cluster, "epoch": self.epoch,
-                               "state": "sent", "spec_version": row["spec_version"], "created_at": b.now})
+                               "state": "sent", "spec_version": row["spec_version"], "created_at": b.now,
+                               "reason": why})
             kind = by_name(row["kind"])
             try:
                 self._send_place(b, row, kind, self.cache[uid], attempt=attempt, cluster=cluster,
@@ -740,7 +741,7 @@ class Engine:
                 b.set_w(uid, cluster=None)
                 self._reject(b, row, [Invalid("metadata.name", exc.message)])
                 continue
-            b.event(uid, "placed", cluster=cluster, message=f"attempt {attempt} on {cluster}")
+            b.event(uid, "placed", cluster=cluster, message=f"attempt {attempt} on {cluster}: {why}")
             self.book.reserve(uid, cluster, need.total)
         await q.add_placements(s, placements)
         for row, reason in waiting:

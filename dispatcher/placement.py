@@ -118,16 +118,37 @@ def choose(need: Need, clusters: Iterable[ClusterView], *, now: datetime, timeou
         return Decision(None, f"no online cluster runs {need.kind} "
                               f"(checked {', '.join(c.name for c in candidates)})")
     best: tuple[tuple[Decimal, Decimal], str] | None = None
+    fit: list[str] = []
+    no_room: list[str] = []
     for cluster in by_kind:
         wanted = _relevant(need.total, cluster)
-        if shortfall(wanted, cluster.free) or _fits_pods(need, cluster) is not None:
+        missing = shortfall(wanted, cluster.free)
+        if missing or _fits_pods(need, cluster) is not None:
+            no_room.append(cluster.name + (f" (lacks {', '.join(q(v, k) for k, v in sorted(missing.items()))})"
+                                           if missing else " (no node big enough for one pod)"))
             continue
+        fit.append(cluster.name)
         score = _score(wanted, cluster)
         if best is None or score > best[0]:
             best = (score, cluster.name)
     if best is not None:
-        return Decision(best[1], "")
+        return Decision(best[1], _why(best, fit, no_room, set(c.name for c in live) - {c.name for c in by_kind}))
     return Decision(None, _explain(need, by_kind, excluded))
+
+
+def _why(best: tuple[tuple[Decimal, Decimal], str], fit: Sequence[str], no_room: Sequence[str],
+         skipped: set[str]) -> str:
+    """Why the chosen cluster won, for the Placement row and ``mkctl placements show``."""
+    (scarcest, _), name = best
+    text = f"roomiest fit: {name} keeps {max(scarcest, ZERO) * 100:.0f}% of its scarcest requested resource free"
+    others = [c for c in fit if c != name]
+    if others:
+        text += f"; also fit: {', '.join(others)}"
+    if no_room:
+        text += f"; no room: {', '.join(no_room)}"
+    if skipped:
+        text += f"; not considered: {', '.join(sorted(skipped))}"
+    return text
 
 
 def _explain(need: Need, clusters: Sequence[ClusterView], excluded: set[str]) -> str:

@@ -103,3 +103,13 @@ def test_a_pending_reason_whose_figures_alone_changed_is_not_rewritten_within_a_
                                   NOW, NOW + timedelta(seconds=61))
     assert not Engine._same_story("needs 8 nvidia.com/gpu in one cluster; most free: worker-2 has 4", old,
                                   NOW, NOW + timedelta(seconds=1))
+
+
+def test_a_placement_says_why_its_cluster_won() -> None:
+    clusters = [view("worker-1", free_cpu=10), view("worker-2", free_cpu=40), view("worker-3", free_cpu=30),
+                view("worker-4", free_cpu=2), view("worker-5", age=300)]
+    d = choose(need({"cpu": 4}), clusters, now=NOW, timeout=30)
+    assert d.cluster == "worker-2"
+    # worker-2 keeps (40 - 8) / 64 = 50% of its cpu free; worker-5's heartbeat is stale
+    assert d.reason == ("roomiest fit: worker-2 keeps 50% of its scarcest requested resource free; "
+                        "also fit: worker-1, worker-3; no room: worker-4 (lacks 6 cpu)")
