@@ -20,7 +20,7 @@ from federation import labels as mkd_labels
 from federation.kube import CONFIGMAPS, JOBS, PODS, SECRETS, SERVICES, Resource
 from worker_agent.reconcilers import mpi_support as mpi
 from worker_agent.reconcilers.base import Observed, Plan
-from worker_agent.reconcilers.conditions import parse_time, rfc3339
+from worker_agent.reconcilers.conditions import get_condition, is_finished, parse_time, rfc3339
 from worker_agent.reconcilers.jobset_support import child_stamp, controlled_by
 
 OWNER_UID_LABEL = mkd_labels.OWNER_UID
@@ -132,7 +132,7 @@ class _Pass:
             mpi.set_condition(self.status, CREATED, "True", "MPIJobCreated", msg, self.now)
             plan.events.append(("Normal", "MPIJobCreated", msg))
 
-        if mpi.is_finished(self.status) and self.status.get("completionTime"):
+        if is_finished(self.status) and self.status.get("completionTime"):
             if job["spec"]["runPolicy"]["cleanPodPolicy"] in ("All", "Running"):
                 self._clean_up_workers()
             return self._finish()
@@ -293,7 +293,7 @@ class _Pass:
         if mpi.is_suspended(job):
             if mpi.set_condition(status, SUSPENDED, "True", "MPIJobSuspended", "MPIJob suspended", now):
                 plan.events.append(("Normal", "MPIJobSuspended", "MPIJob suspended"))
-        elif mpi.get_condition(status, SUSPENDED) is not None:
+        elif get_condition(status, SUSPENDED) is not None:
             if mpi.set_condition(status, SUSPENDED, "False", "MPIJobResumed", "MPIJob resumed", now):
                 plan.events.append(("Normal", "MPIJobResumed", "MPIJob resumed"))
                 status["startTime"] = rfc3339(now)
@@ -341,8 +341,8 @@ class _Pass:
                 status["completionTime"] = rfc3339(now)  # deliberate: a Failed job always has one
         if mpi.is_suspended(job):
             mpi.set_condition(status, RUNNING, "False", "MPIJobSuspended", f"MPIJob {ns_name} is suspended.", now)
-        elif mpi.is_finished(status):
-            if mpi.get_condition(status, RUNNING) is None:
+        elif is_finished(status):
+            if get_condition(status, RUNNING) is None:
                 stamp = status.get("completionTime") or rfc3339(now)
                 status.setdefault("conditions", []).append({
                     "type": RUNNING, "status": "False", "reason": "MPIJobRunning",
@@ -381,7 +381,7 @@ class _Pass:
     def _deadline_requeue(self, launcher: dict[str, Any] | None) -> None:
         """Re-read the launcher when its activeDeadlineSeconds falls due (the Job controller fails it)."""
         deadline = self.job["spec"]["runPolicy"].get("activeDeadlineSeconds")
-        if deadline is None or launcher is None or mpi.is_finished(self.status) or mpi.is_suspended(self.job):
+        if deadline is None or launcher is None or is_finished(self.status) or mpi.is_suspended(self.job):
             return
         started = parse_time((launcher.get("status") or {}).get("startTime")) or parse_time(
             self.status.get("startTime"))

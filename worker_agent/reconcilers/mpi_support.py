@@ -17,7 +17,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from worker_agent.reconcilers.conditions import rfc3339
+from worker_agent.reconcilers.conditions import get_condition, rfc3339
 
 API_VERSION = "kubeflow.org/v2beta1"
 OPERATOR_NAME = "mpi-operator"
@@ -338,22 +338,6 @@ def launcher_job(job: dict[str, Any], template: dict[str, Any], stamp: dict[str,
 
 
 # --- v2beta1 conditions (mpi_job_controller_status.go) ----------------------------------------------
-
-def get_condition(status: dict[str, Any], ctype: str) -> dict[str, Any] | None:
-    for cond in status.get("conditions") or []:
-        if cond.get("type") == ctype:
-            return dict(cond)
-    return None
-
-
-def has_true(status: dict[str, Any], ctype: str) -> bool:
-    cond = get_condition(status, ctype)
-    return cond is not None and cond.get("status") == "True"
-
-
-def is_finished(status: dict[str, Any]) -> bool:
-    return has_true(status, "Succeeded") or has_true(status, "Failed")
-
 
 def set_condition(status: dict[str, Any], ctype: str, cstatus: str, reason: str, message: str,
                   now: datetime) -> bool:
