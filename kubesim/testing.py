@@ -28,7 +28,7 @@ def eventually(fn: Callable[[], T | None], timeout: float = 10.0, what: str = "c
         if out:
             return out
         if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
+            raise AssertionError(f"timed out waiting for {what}; last value: {out!r}")
         time.sleep(delay)
         delay = min(delay * 2, 0.2)
 

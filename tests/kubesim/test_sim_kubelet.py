@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -12,21 +12,10 @@ from kubernetes import client, config
 
 import kubesim
 from kubesim import ClusterSpec, KubeletSpec, NodeSpec
+from kubesim.testing import eventually as wait_for
 
 T = TypeVar("T")
 NS = "default"
-
-
-def wait_for(probe: Callable[[], T | None], timeout: float = 10.0, what: str = "condition") -> T:
-    """Poll ``probe`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = probe()
-        if last:
-            return last
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}; last value: {last!r}")
 
 
 @contextmanager
