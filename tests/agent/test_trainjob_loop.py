@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from federation.kube import JOBS, Resource
 from tests.agent.test_jobset_loop import NS, LoopRig, cluster, conds
+from tests.agent.test_trainjob_render import DEEPSPEED_RUNTIME
 from worker_agent.reconcilers.jobset import JOBSETS, JobSetReconciler
 from worker_agent.reconcilers.trainjob import CLUSTER_TRAINING_RUNTIMES, TrainJobReconciler
 from worker_agent.reconcilers.trainjob_build import GROUP
@@ -94,39 +96,15 @@ async def test_deadline_fails_the_trainjob_on_time_and_deletes_the_jobset(tmp_pa
                 raise AssertionError("the JobSet was not deleted at the deadline")
 
 
-DEEPSPEED = """
-apiVersion: trainer.kubeflow.org/v1alpha1
-kind: ClusterTrainingRuntime
-metadata: {name: deepspeed-distributed}
-spec:
-  mlPolicy:
-    numNodes: 1
-    mpi: {numProcPerNode: 1, mpiImplementation: OpenMPI, sshAuthMountPath: /home/mpiuser/.ssh, runLauncherAsNode: true}
-  template:
-    spec:
-      network: {publishNotReadyAddresses: true}
-      successPolicy: {operator: All, targetReplicatedJobs: [launcher]}
-      replicatedJobs:
-      - name: node
-        template:
-          spec:
-            template:
-              metadata: {annotations: {kubesim.mkd.dev/run-seconds: "120"}}
-              spec:
-                containers:
-                - {name: node, image: ghcr.io/kubeflow/trainer/deepspeed-runtime, command: [/usr/sbin/sshd],
-                   args: [-De], resources: {requests: {cpu: 100m}}}
-      - name: launcher
-        dependsOn: [{name: node, status: Ready}]
-        template:
-          metadata: {labels: {trainer.kubeflow.org/trainjob-ancestor-step: trainer}}
-          spec:
-            template:
-              metadata: {annotations: {kubesim.mkd.dev/run-seconds: "0.5"}}
-              spec:
-                containers: [{name: node, image: ghcr.io/kubeflow/trainer/deepspeed-runtime,
-                              resources: {requests: {cpu: 100m}}}]
-"""
+def deepspeed_runtime() -> dict[str, Any]:
+    """The render tests' DeepSpeed runtime, timed for kubesim: nodes (sshd) outlive the launcher."""
+    runtime: dict[str, Any] = yaml.safe_load(DEEPSPEED_RUNTIME)
+    for rjob, seconds in zip(runtime["spec"]["template"]["spec"]["replicatedJobs"], ("120", "0.5"), strict=True):
+        pod = rjob["template"]["spec"]["template"]
+        pod["metadata"] = {"annotations": {"kubesim.mkd.dev/run-seconds": seconds}}
+        for container in pod["spec"]["containers"]:
+            container["resources"] = {"requests": {"cpu": "100m"}}
+    return runtime
 
 
 @pytest.mark.timeout(60)
@@ -136,7 +114,7 @@ async def test_deepspeed_mpi_trainjob_launcher_after_nodes_ready(tmp_path: Path)
     job["spec"] = {"runtimeRef": {"name": "deepspeed-distributed"},
                    "trainer": {"numNodes": 3, "command": ["mpirun", "python", "train.py"]}}
     async with cluster(tmp_path) as kube:
-        await kube.create(CLUSTER_TRAINING_RUNTIMES, yaml.safe_load(DEEPSPEED))
+        await kube.create(CLUSTER_TRAINING_RUNTIMES, deepspeed_runtime())
         rig = LoopRig(kube, {"TrainJob": (TRAINJOBS, TrainJobReconciler()), "JobSet": (JOBSETS, JobSetReconciler())})
         async with rig.running():
             await kube.create(TRAINJOBS, job, NS)

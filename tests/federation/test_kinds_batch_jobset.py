@@ -14,6 +14,7 @@ from federation import labels
 from federation.kinds.base import Finished
 from federation.kinds.batchjob import BATCH_JOB
 from federation.kinds.jobset import JOBSET
+from tests.federation.mutations import delete_at, set_at
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 D = Decimal
@@ -25,25 +26,6 @@ def load(name: str) -> Obj:
     assert isinstance(doc, dict)
     return doc
 
-
-def _set(path: list[Any], value: Any) -> Callable[[Obj], None]:
-    def mutate(obj: Obj) -> None:
-        node = obj
-        for key in path[:-1]:
-            node = node[key]
-        node[path[-1]] = value
-
-    return mutate
-
-
-def _delete(path: list[Any]) -> Callable[[Obj], None]:
-    def mutate(obj: Obj) -> None:
-        node = obj
-        for key in path[:-1]:
-            node = node[key]
-        del node[path[-1]]
-
-    return mutate
 
 
 # --- batch/v1 Job ----------------------------------------------------------------------------------
@@ -75,21 +57,21 @@ def test_job_count_is_parallelism_capped_by_completions(
 
 TPL = ["spec", "template", "spec"]
 BROKEN_JOB: list[tuple[str, Callable[[Obj], None], str]] = [
-    ("no template", _delete(["spec", "template"]), "spec.template"),
-    ("no restartPolicy", _delete([*TPL, "restartPolicy"]), "spec.template.spec.restartPolicy"),
-    ("restartPolicy Always", _set([*TPL, "restartPolicy"], "Always"), "spec.template.spec.restartPolicy"),
-    ("no containers", _set([*TPL, "containers"], []), "spec.template.spec.containers"),
-    ("no image", _set([*TPL, "containers", 0, "image"], " "), "spec.template.spec.containers[0].image"),
-    ("no container name", _delete([*TPL, "containers", 0, "name"]), "spec.template.spec.containers[0].name"),
+    ("no template", delete_at(["spec", "template"]), "spec.template"),
+    ("no restartPolicy", delete_at([*TPL, "restartPolicy"]), "spec.template.spec.restartPolicy"),
+    ("restartPolicy Always", set_at([*TPL, "restartPolicy"], "Always"), "spec.template.spec.restartPolicy"),
+    ("no containers", set_at([*TPL, "containers"], []), "spec.template.spec.containers"),
+    ("no image", set_at([*TPL, "containers", 0, "image"], " "), "spec.template.spec.containers[0].image"),
+    ("no container name", delete_at([*TPL, "containers", 0, "name"]), "spec.template.spec.containers[0].name"),
     (
         "bad request",
-        _set([*TPL, "containers", 0, "resources", "requests", "cpu"], "1.5.0"),
+        set_at([*TPL, "containers", 0, "resources", "requests", "cpu"], "1.5.0"),
         "spec.template.spec.containers[0].resources.requests.cpu",
     ),
-    ("negative parallelism", _set(["spec", "parallelism"], -1), "spec.parallelism"),
-    ("unknown managedBy", _set(["spec", "managedBy"], "kueue.x-k8s.io/other"), "spec.managedBy"),
-    ("bad name", _set(["metadata", "name"], "Batch_Pi"), "metadata.name"),
-    ("suspend not bool", _set(["spec", "suspend"], "true"), "spec.suspend"),
+    ("negative parallelism", set_at(["spec", "parallelism"], -1), "spec.parallelism"),
+    ("unknown managedBy", set_at(["spec", "managedBy"], "kueue.x-k8s.io/other"), "spec.managedBy"),
+    ("bad name", set_at(["metadata", "name"], "Batch_Pi"), "metadata.name"),
+    ("suspend not bool", set_at(["spec", "suspend"], "true"), "spec.suspend"),
 ]
 
 
@@ -175,29 +157,29 @@ def test_jobset_pod_restart_policy_may_be_left_to_its_webhook() -> None:
 RJ = ["spec", "replicatedJobs"]
 WPOD = [*RJ, 1, "template", "spec", "template", "spec"]
 BROKEN_JOBSET: list[tuple[str, Callable[[Obj], None], str]] = [
-    ("no replicated jobs", _delete(RJ), "spec.replicatedJobs"),
-    ("empty replicated jobs", _set(RJ, []), "spec.replicatedJobs"),
-    ("duplicate names", _set([*RJ, 1, "name"], "driver"), "spec.replicatedJobs[1].name"),
-    ("bad rjob name", _set([*RJ, 1, "name"], "Workers"), "spec.replicatedJobs[1].name"),
-    ("negative replicas", _set([*RJ, 1, "replicas"], -2), "spec.replicatedJobs[1].replicas"),
-    ("no job template", _delete([*RJ, 1, "template"]), "spec.replicatedJobs[1].template.spec"),
+    ("no replicated jobs", delete_at(RJ), "spec.replicatedJobs"),
+    ("empty replicated jobs", set_at(RJ, []), "spec.replicatedJobs"),
+    ("duplicate names", set_at([*RJ, 1, "name"], "driver"), "spec.replicatedJobs[1].name"),
+    ("bad rjob name", set_at([*RJ, 1, "name"], "Workers"), "spec.replicatedJobs[1].name"),
+    ("negative replicas", set_at([*RJ, 1, "replicas"], -2), "spec.replicatedJobs[1].replicas"),
+    ("no job template", delete_at([*RJ, 1, "template"]), "spec.replicatedJobs[1].template.spec"),
     (
         "no image",
-        _delete([*WPOD, "containers", 0, "image"]),
+        delete_at([*WPOD, "containers", 0, "image"]),
         "spec.replicatedJobs[1].template.spec.template.spec.containers[0].image",
     ),
     (
         "restartPolicy Always",
-        _set([*WPOD, "restartPolicy"], "Always"),
+        set_at([*WPOD, "restartPolicy"], "Always"),
         "spec.replicatedJobs[1].template.spec.template.spec.restartPolicy",
     ),
     (
         "bad quantity",
-        _set([*WPOD, "containers", 0, "resources", "requests", "memory"], "256MB"),
+        set_at([*WPOD, "containers", 0, "resources", "requests", "memory"], "256MB"),
         "spec.replicatedJobs[1].template.spec.template.spec.containers[0].resources.requests.memory",
     ),
-    ("unknown managedBy", _set(["spec", "managedBy"], labels.BATCH_JOB_CONTROLLER), "spec.managedBy"),
-    ("bad name", _set(["metadata", "name"], "-x"), "metadata.name"),
+    ("unknown managedBy", set_at(["spec", "managedBy"], labels.BATCH_JOB_CONTROLLER), "spec.managedBy"),
+    ("bad name", set_at(["metadata", "name"], "-x"), "metadata.name"),
 ]
 
 

@@ -20,6 +20,7 @@ from federation.kinds.paddle import PADDLEJOB
 from federation.kinds.pytorch import PYTORCHJOB
 from federation.kinds.tfjob import TFJOB
 from federation.kinds.xgboost import XGBOOSTJOB
+from tests.federation.mutations import delete_at, set_at
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 D = Decimal
@@ -114,25 +115,6 @@ def test_per_pod_requests_count_init_containers_and_overhead() -> None:
     assert worker.requests == {"cpu": D(2), "memory": D(576 * 2**20), "pods": D(1)}
 
 
-def _set(path: list[Any], value: Any) -> Callable[[Job], None]:
-    def mutate(job: Job) -> None:
-        node = job
-        for key in path[:-1]:
-            node = node[key]
-        node[path[-1]] = value
-
-    return mutate
-
-
-def _delete(path: list[Any]) -> Callable[[Job], None]:
-    def mutate(job: Job) -> None:
-        node = job
-        for key in path[:-1]:
-            node = node[key]
-        del node[path[-1]]
-
-    return mutate
-
 
 def _rename_master(job: Job) -> None:
     specs = job["spec"]["pytorchReplicaSpecs"]
@@ -147,58 +129,58 @@ def _elastic_without_worker(job: Job) -> None:
 M = ["spec", "pytorchReplicaSpecs", "Master"]
 MC = [*M, "template", "spec", "containers"]
 BROKEN_PYTORCH: list[tuple[str, Callable[[Job], None], str]] = [
-    ("no replica specs", _delete(["spec", "pytorchReplicaSpecs"]), "spec.pytorchReplicaSpecs"),
+    ("no replica specs", delete_at(["spec", "pytorchReplicaSpecs"]), "spec.pytorchReplicaSpecs"),
     ("lower-case type", _rename_master, "spec.pytorchReplicaSpecs.master"),
-    ("two masters", _set([*M, "replicas"], 2), "spec.pytorchReplicaSpecs.Master.replicas"),
-    ("master count left out", _delete([*M, "replicas"]), "spec.pytorchReplicaSpecs.Master.replicas"),
+    ("two masters", set_at([*M, "replicas"], 2), "spec.pytorchReplicaSpecs.Master.replicas"),
+    ("master count left out", delete_at([*M, "replicas"]), "spec.pytorchReplicaSpecs.Master.replicas"),
     (
         "zero workers",
-        _set(["spec", "pytorchReplicaSpecs", "Worker", "replicas"], 0),
+        set_at(["spec", "pytorchReplicaSpecs", "Worker", "replicas"], 0),
         "spec.pytorchReplicaSpecs.Worker.replicas",
     ),
     (
         "replicas not a number",
-        _set(["spec", "pytorchReplicaSpecs", "Worker", "replicas"], "two"),
+        set_at(["spec", "pytorchReplicaSpecs", "Worker", "replicas"], "two"),
         "spec.pytorchReplicaSpecs.Worker.replicas",
     ),
     (
         "no pytorch container",
-        _set([*MC, 0, "name"], "main"),
+        set_at([*MC, 0, "name"], "main"),
         "spec.pytorchReplicaSpecs.Master.template.spec.containers",
     ),
     (
         "no image",
-        _delete([*MC, 0, "image"]),
+        delete_at([*MC, 0, "image"]),
         "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].image",
     ),
-    ("no containers", _set(MC, []), "spec.pytorchReplicaSpecs.Master.template.spec.containers"),
-    ("no template", _delete([*M, "template"]), "spec.pytorchReplicaSpecs.Master.template"),
+    ("no containers", set_at(MC, []), "spec.pytorchReplicaSpecs.Master.template.spec.containers"),
+    ("no template", delete_at([*M, "template"]), "spec.pytorchReplicaSpecs.Master.template"),
     (
         "bad quantity",
-        _set([*MC, 0, "resources", "requests", "cpu"], "half"),
+        set_at([*MC, 0, "resources", "requests", "cpu"], "half"),
         "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].resources.requests.cpu",
     ),
-    ("bad name", _set(["metadata", "name"], "Pytorch_Simple"), "metadata.name"),
-    ("name too long", _set(["metadata", "name"], "p" * 64), "metadata.name"),
+    ("bad name", set_at(["metadata", "name"], "Pytorch_Simple"), "metadata.name"),
+    ("name too long", set_at(["metadata", "name"], "p" * 64), "metadata.name"),
     (
         "unknown managedBy",
-        _set(["spec", "runPolicy", "managedBy"], "example.com/mine"),
+        set_at(["spec", "runPolicy", "managedBy"], "example.com/mine"),
         "spec.runPolicy.managedBy",
     ),
     (
         "bad restart policy",
-        _set([*M, "restartPolicy"], "Sometimes"),
+        set_at([*M, "restartPolicy"], "Sometimes"),
         "spec.pytorchReplicaSpecs.Master.restartPolicy",
     ),
     ("elastic without worker", _elastic_without_worker, "spec.pytorchReplicaSpecs.Worker"),
-    ("bad nprocPerNode", _set(["spec", "nprocPerNode"], "many"), "spec.nprocPerNode"),
+    ("bad nprocPerNode", set_at(["spec", "nprocPerNode"], "many"), "spec.nprocPerNode"),
     (
         "bad cleanPodPolicy",
-        _set(["spec", "runPolicy", "cleanPodPolicy"], "Some"),
+        set_at(["spec", "runPolicy", "cleanPodPolicy"], "Some"),
         "spec.runPolicy.cleanPodPolicy",
     ),
-    ("negative backoffLimit", _set(["spec", "runPolicy", "backoffLimit"], -1), "spec.runPolicy.backoffLimit"),
-    ("suspend not bool", _set(["spec", "runPolicy", "suspend"], "yes"), "spec.runPolicy.suspend"),
+    ("negative backoffLimit", set_at(["spec", "runPolicy", "backoffLimit"], -1), "spec.runPolicy.backoffLimit"),
+    ("suspend not bool", set_at(["spec", "runPolicy", "suspend"], "yes"), "spec.runPolicy.suspend"),
 ]
 
 

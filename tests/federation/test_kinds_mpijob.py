@@ -14,6 +14,7 @@ from federation import labels
 from federation.errors import Invalid
 from federation.kinds.base import Finished
 from federation.kinds.mpijob import MPIJOB, with_defaults
+from tests.federation.mutations import delete_at, set_at
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 D = Decimal
@@ -56,67 +57,48 @@ def test_launcher_only_job_has_one_podset() -> None:
     assert [p.name for p in MPIJOB.podsets(job)] == ["launcher"]
 
 
-def _set(path: list[Any], value: Any) -> Callable[[Job], None]:
-    def mutate(job: Job) -> None:
-        node = job
-        for key in path[:-1]:
-            node = node[key]
-        node[path[-1]] = value
-
-    return mutate
-
-
-def _delete(path: list[Any]) -> Callable[[Job], None]:
-    def mutate(job: Job) -> None:
-        node = job
-        for key in path[:-1]:
-            node = node[key]
-        del node[path[-1]]
-
-    return mutate
-
 
 L = ["spec", "mpiReplicaSpecs", "Launcher"]
 W = ["spec", "mpiReplicaSpecs", "Worker"]
 BROKEN: list[tuple[str, Callable[[Job], None], str]] = [
-    ("no replica specs", _delete(["spec", "mpiReplicaSpecs"]), "spec.mpiReplicaSpecs"),
-    ("no launcher", _delete(L), "spec.mpiReplicaSpecs.Launcher"),
-    ("two launchers", _set([*L, "replicas"], 2), "spec.mpiReplicaSpecs.Launcher.replicas"),
-    ("zero workers", _set([*W, "replicas"], 0), "spec.mpiReplicaSpecs.Worker.replicas"),
-    ("launcher Always", _set([*L, "restartPolicy"], "Always"), "spec.mpiReplicaSpecs.Launcher.restartPolicy"),
-    ("worker ExitCode", _set([*W, "restartPolicy"], "ExitCode"), "spec.mpiReplicaSpecs.Worker.restartPolicy"),
+    ("no replica specs", delete_at(["spec", "mpiReplicaSpecs"]), "spec.mpiReplicaSpecs"),
+    ("no launcher", delete_at(L), "spec.mpiReplicaSpecs.Launcher"),
+    ("two launchers", set_at([*L, "replicas"], 2), "spec.mpiReplicaSpecs.Launcher.replicas"),
+    ("zero workers", set_at([*W, "replicas"], 0), "spec.mpiReplicaSpecs.Worker.replicas"),
+    ("launcher Always", set_at([*L, "restartPolicy"], "Always"), "spec.mpiReplicaSpecs.Launcher.restartPolicy"),
+    ("worker ExitCode", set_at([*W, "restartPolicy"], "ExitCode"), "spec.mpiReplicaSpecs.Worker.restartPolicy"),
     (
         "no worker containers",
-        _set([*W, "template", "spec", "containers"], []),
+        set_at([*W, "template", "spec", "containers"], []),
         "spec.mpiReplicaSpecs.Worker.template.spec.containers",
     ),
     (
         "no image",
-        _delete([*L, "template", "spec", "containers", 0, "image"]),
+        delete_at([*L, "template", "spec", "containers", 0, "image"]),
         "spec.mpiReplicaSpecs.Launcher.template.spec.containers[0].image",
     ),
     (
         "bad limit",
-        _set([*W, "template", "spec", "containers", 0, "resources", "limits", "cpu"], "1 core"),
+        set_at([*W, "template", "spec", "containers", 0, "resources", "limits", "cpu"], "1 core"),
         "spec.mpiReplicaSpecs.Worker.template.spec.containers[0].resources.limits.cpu",
     ),
-    ("unknown type", _set(["spec", "mpiReplicaSpecs", "Master"], {}), "spec.mpiReplicaSpecs.Master"),
-    ("negative slots", _set(["spec", "slotsPerWorker"], -1), "spec.slotsPerWorker"),
-    ("empty ssh path", _set(["spec", "sshAuthMountPath"], ""), "spec.sshAuthMountPath"),
-    ("bad implementation", _set(["spec", "mpiImplementation"], "MVAPICH"), "spec.mpiImplementation"),
-    ("bad creation policy", _set(["spec", "launcherCreationPolicy"], "Later"), "spec.launcherCreationPolicy"),
+    ("unknown type", set_at(["spec", "mpiReplicaSpecs", "Master"], {}), "spec.mpiReplicaSpecs.Master"),
+    ("negative slots", set_at(["spec", "slotsPerWorker"], -1), "spec.slotsPerWorker"),
+    ("empty ssh path", set_at(["spec", "sshAuthMountPath"], ""), "spec.sshAuthMountPath"),
+    ("bad implementation", set_at(["spec", "mpiImplementation"], "MVAPICH"), "spec.mpiImplementation"),
+    ("bad creation policy", set_at(["spec", "launcherCreationPolicy"], "Later"), "spec.launcherCreationPolicy"),
     (
         "bad clean policy",
-        _set(["spec", "runPolicy", "cleanPodPolicy"], "Some"),
+        set_at(["spec", "runPolicy", "cleanPodPolicy"], "Some"),
         "spec.runPolicy.cleanPodPolicy",
     ),
     (
         "unknown managedBy",
-        _set(["spec", "runPolicy", "managedBy"], labels.TRAINING_OPERATOR),
+        set_at(["spec", "runPolicy", "managedBy"], labels.TRAINING_OPERATOR),
         "spec.runPolicy.managedBy",
     ),
-    ("worker hostname too long", _set(["metadata", "name"], "p" * 55), "metadata.name"),
-    ("bad name", _set(["metadata", "name"], "1pi"), "metadata.name"),
+    ("worker hostname too long", set_at(["metadata", "name"], "p" * 55), "metadata.name"),
+    ("bad name", set_at(["metadata", "name"], "1pi"), "metadata.name"),
 ]
 
 

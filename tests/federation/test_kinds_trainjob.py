@@ -16,6 +16,7 @@ from federation import labels
 from federation.errors import Invalid
 from federation.kinds.base import Finished, RuntimeRef
 from federation.kinds.trainjob import ANCESTOR_LABEL, TRAINJOB, effective_replicated_jobs
+from tests.federation.mutations import delete_at, set_at
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 D = Decimal
@@ -223,75 +224,56 @@ def test_podsets_need_the_runtime() -> None:
     assert info.value.field == "spec.runtimeRef"
 
 
-def _set(path: list[Any], value: Any) -> Callable[[Obj], None]:
-    def mutate(obj: Obj) -> None:
-        node = obj
-        for key in path[:-1]:
-            node = node[key]
-        node[path[-1]] = value
-
-    return mutate
-
-
-def _delete(path: list[Any]) -> Callable[[Obj], None]:
-    def mutate(obj: Obj) -> None:
-        node = obj
-        for key in path[:-1]:
-            node = node[key]
-        del node[path[-1]]
-
-    return mutate
-
 
 T = ["spec", "trainer"]
 BROKEN_JOB: list[tuple[str, Callable[[Obj], None], str]] = [
-    ("no runtimeRef", _delete(["spec", "runtimeRef"]), "spec.runtimeRef"),
-    ("no runtime name", _delete(["spec", "runtimeRef", "name"]), "spec.runtimeRef.name"),
-    ("foreign group", _set(["spec", "runtimeRef", "apiGroup"], "example.com"), "spec.runtimeRef.apiGroup"),
-    ("unknown runtime kind", _set(["spec", "runtimeRef", "kind"], "Runtime"), "spec.runtimeRef.kind"),
-    ("zero nodes", _set([*T, "numNodes"], 0), "spec.trainer.numNodes"),
-    ("reserved env", _set([*T, "env"], [{"name": "PET_NNODES", "value": "9"}]), "spec.trainer.env[0].name"),
-    ("nameless env", _set([*T, "env"], [{"value": "9"}]), "spec.trainer.env[0].name"),
+    ("no runtimeRef", delete_at(["spec", "runtimeRef"]), "spec.runtimeRef"),
+    ("no runtime name", delete_at(["spec", "runtimeRef", "name"]), "spec.runtimeRef.name"),
+    ("foreign group", set_at(["spec", "runtimeRef", "apiGroup"], "example.com"), "spec.runtimeRef.apiGroup"),
+    ("unknown runtime kind", set_at(["spec", "runtimeRef", "kind"], "Runtime"), "spec.runtimeRef.kind"),
+    ("zero nodes", set_at([*T, "numNodes"], 0), "spec.trainer.numNodes"),
+    ("reserved env", set_at([*T, "env"], [{"name": "PET_NNODES", "value": "9"}]), "spec.trainer.env[0].name"),
+    ("nameless env", set_at([*T, "env"], [{"value": "9"}]), "spec.trainer.env[0].name"),
     (
         "bad resourcesPerNode",
-        _set([*T, "resourcesPerNode", "requests", "memory"], "1GB"),
+        set_at([*T, "resourcesPerNode", "requests", "memory"], "1GB"),
         "spec.trainer.resourcesPerNode.requests.memory",
     ),
-    ("command not a list", _set([*T, "command"], "torchrun"), "spec.trainer.command"),
-    ("bad numProcPerNode", _set([*T, "numProcPerNode"], 0), "spec.trainer.numProcPerNode"),
-    ("bad name", _set(["metadata", "name"], "Multi.Node"), "metadata.name"),
+    ("command not a list", set_at([*T, "command"], "torchrun"), "spec.trainer.command"),
+    ("bad numProcPerNode", set_at([*T, "numProcPerNode"], 0), "spec.trainer.numProcPerNode"),
+    ("bad name", set_at(["metadata", "name"], "Multi.Node"), "metadata.name"),
     (
         "prototype managedBy",
-        _set(["spec", "managedBy"], "kubeflow.org/trainjob-controller"),
+        set_at(["spec", "managedBy"], "kubeflow.org/trainjob-controller"),
         "spec.managedBy",
     ),
-    ("zero deadline", _set(["spec", "activeDeadlineSeconds"], 0), "spec.activeDeadlineSeconds"),
-    ("suspend not bool", _set(["spec", "suspend"], 1), "spec.suspend"),
+    ("zero deadline", set_at(["spec", "activeDeadlineSeconds"], 0), "spec.activeDeadlineSeconds"),
+    ("suspend not bool", set_at(["spec", "suspend"], 1), "spec.suspend"),
 ]
 RJ = ["spec", "template", "spec", "replicatedJobs"]
 NODE_POD = [*RJ, 0, "template", "spec", "template", "spec"]
 BROKEN_RUNTIME: list[tuple[str, Callable[[Obj], None], str]] = [
     (
         "no node container",
-        _set([*NODE_POD, "containers", 0, "name"], "trainer"),
+        set_at([*NODE_POD, "containers", 0, "name"], "trainer"),
         "runtime.spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers",
     ),
     (
         "no trainer job",
-        lambda rt: (_set([*RJ, 0, "name"], "other")(rt), _delete([*RJ, 0, "template", "metadata"])(rt)),
+        lambda rt: (set_at([*RJ, 0, "name"], "other")(rt), delete_at([*RJ, 0, "template", "metadata"])(rt)),
         "runtime.spec.template.spec.replicatedJobs",
     ),
-    ("no replicated jobs", _set(RJ, []), "runtime.spec.template.spec.replicatedJobs"),
+    ("no replicated jobs", set_at(RJ, []), "runtime.spec.template.spec.replicatedJobs"),
     (
         "no image",
-        _delete([*NODE_POD, "containers", 0, "image"]),
+        delete_at([*NODE_POD, "containers", 0, "image"]),
         "runtime.spec.template.spec.replicatedJobs[0].template.spec.template.spec.containers[0].image",
     ),
-    ("zero runtime nodes", _set(["spec", "mlPolicy", "numNodes"], 0), "runtime.spec.mlPolicy.numNodes"),
-    ("kind mismatch", _set(["kind"], "TrainingRuntime"), "spec.runtimeRef.kind"),
+    ("zero runtime nodes", set_at(["spec", "mlPolicy", "numNodes"], 0), "runtime.spec.mlPolicy.numNodes"),
+    ("kind mismatch", set_at(["kind"], "TrainingRuntime"), "spec.runtimeRef.kind"),
     (
         "bad restart policy",
-        _set([*NODE_POD, "restartPolicy"], "Always"),
+        set_at([*NODE_POD, "restartPolicy"], "Always"),
         "runtime.spec.template.spec.replicatedJobs[0].template.spec.template.spec.restartPolicy",
     ),
 ]
