@@ -63,9 +63,12 @@ class Tick:
 
 @dataclass(frozen=True)
 class ResyncDue:
-    """Reports from ``cluster`` may have been lost: send it a Resync (see ``dispatcher.streams``)."""
+    """Reports from ``cluster`` may have been lost: send it a Resync (see ``dispatcher.streams``).
+
+    ``lost`` False: only a stream met part-way (routine when this dispatcher starts or reconnects)."""
 
     cluster: str
+    lost: bool = True
 
 
 Item = JobChange | ReportIn | Tick | ResyncDue
@@ -124,6 +127,8 @@ class Engine:
         self.streams = StreamBook(grace=settings.report_gap_grace_seconds)
         """The agents' numbered report streams; the report subscriber feeds it, ticks read it."""
         self._resync_due: set[str] = set()
+        self._resync_lost: set[str] = set()
+        """Of those due, the clusters with a real hole in their stream (logged as a WARNING)."""
         self._last_resync: dict[str, float] = {}
         self.lost: dict[str, datetime] = {}
         self.epoch = 0
@@ -221,6 +226,8 @@ class Engine:
                     reports.append(item)
             elif isinstance(item, ResyncDue):
                 self._resync_due.add(item.cluster)
+                if item.lost:
+                    self._resync_lost.add(item.cluster)
             else:
                 tick = True
         b = _Batch(now=self.clock.now())
@@ -237,7 +244,9 @@ class Engine:
             if tick:
                 await self._check_clusters(s, b)
                 await self._resend_unanswered(s, b)
-                self._resync_due.update(self.streams.overdue(self.clock.monotonic()))
+                overdue = self.streams.overdue(self.clock.monotonic())
+                self._resync_due.update(overdue)
+                self._resync_lost.update(overdue)
             await self._jobs(s, b, jobs, described)
             await self._reports(s, b, reports)
             await self._flush(s, b)
@@ -595,8 +604,13 @@ class Engine:
                 continue  # stays due; a later tick sends it
             self._resync_due.discard(cluster)
             b.resync.add(cluster)
-            log.warning("reports from %s were lost (a broker dropped them, or this dispatcher was away): "
-                        "sending a resync", cluster)
+            if cluster in self._resync_lost:
+                self._resync_lost.discard(cluster)
+                log.warning("reports from %s were lost (a broker dropped them, or this dispatcher was away): "
+                            "sending a resync", cluster)
+            else:
+                log.info("met the report stream of %s part-way (this dispatcher started or reconnected): "
+                         "sending a resync", cluster)
         self._resync_due -= b.resync
 
     async def _inventory(self, s: AsyncSession, b: _Batch, r: messages.Inventory) -> None:

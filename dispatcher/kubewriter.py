@@ -3,9 +3,11 @@
 The engine decides, this module carries it out after the decision is committed. Work is kept
 per Job uid and coalesced (ten Status Reports that arrive while a write is in flight become one
 write of the newest), one coroutine works on a given Job at a time, and ``workers`` Jobs are
-written in parallel. The status is written the MultiKueue way: the worker's ``.status`` copied
-whole onto the manager Job's status subresource (merge patch; keys the worker no longer has are
-nulled), with mkd's own ``MultiCluster*`` conditions kept on top.
+written in parallel. The status is written the MultiKueue way: the worker's ``.status`` replaces
+the manager Job's (a merge patch computed against the last status written, which nulls every key
+the worker no longer has, nested ones included), keeping only mkd's own ``MultiCluster*``
+conditions, placed before the Job's own so that its latest condition stays last (the printer
+columns read ``conditions[-1:]``).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dispatcher.workload import MKD_CONDITIONS, merge_status
+from dispatcher.workload import MKD_CONDITIONS, merge_patch, merge_status
 from federation.clock import Clock
 from federation.errors import FederationError, NotFound, Temporary
 from federation.kinds.registry import by_name
@@ -170,12 +172,12 @@ class KubeWriter:
                     cond = {**cond, "lastTransitionTime": old.get("lastTransitionTime", cond["lastTransitionTime"])}
                 mkd[type_] = cond
             worker = todo.status if todo.status is not None else self._worker_status.get(key.uid)
-            status = merge_status(worker, mkd, current)
-            target = {k: v for k, v in status.items() if v is not None}
-            if current is not None and target == current:
+            target = merge_status(worker, mkd, current)
+            patch = merge_patch(current, target)
+            if current is not None and not patch:
                 self.unchanged += 1  # e.g. a status re-reported after a Resync: nothing to write
             else:
-                result = await self.kube.patch(res, key.name, {"status": status}, key.namespace,
+                result = await self.kube.patch(res, key.name, {"status": patch}, key.namespace,
                                                subresource="status")
                 self.writes += 1
                 written = result.get("status") if isinstance(result, dict) else None

@@ -71,5 +71,5 @@ class ReportSubscriber:
         self.received += 1
         # a retained presence replayed on subscribe is not part of the live stream
         if not retained and self.engine.streams.seen(where.cluster, report.stream, report.n, self.clock.monotonic()):
-            self.engine.inbox.put_nowait(ResyncDue(where.cluster))
+            self.engine.inbox.put_nowait(ResyncDue(where.cluster, lost=False))
         self.engine.inbox.put_nowait(ReportIn(report, self.clock.now()))

@@ -8,7 +8,8 @@ numbers seen above it. Concurrent publishers may reorder a few Reports, so a hol
 once it has stayed open for ``grace`` seconds. The caller answers a loss with a Resync, which makes
 the agent report every expected placement again, and the book forgives the hole. A stream first
 met part-way (``n`` > 1) is also a reason to resync: what came before it is unknown (the
-dispatcher started, or reconnected and its session dropped messages while it was away).
+dispatcher started, or reconnected and its session dropped messages while it was away); that is
+routine, so the engine logs it at INFO, and only a hole given up as lost at WARNING.
 """
 
 from __future__ import annotations

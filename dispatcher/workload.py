@@ -187,22 +187,42 @@ MKD_CONDITIONS = (labels.CONDITION_DISPATCHED, labels.CONDITION_REJECTED)
 
 def merge_status(worker: Mapping[str, Any] | None, mkd: Mapping[str, dict[str, Any]],
                  current: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The manager Job's new ``.status``: the worker's copied whole, plus mkd's own conditions.
+    """The manager Job's new ``.status``: the worker's, replacing the manager's, plus mkd's own conditions.
 
-    ``current`` is the manager's status now; keys it has that the new status lacks are set to
-    null so a merge patch removes them (the copy is whole, not a merge). Before any worker status
+    Only mkd's ``MultiCluster*`` conditions are mkd's to keep; everything else comes from the
+    worker, whole (nothing the worker no longer has survives; see :func:`merge_patch`). mkd's
+    conditions go **first**: every Kubeflow CRD prints ``.status.conditions[-1:].type`` as its
+    STATE column, so the Job's own latest condition must stay last. Before any worker status
     arrived (``worker`` None), the manager's own non-mkd status is kept.
     """
     base = dict(worker) if worker is not None else {
         k: v for k, v in (current or {}).items() if k != "conditions"}
     conds = worker.get("conditions") if worker is not None else (current or {}).get("conditions")
-    kept = [c for c in (conds or []) if isinstance(c, Mapping) and c.get("type") not in MKD_CONDITIONS]
-    out: dict[str, Any] = {**base, "conditions": [*kept, *mkd.values()]}
-    if not out["conditions"]:
-        out["conditions"] = None if current and current.get("conditions") else []
-        if out["conditions"] == []:
-            del out["conditions"]
-    for key in (current or {}):
-        if key not in out:
-            out[key] = None
+    own = [c for c in (conds or []) if isinstance(c, Mapping) and c.get("type") not in MKD_CONDITIONS]
+    out: dict[str, Any] = {k: v for k, v in base.items() if k != "conditions" and v is not None}
+    if own or mkd:
+        out["conditions"] = [*mkd.values(), *own]
     return out
+
+
+def merge_patch(current: Mapping[str, Any] | None, target: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) that turns ``current`` into ``target``, at every depth.
+
+    A merge patch merges objects key by key, so sending ``target`` as is would keep nested keys it
+    lacks (``replicaStatuses.Launcher.active`` of a finished MPIJob); here each of them is nulled.
+    Lists are replaced whole, as a merge patch does anyway.
+    """
+    patch: dict[str, Any] = {}
+    old = current or {}
+    for key, value in target.items():
+        before = old.get(key)
+        if isinstance(value, Mapping) and isinstance(before, Mapping):
+            sub = merge_patch(before, value)
+            if sub:
+                patch[key] = sub
+        elif value != before or key not in old:
+            patch[key] = value
+    for key in old:
+        if key not in target:
+            patch[key] = None
+    return patch

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
+
+import pytest
 
 from federation import labels, messages, topics
 from federation.kube import Kube
@@ -20,8 +23,15 @@ def resyncs(agent: FakeAgent) -> list[messages.Resync]:
     return [c for c in agent.commands if isinstance(c, messages.Resync)]
 
 
+def resync_logs(caplog: pytest.LogCaptureFixture) -> list[tuple[int, str]]:
+    return [(r.levelno, r.getMessage()) for r in caplog.records
+            if r.name == "dispatcher.engine" and "sending a resync" in r.getMessage()]
+
+
 async def test_a_hole_in_the_report_stream_brings_a_resync(manager: Path, kube: Kube, db_url: str,
-                                                           mqtt_url: str, topic_root: str) -> None:
+                                                           mqtt_url: str, topic_root: str,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "dispatcher.engine")
     s = settings(manager, db_url, mqtt_url, topic_root, report_gap_grace_seconds=0.5,
                  placement_retry_seconds=0.25)
     async with FakeAgent("worker-1", mqtt_url, topic_root, auto_accept=False) as agent, running(s):
@@ -38,10 +48,13 @@ async def test_a_hole_in_the_report_stream_brings_a_resync(manager: Path, kube: 
         (resync,) = await eventually(lambda: resyncs(agent), within=10, what="Resync after the loss")
         assert [k.workload_uid for k in resync.expected] == [place.placement.workload_uid]
         assert resync.cluster == "worker-1"
+        # a real loss is worth a WARNING
+        assert [level for level, _ in resync_logs(caplog)] == [logging.WARNING]
 
 
 async def test_a_stream_met_part_way_is_resynced_once(manager: Path, kube: Kube, db_url: str, mqtt_url: str,
-                                                      topic_root: str) -> None:
+                                                      topic_root: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, "dispatcher.engine")
     s = settings(manager, db_url, mqtt_url, topic_root, report_gap_grace_seconds=0.5,
                  placement_retry_seconds=0.25)
     async with FakeAgent("worker-1", mqtt_url, topic_root, auto_accept=False) as agent, running(s):
@@ -54,6 +67,9 @@ async def test_a_stream_met_part_way_is_resynced_once(manager: Path, kube: Kube,
         await eventually(lambda: resyncs(agent), what="Resync for the unknown start of the stream")
         await eventually(lambda: condition(kube, "late", labels.CONDITION_DISPATCHED, "True"))
         assert len(resyncs(agent)) == 1
+        # routine at every start: INFO, not a WARNING that reports were lost
+        ((level, text),) = resync_logs(caplog)
+        assert level == logging.INFO and "part-way" in text, text
 
 
 async def test_a_status_reported_again_unchanged_is_not_written_again(manager: Path, kube: Kube, db_url: str,

@@ -31,15 +31,27 @@ def test_same_spec_shares_podsets_but_each_job_is_validated_and_named() -> None:
     assert wl.describe(KIND, named("delta"), None).columns["podsets"][0]["requests"]["cpu"] == "1"
 
 
-def test_merge_status_copies_the_worker_status_whole_and_keeps_mkd_conditions() -> None:
+def test_merge_status_replaces_the_manager_status_and_keeps_the_jobs_latest_condition_last() -> None:
     mkd = {labels.CONDITION_DISPATCHED: {"type": labels.CONDITION_DISPATCHED, "status": "True"}}
     current = {"startTime": "t0", "replicaStatuses": {"Master": {"active": 1}}, "conditions": [
         {"type": "Running", "status": "True"}, {"type": labels.CONDITION_DISPATCHED, "status": "False"}]}
     worker = {"startTime": "t0", "completionTime": "t1", "conditions": [{"type": "Succeeded", "status": "True"}]}
     out = wl.merge_status(worker, mkd, current)
-    assert out["completionTime"] == "t1" and out["replicaStatuses"] is None  # removed by the merge patch
-    assert [c["type"] for c in out["conditions"]] == ["Succeeded", labels.CONDITION_DISPATCHED]
-    assert out["conditions"][1]["status"] == "True"
+    assert out["completionTime"] == "t1" and "replicaStatuses" not in out
+    assert [c["type"] for c in out["conditions"]] == [labels.CONDITION_DISPATCHED, "Succeeded"]
+    assert out["conditions"][0]["status"] == "True"
     before_any = wl.merge_status(None, mkd, current)  # no worker status yet: the manager's own is kept
     assert before_any["replicaStatuses"] == {"Master": {"active": 1}}
-    assert [c["type"] for c in before_any["conditions"]] == ["Running", labels.CONDITION_DISPATCHED]
+    assert [c["type"] for c in before_any["conditions"]] == [labels.CONDITION_DISPATCHED, "Running"]
+
+
+def test_merge_patch_nulls_what_the_target_lacks_at_every_depth() -> None:
+    current = {"startTime": "t0", "replicaStatuses": {"Launcher": {"active": 1}, "Worker": {"active": 3}},
+               "conditions": [{"type": "Running"}]}
+    target = {"startTime": "t0", "replicaStatuses": {"Launcher": {"succeeded": 1}},
+              "conditions": [{"type": "Running"}, {"type": "Succeeded"}]}
+    patch = wl.merge_patch(current, target)
+    assert patch == {"replicaStatuses": {"Launcher": {"active": None, "succeeded": 1}, "Worker": None},
+                     "conditions": [{"type": "Running"}, {"type": "Succeeded"}]}
+    assert wl.merge_patch(target, target) == {}
+    assert wl.merge_patch(None, {"a": {"b": 1}}) == {"a": {"b": 1}}
