@@ -1,0 +1,150 @@
+"""Answers from agents: Accepted, Rejected, Status and Inventory Reports, and Places left unanswered.
+
+Each Report is checked against the current placement (an older attempt, a placement on another
+cluster or a sequence number already seen is dropped), then moves the placement and the Workload
+on: accepted, running, finished, requeued after a rejection or a vanished worker Job. An Inventory
+is answered with a Resync and the Places the agent lacks.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from dispatcher.batch import Batch, ReportIn, job_key
+from dispatcher.core import EngineCore
+from dispatcher.db import queries as q
+from federation import messages
+from federation.kinds.registry import by_name
+
+log = logging.getLogger(__name__)
+
+
+class Answers(EngineCore):
+    """The engine's part that handles Reports (see the module docstring)."""
+
+    async def _reports(self, s: AsyncSession, b: Batch, reports: list[ReportIn]) -> None:
+        if not reports:
+            return
+        keys = [(r.report.placement.workload_uid, r.report.placement.attempt) for r in reports
+                if not isinstance(r.report, messages.Inventory | messages.Heartbeat)]
+        await self._load(s, b, [uid for uid, _ in keys])
+        for item in reports:
+            r = item.report
+            if isinstance(r, messages.Inventory):
+                await self._inventory(s, b, r)
+                continue
+            assert not isinstance(r, messages.Heartbeat)
+            key = (r.placement.workload_uid, r.placement.attempt)
+            self.unanswered.pop(key, None)
+            row = b.w.get(key[0])
+            p = b.p.get(key)
+            if row is None or p is None or p["cluster"] != r.cluster:
+                log.debug("report %s for an unknown or old placement %s from %s dropped", r.type, key, r.cluster)
+                continue
+            current = row["attempt"] == key[1] and row["state"] != "deleted"
+            if isinstance(r, messages.Accepted):
+                self._accepted(b, row, p, r, current)
+            elif isinstance(r, messages.Rejected):
+                self._rejected(b, row, p, r, current)
+            else:
+                self._status(b, row, p, r, current)
+
+    def _accepted(self, b: Batch, row: dict[str, Any], p: dict[str, Any], r: messages.Accepted,
+                  current: bool) -> None:
+        if not current or p["state"] != "sent":
+            return
+        self._mark_accepted(b, row, p, r.cluster)
+
+    def _rejected(self, b: Batch, row: dict[str, Any], p: dict[str, Any], r: messages.Rejected,
+                  current: bool) -> None:
+        if not current or p["state"] not in q.ACTIVE_PLACEMENT:
+            return
+        uid = row["uid"]
+        text = f"{r.reason}: {r.message}"
+        b.set_p((uid, p["attempt"]), state="rejected", reason=text, finished_at=b.now)
+        b.event(uid, "rejected", cluster=r.cluster, reason=r.reason, message=r.message)
+        excluded = list(row["excluded"]) + ([r.cluster] if r.permanent and r.cluster not in row["excluded"] else [])
+        self._requeue(b, row, f"rejected by {r.cluster}: {text}", excluded=excluded)
+
+    def _status(self, b: Batch, row: dict[str, Any], p: dict[str, Any], r: messages.Status, current: bool) -> None:
+        uid = row["uid"]
+        if not current or r.seq <= p["last_status_seq"]:
+            self.stale_dropped += 1
+            return
+        pkey = (uid, p["attempt"])
+        b.set_p(pkey, last_status_seq=r.seq)
+        if r.gone and r.finished is None:
+            # A Job that vanished without an outcome (deleted on the worker): placed again. One that
+            # finished and then went (TTL) is recorded as finished below.
+            if p["state"] in q.ACTIVE_PLACEMENT:
+                b.set_p(pkey, state="lost", finished_at=b.now, reason="the worker Job disappeared")
+                self._requeue(b, row, f"the Job disappeared from {r.cluster}")
+            return
+        if p["state"] == "sent":  # Status before Accepted (lost or reordered): it evidently runs
+            self._mark_accepted(b, row, p, r.cluster)
+        if r.finished is not None and p["state"] not in ("finished", "failed"):
+            outcome = "finished" if r.finished == "Succeeded" else "failed"
+            b.set_p(pkey, state=outcome, finished_at=b.now)
+            b.set_w(uid, state=outcome, reason=r.finished, updated_at=b.now)
+            b.event(uid, outcome, cluster=r.cluster, reason=r.finished, message=_last_condition(r.status))
+            b.after.append(lambda: self.book.release(uid))
+            b.placement_due = True
+        elif r.finished is None and p["state"] in ("sent", "accepted") and r.status.get("startTime"):
+            b.set_p(pkey, state="running")
+            b.event(uid, "running", cluster=r.cluster, message=f"started on {r.cluster}")
+        if r.gone and not r.status:
+            return  # nothing to mirror: keep the last status the manager Job shows
+        key = job_key(row)
+        status = r.status
+        b.after.append(lambda: self.writer.mirror(key, status))
+
+    async def _inventory(self, s: AsyncSession, b: Batch, r: messages.Inventory) -> None:
+        have = {(i.placement.workload_uid, i.placement.attempt): i for i in r.items}
+        b.resync.add(r.cluster)  # the answer to an Inventory is a Resync, sent at the end of the batch
+        expected = await q.expected_on(s, r.cluster)
+        resent = 0
+        for e in expected:
+            item = have.get((e.workload_uid, e.attempt))
+            if e.state not in q.ACTIVE_PLACEMENT or (item is not None and item.spec_version >= e.spec_version):
+                continue
+            obj = self.cache.get(e.workload_uid)
+            if obj is None:
+                log.warning("cannot re-send placement %s/%s: the manager Job is not in the cache",
+                            e.namespace, e.name)
+                continue
+            self._send_place(b, dict(e._mapping, uid=e.workload_uid), by_name(e.kind), obj, attempt=e.attempt,
+                             cluster=r.cluster, spec_version=e.spec_version)
+            resent += 1
+        log.info("inventory from %s: %d items, %d expected, %d Place re-sent", r.cluster, len(r.items),
+                 len(expected), resent)
+
+    async def _resend_unanswered(self, s: AsyncSession, b: Batch) -> None:
+        wait = self.settings.place_resend_seconds
+        now = self.clock.monotonic()
+        resent = 0
+        for r in await q.unanswered(s, b.now - timedelta(seconds=wait), self.settings.batch_size):
+            key = (r.workload_uid, r.attempt)
+            obj = self.cache.get(r.workload_uid)
+            if obj is None or now - self._resent.get(key, -wait) < wait:
+                continue
+            self._resent[key] = now
+            self._send_place(b, {"uid": r.workload_uid}, by_name(r.kind), obj, attempt=r.attempt,
+                             cluster=r.cluster, spec_version=r.spec_version)
+            resent += 1
+        if resent:
+            log.warning("re-sent %d Place commands not answered within %gs", resent, wait)
+        if len(self._resent) > 100_000:
+            self._resent.clear()
+
+
+def _last_condition(status: Mapping[str, Any]) -> str:
+    conds = [c for c in status.get("conditions") or [] if isinstance(c, Mapping) and c.get("status") == "True"]
+    if not conds:
+        return ""
+    last = conds[-1]
+    return f"{last.get('type')}: {last.get('reason', '')} {last.get('message', '')}".strip()

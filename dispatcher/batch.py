@@ -1,0 +1,86 @@
+"""What flows through the engine: inbox items and the per-batch scratchpad.
+
+Intake puts :class:`JobChange`, the report subscriber :class:`ReportIn` and :class:`ResyncDue`, the
+ticker :class:`Tick` into the engine's inbox. A :class:`Batch` collects one transaction's row
+updates, history events, outbox rows and the after-commit actions (condition, status and Event
+writes to the manager cluster), so nothing leaves the process before the commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from dispatcher.kubewriter import JobKey
+from federation import messages
+from federation.kinds.base import JobKind
+
+
+@dataclass(frozen=True)
+class JobChange:
+    """A manager Job was added / changed (``deleted`` False) or is gone (True)."""
+
+    kind: JobKind
+    obj: dict[str, Any]
+    deleted: bool = False
+
+
+@dataclass(frozen=True)
+class ReportIn:
+    report: messages.Accepted | messages.Rejected | messages.Status | messages.Inventory | messages.Heartbeat
+    received_at: datetime
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Time passed: retry pending Workloads, check heartbeat ages, look for lost Reports."""
+
+
+@dataclass(frozen=True)
+class ResyncDue:
+    """Reports from ``cluster`` may have been lost: send it a Resync (see ``dispatcher.streams``).
+
+    ``lost`` False: only a stream met part-way (routine when this dispatcher starts or reconnects)."""
+
+    cluster: str
+    lost: bool = True
+
+
+Item = JobChange | ReportIn | Tick | ResyncDue
+
+
+@dataclass
+class Batch:
+    now: datetime
+    w: dict[str, dict[str, Any]] = field(default_factory=dict)           # workload rows, mutable copies
+    w_updates: dict[str, dict[str, Any]] = field(default_factory=dict)
+    p: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    p_updates: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    outbox: list[dict[str, Any]] = field(default_factory=list)
+    after: list[Callable[[], object]] = field(default_factory=list)
+    notes: list[tuple[str, str]] = field(default_factory=list)            # (event type, uid) for observers
+    placement_due: bool = False
+    resync: set[str] = field(default_factory=set)                        # clusters sent a Resync this batch
+    place_keys: dict[int, tuple[str, int]] = field(default_factory=dict)  # outbox id -> Place's placement
+
+    def set_w(self, uid: str, **values: Any) -> None:
+        self.w[uid].update(values)
+        self.w_updates.setdefault(uid, {}).update(values)
+
+    def set_p(self, key: tuple[str, int], **values: Any) -> None:
+        self.p[key].update(values)
+        self.p_updates.setdefault(key, {}).update(values)
+
+    def event(self, uid: str | None, type_: str, *, cluster: str | None = None, reason: str = "",
+              message: str = "") -> None:
+        self.events.append({"workload_uid": uid, "at": self.now, "type": type_, "cluster": cluster,
+                            "reason": reason[:128], "message": message})
+        if uid is not None:
+            self.notes.append((type_, uid))
+
+
+def job_key(row: Mapping[str, Any]) -> JobKey:
+    return JobKey(row["uid"], row["kind"], row["namespace"], row["name"])

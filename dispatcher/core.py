@@ -1,0 +1,213 @@
+"""The engine's shared state and the decisions every part of it makes: commands, requeue, reject.
+
+:class:`EngineCore` holds what the engine's parts share — settings, the session factory, the Job
+cache, the capacity book, the fencing epoch, the outbox ids — and the few actions more than one
+part takes: queueing a Place / Delete / Resync Command, requeueing or rejecting a Workload, marking
+a placement accepted, loading rows into a batch and flushing the batch's updates. The parts
+(:mod:`dispatcher.jobchanges`, :mod:`dispatcher.answers`, :mod:`dispatcher.clusters`,
+:mod:`dispatcher.rounds`) build on it; :class:`dispatcher.engine.Engine` combines them and owns the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from dispatcher import workload as wl
+from dispatcher.batch import Batch, Item, job_key
+from dispatcher.db import queries as q
+from dispatcher.kubewriter import KubeWriter
+from dispatcher.placement import CapacityBook, Need
+from dispatcher.settings import DispatcherSettings
+from dispatcher.streams import StreamBook
+from federation import labels, messages, topics
+from federation.clock import Clock
+from federation.errors import Invalid
+from federation.kinds.base import JobKind
+from federation.podset import parse_quantity
+
+log = logging.getLogger(__name__)
+
+
+class EngineCore:
+    """Shared state and shared actions of the engine's parts (see the module docstring)."""
+
+    def __init__(self, settings: DispatcherSettings, sessions: async_sessionmaker[AsyncSession], kube: Any,
+                 writer: KubeWriter, clock: Clock, *, cache: dict[str, dict[str, Any]] | None = None) -> None:
+        self.settings = settings
+        self.sessions = sessions
+        self.kube = kube
+        self.writer = writer
+        self.clock = clock
+        self.inbox: asyncio.Queue[Item] = asyncio.Queue()
+        self.cache: dict[str, dict[str, Any]] = cache if cache is not None else {}
+        self.known: dict[str, str] = {}
+        self.needs: dict[str, Need] = {}
+        self.book = CapacityBook(settle_seconds=settings.capacity_settle_seconds)
+        self.streams = StreamBook(grace=settings.report_gap_grace_seconds)
+        """The agents' numbered report streams; the report subscriber feeds it, ticks read it."""
+        self._resync_due: set[str] = set()
+        self._resync_lost: set[str] = set()
+        """Of those due, the clusters with a real hole in their stream (logged as a WARNING)."""
+        self._last_resync: dict[str, float] = {}
+        self.lost: dict[str, datetime] = {}
+        self.epoch = 0
+        self.outbox_ids = q.OutboxIds(0)
+        self.outbox_wake = asyncio.Event()
+        self.fresh: list[tuple[int, str, bytes, tuple[str, int] | None]] = []
+        """Outbox rows committed by this engine, handed to the publisher in memory (it need not read
+        them back); the database copy is what survives a crash."""
+        self.observers: list[Callable[[str, str], None]] = []
+        self.stale_dropped = 0
+        self.unanswered: dict[tuple[str, int], float] = {}
+        """Places published and not answered yet (monotonic publish time): the publisher's flow control."""
+        self._resent: dict[tuple[str, int], float] = {}
+        self.batches = 0
+        self._last_place = 0.0
+
+    async def rebuild(self) -> None:
+        async with self.sessions() as s:
+            self.known = await q.known_uids(s)
+            book = CapacityBook(settle_seconds=self.settings.capacity_settle_seconds,
+                                heartbeats=self.book.heartbeats, received=self.book.received)
+            for row in await q.active_placements(s):
+                total = {k: parse_quantity(v, k) for k, v in (row.requests or {}).items()}
+                book.reserve(row.workload_uid, row.cluster, total)
+                if row.accepted_at is not None:
+                    book.accepted(row.workload_uid, row.accepted_at)
+            self.book = book
+            for c in await q.load_clusters(s):
+                if c.lost_since is not None:
+                    self.lost[c.name] = c.lost_since
+
+    async def _flush(self, s: AsyncSession, b: Batch) -> None:
+        by_cols: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for uid, values in b.w_updates.items():
+            by_cols.setdefault(tuple(sorted(values)), []).append({"b_uid": uid, **values})
+        for rows in by_cols.values():
+            await q.update_workloads(s, rows)
+        b.w_updates.clear()
+        p_cols: dict[tuple[str, ...], list[dict[str, Any]]] = {}
+        for (uid, attempt), values in b.p_updates.items():
+            p_cols.setdefault(tuple(sorted(values)), []).append({"b_uid": uid, "b_attempt": attempt, **values})
+        for rows in p_cols.values():
+            await q.update_placements(s, rows)
+        b.p_updates.clear()
+
+    async def _load(self, s: AsyncSession, b: Batch, uids: list[str]) -> None:
+        """Workload rows and their current placements into the batch (one query for those not loaded)."""
+        missing = [uid for uid in uids if uid not in b.w]
+        if not missing:
+            return
+        rows, current = await q.load_current(s, missing)
+        for uid, r in rows.items():
+            b.w[uid] = {k: v for k, v in r._mapping.items() if not k.startswith("p__")}
+        for key, p in current.items():
+            b.p.setdefault(key, p)
+
+    def _send_delete(self, b: Batch, row: dict[str, Any], reason: str) -> None:
+        cluster = row.get("cluster")
+        if not cluster or not row.get("attempt"):
+            return
+        key = (row["uid"], row["attempt"])
+        if key in b.p and b.p[key]["state"] in q.ACTIVE_PLACEMENT:
+            b.set_p(key, state="deleted", finished_at=b.now, reason=reason)
+        cmd = messages.Delete(
+            placement=messages.PlacementKey(workload_uid=row["uid"], attempt=row["attempt"], epoch=self.epoch),
+            job=messages.JobRef(kind=row["kind"], api_version=row["api_version"], namespace=row["namespace"],
+                                name=row["name"]),
+            reason=reason, sent_at=b.now)
+        self._queue(b, cluster, row["uid"], cmd)
+        b.set_w(row["uid"], cluster=None)
+        b.after.append(lambda: self.book.release(row["uid"]))
+
+    def _send_place(self, b: Batch, row: Mapping[str, Any], kind: JobKind, obj: Mapping[str, Any], *,
+                    attempt: int, cluster: str, spec_version: int) -> None:
+        cmd = wl.place_command(kind, obj, origin=self.settings.origin, attempt=attempt, epoch=self.epoch,
+                               spec_version=spec_version, now=b.now)
+        self._queue(b, cluster, row["uid"], cmd)
+        b.place_keys[b.outbox[-1]["id"]] = (row["uid"], attempt)
+
+    def _queue(self, b: Batch, cluster: str, uid: str, cmd: messages.Place | messages.Delete | messages.Resync) -> None:
+        b.outbox.append({"id": self.outbox_ids.next(), "cluster": cluster, "topic": topics.commands(cluster, self.settings.mqtt.topic_root),
+                         "payload": messages.encode(cmd), "workload_uid": uid, "created_at": b.now})
+
+    def _reject(self, b: Batch, row: dict[str, Any], problems: list[Invalid], *, record: bool = True) -> None:
+        text = wl.problem_text(problems)
+        if record:
+            b.set_w(row["uid"], state="rejected", reason=text, updated_at=b.now)
+        b.event(row["uid"], "invalid", reason="InvalidJob", message=text)
+        key = job_key(row)
+        cond = wl.condition(labels.CONDITION_REJECTED, True, "InvalidJob", text, b.now)
+
+        def write() -> None:
+            self.writer.condition(key, cond)
+            for p in problems:
+                self.writer.event(key, "Warning", "InvalidJob", p.message)
+        b.after.append(write)
+
+    def _mark_accepted(self, b: Batch, row: dict[str, Any], p: dict[str, Any], cluster: str) -> None:
+        uid = row["uid"]
+        b.set_p((uid, p["attempt"]), state="accepted", accepted_at=b.now)
+        if row["state"] == "placed":
+            b.set_w(uid, state="running", reason="", updated_at=b.now)
+        b.event(uid, "accepted", cluster=cluster, message=f"attempt {p['attempt']} accepted by {cluster}")
+        key = job_key(row)
+        cond = wl.condition(labels.CONDITION_DISPATCHED, True, "Placed",
+                            f"placed on cluster {cluster} (attempt {p['attempt']})", b.now)
+        now = b.now
+        b.after.append(lambda: self.book.accepted(uid, now))
+        b.after.append(lambda: self.writer.condition(key, cond))
+
+    def _requeue(self, b: Batch, row: dict[str, Any], reason: str, *, excluded: list[str] | None = None) -> None:
+        uid = row["uid"]
+        if excluded is not None:
+            b.set_w(uid, excluded=excluded)
+        b.after.append(lambda: self.book.release(uid))
+        key = job_key(row)
+        if row["attempt"] >= self.settings.max_placement_attempts:
+            text = f"gave up after {row['attempt']} placement attempts; last: {reason}"
+            b.set_w(uid, state="failed", reason=text, cluster=None, updated_at=b.now)
+            b.event(uid, "failed", reason="PlacementAttemptsExhausted", message=text)
+            cond = wl.condition(labels.CONDITION_DISPATCHED, False, "PlacementFailed", text, b.now)
+            b.after.append(lambda: self.writer.condition(key, cond))
+            b.after.append(lambda: self.writer.event(key, "Warning", "PlacementFailed", text))
+            return
+        b.set_w(uid, state="pending", reason=reason, cluster=None, updated_at=b.now)
+        b.event(uid, "requeued", message=reason)
+        cond = wl.condition(labels.CONDITION_DISPATCHED, False, "Requeued", reason, b.now)
+        b.after.append(lambda: self.writer.condition(key, cond))
+        b.placement_due = True
+
+    async def _resync(self, s: AsyncSession, b: Batch, cluster: str) -> list[Any]:
+        """Queue a Resync listing every placement expected on ``cluster`` (call it after the batch's
+        placements are flushed); returns those placements."""
+        expected = await q.expected_on(s, cluster)
+        keys = [messages.PlacementKey(workload_uid=e.workload_uid, attempt=e.attempt, epoch=self.epoch)
+                for e in expected]
+        self._queue(b, cluster, "", messages.Resync(cluster=cluster, epoch=self.epoch, expected=keys, sent_at=b.now))
+        self._last_resync[cluster] = self.clock.monotonic()
+        return list(expected)
+
+    def _take_due_resyncs(self, b: Batch) -> None:
+        """Clusters whose Reports went missing get a Resync, at most once per two grace periods each."""
+        now = self.clock.monotonic()
+        spacing = 2 * self.settings.report_gap_grace_seconds
+        for cluster in sorted(self._resync_due - b.resync):
+            if now - self._last_resync.get(cluster, -1e18) < spacing:
+                continue  # stays due; a later tick sends it
+            self._resync_due.discard(cluster)
+            b.resync.add(cluster)
+            if cluster in self._resync_lost:
+                self._resync_lost.discard(cluster)
+                log.warning("reports from %s were lost (a broker dropped them, or this dispatcher was away): "
+                            "sending a resync", cluster)
+            else:
+                log.info("met the report stream of %s part-way (this dispatcher started or reconnected): "
+                         "sending a resync", cluster)
+        self._resync_due -= b.resync

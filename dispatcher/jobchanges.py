@@ -1,0 +1,158 @@
+"""Job changes: claims, spec edits, suspend / resume, managedBy changes and deletions on the manager.
+
+Intake hands the engine every relevant change of a manager Job; this part validates new and
+corrected Jobs (fetching a TrainJob's runtime from the manager cluster), claims them with one
+compare-and-set insert, re-sends a Place with a new spec version when a placed Job changes, and
+turns deletions into a Delete Command for the worker copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from dispatcher import workload as wl
+from dispatcher.batch import Batch, JobChange, job_key
+from dispatcher.core import EngineCore
+from dispatcher.db import queries as q
+from federation import labels
+from federation.errors import Invalid, NotFound
+
+
+class JobChanges(EngineCore):
+    """The engine's part that decides Job changes (see the module docstring)."""
+
+    @staticmethod
+    def _needs_description(row: Mapping[str, Any] | None, ch: JobChange) -> bool:
+        """Validate and compute PodSets only for a claim, or a new generation of a Job not yet placed."""
+        if ch.deleted or wl.being_deleted(ch.obj) or ch.kind.managed_by(ch.obj) != labels.MULTIKUEUE:
+            return False
+        if row is None:
+            return True
+        return row["state"] in ("pending", "rejected") and wl.generation_of(ch.obj) > row["generation"]
+
+    async def _describe(self, ch: JobChange) -> wl.Described:
+        runtime = None
+        problem = None
+        ref = ch.kind.runtime_ref(ch.obj)
+        if ref is not None:
+            from federation.kube import Resource
+
+            group, _, version = ref.api_version.rpartition("/")
+            res = Resource(group, version, ref.plural, ref.kind, namespaced=ref.namespace is not None)
+            try:
+                runtime = await self.kube.get(res, ref.name, ref.namespace)
+            except NotFound:
+                where = f"namespace {ref.namespace}" if ref.namespace else "the manager cluster"
+                problem = Invalid("spec.runtimeRef.name", f"{ref.kind} {ref.name!r} does not exist in {where}",
+                                  fix=f"create the {ref.kind} on the manager cluster or name an existing one")
+        return wl.describe(ch.kind, ch.obj, runtime, problem)
+
+    async def _jobs(self, s: AsyncSession, b: Batch, jobs: dict[str, JobChange],
+                    described: dict[str, wl.Described]) -> None:
+        if not jobs:
+            return
+        claims: list[dict[str, Any]] = []
+        for uid, ch in jobs.items():
+            if uid in b.w:
+                self._change(b, b.w[uid], ch, described.get(uid))
+                continue
+            d = described.get(uid)
+            if d is None or not uid:
+                continue
+            cols = {**d.columns, "created_at": b.now, "updated_at": b.now, "state": "pending"}
+            if d.problems:
+                cols.update(state="rejected", reason=wl.problem_text(d.problems))
+            elif cols["suspended"]:
+                cols["reason"] = "suspended on the manager cluster; placed once resumed"
+            claims.append(cols)
+        won = await q.claim(s, claims)
+        for cols in claims:
+            uid = cols["uid"]
+            if uid not in won:
+                continue  # another dispatcher claimed it first
+            ch = jobs[uid]
+            d = described[uid]
+            self.known[uid] = ch.kind.name
+            self.cache[uid] = ch.obj
+            b.w[uid] = cols
+            b.event(uid, "claimed", message=f"{ch.kind.name} {cols['namespace']}/{cols['name']} claimed")
+            if d.problems:
+                self._reject(b, cols, d.problems, record=False)
+            else:
+                assert d.need is not None
+                self.needs[uid] = d.need
+                b.placement_due = True
+
+    def _change(self, b: Batch, row: dict[str, Any], ch: JobChange, d: wl.Described | None) -> None:
+        uid = row["uid"]
+        if row["state"] == "deleted":
+            return
+        if ch.deleted or wl.being_deleted(ch.obj):
+            self._delete(b, row, "the Job was deleted on the manager cluster")
+            return
+        self.cache[uid] = ch.obj
+        managed_by = ch.kind.managed_by(ch.obj)
+        if managed_by != labels.MULTIKUEUE:
+            if row["state"] == "rejected" and row["reason"].startswith("managedBy"):
+                return
+            field_path = ".".join(ch.kind.managed_by_path)
+            problem = Invalid(field_path, f"managedBy changed from {labels.MULTIKUEUE!r} to {managed_by!r} after "
+                              "mkd claimed the Job; mkd stopped managing it",
+                              fix="managedBy is immutable: delete the Job and create it again")
+            self._send_delete(b, row, "managedBy changed on the manager cluster")
+            b.set_w(uid, state="rejected", reason=f"managedBy changed to {managed_by!r}", cluster=None,
+                    updated_at=b.now)
+            b.event(uid, "rejected", reason="ManagedByChanged", message=problem.message)
+            key = job_key(row)
+            cond = wl.condition(labels.CONDITION_REJECTED, True, "ManagedByChanged", problem.message, b.now)
+            b.after.append(lambda: self.writer.condition(key, cond))
+            b.after.append(lambda: self.writer.event(key, "Warning", "ManagedByChanged", problem.message))
+            return
+        generation = wl.generation_of(ch.obj)
+        if generation <= row["generation"]:
+            return
+        suspended = ch.kind.is_suspended(ch.obj)
+        was = row["suspended"]
+        b.set_w(uid, generation=generation, suspended=suspended, updated_at=b.now)
+        what = "suspended" if suspended and not was else "resumed" if was and not suspended else "updated"
+        if row["state"] in ("pending", "rejected") and d is not None:
+            if d.problems:
+                if row["state"] != "rejected" or row["reason"] != wl.problem_text(d.problems):
+                    self._reject(b, row, d.problems)
+                return
+            b.set_w(uid, state="pending", requests=d.columns["requests"], podsets=d.columns["podsets"],
+                    reason="suspended on the manager cluster; placed once resumed" if suspended else "")
+            if row["state"] == "rejected":
+                key = job_key(row)
+                cond = wl.condition(labels.CONDITION_REJECTED, False, "Corrected", "the Job is valid now", b.now)
+                b.after.append(lambda: self.writer.condition(key, cond))
+            assert d.need is not None
+            self.needs[uid] = d.need
+            b.event(uid, what, message=f"generation {generation}")
+            b.placement_due = b.placement_due or not suspended
+        elif row["state"] in ("placed", "running"):
+            version = row["spec_version"] + 1
+            b.set_w(uid, spec_version=version)
+            b.event(uid, what, cluster=row["cluster"],
+                    message=f"generation {generation}: spec version {version} sent to {row['cluster']}")
+            self._send_place(b, row, ch.kind, ch.obj, attempt=row["attempt"], cluster=row["cluster"],
+                             spec_version=version)
+
+    def _delete(self, b: Batch, row: dict[str, Any], reason: str) -> None:
+        uid = row["uid"]
+        self._send_delete(b, row, reason)
+        b.set_w(uid, state="deleted", reason=reason, updated_at=b.now)
+        b.event(uid, "deleted", cluster=row.get("cluster"), message=reason)
+
+        def forget() -> None:
+            self.known.pop(uid, None)
+            self.cache.pop(uid, None)
+            self.needs.pop(uid, None)
+            if self.book.release(uid):
+                pass
+            self.writer.forget(uid)
+        b.after.append(forget)
+        b.placement_due = True
