@@ -21,7 +21,7 @@ from dispatcher.db import queries as q
 from federation import messages
 from federation.kinds.registry import by_name
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("dispatcher.engine")  # the engine's parts log as the engine (one logger to tune)
 
 
 class Answers(EngineCore):

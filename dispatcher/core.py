@@ -31,7 +31,7 @@ from federation.errors import Invalid
 from federation.kinds.base import JobKind
 from federation.podset import parse_quantity
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("dispatcher.engine")  # the engine's parts log as the engine (one logger to tune)
 
 
 class EngineCore:
