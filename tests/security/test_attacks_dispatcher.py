@@ -1,0 +1,93 @@
+"""Attacks on the dispatcher through the broker: forged Reports and presence (issue 14).
+
+The dispatcher is the real one (kubesim manager, a real database and broker); ``FakeAgent`` plays a
+genuine agent. The attacker is another client on the broker without that agent's key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from dispatcher.db import models as m
+from federation import messages, topics
+from federation.kube import Kube
+from tests.dispatcher.harness import (
+    PYTORCHJOBS,
+    FakeAgent,
+    capacity,
+    eventually,
+    pytorchjob,
+    running,
+    settings,
+)
+from tests.dispatcher.test_flow import rows
+from tests.security.attacks import BIG
+from tests.security.conftest import attacker
+
+
+async def workload_state(db_url: str, name: str) -> str | None:
+    found = await rows(db_url, m.workloads, name=name)
+    return found[0].state if found else None
+
+
+@pytest.mark.xfail(strict=True, reason="reports are not signed yet (issue 14 step 2)")
+async def test_forged_status_with_a_huge_seq_neither_fails_the_job_nor_hides_the_real_outcome(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s):
+        await kube.create(PYTORCHJOBS, pytorchjob("victim"), "default")
+        place = (await eventually(lambda: agent.places(), what="a Place"))[0]
+        await eventually(lambda: _is(db_url, "victim", "running"), what="victim running")
+        forged = messages.Status(cluster="worker-1", placement=place.placement, seq=BIG, finished="Failed",
+                                 status={"conditions": [{"type": "Failed", "status": "True", "reason": "Forged"}]})
+        async with attacker(mqtt_url) as evil:
+            await evil.publish(topics.reports("worker-1", topic_root), messages.encode(forged))
+        await asyncio.sleep(0.5)
+        assert await workload_state(db_url, "victim") == "running"
+        await agent.status(place, {"conditions": [{"type": "Succeeded", "status": "True", "reason": "Done"}]},
+                           finished="Succeeded")
+        await eventually(lambda: _is(db_url, "victim", "finished"), what="the real Succeeded applied")
+
+
+async def _is(db_url: str, name: str, state: str) -> bool:
+    return await workload_state(db_url, name) == state
+
+
+@pytest.mark.xfail(strict=True, reason="reports are not signed yet (issue 14 step 2)")
+async def test_retained_fake_heartbeat_creates_no_ghost_cluster(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    ghost = messages.Heartbeat(cluster="ghost", capacity=capacity(cpu="100000", gpu=1000), agent_version="evil")
+    async with attacker(mqtt_url) as evil:
+        await evil.publish(topics.presence("ghost", topic_root), messages.encode(ghost), retain=True)
+    try:
+        async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s) as d:
+            async with attacker(mqtt_url) as evil:  # a live one too, not only the retained copy
+                await evil.publish(topics.presence("ghost", topic_root), messages.encode(ghost), retain=True)
+            await kube.create(PYTORCHJOBS, pytorchjob("wanted"), "default")
+            await eventually(lambda: agent.places(), what="a Place on the genuine cluster")
+            await asyncio.sleep(0.3)
+            assert d.engine is not None and "ghost" not in d.engine.book.heartbeats
+            clusters = {c.name: c for c in await rows(db_url, m.clusters)}
+            assert "ghost" not in clusters or not clusters["ghost"].online
+    finally:
+        async with attacker(mqtt_url) as evil:
+            await evil.publish(topics.presence("ghost", topic_root), b"", retain=True)
+
+
+@pytest.mark.xfail(strict=True, reason="reports are not signed yet (issue 14 step 2)")
+async def test_forged_offline_presence_does_not_lose_a_healthy_cluster(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with FakeAgent("worker-1", mqtt_url, topic_root), running(s) as d:
+        assert d.engine is not None
+        await eventually(lambda: "worker-1" in d.engine.book.heartbeats, what="worker-1 heard")  # type: ignore[union-attr]
+        offline = messages.Heartbeat(cluster="worker-1", online=False, agent_version="evil")
+        async with attacker(mqtt_url) as evil:
+            await evil.publish(topics.presence("worker-1", topic_root), messages.encode(offline), retain=True)
+        await asyncio.sleep(0.5)
+        assert "worker-1" not in d.engine.lost
+        assert d.engine.book.heartbeats["worker-1"].online
