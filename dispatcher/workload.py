@@ -76,6 +76,7 @@ def describe(kind: JobKind, job: Mapping[str, Any], runtime: Mapping[str, Any] |
         "priority": 0, "generation": generation_of(job), "suspended": kind.is_suspended(job),
         "requests": {}, "podsets": [], "excluded": [], "spec_version": 1, "attempt": 0,
         "reason": "", "cluster": None,
+        "labels": {str(k): str(v) for k, v in job_labels.items()},  # for label filters (mkctl, API)
     }
     problems: list[Invalid] = [runtime_problem] if runtime_problem is not None else []
     if not problems:

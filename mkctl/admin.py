@@ -1,31 +1,50 @@
-"""Admin views of the dispatcher's database: ``mkctl placements list|show`` and ``mkctl clusters list``.
+"""Admin views and levers: ``mkctl workloads|placements``, ``mkctl clusters``, ``mkctl events``.
 
-Read-only: each command opens the database named by ``--database-url`` (env ``MKD_DATABASE_URL``,
-else the dispatcher's default), runs one of the dispatcher's query functions in one session, and
-prints the rows with ``-o table|wide|json|yaml``. A cluster's health column is computed here from
-its last heartbeat: ``online``, ``stale`` (no heartbeat for three intervals: the agent may be gone
-without its will being delivered yet) or ``offline`` (will received, or never heard of).
+Reading: each command reads the dispatcher's database named by ``--database-url`` (env
+``MKD_DATABASE_URL``, else the dispatcher's default) or, given ``--server`` (env ``MKD_SERVER``), the
+dispatcher's HTTP API with ``--token`` (env ``MKD_TOKEN``); see :mod:`mkctl.admin_source`. Output is
+``-o table|wide|json|yaml``. Lists are in creation order and take ``--kind``, ``--queue``, ``--label``,
+``--state`` (checked against the one vocabulary of Workload states, any case) and ``-w`` (print the
+list, then one line per change). A cluster's health column is computed from its last heartbeat:
+``online``, ``stale`` (no heartbeat for three intervals) or ``offline``; ``cordoned`` when an admin
+cordoned it. Actions (``clusters cordon|uncordon|drain``, ``workloads requeue|evict|pin``) go
+through the API only: the dispatcher decides, mkctl asks.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
 
+from federation.errors import Invalid
 from mkctl import output
+from mkctl.admin_source import ApiSource, DatabaseSource, Source, as_dict, with_session
 from mkctl.errors import CommandFailed
 from mkctl.output import Column, OutputFormat
-from mkctl.services import DatabaseUrl, await_maybe, database_url_from
+from mkctl.services import DatabaseUrl, database_url_from
 
 Output = Annotated[OutputFormat, typer.Option("-o", "--output", help="table, wide, json or yaml.",
                                               case_sensitive=False)]
+Server = Annotated[str | None, typer.Option(
+    "--server", envvar="MKD_SERVER", show_default=False,
+    help="The dispatcher's API (http://host:port); without it mkctl reads the database directly.")]
+Token = Annotated[str | None, typer.Option(
+    "--token", envvar="MKD_TOKEN", show_default=False,
+    help="Bearer token for --server (a manager-cluster token RBAC allows, or the demo's static token).")]
+Watch = Annotated[bool, typer.Option("-w", "--watch", help="After the list, print one line per change (Ctrl-C stops).")]
+WatchFor = Annotated[float, typer.Option("--watch-for", hidden=True, help="Stop watching after this many seconds.")]
+Kubeconfig = Annotated[str | None, typer.Option(
+    "--kubeconfig", envvar="KUBECONFIG", show_default=False,
+    help="Manager cluster kubeconfig: lets `show` say who manages a Job mkd never claimed.")]
 
 STALE_INTERVALS = 3.0
 """A cluster whose last heartbeat is older than this many heartbeat intervals shows as stale."""
+WATCH_POLL_SECONDS = 1.0
 
 PLACEMENT_COLUMNS = (
     Column("namespace", "namespace"),
@@ -37,6 +56,7 @@ PLACEMENT_COLUMNS = (
     Column("reason", "reason"),
     Column("attempt", "attempt", wide=True),
     Column("epoch", "epoch", wide=True),
+    Column("pinned", "pinned", wide=True),
     Column("uid", "uid", wide=True),
     Column("age", "created_at"),
 )
@@ -60,44 +80,11 @@ EVENT_COLUMNS = (
     Column("at", "at"), Column("type", "type"), Column("cluster", "cluster"), Column("reason", "reason"),
     Column("message", "message"),
 )
-
-
-def as_dict(row: Any) -> dict[str, Any]:
-    """Rows come as SQLAlchemy Rows, mappings, dataclasses or pydantic models; the views want dicts."""
-    if row is None:
-        return {}
-    if isinstance(row, Mapping):
-        return dict(row)
-    if hasattr(row, "_mapping"):
-        return dict(row._mapping)
-    if dataclasses.is_dataclass(row) and not isinstance(row, type):
-        return {f.name: getattr(row, f.name) for f in dataclasses.fields(row)}
-    if hasattr(row, "model_dump"):
-        return dict(row.model_dump())
-    if hasattr(row, "_asdict"):
-        return dict(row._asdict())
-    return dict(vars(row))
-
-
-def with_session(url: str, query: Callable[[Any], Awaitable[Any]]) -> Any:
-    """Open the database, run ``query(session)`` in one read-only transaction, close everything."""
-    from sqlalchemy.ext.asyncio import AsyncSession
-
-    from dispatcher.db import make_engine
-    from federation.errors import Invalid
-
-    async def run() -> Any:
-        try:
-            engine = make_engine(url)
-        except Invalid as exc:  # blame the flag the user typed, not the settings field
-            raise Invalid("--database-url", exc.detail, fix=exc.fix) from None
-        try:
-            async with AsyncSession(engine) as session:
-                return await query(session)
-        finally:
-            await engine.dispose()
-
-    return await_maybe(run())
+ALL_EVENT_COLUMNS = (
+    Column("at", "at"), Column("namespace", "namespace"), Column("job", "name"), Column("type", "type"),
+    Column("cluster", "cluster"), Column("reason", "reason"), Column("message", "message"),
+    Column("kind", "kind", wide=True), Column("id", "id", wide=True),
+)
 
 
 def cluster_health(row: Mapping[str, Any], now: datetime | None = None) -> str:
@@ -114,7 +101,8 @@ def cluster_health(row: Mapping[str, Any], now: datetime | None = None) -> str:
 def cluster_view(row: Mapping[str, Any], now: datetime | None = None) -> dict[str, Any]:
     """A clusters row plus the computed columns: health and the free cpu / GPUs from its capacity."""
     view = dict(row)
-    view["health"] = cluster_health(row, now)
+    health = cluster_health(row, now)
+    view["health"] = f"{health},cordoned" if row.get("cordoned") else health
     capacity = row.get("capacity") or {}
     free = capacity.get("free", {}) if isinstance(capacity, Mapping) else {}
     view["cpu_free"] = free.get("cpu")
@@ -134,129 +122,263 @@ def placement_view(row: Mapping[str, Any]) -> dict[str, Any]:
     return view
 
 
+def source(database_url: str | None, server: str | None, token: str | None,
+           kubeconfig: str | None = None) -> Source:
+    if server:
+        return ApiSource(server, token)
+    return DatabaseSource(database_url_from(database_url), kubeconfig)
+
+
+def workload_filter(*, namespace: str | None = None, kind: str | None = None, queue: str | None = None,
+                    cluster: str | None = None, state: str | None = None, label: str | None = None) -> Any:
+    from dispatcher.db import admin as dbadmin
+
+    return dbadmin.WorkloadFilter(namespace=namespace, kind=dbadmin.parse_kind(kind), queue=queue, cluster=cluster,
+                                  state=dbadmin.parse_state(state), labels=dbadmin.parse_labels(label))
+
+
+# --- watching -----------------------------------------------------------------------------------
+
+
+def _stop_at(watch_for: float) -> float:
+    return time.monotonic() + watch_for if watch_for > 0 else float("inf")
+
+
+def _change_line(view: Mapping[str, Any], columns: Sequence[Column], fmt: OutputFormat) -> str:
+    if fmt in (OutputFormat.json, OutputFormat.yaml):
+        return json.dumps(output.to_jsonable(dict(view)))
+    return output.table([view], columns, wide=fmt is OutputFormat.wide).splitlines()[1]
+
+
+def watch_rows(fetch: Callable[[], list[dict[str, Any]]], key: Callable[[Mapping[str, Any]], Any],
+               seen: dict[Any, Any], columns: Sequence[Column], fmt: OutputFormat, watch_for: float) -> None:
+    """Poll ``fetch`` and print a line for each row that is new or whose shown fields changed."""
+    stop = _stop_at(watch_for)
+    try:
+        while time.monotonic() < stop:
+            time.sleep(min(WATCH_POLL_SECONDS, max(0.0, stop - time.monotonic())))
+            for view in fetch():
+                shown = tuple(output.cell(view.get(c.key)) for c in columns if c.key not in ("created_at", "at"))
+                if seen.get(key(view)) != shown:
+                    seen[key(view)] = shown
+                    typer.echo(_change_line(view, columns, fmt))
+    except KeyboardInterrupt:
+        return
+
+
 # --- commands -----------------------------------------------------------------------------------
 
-placements_app = typer.Typer(help="Workloads and their placements, from the dispatcher's database.",
+workloads_app = typer.Typer(help="Workloads and their placements: list, show, requeue, evict, pin.",
+                            no_args_is_help=True)
+placements_app = typer.Typer(help="Workloads and their placements (same as `mkctl workloads`).",
                              no_args_is_help=True)
-clusters_app = typer.Typer(help="Worker clusters as their agents' heartbeats describe them.",
+clusters_app = typer.Typer(help="Worker clusters as their agents' heartbeats describe them; cordon, drain.",
                            no_args_is_help=True)
 
 
-def _queries() -> Any:
-    from dispatcher.db import queries
-
-    return queries
-
-
-async def workloads_with_placement(session: Any, *, namespace: str | None = None, state: str | None = None,
-                                   cluster: str | None = None, limit: int = 5000) -> list[Any]:
-    """Every Workload (pending ones too) with its current placement attempt, newest first.
-
-    The dispatcher's ``list_placements`` lists placement attempts only; the admin view also needs the
-    Workloads that were never placed (pending, invalid), hence this outer join. Never commits.
-    """
-    import sqlalchemy as sa
-
-    from dispatcher.db.models import placements, workloads
-
-    current = sa.and_(placements.c.workload_uid == workloads.c.uid, placements.c.attempt == workloads.c.attempt)
-    stmt = (sa.select(workloads.c.uid, workloads.c.namespace, workloads.c.name, workloads.c.kind,
-                      workloads.c.queue, workloads.c.priority, workloads.c.state, workloads.c.attempt,
-                      sa.func.coalesce(placements.c.cluster, workloads.c.cluster).label("cluster"),
-                      sa.case((workloads.c.reason != "", workloads.c.reason), else_=placements.c.reason
-                              ).label("reason"),
-                      placements.c.state.label("placement_state"), placements.c.epoch,
-                      workloads.c.created_at, placements.c.accepted_at, placements.c.finished_at)
-            .select_from(workloads.outerjoin(placements, current))
-            .order_by(workloads.c.created_at.desc(), workloads.c.uid).limit(limit))
-    if namespace:
-        stmt = stmt.where(workloads.c.namespace == namespace)
-    if state:
-        stmt = stmt.where(workloads.c.state == state)
-    if cluster:
-        stmt = stmt.where(sa.func.coalesce(placements.c.cluster, workloads.c.cluster) == cluster)
-    return list(await session.execute(stmt))
-
-
-async def running_per_cluster(session: Any) -> dict[str, int]:
-    """Placements holding a cluster now (accepted or running), per cluster. Never commits."""
-    import sqlalchemy as sa
-
-    from dispatcher.db.models import placements
-
-    result = await session.execute(
-        sa.select(placements.c.cluster, sa.func.count()).where(placements.c.state.in_(("accepted", "running")))
-        .group_by(placements.c.cluster))
-    return {str(r[0]): int(r[1]) for r in result}
-
-
-@placements_app.command("list")
-def placements_list(
+def list_workloads(
     database_url: DatabaseUrl = None,
     output_format: Output = OutputFormat.table,
     namespace: Annotated[str | None, typer.Option("-n", "--namespace", help="Only this namespace.")] = None,
-    state: Annotated[str | None, typer.Option("--state", help="Only workloads in this state.")] = None,
+    state: Annotated[str | None, typer.Option(
+        "--state", help="Only workloads in this state: pending, placed, running, finished, failed, rejected, "
+        "deleted (any case).")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", help="Only workloads placed on this cluster.")] = None,
+    kind: Annotated[str | None, typer.Option("--kind", help="Only this job kind (PyTorchJob, JobSet, ...).")] = None,
+    queue: Annotated[str | None, typer.Option("--queue", help="Only this queue (kueue.x-k8s.io/queue-name).")] = None,
+    label: Annotated[str | None, typer.Option("-l", "--label", help="Only Jobs with these labels: key=value[,...].")
+                     ] = None,
+    watch: Watch = False,
+    watch_for: WatchFor = 0.0,
+    server: Server = None,
+    token: Token = None,
 ) -> None:
-    """List workloads with their current placement: job, kind, queue, cluster, state, reason, age."""
-    rows = with_session(database_url_from(database_url), lambda s: workloads_with_placement(
-        s, namespace=namespace, state=state, cluster=cluster))
-    views = [placement_view(as_dict(r)) for r in rows]
+    """List workloads with their current placement, oldest first: job, kind, queue, cluster, state, reason."""
+    f = workload_filter(namespace=namespace, kind=kind, queue=queue, cluster=cluster, state=state, label=label)
+    src = source(database_url, server, token)
+
+    def fetch() -> list[dict[str, Any]]:
+        return [placement_view(r) for r in src.workloads(f)]
+
+    views = fetch()
     typer.echo(output.render(views, PLACEMENT_COLUMNS, output_format, kind="PlacementList"))
+    if watch:
+        seen = {v["uid"]: tuple(output.cell(v.get(c.key)) for c in PLACEMENT_COLUMNS if c.key != "created_at")
+                for v in views}
+        watch_rows(fetch, lambda v: v["uid"], seen, PLACEMENT_COLUMNS, output_format, watch_for)
 
 
-@placements_app.command("show")
-def placements_show(
+def show_workload(
     job: Annotated[str, typer.Argument(help="NAMESPACE/NAME, NAME (namespace default) or the workload uid.")],
     database_url: DatabaseUrl = None,
     output_format: Output = OutputFormat.table,
+    server: Server = None,
+    token: Token = None,
+    kubeconfig: Kubeconfig = None,
 ) -> None:
     """Show one workload: its spec summary, every placement attempt and its history of events."""
-    queries = _queries()
-
-    async def query(session: Any) -> Any:
-        found = await queries.show_workload(session, job)
-        if found is None and "/" not in job:
-            found = await queries.show_workload(session, f"default/{job}")
-        return found
-
-    found = with_session(database_url_from(database_url), query)
-    if not found:
-        raise CommandFailed(f"job: no workload {job!r} in the dispatcher's database; "
-                            "`mkctl placements list` shows the known ones")
-    workload = as_dict(found.workload)
-    history = [as_dict(p) for p in found.placements]
-    events = [as_dict(e) for e in found.events]
-    whole = {**workload, "placements": history, "events": events}
+    src = source(database_url, server, token, kubeconfig)
+    whole = src.workload(job)
+    if not whole:
+        namespace, _, name = job.rpartition("/")
+        why = src.unclaimed(namespace or "default", name)
+        if why:
+            raise CommandFailed(f"job: no workload {job!r}: {why}")
+        hint = ("" if server or kubeconfig else
+                "; pass --kubeconfig (the manager cluster) or --server to see who manages a Job mkd never claimed")
+        raise CommandFailed(f"job: no workload {job!r} in the dispatcher's database (mkd claims only Jobs whose "
+                            f"managedBy is kueue.x-k8s.io/multikueue); `mkctl workloads list` shows the known "
+                            f"ones{hint}")
+    history = [dict(p) for p in whole.get("placements", [])]
+    events = [dict(e) for e in whole.get("events", [])]
     typer.echo(output.render_one(whole, output_format, sections=[
         ("Placements", history, PLACEMENT_HISTORY_COLUMNS), ("Events", events, EVENT_COLUMNS)]))
+
+
+for _app in (workloads_app, placements_app):
+    _app.command("list")(list_workloads)
+    _app.command("show")(show_workload)
+
+
+def _act(server: str | None, token: str | None, path: str, body: Mapping[str, Any] | None = None) -> None:
+    result = source(None, server, token).action(path, body)
+    typer.echo(str(result.get("message") or result))
+
+
+def _ref_path(job: str) -> str:
+    namespace, _, name = job.rpartition("/")
+    if not name:
+        raise Invalid("job", f"{job!r} names no Job", fix="write NAMESPACE/NAME or NAME (namespace default)")
+    return f"/workloads/{namespace or 'default'}/{name}"
+
+
+@workloads_app.command("requeue")
+def workloads_requeue(
+    job: Annotated[str, typer.Argument(help="NAMESPACE/NAME or NAME (namespace default).")],
+    server: Server = None, token: Token = None,
+) -> None:
+    """Take a Workload off its cluster (the worker copy is deleted) and place it again."""
+    _act(server, token, _ref_path(job) + "/requeue")
+
+
+@workloads_app.command("evict")
+def workloads_evict(
+    job: Annotated[str, typer.Argument(help="NAMESPACE/NAME or NAME (namespace default).")],
+    server: Server = None, token: Token = None,
+) -> None:
+    """Take a Workload off its cluster and keep it pending (suspended) until it is requeued."""
+    _act(server, token, _ref_path(job) + "/evict")
+
+
+@workloads_app.command("pin")
+def workloads_pin(
+    job: Annotated[str, typer.Argument(help="NAMESPACE/NAME or NAME (namespace default).")],
+    cluster: Annotated[str | None, typer.Argument(help="Cluster to run on; omit with --clear to unpin.")] = None,
+    clear: Annotated[bool, typer.Option("--clear", help="Remove the pin.")] = False,
+    server: Server = None, token: Token = None,
+) -> None:
+    """Pin a Workload to one cluster (it moves there when it is next placed; requeue to move it now)."""
+    if not cluster and not clear:
+        raise Invalid("cluster", "missing", fix="name the cluster to pin to, or pass --clear to unpin")
+    _act(server, token, _ref_path(job) + "/pin", {"cluster": None if clear else cluster})
 
 
 @clusters_app.command("list")
 def clusters_list(
     database_url: DatabaseUrl = None,
     output_format: Output = OutputFormat.table,
+    server: Server = None,
+    token: Token = None,
 ) -> None:
-    """List worker clusters: health from the last heartbeat, running workloads, free capacity."""
-    queries = _queries()
-
-    async def query(session: Any) -> tuple[list[Any], dict[str, int]]:
-        return list(await queries.list_clusters(session)), await running_per_cluster(session)
-
+    """List worker clusters: health from the last heartbeat, cordon, running workloads, free capacity."""
     now = datetime.now(UTC)
-    rows, running = with_session(database_url_from(database_url), query)
-    views = []
-    for r in rows:
-        view = cluster_view(as_dict(r), now)
-        view["running"] = running.get(view["name"], 0)
-        views.append(view)
+    views = [cluster_view(r, now) for r in source(database_url, server, token).clusters()]
     typer.echo(output.render(views, CLUSTER_COLUMNS, output_format, kind="ClusterList",
                              empty="No clusters have sent a heartbeat yet."))
 
 
+@clusters_app.command("cordon")
+def clusters_cordon(cluster: Annotated[str, typer.Argument(help="Cluster name.")], server: Server = None,
+                    token: Token = None) -> None:
+    """No new placements on the cluster; what runs there keeps running."""
+    _act(server, token, f"/clusters/{cluster}/cordon")
+
+
+@clusters_app.command("uncordon")
+def clusters_uncordon(cluster: Annotated[str, typer.Argument(help="Cluster name.")], server: Server = None,
+                      token: Token = None) -> None:
+    """Allow placements on the cluster again."""
+    _act(server, token, f"/clusters/{cluster}/uncordon")
+
+
+@clusters_app.command("drain")
+def clusters_drain(cluster: Annotated[str, typer.Argument(help="Cluster name.")], server: Server = None,
+                   token: Token = None) -> None:
+    """Cordon the cluster and move every Workload placed there elsewhere (Delete there, placed again)."""
+    _act(server, token, f"/clusters/{cluster}/drain")
+
+
+def events(
+    database_url: DatabaseUrl = None,
+    output_format: Output = OutputFormat.table,
+    job: Annotated[str | None, typer.Option("--for", help="Only this Workload (NAMESPACE/NAME, NAME or uid).")
+                   ] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Only events on this cluster.")] = None,
+    type_: Annotated[str | None, typer.Option("--type", help="Only this event type (placed, requeued, ...).")
+                     ] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, help="At most this many (the newest).")] = 500,
+    watch: Watch = False,
+    watch_for: WatchFor = 0.0,
+    server: Server = None,
+    token: Token = None,
+) -> None:
+    """The history of every Workload and Cluster, oldest first (claimed, placed, requeued, cluster_lost, ...)."""
+    if type_:
+        from dispatcher.db.models import EVENT_TYPES
+
+        if type_ not in EVENT_TYPES:
+            raise Invalid("--type", f"{type_!r} is not an event type", fix=f"use one of: {', '.join(EVENT_TYPES)}")
+    src = source(database_url, server, token)
+    rows = src.events(ref=job, cluster=cluster, type_=type_, limit=limit)
+    typer.echo(output.render(rows, ALL_EVENT_COLUMNS, output_format, kind="EventList", empty="No events."))
+    if not watch:
+        return
+    last = max((int(r["id"]) for r in rows), default=0)
+    stop = _stop_at(watch_for)
+    try:
+        while time.monotonic() < stop:
+            time.sleep(min(WATCH_POLL_SECONDS, max(0.0, stop - time.monotonic())))
+            for row in src.events(ref=job, cluster=cluster, type_=type_, after_id=last, limit=limit):
+                last = max(last, int(row["id"]))
+                typer.echo(_change_line(row, ALL_EVENT_COLUMNS, output_format))
+    except KeyboardInterrupt:
+        return
+
+
 def register(app: typer.Typer) -> None:
+    app.add_typer(workloads_app, name="workloads")
     app.add_typer(placements_app, name="placements")
     app.add_typer(clusters_app, name="clusters")
+    app.command("events")(events)
 
 
-__all__: Sequence[str] = ("cluster_health", "cluster_view", "placement_view", "register")
+def mkctl_command() -> str:
+    """How to run mkctl as the user can type it now: ``mkctl`` when it is on PATH, else its path."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    on_path = shutil.which("mkctl")
+    beside = Path(sys.executable).parent / "mkctl"
+    if on_path and (not beside.exists() or Path(on_path).resolve() == beside.resolve()):
+        return "mkctl"
+    if beside.exists():
+        try:
+            return str(beside.relative_to(Path.cwd()))
+        except ValueError:
+            return str(beside)
+    return f"{sys.executable} -m mkctl.main"
+
+
+__all__: Sequence[str] = ("as_dict", "cluster_health", "cluster_view", "mkctl_command", "placement_view",
+                          "register", "with_session")

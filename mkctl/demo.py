@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import shlex
 import shutil
 import sys
 import time
@@ -31,6 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from mkctl import jobs as samples_mod
+from mkctl.admin import mkctl_command
 from mkctl.errors import EXIT_UNFINISHED, CommandFailed
 from mkctl.jobs import Examples, Observation, Sample
 from mkctl.output import Column, duration, table
@@ -304,11 +306,9 @@ def summary(console: Console, top: Topology, progress: Progress, opts: DemoOptio
             console.print(f"  {sample.key} stays pending: {obs.reason}", markup=False)
         elif sample.expect == "Untouched" and obs.state == "Untouched":
             console.print(f"  {sample.key} was left alone ({obs.reason})", markup=False)
-    url = top.database_url
     console.print("\ninspect it with:")
-    for cmd in ("placements list", "placements list -o wide", f"placements show {progress.samples[0].key}",
-                "clusters list"):
-        console.print(f"  mkctl {cmd} --database-url '{url}'", markup=False, highlight=False)
+    for cmd in inspect_hints(top.database_url, progress.samples[0].key):
+        console.print(f"  {cmd}", markup=False, highlight=False)
     if not opts.keep_running:
         console.print("  (rerun with --keep-running to keep the clusters up and point kubectl at them)",
                       markup=False)
@@ -316,6 +316,16 @@ def summary(console: Console, top: Topology, progress: Progress, opts: DemoOptio
         console.print(f"\n[red]{len(problems)} job(s) did not reach their expected end:[/]")
         for p in problems:
             console.print(f"  {p}", markup=False)
+
+
+def inspect_hints(database_url: str, job: str) -> list[str]:
+    """The commands the demo suggests, spelled so they run as printed from where the demo ran
+    (``.venv/bin/mkctl`` after ``make demo``, which puts nothing on PATH)."""
+    mkctl = mkctl_command()
+    where = f"--database-url {shlex.quote(database_url)}"
+    return [f"{mkctl} {cmd} {where}" for cmd in (
+        "workloads list", "workloads list -o wide", "workloads list --state pending", f"workloads show {job}",
+        "clusters list", "events")]
 
 
 async def keep_running(console: Console, top: Topology) -> None:

@@ -76,6 +76,7 @@ clusters = sa.Table(
     sa.Column("last_heartbeat", UtcDateTime(), nullable=True),
     sa.Column("lost_since", UtcDateTime(), nullable=True),
     sa.Column("updated_at", UtcDateTime(), nullable=False),
+    sa.Column("cordoned", sa.Boolean(), nullable=False, server_default=sa.false()),
 )
 
 workloads = sa.Table(
@@ -99,6 +100,8 @@ workloads = sa.Table(
     sa.Column("excluded", sa.JSON(), nullable=False),
     sa.Column("created_at", UtcDateTime(), nullable=False),
     sa.Column("updated_at", UtcDateTime(), nullable=False),
+    sa.Column("labels", sa.JSON(), nullable=False, server_default="{}"),
+    sa.Column("pinned", sa.String(63), nullable=True),
     sa.Index(None, "state", "priority", "created_at"),
     sa.Index(None, "namespace", "name"),
 )

@@ -79,7 +79,7 @@ _CLAIM_COLUMNS: tuple[tuple[str, str], ...] = (
     ("api_version", "VARCHAR"), ("queue", "VARCHAR"), ("priority", "INTEGER"), ("state", "VARCHAR"),
     ("reason", "TEXT"), ("spec_version", "INTEGER"), ("generation", "BIGINT"), ("suspended", "BOOLEAN"),
     ("requests", "JSON"), ("podsets", "JSON"), ("attempt", "INTEGER"), ("cluster", "VARCHAR"),
-    ("excluded", "JSON"), ("created_at", "TIMESTAMPTZ"), ("updated_at", "TIMESTAMPTZ"),
+    ("excluded", "JSON"), ("created_at", "TIMESTAMPTZ"), ("updated_at", "TIMESTAMPTZ"), ("labels", "JSON"),
 )
 _CLAIM_PG = sa.text(
     "INSERT INTO workloads (" + ", ".join(c for c, _ in _CLAIM_COLUMNS) + ") SELECT "
