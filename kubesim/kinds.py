@@ -431,6 +431,8 @@ def apply_kind_rules(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] 
     elif key == "customresourcedefinitions.apiextensions.k8s.io":
         causes += prepare_crd(obj)
     elif key == "namespaces":
+        # The namespace lifecycle always sets this label (namespaceSelectors rely on it).
+        meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = meta.get("name", "")
         obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         if old is None:
             obj["status"] = {"phase": "Active"}

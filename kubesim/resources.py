@@ -70,13 +70,24 @@ BUILTINS: list[ResourceType] = [
     ResourceType("jobs", "job", "Job", "batch", ["v1"], True, ("status",), (), ("all",), generation=True),
     ResourceType("leases", "lease", "Lease", "coordination.k8s.io", ["v1"], True),
     ResourceType("events", "event", "Event", "events.k8s.io", ["v1"], True, (), ("ev",), name_rule="path"),
+    ResourceType("validatingadmissionpolicies", "validatingadmissionpolicy", "ValidatingAdmissionPolicy",
+                 "admissionregistration.k8s.io", ["v1"], False, ("status",), (), ("api-extensions",),
+                 generation=True),
+    ResourceType("validatingadmissionpolicybindings", "validatingadmissionpolicybinding",
+                 "ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io", ["v1"], False, (), (),
+                 ("api-extensions",), generation=True),
+    ResourceType("mutatingwebhookconfigurations", "mutatingwebhookconfiguration", "MutatingWebhookConfiguration",
+                 "admissionregistration.k8s.io", ["v1"], False, (), (), ("api-extensions",), generation=True),
+    ResourceType("validatingwebhookconfigurations", "validatingwebhookconfiguration",
+                 "ValidatingWebhookConfiguration", "admissionregistration.k8s.io", ["v1"], False, (), (),
+                 ("api-extensions",), generation=True),
     ResourceType("customresourcedefinitions", "customresourcedefinition", "CustomResourceDefinition",
                  "apiextensions.k8s.io", ["v1"], False, ("status",), ("crd", "crds"), ("api-extensions",),
                  name_rule="crd", generation=True),
 ]
 
 # The order /apis lists groups in (the legacy core group is served at /api).
-GROUP_ORDER = ["apiextensions.k8s.io", "batch", "coordination.k8s.io", "events.k8s.io"]
+GROUP_ORDER = ["admissionregistration.k8s.io", "apiextensions.k8s.io", "batch", "coordination.k8s.io", "events.k8s.io"]
 
 
 class Catalogue:

@@ -23,6 +23,7 @@ import orjson
 
 from kubesim import apply as ssa
 from kubesim import kinds
+from kubesim.admission import Admission
 from kubesim.deletion import DeletionMixin
 from kubesim.errors import ApiError, already_exists, conflict, invalid, not_found
 from kubesim.patch import json_patch, merge_patch, strategic_merge
@@ -53,6 +54,7 @@ class Store(DeletionMixin):
         self.rng = random.Random(spec.seed)
         self._names = random.Random(f"{spec.seed}/{spec.name}/names")
         self.catalogue = Catalogue()
+        self.admission = Admission(self)
         self._objs: dict[str, dict[str, dict[str, Rec]]] = {}
         self._uids: dict[str, tuple[str, str, str]] = {}
         self._deps: dict[str, set[tuple[str, str, str]]] = {}
@@ -263,6 +265,7 @@ class Store(DeletionMixin):
         if rt.key == RAW_CRD:
             obj.pop("status", None)
         kinds.apply_kind_rules(rt, obj, None, self.alloc_ip)
+        self.admission.validate(rt, "CREATE", obj, None, None, dry_run)
         if dry_run:
             obj["metadata"]["resourceVersion"] = ""
             return Rec(orjson.dumps(obj), ns, name, 0, meta["uid"], None, ())
@@ -363,6 +366,7 @@ class Store(DeletionMixin):
             if rt.generation and _spec_part(new) != _spec_part(old):
                 nmeta["generation"] = int(ometa.get("generation") or 1) + 1
         new["metadata"]["resourceVersion"] = ometa.get("resourceVersion")
+        self.admission.validate(rt, "UPDATE", new, old, subresource, dry_run)
         if new == old:
             return rec  # a no-op write keeps the version and sends no event, like etcd3's GuaranteedUpdate
         if dry_run:

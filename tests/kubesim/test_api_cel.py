@@ -1,0 +1,484 @@
+"""CEL on the API server: CRD ``x-kubernetes-validations`` and ValidatingAdmissionPolicy (+ Binding).
+
+Driven through the official client. The expected Status bodies are the ones a real kube-apiserver writes:
+CRD rules are field errors in a 422 Invalid (``<path>: Invalid value: "<schema type>": <message>``);
+a policy denial is ``<resource> "<name>" is forbidden: ValidatingAdmissionPolicy '<p>' with binding '<b>'
+denied request: <message>`` with the validation's reason (default Invalid, 422).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import shutil
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from federation.kinds.crds import load_crds
+from kubesim.testing import eventually, status_of
+
+pytestmark = pytest.mark.realcluster
+
+REPO = Path(__file__).resolve().parents[2]
+GIZMO_GROUP = "cel.kubesim.mkd.dev"
+MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+JSON_PATCH = "application/json-patch+json"
+
+
+def _install_crd(ext: client.ApiextensionsV1Api, body: dict[str, Any]) -> None:
+    try:
+        ext.create_custom_resource_definition(body)
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+    name = body["metadata"]["name"]
+
+    def established() -> bool:
+        crd = ext.read_custom_resource_definition(name)
+        return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
+
+    eventually(established, what=f"CRD {name} Established")
+
+
+@pytest.fixture(scope="module")
+def mkd_crds(api: client.ApiClient) -> None:
+    ext = client.ApiextensionsV1Api(api)
+    for crd in load_crds():
+        if crd["metadata"]["name"] in ("pytorchjobs.kubeflow.org", "trainjobs.trainer.kubeflow.org",
+                                       "jobsets.jobset.x-k8s.io"):
+            _install_crd(ext, crd)
+
+
+def _gizmo_schema() -> dict[str, Any]:
+    """Rules with the same expressions as the upstream Kubeflow trainer / JobSet CRDs and mkd's own."""
+    return {"type": "object", "properties": {
+        "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
+        "spec": {
+            "type": "object",
+            "x-kubernetes-validations": [
+                {"rule": "[has(self.torch), has(self.mpi), has(self.jax)].filter(x, x).size() <= 1",
+                 "message": "Only one of the policy can be configured"},
+                {"rule": "!(has(self.numNodes) && (has(self.torch) && has(self.torch.elasticPolicy)))",
+                 "message": "numNodes should not be set if torch.elasticPolicy is configured"},
+                {"rule": "double(self.min) < double(self.max)", "message": "min must be strictly less than max",
+                 "fieldPath": ".min"},
+                {"rule": "self.replicas <= 8",
+                 "messageExpression": "'replicas is ' + string(self.replicas) + ', at most 8 allowed'"},
+                {"rule": "!has(self.forbidden)", "message": "forbidden may not be set", "reason": "FieldValueForbidden"},
+            ],
+            "properties": {
+                "numNodes": {"type": "integer"},
+                "replicas": {"type": "integer"},
+                "min": {"type": "string"}, "max": {"type": "string"},
+                "forbidden": {"type": "string"},
+                "torch": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                "mpi": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                "jax": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                "numProcPerNode": {"x-kubernetes-int-or-string": True, "x-kubernetes-validations": [
+                    {"rule": "self > 0 || self in ['auto', 'cpu', 'gpu']",
+                     "message": "NumProcPerNode must be equal to auto, cpu, gpu, or int value"}]},
+                "order": {"type": "array", "items": {"type": "integer"},
+                          "x-kubernetes-validations": [{"rule": "self.isSorted()", "message": "order must be sorted"}]},
+                "runtimeRef": {"type": "object", "properties": {"name": {"type": "string"}},
+                               "x-kubernetes-validations": [{"rule": "self == oldSelf",
+                                                             "message": "runtimeRef is immutable"}]},
+                "containers": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                               "items": {"type": "object", "properties": {
+                                   "name": {"type": "string"},
+                                   "image": {"type": "string", "x-kubernetes-validations": [
+                                       {"rule": "self == oldSelf", "message": "image is immutable"}]}}}},
+                "label": {"type": "string", "x-kubernetes-validations": [
+                    {"rule": "self.lowerAscii() == self && self.split('-').size() <= 3"}]},
+            }},
+    }, "x-kubernetes-validations": [
+        {"rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
+         "message": "metadata.name must match RFC 1035 DNS label format"}]}
+
+
+@pytest.fixture(scope="module")
+def gizmos(api: client.ApiClient) -> Iterator[str]:
+    ext = client.ApiextensionsV1Api(api)
+    body = {"metadata": {"name": f"gizmos.{GIZMO_GROUP}"}, "spec": {
+        "group": GIZMO_GROUP, "scope": "Namespaced",
+        "names": {"plural": "gizmos", "singular": "gizmo", "kind": "Gizmo"},
+        "versions": [{"name": "v1", "served": True, "storage": True,
+                      "schema": {"openAPIV3Schema": _gizmo_schema()}}]}}
+    _install_crd(ext, body)
+    yield GIZMO_GROUP
+    with contextlib.suppress(client.ApiException):
+        ext.delete_custom_resource_definition(f"gizmos.{GIZMO_GROUP}")
+
+
+def gizmo(name: str, **spec: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {"min": "0.1", "max": "0.5", "replicas": 1}
+    base.update(spec)
+    return {"apiVersion": f"{GIZMO_GROUP}/v1", "kind": "Gizmo", "metadata": {"name": name}, "spec": base}
+
+
+def refused(fn: Any, *args: Any, **kw: Any) -> dict[str, Any]:
+    with pytest.raises(client.ApiException) as ei:
+        fn(*args, **kw)
+    return status_of(ei.value)
+
+
+def pytorchjob(name: str, managed_by: str | None = MULTIKUEUE) -> dict[str, Any]:
+    run_policy: dict[str, Any] = {"suspend": True}
+    if managed_by is not None:
+        run_policy["managedBy"] = managed_by
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name},
+            "spec": {"runPolicy": run_policy, "pytorchReplicaSpecs": {"Master": {"replicas": 1}}}}
+
+
+# ---------------------------------------------------------------------------------------- CRD rules
+
+
+def test_changing_managedby_on_a_claimed_job_is_refused_by_the_crd_rule(api: client.ApiClient, mkd_crds: None,
+                                                                       ns: str) -> None:
+    co = client.CustomObjectsApi(api)
+    co.create_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", pytorchjob("claimed"))
+    st = refused(co.patch_namespaced_custom_object, "kubeflow.org", "v1", ns, "pytorchjobs", "claimed",
+                 {"spec": {"runPolicy": {"managedBy": "kubeflow.org/training-operator"}}})
+    assert st["code"] == 422 and st["reason"] == "Invalid"
+    assert st["message"] == ('PyTorchJob.kubeflow.org "claimed" is invalid: spec.runPolicy.managedBy: '
+                             'Invalid value: "string": managedBy is immutable')
+    assert st["details"]["causes"] == [{"reason": "FieldValueInvalid", "field": "spec.runPolicy.managedBy",
+                                        "message": 'Invalid value: "string": managedBy is immutable'}]
+    assert st["details"]["group"] == "kubeflow.org" and st["details"]["kind"] == "PyTorchJob"
+    # An update that leaves managedBy alone passes the transition rule.
+    got = co.patch_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", "claimed",
+                                            {"metadata": {"labels": {"a": "b"}}})
+    assert got["spec"]["runPolicy"]["managedBy"] == MULTIKUEUE
+    # TrainJob: the rule sits on spec.managedBy.
+    tj = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "tj"},
+          "spec": {"managedBy": MULTIKUEUE, "runtimeRef": {"name": "torch"}}}
+    co.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", tj)
+    st = refused(co.patch_namespaced_custom_object, "trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", "tj",
+                 {"spec": {"managedBy": "trainer.kubeflow.org/trainjob-controller"}})
+    assert st["code"] == 422 and st["details"]["causes"][0]["field"] == "spec.managedBy"
+
+
+def test_transition_rule_needs_an_old_value(api: client.ApiClient, mkd_crds: None, ns: str) -> None:
+    """``self == oldSelf`` only runs when both values exist: setting or removing managedBy passes the rule."""
+    co = client.CustomObjectsApi(api)
+    co.create_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", pytorchjob("unset", None))
+    got = co.patch_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", "unset",
+                                            {"spec": {"runPolicy": {"managedBy": MULTIKUEUE}}})
+    assert got["spec"]["runPolicy"]["managedBy"] == MULTIKUEUE
+    # Status writes validate the whole object with the old one: an unchanged managedBy passes.
+    co.patch_namespaced_custom_object_status("kubeflow.org", "v1", ns, "pytorchjobs", "unset",
+                                             {"status": {"conditions": [{"type": "Created", "status": "True"}]}})
+
+
+def test_crd_rules_from_upstream_expressions(api: client.ApiClient, gizmos: str, ns: str) -> None:
+    co = client.CustomObjectsApi(api)
+    ok = co.create_namespaced_custom_object(gizmos, "v1", ns, "gizmos", gizmo(
+        "ok", torch={"x": 1}, numProcPerNode="auto", order=[1, 2, 3], label="a-b"))
+    assert ok["spec"]["numProcPerNode"] == "auto"
+    co.create_namespaced_custom_object(gizmos, "v1", ns, "gizmos", gizmo("ok2", numProcPerNode=4))
+
+    st = refused(co.create_namespaced_custom_object, gizmos, "v1", ns, "gizmos", gizmo(
+        "bad", torch={"elasticPolicy": {}}, mpi={}, numNodes=2, min="0.9", max="0.5", replicas=9,
+        forbidden="x", order=[3, 1], label="A"))
+    assert st["code"] == 422 and st["reason"] == "Invalid"
+    # The spec's own rules come first, in order; the real server walks properties in map order (random).
+    causes = st["details"]["causes"]
+    assert causes[:5] == [
+        {"reason": "FieldValueInvalid", "field": "spec",
+         "message": 'Invalid value: "object": Only one of the policy can be configured'},
+        {"reason": "FieldValueInvalid", "field": "spec",
+         "message": 'Invalid value: "object": numNodes should not be set if torch.elasticPolicy is configured'},
+        {"reason": "FieldValueInvalid", "field": "spec.min",
+         "message": 'Invalid value: "object": min must be strictly less than max'},
+        {"reason": "FieldValueInvalid", "field": "spec",
+         "message": 'Invalid value: "object": replicas is 9, at most 8 allowed'},
+        {"reason": "FieldValueForbidden", "field": "spec", "message": "Forbidden: forbidden may not be set"},
+    ]
+    assert sorted(causes[5:], key=lambda c: c["field"]) == [
+        {"reason": "FieldValueInvalid", "field": "spec.label",
+         "message": "Invalid value: \"string\": failed rule: self.lowerAscii() == self && "
+                    "self.split('-').size() <= 3"},
+        {"reason": "FieldValueInvalid", "field": "spec.order",
+         "message": 'Invalid value: "array": order must be sorted'},
+    ]
+    assert st["message"].startswith('Gizmo.cel.kubesim.mkd.dev "bad" is invalid: [spec: Invalid value: "object": '
+                                    "Only one of the policy can be configured, ")
+
+    st = refused(co.create_namespaced_custom_object, gizmos, "v1", ns, "gizmos", gizmo("9gizmo"))
+    assert st["details"]["causes"] == [
+        {"reason": "FieldValueInvalid", "field": "<nil>",
+         "message": 'Invalid value: "object": metadata.name must match RFC 1035 DNS label format'}]
+
+    # int-or-string: a string that is no keyword makes `self > 0` fail to find an overload, so the rule errors.
+    st = refused(co.create_namespaced_custom_object, gizmos, "v1", ns, "gizmos", gizmo("ips", numProcPerNode="x"))
+    (c,) = st["details"]["causes"]
+    assert c["field"] == "spec.numProcPerNode"
+    assert "no such overload" in c["message"]
+    assert c["message"].endswith("NumProcPerNode must be equal to auto, cpu, gpu, or int value")
+
+
+def test_crd_transition_rules_and_ratcheting(api: client.ApiClient, gizmos: str, ns: str) -> None:
+    co = client.CustomObjectsApi(api)
+    co.create_namespaced_custom_object(gizmos, "v1", ns, "gizmos", gizmo(
+        "t", runtimeRef={"name": "torch"}, containers=[{"name": "a", "image": "x:1"}, {"name": "b", "image": "y:1"}]))
+    st = refused(co.patch_namespaced_custom_object, gizmos, "v1", ns, "gizmos", "t",
+                 {"spec": {"runtimeRef": {"name": "jax"}}})
+    assert st["details"]["causes"] == [{"reason": "FieldValueInvalid", "field": "spec.runtimeRef",
+                                        "message": 'Invalid value: "object": runtimeRef is immutable'}]
+    # Map lists correlate by key: b's image changes (refused); a new item c has no old value (allowed).
+    st = refused(co.patch_namespaced_custom_object, gizmos, "v1", ns, "gizmos", "t",
+                 {"spec": {"containers": [{"name": "b", "image": "y:2"}, {"name": "a", "image": "x:1"}]}})
+    assert st["details"]["causes"] == [{"reason": "FieldValueInvalid", "field": "spec.containers[0].image",
+                                        "message": 'Invalid value: "string": image is immutable'}]
+    got = co.patch_namespaced_custom_object(gizmos, "v1", ns, "gizmos", "t", {"spec": {"containers": [
+        {"name": "a", "image": "x:1"}, {"name": "b", "image": "y:1"}, {"name": "c", "image": "z:1"}]}})
+    assert len(got["spec"]["containers"]) == 3
+
+
+# ---------------------------------------------------------------------------------------- policies
+
+
+def _admission_docs() -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    for f in sorted((REPO / "deploy" / "admission").glob("*.yaml")):
+        docs += [d for d in yaml.safe_load_all(f.read_text()) if d]
+    return docs
+
+
+def _apply_admission(api: client.ApiClient, kubeconfig: Path) -> str:
+    """``kubectl apply -f deploy/admission/`` when kubectl is installed, else the same objects by the client."""
+    kubectl = shutil.which("kubectl")
+    if kubectl:
+        out = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "apply", "-f", str(REPO / "deploy" / "admission")],
+                             capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout
+    ar = client.AdmissionregistrationV1Api(api)
+    for d in _admission_docs():
+        if d["kind"] == "ValidatingAdmissionPolicy":
+            ar.create_validating_admission_policy(d)
+        else:
+            ar.create_validating_admission_policy_binding(d)
+    return ""
+
+
+def _delete_admission(api: client.ApiClient) -> None:
+    ar = client.AdmissionregistrationV1Api(api)
+    for d in _admission_docs():
+        with contextlib.suppress(client.ApiException):
+            if d["kind"] == "ValidatingAdmissionPolicy":
+                ar.delete_validating_admission_policy(d["metadata"]["name"])
+            else:
+                ar.delete_validating_admission_policy_binding(d["metadata"]["name"])
+
+
+@pytest.fixture(scope="module")
+def mkd_policies(api: client.ApiClient, kubeconfig: Path, mkd_crds: None) -> Iterator[str]:
+    out = _apply_admission(api, kubeconfig)
+    yield out
+    _delete_admission(api)
+
+
+def test_kubectl_apply_deploy_admission(api: client.ApiClient, mkd_policies: str) -> None:
+    ar = client.AdmissionregistrationV1Api(api)
+    if shutil.which("kubectl"):
+        assert "validatingadmissionpolicy.admissionregistration.k8s.io/mkd-managedby-immutable-spec created" \
+            in mkd_policies
+    pol = ar.read_validating_admission_policy("mkd-managedby-immutable-spec")
+    assert pol.spec.failure_policy == "Fail"
+    assert pol.spec.match_constraints.match_policy == "Equivalent"  # defaulted like a real server
+    assert pol.spec.match_constraints.namespace_selector == {} or \
+        pol.spec.match_constraints.namespace_selector.to_dict() == {"match_expressions": None, "match_labels": None}
+    names = {b.metadata.name for b in ar.list_validating_admission_policy_binding().items}
+    assert {"mkd-managedby-immutable-spec", "mkd-managedby-immutable-runpolicy"} <= names
+
+
+def test_policies_refuse_what_a_real_server_refuses(api: client.ApiClient, mkd_policies: str, ns: str) -> None:
+    co = client.CustomObjectsApi(api)
+    co.create_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", pytorchjob("pj"))
+
+    def patch_pj() -> Any:
+        # Removing managedBy passes the CRD's transition rule (no new value) but not the policy.
+        return co.patch_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", "pj",
+                                                 [{"op": "remove", "path": "/spec/runPolicy/managedBy"}],
+                                                 _content_type=JSON_PATCH)
+
+    # A fresh policy takes a moment to be enforced on a real server too.
+    def denied() -> dict[str, Any] | None:
+        try:
+            patch_pj()
+        except client.ApiException as e:
+            return status_of(e)
+        co.patch_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", "pj",
+                                          {"spec": {"runPolicy": {"managedBy": MULTIKUEUE}}})
+        return None
+
+    st = eventually(denied, what="the policy in force")
+    msg = ("pytorchjobs.kubeflow.org \"pj\" is forbidden: ValidatingAdmissionPolicy "
+           "'mkd-managedby-immutable-runpolicy' with binding 'mkd-managedby-immutable-runpolicy' denied request: "
+           "spec.runPolicy.managedBy is immutable (was 'kueue.x-k8s.io/multikueue', now ''); delete and re-create "
+           "the job to hand it to another controller")
+    assert st == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": msg,
+                  "reason": "Invalid", "code": 422,
+                  "details": {"name": "pj", "group": "kubeflow.org", "kind": "pytorchjobs",
+                              "causes": [{"message": msg.split("is forbidden: ", 1)[1]}]}}
+    # The status subresource is not matched by the policy; other edits pass.
+    co.patch_namespaced_custom_object_status("kubeflow.org", "v1", ns, "pytorchjobs", "pj",
+                                             {"status": {"conditions": [{"type": "Created", "status": "True"}]}})
+    co.patch_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", "pj",
+                                      {"metadata": {"labels": {"x": "y"}}})
+    # JobSet (spec.managedBy): removing it is refused by the second policy.
+    js = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": "js"},
+          "spec": {"managedBy": MULTIKUEUE, "replicatedJobs": []}}
+    co.create_namespaced_custom_object("jobset.x-k8s.io", "v1alpha2", ns, "jobsets", js)
+    st = refused(co.patch_namespaced_custom_object, "jobset.x-k8s.io", "v1alpha2", ns, "jobsets", "js",
+                 [{"op": "remove", "path": "/spec/managedBy"}], _content_type=JSON_PATCH)
+    assert st["code"] == 422 and st["reason"] == "Invalid"
+    assert st["message"].startswith('jobsets.jobset.x-k8s.io "js" is forbidden: ValidatingAdmissionPolicy '
+                                    "'mkd-managedby-immutable-spec' with binding 'mkd-managedby-immutable-spec' "
+                                    "denied request: spec.managedBy is immutable (was 'kueue.x-k8s.io/multikueue', "
+                                    "now '')")
+
+
+# A policy exercising the rest of the API: match conditions, selectors, variables, reasons, actions.
+def _policy(name: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name}, "spec": spec}
+
+
+def _binding(name: str, policy: str, actions: list[str], **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name}, "spec": {"policyName": policy, "validationActions": actions, **spec}}
+
+
+@pytest.fixture
+def policy_env(api: client.ApiClient) -> Iterator[tuple[client.AdmissionregistrationV1Api, str]]:
+    ar = client.AdmissionregistrationV1Api(api)
+    tag = uuid.uuid4().hex[:6]
+    yield ar, tag
+    for p in ar.list_validating_admission_policy().items:
+        if p.metadata.name.endswith(tag):
+            ar.delete_validating_admission_policy(p.metadata.name)
+    for b in ar.list_validating_admission_policy_binding().items:
+        if b.metadata.name.endswith(tag):
+            ar.delete_validating_admission_policy_binding(b.metadata.name)
+
+
+def _cm(name: str, labels: dict[str, str] | None = None, **data: str) -> dict[str, Any]:
+    body: dict[str, Any] = {"metadata": {"name": name, "labels": labels or {}}}
+    if data:
+        body["data"] = data
+    return body
+
+
+def test_policy_selectors_conditions_variables_and_actions(api: client.ApiClient, ns: str,
+                                                           policy_env: tuple[Any, str]) -> None:
+    ar, tag = policy_env
+    v1 = client.CoreV1Api(api)
+    v1.patch_namespace(ns, {"metadata": {"labels": {"policy-test": tag}}})
+    rules = [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+              "resources": ["configmaps"]}]
+    ar.create_validating_admission_policy(_policy(
+        f"size-{tag}", failurePolicy="Fail",
+        matchConstraints={"resourceRules": rules, "namespaceSelector": {"matchLabels": {"policy-test": tag}},
+                          "objectSelector": {"matchExpressions": [{"key": "skip", "operator": "DoesNotExist"}]}},
+        matchConditions=[{"name": "not-exempt", "expression": "!has(object.data.exempt)"}],
+        variables=[{"name": "count", "expression": "has(object.data) ? size(object.data) : 0"}],
+        validations=[
+            {"expression": "variables.count <= 2", "reason": "Forbidden",
+             "messageExpression": "'at most 2 keys, got ' + string(variables.count)"},
+            {"expression": "!has(object.data.bad)"},
+            {"expression": "request.operation != 'UPDATE' || oldObject.data == object.data || "
+                           "!has(oldObject.data.frozen)", "message": "frozen config maps do not change"},
+        ]))
+    ar.create_validating_admission_policy_binding(_binding(f"size-{tag}", f"size-{tag}", ["Deny"]))
+    ar.create_validating_admission_policy(_policy(
+        f"warn-{tag}", matchConstraints={"resourceRules": rules,
+                                         "namespaceSelector": {"matchLabels": {"policy-test": tag}}},
+        validations=[{"expression": "!has(object.data.legacy)", "message": "legacy keys are deprecated"}]))
+    ar.create_validating_admission_policy_binding(_binding(f"warn-{tag}", f"warn-{tag}", ["Warn", "Audit"]))
+
+    def denied() -> dict[str, Any] | None:
+        try:
+            v1.create_namespaced_config_map(ns, _cm("probe", a="1", b="2", c="3"))
+        except client.ApiException as e:
+            return status_of(e)
+        v1.delete_namespaced_config_map("probe", ns)
+        return None
+
+    st = eventually(denied, what="the policy in force")
+    msg = (f"configmaps \"probe\" is forbidden: ValidatingAdmissionPolicy 'size-{tag}' with binding 'size-{tag}' "
+           "denied request: at most 2 keys, got 3")
+    assert st["code"] == 403 and st["reason"] == "Forbidden" and st["message"] == msg
+    assert st["details"] == {"name": "probe", "kind": "configmaps", "causes": [{"message": msg.split(": ", 1)[1]}]}
+
+    st = refused(v1.create_namespaced_config_map, ns, _cm("b", bad="1"))
+    assert st["code"] == 422 and st["message"].endswith("denied request: failed expression: !has(object.data.bad)")
+    # matchConditions false, objectSelector miss: not evaluated.
+    v1.create_namespaced_config_map(ns, _cm("exempt", exempt="y", a="1", b="2", c="3"))
+    v1.create_namespaced_config_map(ns, _cm("skipped", {"skip": "y"}, a="1", b="2", c="3"))
+    # Warn + Audit do not deny.
+    v1.create_namespaced_config_map(ns, _cm("legacy", legacy="1"))
+    # oldObject on UPDATE.
+    v1.create_namespaced_config_map(ns, _cm("frozen", frozen="1"))
+    st = refused(v1.patch_namespaced_config_map, "frozen", ns, {"data": {"more": "1"}})
+    assert st["message"].endswith("denied request: frozen config maps do not change")
+    # Another namespace is not selected.
+    other = f"o-{tag}"
+    v1.create_namespace({"metadata": {"name": other}})
+    try:
+        v1.create_namespaced_config_map(other, _cm("big", a="1", b="2", c="3"))
+    finally:
+        v1.delete_namespace(other)
+
+
+def test_policy_runtime_errors_follow_failure_policy(api: client.ApiClient, ns: str,
+                                                     policy_env: tuple[Any, str]) -> None:
+    ar, tag = policy_env
+    v1 = client.CoreV1Api(api)
+    v1.patch_namespace(ns, {"metadata": {"labels": {"errors-test": tag}}})
+
+    def pol(name: str, failure: str) -> dict[str, Any]:
+        return _policy(name, failurePolicy=failure, matchConstraints={
+            "namespaceSelector": {"matchLabels": {"errors-test": tag}},
+            "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                               "resources": ["configmaps"]}]},
+            validations=[{"expression": f"object.data.{name.split('-')[0]} == 'x'"}])
+
+    ar.create_validating_admission_policy(pol(f"ignored-{tag}", "Ignore"))
+    ar.create_validating_admission_policy_binding(_binding(f"ignored-{tag}", f"ignored-{tag}", ["Deny"]))
+    v1.create_namespaced_config_map(ns, _cm("fine"))  # the error is ignored
+    ar.create_validating_admission_policy(pol(f"failing-{tag}", "Fail"))
+    ar.create_validating_admission_policy_binding(_binding(f"failing-{tag}", f"failing-{tag}", ["Deny"]))
+
+    def denied() -> dict[str, Any] | None:
+        try:
+            v1.create_namespaced_config_map(ns, _cm("probe"))
+        except client.ApiException as e:
+            return status_of(e)
+        v1.delete_namespaced_config_map("probe", ns)
+        return None
+
+    st = eventually(denied, what="the policy in force")
+    assert st["code"] == 422
+    assert st["message"] == (f"configmaps \"probe\" is forbidden: ValidatingAdmissionPolicy 'failing-{tag}' with "
+                             f"binding 'failing-{tag}' denied request: expression 'object.data.failing == 'x'' "
+                             "resulted in error: no such key: data")
+
+
+def test_policy_with_a_broken_expression_is_refused(api: client.ApiClient, policy_env: tuple[Any, str]) -> None:
+    ar, tag = policy_env
+    body = _policy(f"broken-{tag}", matchConstraints={"resourceRules": [
+        {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]}]},
+        validations=[{"expression": "object.data.("}])
+    st = refused(ar.create_validating_admission_policy, copy.deepcopy(body))
+    assert st["code"] == 422 and st["reason"] == "Invalid"
+    (c,) = st["details"]["causes"]
+    assert c["field"] == "spec.validations[0].expression"
+    assert c["message"].startswith('Invalid value: "object.data.(": compilation failed: ERROR: <input>:1:')
