@@ -22,6 +22,8 @@ from federation import messages
 from federation.kinds.registry import by_name
 
 log = logging.getLogger("dispatcher.engine")  # the engine's parts log as the engine (one logger to tune)
+_GIVEN_UP = ("deleted", "rejected", "lost")
+"""Placement states whose worker copy mkd gave up on: its Reports are not mirrored any more."""
 
 
 class Answers(EngineCore):
@@ -73,8 +75,8 @@ class Answers(EngineCore):
 
     def _status(self, b: Batch, row: dict[str, Any], p: dict[str, Any], r: messages.Status, current: bool) -> None:
         uid = row["uid"]
-        if not current or r.seq <= p["last_status_seq"]:
-            self.stale_dropped += 1
+        if not current or r.seq <= p["last_status_seq"] or p["state"] in _GIVEN_UP:
+            self.stale_dropped += 1  # a copy mkd gave up on no longer speaks for the Job
             return
         pkey = (uid, p["attempt"])
         b.set_p(pkey, last_status_seq=r.seq)

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from dispatcher.kubewriter import JobKey
+from dispatcher.states import PlacementState, WorkloadState, transition
 from federation import messages
 from federation.kinds.base import JobKind
 
@@ -67,10 +68,14 @@ class Batch:
     place_keys: dict[int, tuple[str, int]] = field(default_factory=dict)  # outbox id -> Place's placement
 
     def set_w(self, uid: str, **values: Any) -> None:
+        if "state" in values:  # every state change passes the one table (dispatcher.states)
+            values["state"] = transition(self.w[uid]["state"], WorkloadState(values["state"])).value
         self.w[uid].update(values)
         self.w_updates.setdefault(uid, {}).update(values)
 
     def set_p(self, key: tuple[str, int], **values: Any) -> None:
+        if "state" in values:
+            values["state"] = transition(self.p[key]["state"], PlacementState(values["state"])).value
         self.p[key].update(values)
         self.p_updates.setdefault(key, {}).update(values)
 

@@ -32,6 +32,7 @@ from federation.kinds.base import JobKind
 from federation.podset import parse_quantity
 
 log = logging.getLogger("dispatcher.engine")  # the engine's parts log as the engine (one logger to tune)
+SUSPENDED_REASON = "suspended on the manager cluster; placed once resumed"
 
 
 class EngineCore:
@@ -153,7 +154,7 @@ class EngineCore:
 
     def _mark_accepted(self, b: Batch, row: dict[str, Any], p: dict[str, Any], cluster: str) -> None:
         uid = row["uid"]
-        b.set_p((uid, p["attempt"]), state="accepted", accepted_at=b.now)
+        b.set_p((uid, p["attempt"]), state="suspended" if row["suspended"] else "accepted", accepted_at=b.now)
         if row["state"] == "placed":
             b.set_w(uid, state="running", reason="", updated_at=b.now)
         b.event(uid, "accepted", cluster=cluster, message=f"attempt {p['attempt']} accepted by {cluster}")
@@ -178,7 +179,10 @@ class EngineCore:
             b.after.append(lambda: self.writer.condition(key, cond))
             b.after.append(lambda: self.writer.event(key, "Warning", "PlacementFailed", text))
             return
-        b.set_w(uid, state="pending", reason=reason, cluster=None, updated_at=b.now)
+        if row["suspended"]:  # placed again once resumed
+            b.set_w(uid, state="suspended", reason=f"{reason}; {SUSPENDED_REASON}", cluster=None, updated_at=b.now)
+        else:
+            b.set_w(uid, state="pending", reason=reason, cluster=None, updated_at=b.now)
         b.event(uid, "requeued", message=reason)
         cond = wl.condition(labels.CONDITION_DISPATCHED, False, "Requeued", reason, b.now)
         b.after.append(lambda: self.writer.condition(key, cond))

@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher import workload as wl
 from dispatcher.batch import Batch, JobChange, job_key
-from dispatcher.core import EngineCore
+from dispatcher.core import SUSPENDED_REASON, EngineCore
 from dispatcher.db import queries as q
 from federation import labels
 from federation.errors import Invalid, NotFound
@@ -31,7 +31,7 @@ class JobChanges(EngineCore):
             return False
         if row is None:
             return True
-        return row["state"] in ("pending", "rejected") and wl.generation_of(ch.obj) > row["generation"]
+        return _unplaced(row) and wl.generation_of(ch.obj) > row["generation"]
 
     async def _describe(self, ch: JobChange) -> wl.Described:
         runtime = None
@@ -66,7 +66,7 @@ class JobChanges(EngineCore):
             if d.problems:
                 cols.update(state="rejected", reason=wl.problem_text(d.problems))
             elif cols["suspended"]:
-                cols["reason"] = "suspended on the manager cluster; placed once resumed"
+                cols.update(state="suspended", reason=SUSPENDED_REASON)
             claims.append(cols)
         won = await q.claim(s, claims)
         for cols in claims:
@@ -109,6 +109,8 @@ class JobChanges(EngineCore):
             key = job_key(row)
             cond = wl.condition(labels.CONDITION_REJECTED, True, "ManagedByChanged", problem.message, b.now)
             b.after.append(lambda: self.writer.condition(key, cond))
+            # the worker copy's status (Running=True, ...) is no longer true of this Job
+            b.after.append(lambda: self.writer.mirror(key, {}))
             b.after.append(lambda: self.writer.event(key, "Warning", "ManagedByChanged", problem.message))
             return
         generation = wl.generation_of(ch.obj)
@@ -118,13 +120,13 @@ class JobChanges(EngineCore):
         was = row["suspended"]
         b.set_w(uid, generation=generation, suspended=suspended, updated_at=b.now)
         what = "suspended" if suspended and not was else "resumed" if was and not suspended else "updated"
-        if row["state"] in ("pending", "rejected") and d is not None:
+        if _unplaced(row) and d is not None:
             if d.problems:
                 if row["state"] != "rejected" or row["reason"] != wl.problem_text(d.problems):
                     self._reject(b, row, d.problems)
                 return
-            b.set_w(uid, state="pending", requests=d.columns["requests"], podsets=d.columns["podsets"],
-                    reason="suspended on the manager cluster; placed once resumed" if suspended else "")
+            b.set_w(uid, state="suspended" if suspended else "pending", requests=d.columns["requests"],
+                    podsets=d.columns["podsets"], reason=SUSPENDED_REASON if suspended else "")
             if row["state"] == "rejected":
                 key = job_key(row)
                 cond = wl.condition(labels.CONDITION_REJECTED, False, "Corrected", "the Job is valid now", b.now)
@@ -133,13 +135,40 @@ class JobChanges(EngineCore):
             self.needs[uid] = d.need
             b.event(uid, what, message=f"generation {generation}")
             b.placement_due = b.placement_due or not suspended
-        elif row["state"] in ("placed", "running"):
+        elif row["state"] in ("placed", "running", "suspended") and row["cluster"]:
             version = row["spec_version"] + 1
             b.set_w(uid, spec_version=version)
+            if suspended != was:
+                self._suspension(b, row, suspended)
             b.event(uid, what, cluster=row["cluster"],
                     message=f"generation {generation}: spec version {version} sent to {row['cluster']}")
             self._send_place(b, row, ch.kind, ch.obj, attempt=row["attempt"], cluster=row["cluster"],
                              spec_version=version)
+
+    def _suspension(self, b: Batch, row: dict[str, Any], suspended: bool) -> None:
+        """A placed Job was suspended or resumed: its Workload and current placement say so, and a
+        suspended copy (no pods) holds no capacity (see ``dispatcher.states``)."""
+        uid, cluster = row["uid"], row["cluster"]
+        key = (uid, row["attempt"])
+        p = b.p.get(key)
+        if suspended:
+            b.set_w(uid, state="suspended", reason="suspended on the manager cluster", updated_at=b.now)
+            if p is not None and p["state"] in ("accepted", "running"):
+                b.set_p(key, state="suspended")
+            b.after.append(lambda: self.book.release(uid))
+            return
+        answered = p is not None and p["state"] != "sent"
+        b.set_w(uid, state="running" if answered else "placed", reason="", updated_at=b.now)
+        if p is not None and p["state"] == "suspended":
+            b.set_p(key, state="accepted")
+        need = self.needs.get(uid) or wl.need_of(row["kind"], row["podsets"])
+        now = b.now
+
+        def reserve() -> None:
+            self.book.reserve(uid, cluster, need.total)
+            if answered:
+                self.book.accepted(uid, now)
+        b.after.append(reserve)
 
     def _delete(self, b: Batch, row: dict[str, Any], reason: str) -> None:
         uid = row["uid"]
@@ -156,3 +185,8 @@ class JobChanges(EngineCore):
             self.writer.forget(uid)
         b.after.append(forget)
         b.placement_due = True
+
+
+def _unplaced(row: Mapping[str, Any]) -> bool:
+    """No worker copy: a spec change is a new description, not a Place to a cluster."""
+    return row["state"] in ("pending", "rejected") or (row["state"] == "suspended" and not row["cluster"])

@@ -14,6 +14,8 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.engine import Dialect
 
+from dispatcher.states import PlacementState, WorkloadState
+
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -48,9 +50,9 @@ class UtcDateTime(sa.TypeDecorator[datetime]):
         return stamp.replace(tzinfo=UTC) if stamp.tzinfo is None else stamp.astimezone(UTC)
 
 
-WORKLOAD_STATES = ("pending", "placed", "running", "finished", "failed", "rejected", "deleted")
-"""pending: waits for a Cluster; placed: Place sent, no answer yet; running: accepted by an agent."""
-PLACEMENT_STATES = ("sent", "accepted", "running", "finished", "failed", "rejected", "deleted", "lost")
+WORKLOAD_STATES = tuple(s.value for s in WorkloadState)
+"""The values of ``workloads.state``; meanings and legal transitions in ``dispatcher.states``."""
+PLACEMENT_STATES = tuple(s.value for s in PlacementState)
 EVENT_TYPES = (
     "claimed", "placed", "accepted", "running", "finished", "failed", "rejected", "requeued",
     "deleted", "suspended", "resumed", "invalid", "pending", "updated", "cluster_online", "cluster_lost",

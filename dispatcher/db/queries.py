@@ -21,13 +21,16 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from dispatcher import states
 from dispatcher.db.models import clusters, dispatcher_epochs, events, outbox, placements, workloads
 
-ACTIVE_PLACEMENT = ("sent", "accepted", "running")
-"""A placement in one of these states holds (or is about to hold) a Job on its Cluster."""
-KEPT_PLACEMENT = (*ACTIVE_PLACEMENT, "finished", "failed")
+ACTIVE_PLACEMENT = tuple(s.value for s in states.PLACEMENT_ACTIVE)
+"""A placement in one of these states is current and not ended: its worker copy exists (or is about to)."""
+CAPACITY_PLACEMENT = tuple(s.value for s in states.PLACEMENT_HOLDS_CAPACITY)
+"""A placement in one of these states holds (or is about to hold) room on its Cluster."""
+KEPT_PLACEMENT = tuple(s.value for s in states.PLACEMENT_KEPT)
 """States whose worker copy still exists (finished copies stay until the manager Job is deleted)."""
-LIVE_WORKLOAD = ("pending", "placed", "running", "finished", "failed", "rejected")
+LIVE_WORKLOAD = tuple(s.value for s in states.WORKLOAD_LIVE)
 
 
 def _insert(session: AsyncSession, table: sa.Table) -> Any:
@@ -268,7 +271,7 @@ async def active_placements(session: AsyncSession) -> list[Any]:
                   workloads.c.requests)
         .join(workloads, sa.and_(workloads.c.uid == placements.c.workload_uid,
                                  workloads.c.attempt == placements.c.attempt))
-        .where(placements.c.state.in_(ACTIVE_PLACEMENT)))
+        .where(placements.c.state.in_(CAPACITY_PLACEMENT)))
     return list(result.all())
 
 
