@@ -1,0 +1,367 @@
+"""Counting from the outside: what the clusters and the database say, never mkd's own counters.
+
+:class:`Observer` watches, through the official Kubernetes client (``federation.kube.Kube``), the
+PyTorchJobs on the manager and on every worker, and the pods on every worker, for the whole run.
+It keeps, per job: when it was created, when the manager first showed it Succeeded, and which worker
+clusters hold a **live** copy (exists, not Succeeded/Failed, not suspended) or **running** pods right
+now. The moment a job is live on two clusters in the watch streams, or in the periodic list of every
+worker (``sample_seconds``), the overlap is confirmed with fresh GETs on both clusters; only a
+confirmed overlap counts as "run twice at once" (watch streams of different clusters lag each other
+by milliseconds, so an unconfirmed overlap is reported apart, as ``brief``).
+
+:meth:`Observer.tally` (after the faults) reads the manager afresh, every worker afresh and the
+``workloads`` table, and sorts every job that is not Succeeded on the manager:
+
+- ``not claimed``: no workloads row (the dispatcher never took it);
+- ``never mirrored``: a worker copy finished but the manager does not say so;
+- ``nowhere``: the database has it placed or running but no worker holds a copy;
+- ``failed``: the manager shows Failed or MultiClusterRejected (the jobs here always exit 0);
+- ``pending``: the database has it waiting for a placement;
+- ``running``: a worker still runs it.
+
+**lost** = not claimed + never mirrored + nowhere + failed (nothing will bring these to their end);
+**stuck** = every job not Succeeded on the manager at the deadline (lost included).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.chaos.world import MANAGER, NAMESPACE, WORKERS, World
+from federation.errors import FederationError, NotFound
+from federation.kube import PODS, Kube, Resource
+
+log = logging.getLogger("chaos")
+
+PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
+JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+
+
+def condition(obj: dict[str, Any], kind: str) -> bool:
+    return any(c.get("type") == kind and c.get("status") == "True"
+               for c in (obj.get("status") or {}).get("conditions") or [])
+
+
+def finished(obj: dict[str, Any]) -> bool:
+    return condition(obj, "Succeeded") or condition(obj, "Failed")
+
+
+def live_copy(obj: dict[str, Any]) -> bool:
+    """A worker copy that can still run: not finished, not suspended, not being deleted."""
+    if finished(obj) or (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return not ((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend")
+
+
+def running_pod(pod: dict[str, Any]) -> bool:
+    return (pod.get("status") or {}).get("phase") == "Running"
+
+
+def pod_job(pod: dict[str, Any]) -> str | None:
+    meta = pod.get("metadata") or {}
+    name = (meta.get("labels") or {}).get(JOB_NAME_LABEL)
+    if name:
+        return str(name)
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == "PyTorchJob":
+            return str(ref.get("name"))
+    return None
+
+
+@dataclass
+class Track:
+    """What the clusters showed about one job."""
+
+    name: str
+    created: float | None = None
+    done: float | None = None
+    live: set[str] = field(default_factory=set)
+    """Workers holding a live copy now (watch view)."""
+    pods: dict[str, set[str]] = field(default_factory=dict)
+    """Worker -> names of running pods now (watch view)."""
+    ever: set[str] = field(default_factory=set)
+    """Every worker that ever held a copy."""
+    finished_on: set[str] = field(default_factory=set)
+    """Workers whose copy was seen Succeeded."""
+    twice: str = ""
+    """Why this job counts as run twice at once (confirmed), or empty."""
+    brief: bool = False
+
+    def running_on(self) -> set[str]:
+        return {c for c, names in self.pods.items() if names}
+
+
+@dataclass
+class Figures:
+    """One scenario's result, from the clusters and the database."""
+
+    scenario: str
+    submitted: int
+    done: int
+    lost: int
+    twice: int
+    stuck: int
+    categories: dict[str, int]
+    twice_pods: int
+    """Of ``twice``: jobs whose pods were seen Running on two clusters at once (the rest: live copies only)."""
+    twice_detail: list[str]
+    brief: int
+    replaced: int
+    """Jobs that had copies on more than one worker over the run (one after the other)."""
+    recovery: float | None
+    """Seconds from the end of the last fault until every job was Succeeded on the manager (None: not by the deadline)."""
+    stalls: list[float]
+    """Per fault: seconds from its end until the manager next showed a job Succeeded."""
+    faults: list[str]
+    wall: float
+    crashes: int
+    """Services (dispatcher, agents, broker) that exited by themselves and were started again by the runner."""
+    notes: list[str]
+    examples: dict[str, list[str]]
+
+
+class Observer:
+    def __init__(self, world: World, sample_seconds: float = 3.0) -> None:
+        self.world = world
+        self.sample_seconds = sample_seconds
+        self.jobs: dict[str, Track] = {}
+        self.kubes: dict[str, Kube] = {}
+        self._stack = contextlib.AsyncExitStack()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._confirming: set[str] = set()
+        self.listed: dict[str, asyncio.Event] = {}
+        self.samples = 0
+        self.completions: list[tuple[float, str]] = []
+        self.errors: Counter[str] = Counter()
+
+    def track(self, name: str) -> Track:
+        t = self.jobs.get(name)
+        if t is None:
+            t = self.jobs[name] = Track(name)
+        return t
+
+    async def __aenter__(self) -> Observer:
+        from federation.settings import KubeSettings
+
+        await self._stack.__aenter__()
+        settings = KubeSettings(max_concurrency=32)
+        for name in (MANAGER, *WORKERS):
+            self.kubes[name] = await self._stack.enter_async_context(
+                Kube(self.world.kubeconfigs[name], settings=settings))
+        streams = [(MANAGER, PYTORCHJOBS)] + [(w, r) for w in WORKERS for r in (PYTORCHJOBS, PODS)]
+        for cluster, res in streams:
+            ready = self.listed[f"{cluster}/{res.plural}"] = asyncio.Event()
+            self._tasks.append(asyncio.create_task(self._follow(cluster, res, ready)))
+        self._tasks.append(asyncio.create_task(self._sample()))
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in self.listed.values())), 60)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(BaseException):
+                await t
+        await self._stack.__aexit__(None, None, None)
+
+    # --- watching --------------------------------------------------------------------------------
+    async def _follow(self, cluster: str, res: Resource, ready: asyncio.Event) -> None:
+        # An empty namespace lists nothing, so the first event may never come: ready after a list.
+        await self.kubes[cluster].list(res, NAMESPACE)
+        ready.set()
+        async for event in self.kubes[cluster].informer(res, NAMESPACE):
+            try:
+                if cluster == MANAGER:
+                    self._on_manager(event.type, event.object)
+                elif res is PODS:
+                    self._on_pod(cluster, event.type, event.object)
+                else:
+                    self._on_copy(cluster, event.type, event.object)
+            except Exception as exc:  # a bug here must not stop the watching
+                self.errors[f"{type(exc).__name__}: {exc}"] += 1
+
+    def _on_manager(self, kind: str, obj: dict[str, Any]) -> None:
+        t = self.track(obj["metadata"]["name"])
+        if kind != "DELETED" and t.done is None and condition(obj, "Succeeded"):
+            t.done = time.monotonic()
+            self.completions.append((t.done, t.name))
+
+    def _on_copy(self, cluster: str, kind: str, obj: dict[str, Any]) -> None:
+        t = self.track(obj["metadata"]["name"])
+        t.ever.add(cluster)
+        if kind != "DELETED" and condition(obj, "Succeeded"):
+            t.finished_on.add(cluster)
+        if kind != "DELETED" and live_copy(obj):
+            t.live.add(cluster)
+        else:
+            t.live.discard(cluster)
+        self._check(t)
+
+    def _on_pod(self, cluster: str, kind: str, pod: dict[str, Any]) -> None:
+        job = pod_job(pod)
+        if job is None:
+            return
+        t = self.track(job)
+        names = t.pods.setdefault(cluster, set())
+        if kind != "DELETED" and running_pod(pod):
+            names.add(pod["metadata"]["name"])
+        else:
+            names.discard(pod["metadata"]["name"])
+        self._check(t)
+
+    def _check(self, t: Track) -> None:
+        if t.twice or t.name in self._confirming:
+            return
+        if len(t.live) >= 2 or len(t.running_on()) >= 2:
+            self._confirming.add(t.name)
+            self._tasks.append(asyncio.create_task(self._confirm(t)))
+
+    async def _confirm(self, t: Track) -> None:
+        """Fresh GETs on every worker: is the job live (copy) or running (pods) on two at once?"""
+        try:
+            copies: list[str] = []
+            pods: list[str] = []
+            for w in WORKERS:
+                try:
+                    obj = await self.kubes[w].get(PYTORCHJOBS, t.name, NAMESPACE)
+                    if live_copy(obj):
+                        copies.append(w)
+                except NotFound:
+                    pass
+                listed = await self.kubes[w].list(PODS, NAMESPACE, label_selector=f"{JOB_NAME_LABEL}={t.name}")
+                if any(running_pod(p) for p in listed.items):
+                    pods.append(w)
+            if len(copies) >= 2 or len(pods) >= 2:
+                parts = []
+                if len(copies) >= 2:
+                    parts.append(f"live copies on {', '.join(copies)}")
+                if len(pods) >= 2:
+                    parts.append(f"running pods on {', '.join(pods)}")
+                t.twice = f"{t.name}: " + " and ".join(parts) + f" at {time.strftime('%H:%M:%S')}"
+                log.warning("run twice at once: %s", t.twice)
+            else:
+                t.brief = True
+        except FederationError as exc:
+            self.errors[f"confirm: {exc}"] += 1
+        finally:
+            self._confirming.discard(t.name)
+
+    async def _sample(self) -> None:
+        """Independent of the watches: list every worker, look for jobs live on two."""
+        while True:
+            await asyncio.sleep(self.sample_seconds)
+            try:
+                lists = await asyncio.gather(*(self.kubes[w].list(PYTORCHJOBS, NAMESPACE) for w in WORKERS))
+            except FederationError as exc:
+                self.errors[f"sample: {exc}"] += 1
+                continue
+            self.samples += 1
+            where: dict[str, list[str]] = {}
+            for w, listed in zip(WORKERS, lists, strict=True):
+                for obj in listed.items:
+                    if live_copy(obj):
+                        where.setdefault(obj["metadata"]["name"], []).append(w)
+            for name, clusters in where.items():
+                t = self.track(name)
+                if len(clusters) >= 2 and not t.twice and name not in self._confirming:
+                    self._confirming.add(name)
+                    self._tasks.append(asyncio.create_task(self._confirm(t)))
+
+    # --- the end ------------------------------------------------------------------------------------
+    def done_count(self, names: list[str]) -> int:
+        return sum(1 for n in names if (t := self.jobs.get(n)) is not None and t.done is not None)
+
+    async def wait_done(self, names: list[str], deadline: float, check: Any = None) -> None:
+        while time.monotonic() < deadline and self.done_count(names) < len(names):
+            if check is not None:
+                check()
+            await asyncio.sleep(0.5)
+
+    async def tally(self, scenario: str, names: list[str], faults: list[tuple[str, float, float]],
+                    started: float, notes: list[str], crashes: int = 0) -> Figures:
+        manager = {o["metadata"]["name"]: o for o in (await self.kubes[MANAGER].list(PYTORCHJOBS, NAMESPACE)).items}
+        workers = {w: {o["metadata"]["name"]: o for o in (await self.kubes[w].list(PYTORCHJOBS, NAMESPACE)).items}
+                   for w in WORKERS}
+        rows = await self._workload_rows()
+        categories: Counter[str] = Counter()
+        examples: dict[str, list[str]] = {}
+        for name in names:
+            obj = manager.get(name)
+            t = self.track(name)
+            if obj is not None and condition(obj, "Succeeded"):
+                if t.done is None:  # the watch missed it; the fresh list is the truth
+                    t.done = time.monotonic()
+                continue
+            copies = {w: workers[w][name] for w in WORKERS if name in workers[w]}
+            row = rows.get(obj["metadata"]["uid"]) if obj is not None else None
+            if obj is None:
+                what = "deleted"
+            elif condition(obj, "Failed") or condition(obj, "MultiClusterRejected"):
+                what = "failed"
+            elif row is None:
+                what = "not claimed"
+            elif any(condition(c, "Succeeded") for c in copies.values()) or t.finished_on:
+                what = "never mirrored"
+            elif any(live_copy(c) for c in copies.values()):
+                what = "running"
+            elif str(row.get("state")) == "pending":
+                what = "pending"
+            else:
+                what = "nowhere"
+            categories[what] += 1
+            ex = examples.setdefault(what, [])
+            if len(ex) < 3:
+                ex.append(f"{name} (db: {row and {k: row[k] for k in ('state', 'cluster', 'attempt')}}; "
+                          f"copies: {sorted(copies)}; seen on: {sorted(t.ever)})")
+        lost = sum(categories[c] for c in ("not claimed", "never mirrored", "nowhere", "failed", "deleted"))
+        stuck = sum(categories.values())
+        twice = [self.jobs[n].twice for n in names if n in self.jobs and self.jobs[n].twice]
+        twice_pods = sum(1 for t in twice if "running pods" in t)
+        brief = sum(1 for n in names if n in self.jobs and self.jobs[n].brief and not self.jobs[n].twice)
+        replaced = sum(1 for n in names if n in self.jobs and len(self.jobs[n].ever) > 1)
+        last_fault = max((end for _, _, end in faults), default=started)
+        done_times = [self.jobs[n].done for n in names if n in self.jobs and self.jobs[n].done is not None]
+        recovery = (max(done_times) - last_fault if done_times else None) if stuck == 0 else None
+        if recovery is not None:
+            recovery = max(0.0, recovery)
+        stalls = []
+        mine = set(names)
+        for _, _, end in faults:
+            after = [c for c, n in self.completions if c >= end and n in mine]
+            if after:
+                stalls.append(min(after) - end)
+        if self.errors:
+            notes = [*notes, "observer errors: " + "; ".join(f"{k} x{v}" for k, v in self.errors.most_common(5))]
+        return Figures(scenario=scenario, submitted=len(names), done=len(names) - stuck, lost=lost, twice=len(twice),
+                       twice_pods=twice_pods, stuck=stuck, categories=dict(categories), twice_detail=twice[:10], brief=brief,
+                       replaced=replaced, recovery=recovery, stalls=stalls,
+                       faults=[f"{what} at +{start - started:.0f}s ({end - start:.1f}s)" for what, start, end in faults],
+                       wall=time.monotonic() - started, crashes=crashes, notes=notes, examples=examples)
+
+    async def _workload_rows(self) -> dict[str, dict[str, Any]]:
+        """The dispatcher's database, read with plain SQL (the database is a witness, not mkd's counters)."""
+        from sqlalchemy import text
+
+        from dispatcher.db import make_engine
+
+        engine = make_engine(self.world.database_url)
+        try:
+            for _ in range(30):
+                try:
+                    async with engine.connect() as conn:
+                        result = await conn.execute(text(
+                            "SELECT uid, name, state, cluster, attempt FROM workloads WHERE namespace = :ns"),
+                            {"ns": NAMESPACE})
+                        return {r[0]: dict(r._mapping) for r in result}
+                except Exception as exc:  # the database may still be recovering
+                    last = exc
+                    await asyncio.sleep(1)
+            raise RuntimeError(f"cannot read the workloads table: {last}")
+        finally:
+            await engine.dispose()

@@ -1,0 +1,310 @@
+"""The scenarios: a stream of PyTorchJobs through a World while faults hit processes by PID.
+
+Every scenario submits ``jobs`` PyTorchJobs (1 Master + 1 Worker, 100m CPU each, pods that run
+``run_seconds`` and exit 0) to the manager at ``rate`` per second, runs its fault script while the
+stream flows, then waits up to ``deadline`` seconds after the last fault for every job to be
+Succeeded on the manager, and counts with :class:`bench.chaos.observe.Observer`.
+
+=================== ===========================================================================
+dispatcher-kill     kill -9 the dispatcher every few seconds, restart it (``kills`` times)
+agent-kill          kill -9 one agent after another, restart each after 1-4 s
+broker-restart      restart the private Mosquitto (SIGTERM; the last one kill -9), down 1-3 s
+postgres-outage     the private PostgreSQL shut down immediately (SIGQUIT) for ``outage`` s, twice
+partition           SIGSTOP one agent past the dispatcher's worker-lost timeout (re-placement), SIGCONT
+failover            two dispatchers on one database; kill -9 one, then the other, restarting each
+=================== ===========================================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from bench.chaos.observe import PYTORCHJOBS, Figures, Observer
+from bench.chaos.procs import Service, missing_binaries
+from bench.chaos.world import NAMESPACE, WORKERS, World, WorldOptions
+
+MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+
+
+@dataclass
+class Size:
+    jobs: int = 300
+    rate: float = 10.0
+    """Jobs created per second on the manager."""
+    run_seconds: float = 3.0
+    kills: int = 5
+    """dispatcher-kill: kill -9s spread over the stream."""
+    outage: float = 15.0
+    """postgres-outage: seconds the first outage lasts (the second lasts twice as long)."""
+    outages: int = 2
+    deadline: float = 120.0
+    """Seconds after the last fault by which every job must be Succeeded on the manager."""
+    small: bool = False
+    """Test size: one kubesim process for all clusters, shorter waits."""
+
+
+@dataclass
+class Run:
+    """What a fault script sees: the World, the size, and where to note each fault."""
+
+    world: World
+    size: Size
+    submitted: list[str]
+    faults: list[tuple[str, float, float]] = field(default_factory=list)
+    rng: random.Random = field(default_factory=lambda: random.Random(9))
+    stream_done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def until_submitted(self, fraction: float) -> None:
+        while len(self.submitted) < fraction * self.size.jobs and not self.stream_done.is_set():  # noqa: ASYNC110
+            await asyncio.sleep(0.1)  # polled: the stream appends without signalling
+
+    def fault(self, what: str, start: float) -> None:
+        self.faults.append((what, start, time.monotonic()))
+
+
+FaultScript = Callable[[Run], Awaitable[None]]
+
+
+@dataclass
+class Scenario:
+    name: str
+    title: str
+    script: FaultScript
+    postgres: bool = False
+    """Needs the PostgreSQL server binaries (no SQLite fallback)."""
+    mosquitto: bool = False
+    """Needs Mosquitto (no embedded-broker fallback)."""
+    dispatchers: int = 1
+    dispatcher: dict[str, Any] = field(default_factory=dict)
+    """Dispatcher settings this scenario runs with (on top of the World's)."""
+    small_dispatcher: dict[str, Any] | None = None
+    """The same at the test size (shorter timeouts); None: ``dispatcher``."""
+    run_seconds: float | None = None
+    """Overrides Size.run_seconds (the partition needs jobs running while the agent is frozen)."""
+
+    def dispatcher_for(self, size: Size) -> dict[str, Any]:
+        return dict(self.small_dispatcher if size.small and self.small_dispatcher is not None else self.dispatcher)
+
+    def run_seconds_for(self, size: Size) -> float:
+        if self.run_seconds is None:
+            return size.run_seconds
+        return self.run_seconds / 2.5 if size.small else self.run_seconds
+
+    def skip_reason(self) -> str | None:
+        return missing_binaries(postgres=self.postgres, mosquitto=self.mosquitto)
+
+
+# --- fault scripts ------------------------------------------------------------------------------------
+
+
+async def kill_dispatcher(run: Run) -> None:
+    kills = max(1, run.size.kills)
+    await run.until_submitted(0.05)
+    stream_seconds = run.size.jobs / run.size.rate
+    gap = max(1.5, stream_seconds * 0.9 / kills)
+    for i in range(kills):
+        d = run.world.dispatchers[0]
+        start = time.monotonic()
+        d.kill()
+        await asyncio.sleep(run.rng.uniform(0.2, 1.5))
+        d.start()
+        run.fault(f"kill -9 dispatcher #{i + 1}", start)
+        await asyncio.sleep(gap * run.rng.uniform(0.6, 1.4))
+
+
+async def kill_agents(run: Run) -> None:
+    await run.until_submitted(0.1)
+    stream_seconds = run.size.jobs / run.size.rate
+    rounds = max(3, min(9, int(stream_seconds / 6)))
+    for i in range(rounds):
+        cluster = WORKERS[i % len(WORKERS)]
+        a = run.world.agents[cluster]
+        start = time.monotonic()
+        a.kill()
+        await asyncio.sleep(run.rng.uniform(1.0, 4.0))
+        a.start()
+        run.fault(f"kill -9 agent {cluster}", start)
+        await asyncio.sleep(stream_seconds * 0.8 / rounds)
+
+
+async def restart_broker(run: Run) -> None:
+    await run.until_submitted(0.1)
+    stream_seconds = run.size.jobs / run.size.rate
+    rounds = 3
+    for i in range(rounds):
+        kill = i == rounds - 1
+        start = time.monotonic()
+        await run.world.restart_broker(kill=kill, down_seconds=run.rng.uniform(1.0, 3.0))
+        run.fault(f"broker {'kill -9' if kill else 'restart'}", start)
+        await asyncio.sleep(stream_seconds * 0.8 / rounds)
+
+
+async def postgres_outage(run: Run) -> None:
+    pg = run.world.postgres
+    assert pg is not None, "postgres-outage needs the private PostgreSQL"
+    for i in range(run.size.outages):
+        await run.until_submitted((i + 1) / (run.size.outages + 1))
+        start = time.monotonic()
+        await pg.crash()
+        await asyncio.sleep(run.size.outage * (1 + i))
+        await pg.start()
+        run.fault(f"PostgreSQL down {time.monotonic() - start:.0f}s", start)
+
+
+async def partition_agent(run: Run) -> None:
+    """Freeze the agent of the busiest worker past the worker-lost timeout, so its jobs are re-placed."""
+    await run.until_submitted(0.3)
+    await asyncio.sleep(2)
+    cluster = WORKERS[1]
+    a = run.world.agents[cluster]
+    lost = float(run.world.dispatcher_values(0).get("worker_lost_timeout_seconds") or 10)
+    hb = float(run.world.dispatcher_values(0).get("heartbeat_timeout_seconds") or 6)
+    start = time.monotonic()
+    a.freeze()
+    await asyncio.sleep(hb + lost + (4 if run.size.small else 8))
+    a.thaw()
+    run.fault(f"SIGSTOP agent {cluster} {time.monotonic() - start:.0f}s", start)
+
+
+async def failover(run: Run) -> None:
+    await run.until_submitted(0.15)
+    stream_seconds = run.size.jobs / run.size.rate
+    rounds = 4
+    for i in range(rounds):
+        d = run.world.dispatchers[i % len(run.world.dispatchers)]
+        start = time.monotonic()
+        d.kill()
+        await asyncio.sleep(stream_seconds * 0.6 / rounds)  # the other one carries on alone meanwhile
+        d.start()
+        run.fault(f"kill -9 {d.name} (other left alone)", start)
+        await asyncio.sleep(2)
+
+
+SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
+    Scenario("dispatcher-kill", "kill -9 of the dispatcher during the stream", kill_dispatcher),
+    Scenario("agent-kill", "kill -9 of agents during the stream", kill_agents),
+    Scenario("broker-restart", "Mosquitto restarted (and once killed) during the stream", restart_broker,
+             mosquitto=True),
+    Scenario("postgres-outage", "PostgreSQL shut down (immediate) for an outage, twice", postgres_outage,
+             postgres=True),
+    Scenario("partition", "agent frozen (SIGSTOP) past the worker-lost timeout, re-placement, SIGCONT",
+             partition_agent, dispatcher={"worker_lost_timeout_seconds": 8.0}, run_seconds=25.0,
+             small_dispatcher={"worker_lost_timeout_seconds": 4.0, "heartbeat_timeout_seconds": 3.0}),
+    Scenario("failover", "two dispatchers on one database; each killed in turn while the other runs", failover,
+             dispatchers=2),
+]}
+
+
+# --- the run --------------------------------------------------------------------------------------------
+
+
+def manifest(name: str, run_seconds: float) -> dict[str, Any]:
+    def replica() -> dict[str, Any]:
+        return {"replicas": 1, "restartPolicy": "OnFailure", "template": {
+            "metadata": {"annotations": {"kubesim.mkd.dev/run-seconds": f"{run_seconds:g}"}},
+            "spec": {"containers": [{"name": "pytorch", "image": "docker.io/kubeflowkatib/pytorch-mnist:v1beta1",
+                                     "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}
+
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"runPolicy": {"managedBy": MULTIKUEUE, "cleanPodPolicy": "None"},
+                     "pytorchReplicaSpecs": {"Master": replica(), "Worker": replica()}}}
+
+
+async def submit(obs: Observer, run: Run, prefix: str, run_seconds: float) -> None:
+    """Create the jobs at the size's rate; a failed create is retried (the manager API is not faulted)."""
+    kube = obs.kubes["manager"]
+    interval = 1.0 / run.size.rate
+    t0 = time.monotonic()
+    try:
+        for i in range(run.size.jobs):
+            name = f"{prefix}-{i:05d}"
+            await asyncio.sleep(max(0.0, t0 + i * interval - time.monotonic()))
+            for attempt in range(5):
+                try:
+                    await kube.create(PYTORCHJOBS, manifest(name, run_seconds), NAMESPACE)
+                    break
+                except Exception:
+                    if attempt == 4:
+                        raise
+                    await asyncio.sleep(0.5)
+            obs.track(name).created = time.monotonic()
+            run.submitted.append(name)
+    finally:
+        run.stream_done.set()
+
+
+def world_options(scenario: Scenario, size: Size, root: Path) -> WorldOptions:
+    return WorldOptions(root=root, dispatchers=scenario.dispatchers, kubesim_per_cluster=not size.small,
+                        dispatcher=scenario.dispatcher_for(size))
+
+
+async def run_scenario(scenario: Scenario, size: Size, root: Path) -> Figures:
+    """Start a World of the scenario's own, run it there, stop it."""
+    async with World(world_options(scenario, size, root)) as world, Observer(world) as obs:
+        return await run_in(world, obs, scenario, size)
+
+
+async def run_in(world: World, obs: Observer, scenario: Scenario, size: Size) -> Figures:
+    """Stream jobs through a running World, run the fault script, wait for the end, count.
+
+    The World may be shared by several scenarios (the test suite does, to keep start-up cheap): each
+    counts only its own jobs, and leaves every service running again.
+    """
+    size = replace(size, run_seconds=scenario.run_seconds_for(size))
+    if world.reconfigure_dispatchers(scenario.dispatcher_for(size)):
+        await world.wait_online()
+    extra: list[Service] = []
+    while len(world.dispatchers) < scenario.dispatchers:
+        extra.append(world.add_dispatcher(len(world.dispatchers)))
+    run = Run(world, size, [])
+    started = time.monotonic()
+    stream = asyncio.create_task(submit(obs, run, f"{scenario.name[:12]}-{uuid.uuid4().hex[:4]}", size.run_seconds))
+    faults = asyncio.create_task(scenario.script(run))
+    try:
+        while not (stream.done() and faults.done()):
+            await asyncio.wait({stream, faults}, timeout=1.0)
+            for s in world.services:
+                if s.name.startswith("kubesim"):
+                    if why := s.exited():  # the clusters are not under test: fail loudly
+                        raise RuntimeError(why)
+                else:  # a service that died by itself is a finding: noted, restarted like a pod
+                    s.restart_if_crashed()
+        stream.result()
+        faults.result()
+    finally:
+        for t in (stream, faults):
+            if not t.done():
+                t.cancel()
+                with contextlib.suppress(BaseException):
+                    await t
+    for s in world.services:  # every service must be up again once the faults are over
+        if s.frozen:
+            s.thaw()
+        if not s.alive and not s.name.startswith("kubesim"):
+            s.held = False
+            s.restart_if_crashed()
+
+    def keep_up() -> None:
+        for s in world.services:
+            if not s.name.startswith("kubesim"):
+                s.restart_if_crashed()
+
+    last = max((end for _, _, end in run.faults), default=time.monotonic())
+    await obs.wait_done(run.submitted, last + size.deadline, keep_up)
+    crashes = [c for s in world.services for c in s.crashes]
+    for s in world.services:
+        s.crashes.clear()
+    notes = [*world.notes, *(f"CRASH (restarted like a pod): {c}" for c in crashes)]
+    figures = await obs.tally(scenario.name, run.submitted, run.faults, started, notes, len(crashes))
+    for s in extra:
+        s.terminate()
+        world.dispatchers.remove(s)
+    return figures
