@@ -228,6 +228,10 @@ class Admission:
         # Warnings for the response of the request being served (the store is single-threaded).
         self.warnings: list[str] = []
 
+    def take_warnings(self) -> list[str]:
+        out, self.warnings = self.warnings, []
+        return out
+
     # -------------------------------------------------------------- the store's hook
 
     def validate(self, rt: ResourceType, operation: str, obj: dict[str, Any] | None, old: dict[str, Any] | None,

@@ -21,10 +21,12 @@ import orjson
 import yaml
 from aiohttp import web
 
+from kubesim.admission import Attributes
 from kubesim.errors import ApiError, not_found
 from kubesim.resources import ResourceType
 from kubesim.store import RETURNS_OBJECT, Rec, Store
 from kubesim.watch import Watcher, serve_watch
+from kubesim.webhooks import Webhooks, warning_headers
 
 log = logging.getLogger("kubesim.server")
 
@@ -97,6 +99,7 @@ class ApiServer:
         self.bookmark_seconds = bookmark_seconds
         self.watchers: set[Watcher] = set()
         self.address = "127.0.0.1:0"
+        self.webhooks = Webhooks(store)
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -244,8 +247,12 @@ class ApiServer:
             if m == "POST":
                 obj = await self._body(request)
                 self._check_ns(obj, t)
-                rec = store.create_rec(rt.key, obj, dry_run=dry)
-                return self._obj(rec, t, 201)
+                meta = obj.get("metadata") or {}
+                a = self._attrs(t, "CREATE", meta.get("namespace") or t.namespace, meta.get("name") or "", dry)
+                rec, warns = await self.webhooks.write(
+                    a, lambda: store.create_rec(rt.key, obj, dry_run=dry), lambda: (None, obj),
+                    lambda _rec, o, d: store.create_rec(rt.key, o, dry_run=d))
+                return self._obj(rec, t, 201, warns)
             if m == "DELETE":
                 return self._delete_collection(request, t)
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested "
@@ -277,7 +284,14 @@ class ApiServer:
                 cur = rec.obj()
                 cur.setdefault("spec", {})["finalizers"] = (obj.get("spec") or {}).get("finalizers") or []
                 obj = cur
-            return self._obj(store.update_rec(rt.key, obj, sub, dry_run=dry), t)
+            if t.sub == "finalize":
+                return self._obj(store.update_rec(rt.key, obj, sub, dry_run=dry), t)
+            a = self._attrs(t, "UPDATE", t.namespace, name, dry)
+            rec, warns = await self.webhooks.write(
+                a, lambda: store.update_rec(rt.key, obj, sub, dry_run=dry),
+                lambda: (store.get_rec(rt.key, t.namespace, name) or self._raise_nf(t), obj),
+                lambda _rec, o, d: store.update_rec(rt.key, o, sub, dry_run=d))
+            return self._obj(rec, t, 200, warns)
         if m == "PATCH":
             ctype = request.content_type
             ptype = PATCH_TYPES.get(ctype)
@@ -297,14 +311,35 @@ class ApiServer:
                 if not isinstance(body, dict):
                     raise ApiError(400, "BadRequest", "apply body must be an object")
                 existed = store.get_rec(rt.key, t.namespace, name) is not None
-                rec = store.apply_rec(rt.key, t.namespace, name, body, manager, q.get("force") == "true", sub,
-                                      dry_run=dry)
-                return self._obj(rec, t, 200 if existed else 201)
+                force = q.get("force") == "true"
+
+                def applied() -> tuple[Rec | None, dict[str, Any]]:
+                    cur = store.get_rec(rt.key, t.namespace, name)
+                    return cur, store.apply_rec(rt.key, t.namespace, name, orjson.loads(orjson.dumps(body)),
+                                                manager, force, sub, dry_run=True).obj()
+
+                def commit_applied(cur: Rec | None, o: dict[str, Any], d: bool) -> Rec:
+                    if cur is None:
+                        o["metadata"].pop("resourceVersion", None)
+                        return store.create_rec(rt.key, o, dry_run=d)
+                    return store.replace_rec(rt.key, cur, o, sub, dry_run=d)
+
+                a = self._attrs(t, "UPDATE" if existed else "CREATE", t.namespace, name, dry)
+                rec, warns = await self.webhooks.write(
+                    a, lambda: store.apply_rec(rt.key, t.namespace, name, body, manager, force, sub, dry_run=dry),
+                    applied, commit_applied)
+                return self._obj(rec, t, 200 if existed else 201, warns)
             try:
                 patch = orjson.loads(raw)
             except orjson.JSONDecodeError as e:
                 raise ApiError(400, "BadRequest", f"error decoding patch: {e}") from None
-            return self._obj(store.patch_rec(rt.key, t.namespace, name, patch, ptype, sub, dry_run=dry), t)
+            a = self._attrs(t, "UPDATE", t.namespace, name, dry)
+            rec, warns = await self.webhooks.write(
+                a, lambda: store.patch_rec(rt.key, t.namespace, name, patch, ptype, sub, dry_run=dry),
+                lambda: store.patched(rt.key, t.namespace, name, patch, ptype),
+                lambda cur, o, d: store.replace_rec(rt.key, cur, o, sub, dry_run=d) if cur is not None
+                else self._raise_nf(t))
+            return self._obj(rec, t, 200, warns)
         if m == "DELETE":
             return await self._delete(request, t)
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource",
@@ -362,8 +397,16 @@ class ApiServer:
         raw = rec.raw
         return b"{" + raw[len(prefix):] if raw.startswith(prefix) else raw
 
-    def _obj(self, rec: Rec, t: Target, status: int = 200) -> web.Response:
-        return web.Response(body=self.render(rec, t), status=status, content_type=JSON)
+    def _obj(self, rec: Rec, t: Target, status: int = 200, warnings: list[str] | None = None) -> web.Response:
+        resp = web.Response(body=self.render(rec, t), status=status, content_type=JSON)
+        for k, v in warning_headers(warnings or []):
+            resp.headers.add(k, v)
+        return resp
+
+    def _attrs(self, t: Target, op: str, namespace: str | None, name: str, dry: bool) -> Attributes:
+        """The admission attributes of a write (objects are filled in by the webhook flow)."""
+        ns = (namespace or "default") if t.rt.namespaced else ""
+        return Attributes(t.rt, t.version, op, None, None, t.sub or "", ns, name, dry)
 
     def _json(self, body: Any, status: int = 200) -> web.Response:
         return web.Response(body=orjson.dumps(body), status=status, content_type=JSON)

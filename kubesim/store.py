@@ -388,6 +388,18 @@ class Store(DeletionMixin):
     def patch_rec(self, res: str, namespace: str | None, name: str, patch: Any, patch_type: str = "merge",
                   subresource: str | None = None, dry_run: bool = False) -> Rec:
         rt = self.rtype(res)
+        rec, new = self.patched(res, namespace, name, patch, patch_type)
+        return self._replace(rt, rec, new, subresource, dry_run)
+
+    def replace_rec(self, res: str, rec: Rec, obj: dict[str, Any], subresource: str | None = None,
+                    dry_run: bool = False) -> Rec:
+        """Write ``obj`` over ``rec`` (which must be current) with update semantics; for ``patched`` results."""
+        return self._replace(self.rtype(res), rec, obj, subresource, dry_run)
+
+    def patched(self, res: str, namespace: str | None, name: str, patch: Any,
+                patch_type: str = "merge") -> tuple[Rec, dict[str, Any]]:
+        """The current record and the object ``patch`` turns it into (nothing written or validated yet)."""
+        rt = self.rtype(res)
         ns = (namespace or "default") if rt.namespaced else ""
         rec = self._must(rt, ns, name)
         old = rec.obj()
@@ -412,7 +424,7 @@ class Store(DeletionMixin):
         rv = nmeta.get("resourceVersion")
         if rv and rv != str(rec.rv):
             raise conflict(rt.plural, rt.group, name)
-        return self._replace(rt, rec, new, subresource, dry_run)
+        return rec, new
 
     def apply_rec(self, res: str, namespace: str | None, name: str, obj: dict[str, Any], manager: str,
                   force: bool = False, subresource: str | None = None, dry_run: bool = False) -> Rec:
