@@ -32,6 +32,7 @@ from worker_agent.inbox import Inbox
 from worker_agent.reconcilers.base import Reconciler
 from worker_agent.reconcilers.registry import reconcilers as all_reconcilers
 from worker_agent.reports import CapacityMeter, Outbox, Reporter, heartbeat, sleep_or
+from worker_agent.seq import SHIFT, Sequencer, take_epoch
 from worker_agent.settings import AgentSettings
 
 log = logging.getLogger(__name__)
@@ -237,6 +238,9 @@ class Agent:
 
     # --- run ------------------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
+        epoch = await take_epoch(self.kube, self.settings.namespace, self.settings.cluster_name, self.clock)
+        self.reporter.seq = Sequencer(epoch)
+        log.info("report epoch %d: this run numbers its Reports from %d", epoch, epoch << SHIFT | 1)
         await self.discover()
         assert self.apply is not None
         async with Supervisor() as sup:

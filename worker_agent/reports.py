@@ -2,9 +2,9 @@
 
 ``Outbox`` queues encoded reports and a few sender coroutines publish them on the current MQTT
 link (QoS 1); while the link is down they wait, so nothing sent during a reconnect is lost.
-``Sequencer`` hands out ``seq`` numbers that are strictly increasing across agent restarts
-(microseconds since the epoch, bumped past the last one issued), so the dispatcher's
-"drop a Status whose seq is not newer" rule works without persisting a counter.
+``seq`` numbers come from ``worker_agent.seq.Sequencer``: strictly increasing across agent
+restarts (a report epoch kept in the worker cluster, never a clock), so the dispatcher's
+"drop a Status whose seq is not newer" rule holds.
 ``Reporter`` follows the owned jobs: every change of ``.status`` becomes a Status report
 carrying it whole, ``finished`` from the JobKind, ``gone`` when the job is deleted.
 ``capacity`` sums allocatable over Ready nodes minus the requests of non-terminal pods.
@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from collections import deque
 from collections.abc import Mapping
@@ -42,21 +41,11 @@ from federation.messages import (
 from federation.mqtt import MqttLink
 from federation.podset import Resources, add, format_resources, parse_resources, pod_requests, sub
 from worker_agent.cache import ObjectCache
+from worker_agent.seq import Sequencer
 
 log = logging.getLogger(__name__)
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
-
-
-class Sequencer:
-    """Strictly increasing report sequence numbers, across restarts (time based)."""
-
-    def __init__(self) -> None:
-        self._last = 0
-
-    def next(self) -> int:
-        self._last = max(self._last + 1, time.time_ns() // 1000)
-        return self._last
 
 
 class Outbox:
@@ -148,6 +137,7 @@ class Reporter:
         self.outbox = outbox
         self.origin = origin
         self.seq = Sequencer()
+        """Given its report epoch by the agent before the first Report (``worker_agent.seq``)."""
         self.last_seq: dict[str, int] = {}
         """workload uid -> last seq sent."""
         self._last_status: dict[str, tuple[int, int, int]] = {}

@@ -43,6 +43,10 @@ class AgentSettings(BaseSettings):
     ``{"MPIJob": "kubeflow.org/mpi-operator"}``). Delegated kinds are created with that value and
     only mirrored; the agent runs no reconciler for them."""
 
+    namespace: str = Field(default="mkd-system", min_length=1, max_length=63)
+    """The agent's own namespace: it keeps its report epoch there (ConfigMap ``mkd-agent-<cluster>-epoch``,
+    see ``worker_agent.seq``); created when missing. ``deploy/worker/agent.yaml`` runs the agent in it."""
+
     create_namespaces: bool = True
     """Create a Job's namespace when missing. False: reject the placement (permanent=False) naming it."""
 
