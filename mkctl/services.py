@@ -187,8 +187,9 @@ def sim_up(ctx: typer.Context,
 
     Other arguments go to kubesim's own entry point (``python -m kubesim --help`` lists them).
     """
-    import kubesim
+    from mkctl.topology import _kubesim
 
+    kubesim = _kubesim()
     argv = ["--state-dir", str(state_dir), *ctx.args]
     if not any(a.startswith(("--clusters", "--topology")) for a in ctx.args):
         argv += ["--topology", str(write_demo_topology(state_dir))]

@@ -24,14 +24,25 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from mkctl.errors import CommandFailed
+
 log = logging.getLogger(__name__)
 
 MANAGER = "manager"
 
 
-def _kubesim() -> Any:
-    import kubesim
+SIM_MISSING = ("the simulator is not installed (kubesim and the embedded broker come with mkd[sim]); "
+               "install it: pip install -e ./sim -e '.[sim]' from a source tree, or use real clusters")
 
+
+def _kubesim() -> Any:
+    """kubesim, which only the demo, the tests and the benchmarks need (the mkd-sim distribution)."""
+    try:
+        import kubesim
+    except ModuleNotFoundError as exc:
+        if exc.name not in ("kubesim", "aiohttp"):
+            raise
+        raise CommandFailed(SIM_MISSING) from exc
     return kubesim
 
 
@@ -142,7 +153,10 @@ class Topology:
             sim_dir = self.options.state_dir / "sim"
             self.sim = await stack.enter_async_context(ks.serve_async([manager_spec(), *self.workers], sim_dir))
             if not self.mqtt_url:
-                from federation.embedded_broker import EmbeddedBroker
+                try:
+                    from federation.embedded_broker import EmbeddedBroker
+                except ModuleNotFoundError as exc:
+                    raise CommandFailed(SIM_MISSING) from exc
 
                 broker = await stack.enter_async_context(EmbeddedBroker())
                 self.mqtt_url = broker.url
