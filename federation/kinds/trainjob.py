@@ -3,13 +3,10 @@
 managedBy lives at ``spec.managedBy``; the CRD defaults it to the trainjob controller, so mkd
 invents no default: absent means that controller. The runtime (``spec.runtimeRef``, kind
 ClusterTrainingRuntime by default) holds a JobSet template; :func:`effective_replicated_jobs`
-applies the TrainJob's trainer overrides the way the runtime framework does (KUBEFLOW.md D.3):
-the node-count replicatedJob (named ``node``, else the one labelled with ancestor ``trainer``)
-runs ``trainer.numNodes`` (else ``mlPolicy.numNodes``, else 1) pods, one fewer when an MPI
-policy runs the launcher as a node; ``resourcesPerNode`` is merged into its ``node`` container
-(and the launcher's when it is a node); image, command, args and env override the ``node``
-container of the trainer ancestor. Other replicatedJobs count replicas x parallelism. Counts live
-in ``PodSet.count``; totals are per-pod requests x count, with no separate NumNodes path.
+is the ONE computation of which pods it runs (counts, replicas and per-pod resources, the way
+upstream trainer's runtime framework does it; KUBEFLOW.md D.3): the dispatcher's PodSets come from
+it here, and the agent's JobSet render (``worker_agent/reconcilers/trainjob_build.py``) starts from
+it. PodSet counts are replicas x parallelism; totals are per-pod requests x count.
 """
 
 from __future__ import annotations
@@ -49,6 +46,8 @@ ANCESTOR_LABEL = f"{GROUP}/trainjob-ancestor-step"
 Values: dataset-initializer, model-initializer, trainer.
 """
 TRAINER_ANCESTOR = "trainer"
+ANCESTORS_WITH_ONE_REPLICA = ("dataset-initializer", "model-initializer", TRAINER_ANCESTOR)
+"""Steps the JobSet plugin's Build runs as one replica each."""
 NODE = "node"
 """Name of the trainer replicatedJob and of the main container in every runtime."""
 CLUSTER_TRAINING_RUNTIME = "ClusterTrainingRuntime"
@@ -76,19 +75,13 @@ def _ref(job: Mapping[str, Any]) -> tuple[str | None, str, str]:
     )
 
 
-def _num_nodes(job: Mapping[str, Any], runtime: Mapping[str, Any]) -> int:
-    value = get_path(job, ("spec", "trainer", "numNodes"))
-    if value is None:
-        value = get_path(runtime, ("spec", "mlPolicy", "numNodes"))
-    return int_or(value, 1)
-
-
-def _launcher_as_node(runtime: Mapping[str, Any]) -> bool:
-    return get_path(runtime, ("spec", "mlPolicy", "mpi", "runLauncherAsNode")) is True
+def _ancestor(rjob: Mapping[str, Any]) -> str | None:
+    value = get_path(rjob, ("template", "metadata", "labels", ANCESTOR_LABEL))
+    return value if isinstance(value, str) else None
 
 
 def _is_trainer(rjob: Mapping[str, Any]) -> bool:
-    return bool(get_path(rjob, ("template", "metadata", "labels", ANCESTOR_LABEL)) == TRAINER_ANCESTOR)
+    return _ancestor(rjob) == TRAINER_ANCESTOR
 
 
 def _node_index(rjobs: list[dict[str, Any]]) -> int | None:
@@ -134,39 +127,87 @@ def _upsert_env(container: dict[str, Any], env: list[Any]) -> None:
     ]
 
 
+def _ml_policy(runtime: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The runtime's ``mlPolicy``; None when absent (upstream's nil pointer: no numNodes, no merge)."""
+    ml = get_path(runtime, ("spec", "mlPolicy"))
+    return ml if isinstance(ml, Mapping) else None
+
+
 def effective_replicated_jobs(job: Mapping[str, Any], runtime: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The runtime's replicatedJobs with the TrainJob's trainer overrides and counts applied."""
-    rjobs = [
-        copy.deepcopy(dict(r))
-        for r in replicated_jobs(as_map(get_path(runtime, ("spec", "template", "spec"))))
-    ]
+    """The runtime's replicatedJobs as the trainer runtime framework runs them: the ONE computation of
+    a TrainJob's pods, shared by the dispatcher (PodSets) and the agent (the JobSet it renders).
+
+    Follows upstream trainer (KUBEFLOW.md D.3; ``newRuntimeInfo``, the ML policies' ``EnforceMLPolicy``
+    and the JobSet plugin's parallelism sync), per replicatedJob in template order:
+
+    - count = its ``parallelism`` (default 1); a trainer ancestor's is ``mlPolicy.numNodes`` (default
+      1) when the runtime has an mlPolicy;
+    - ``trainer.numNodes``, when set, overrides it: with an MPI policy on the job named ``node``
+      (``max(numNodes - 1, 1)`` when ``runLauncherAsNode``: the launcher is one of the nodes),
+      otherwise (torch, jax, xgboost, plain) on the first trainer ancestor;
+    - ``trainer.resourcesPerNode`` is merged (per resource, as a strategic merge patch does) into
+      the ``node`` container of a trainer ancestor and, with ``runLauncherAsNode``, of the job named
+      ``node`` too; never without an mlPolicy;
+    - initializer and trainer ancestors run one replica; ``parallelism`` = ``completions`` = count.
+
+    Pods per replicatedJob are ``replicas`` x ``parallelism``.
+    """
+    rjobs = [copy.deepcopy(dict(r)) for r in replicated_jobs(as_map(get_path(runtime, ("spec", "template", "spec"))))]
+    ml = _ml_policy(runtime)
+    mpi = as_map(ml.get("mpi")) if ml is not None and isinstance(ml.get("mpi"), Mapping) else None
+    launcher_as_node = mpi is not None and mpi.get("runLauncherAsNode") is True
+    trainer = as_map(get_path(job, ("spec", "trainer")))
+    per_node = trainer.get("resourcesPerNode")
+    counts: list[int] = []
+    for rjob in rjobs:
+        ancestor = _ancestor(rjob)
+        count = int_or(get_path(rjob, ("template", "spec", "parallelism")), 1)
+        trainer_step = ancestor == TRAINER_ANCESTOR and ml is not None
+        if trainer_step:
+            count = int_or(as_map(ml).get("numNodes"), 1)
+        if isinstance(per_node, Mapping) and (trainer_step or (launcher_as_node and rjob.get("name") == NODE)):
+            container = _node_container(rjob)
+            if container is not None:
+                _merge_resources(container, per_node)
+        if ancestor in ANCESTORS_WITH_ONE_REPLICA:
+            rjob["replicas"] = 1
+        counts.append(count)
+    num_nodes = trainer.get("numNodes")
+    if isinstance(num_nodes, int) and not isinstance(num_nodes, bool):
+        if mpi is not None:
+            target = next((i for i, r in enumerate(rjobs) if r.get("name") == NODE), None)
+            value = max(num_nodes - 1, 1) if launcher_as_node else num_nodes
+        else:
+            target = next((i for i, r in enumerate(rjobs) if _ancestor(r) == TRAINER_ANCESTOR), None)
+            value = num_nodes
+        if target is not None:
+            counts[target] = value
+    for rjob, count in zip(rjobs, counts, strict=True):
+        job_spec = get_path(rjob, ("template", "spec"))
+        if isinstance(job_spec, dict):  # otherwise validation reports the missing Job spec
+            job_spec["parallelism"] = job_spec["completions"] = count
+    return rjobs
+
+
+def _with_trainer_overrides(rjobs: list[dict[str, Any]], job: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``trainer.image`` / ``command`` / ``args`` / ``env`` on the trainer's ``node`` container: what the
+    dispatcher checks (an image must exist somewhere); the agent renders the same in its build."""
     trainer = as_map(get_path(job, ("spec", "trainer")))
     node_index = _node_index(rjobs)
     trainer_indexes = _trainer_indexes(rjobs, node_index)
-    per_node = as_map(trainer.get("resourcesPerNode"))
     for index, rjob in enumerate(rjobs):
         container = _node_container(rjob)
-        is_trainer = index in trainer_indexes
-        if get_path(rjob, ("template", "metadata", "labels", ANCESTOR_LABEL)) is not None or is_trainer:
-            rjob["replicas"] = 1  # initializer and trainer ancestors run one Job each
         if container is None:
             continue
-        if is_trainer or index == node_index:
-            if isinstance(trainer.get("image"), str):
-                container["image"] = trainer["image"]
+        is_trainer = index in trainer_indexes
+        if (is_trainer or index == node_index) and isinstance(trainer.get("image"), str):
+            container["image"] = trainer["image"]
         if is_trainer:
             for key in ("command", "args"):
                 if isinstance(trainer.get(key), list):
                     container[key] = list(trainer[key])
             if isinstance(trainer.get("env"), list):
                 _upsert_env(container, trainer["env"])
-        if per_node and (index == node_index or (is_trainer and _launcher_as_node(runtime))):
-            _merge_resources(container, per_node)
-    if node_index is not None:
-        count = _num_nodes(job, runtime) - (1 if _launcher_as_node(runtime) else 0)
-        job_spec = get_path(rjobs[node_index], ("template", "spec"))
-        if isinstance(job_spec, dict):  # otherwise validation reports the missing Job spec
-            job_spec["parallelism"] = job_spec["completions"] = max(count, 0)
     return rjobs
 
 
@@ -305,7 +346,7 @@ class TrainJobKind(BaseKind):
         structural = validate_replicated_jobs(template_spec, f"{RUNTIME_FIELD}.template.spec")
         if structural and not isinstance(as_map(template_spec).get("replicatedJobs"), list):
             return errors + structural
-        rjobs = effective_replicated_jobs(job, runtime)
+        rjobs = _with_trainer_overrides(effective_replicated_jobs(job, runtime), job)
         node_index = _node_index(rjobs)
         if node_index is None:
             errors.append(
@@ -356,7 +397,7 @@ class TrainJobKind(BaseKind):
             + self._validate_runtime(job, runtime)
         )
         out = []
-        for index, rjob in enumerate(effective_replicated_jobs(job, runtime)):
+        for index, rjob in enumerate(_with_trainer_overrides(effective_replicated_jobs(job, runtime), job)):
             job_spec = as_map(get_path(rjob, ("template", "spec")))
             count = int_or(rjob.get("replicas"), 1) * int_or(job_spec.get("parallelism"), 1)
             if count > 0:

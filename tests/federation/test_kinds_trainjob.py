@@ -155,12 +155,15 @@ def test_mpi_launcher_as_node_takes_one_node() -> None:
     assert node.template["spec"]["containers"][0]["image"] == "ds:1"
     rt = deepspeed_like(launcher_as_node=False)
     launcher, node = TRAINJOB.podsets(job, rt)
-    assert (launcher.count, node.count, launcher.requests["cpu"]) == (1, 3, D("0.5"))
+    # upstream merges resourcesPerNode into the trainer ancestor (here the launcher), and into the
+    # node job only when the launcher runs as a node
+    assert (launcher.count, node.count, launcher.requests["cpu"], node.requests["cpu"]) == (1, 3, D(4), D(2))
 
 
-def test_one_node_with_launcher_as_node_is_launcher_only() -> None:
+def test_one_node_with_launcher_as_node_still_runs_one_node_job() -> None:
+    # upstream's MPI policy: node count = max(numNodes - 1, 1)
     assert [(p.name, p.count) for p in TRAINJOB.podsets(trainjob(numNodes=1), deepspeed_like())] == [
-        ("launcher", 1)
+        ("launcher", 1), ("node", 1)
     ]
 
 

@@ -1,8 +1,8 @@
 """TrainJob -> JobSet: the trainer runtime framework's build, as pure functions (KUBEFLOW.md D.3).
 
-From the TrainJob and its (Cluster)TrainingRuntime: one PodSet per replicatedJob (count =
-parallelism, or mlPolicy.numNodes for the trainer ancestor), ``resourcesPerNode`` merged into the
-``node`` container, then the ML policy: torch (PET_* env, port 29500), mpi (ssh Secret and
+From the TrainJob and its (Cluster)TrainingRuntime: one PodSet per replicatedJob, with its count,
+replicas and ``resourcesPerNode`` from ``federation.kinds.trainjob.effective_replicated_jobs`` (the
+one computation the dispatcher places by as well), then the ML policy: torch (PET_* env, port 29500), mpi (ssh Secret and
 hostfile ConfigMap volumes, launcher env, the hostfile text) or plain (count and env only); then
 PreBuildSync (endpoints, parallelism = completions = count) and Build (initializer and trainer
 overrides, replicas 1, suspend mirrored). The result is the JobSet's labels, annotations and spec.
@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from federation.errors import Invalid
+from federation.kinds.trainjob import effective_replicated_jobs
 from federation.podset import parse_quantity
 
 GROUP = "trainer.kubeflow.org"
@@ -88,15 +89,6 @@ def _cpus(resources: Mapping[str, Any]) -> int:
     return 0
 
 
-def _merge_resources(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key in ("limits", "requests"):
-        merged = {**(base.get(key) or {}), **(override.get(key) or {})}
-        if merged:
-            out[key] = merged
-    return out
-
-
 def build(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> Built:
     """The JobSet the runtime framework would apply for ``trainjob``; raises Invalid on a bad runtime."""
     tj_name = str(trainjob["metadata"]["name"])
@@ -112,21 +104,11 @@ def build(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> Built:
     torch = (ml or {}).get("torch")
     launcher_as_node = bool(mpi and mpi.get("runLauncherAsNode"))
 
-    # PodSets: count per replicatedJob, in template order
-    counts: dict[str, int] = {}
-    for rjob in rjobs:
-        count = int(((rjob.get("template") or {}).get("spec") or {}).get("parallelism") or 1)
-        if _ancestor(rjob) == TRAINER and ml is not None:
-            count = int(ml.get("numNodes") or 1)
-        counts[rjob["name"]] = count
-        if trainer and trainer.get("resourcesPerNode") is not None and ml is not None and (
-                _ancestor(rjob) == TRAINER or (launcher_as_node and rjob["name"] == NODE)):
-            for container in _containers(rjob):
-                if container.get("name") == NODE:
-                    container["resources"] = _merge_resources(container.get("resources") or {},
-                                                              trainer["resourcesPerNode"])
+    # PodSets (counts, replicas, resourcesPerNode): the ONE computation the dispatcher places by too
+    spec["replicatedJobs"] = rjobs = effective_replicated_jobs(trainjob, runtime)
+    counts = {str(r["name"]): int(((r.get("template") or {}).get("spec") or {}).get("parallelism", 1))
+              for r in rjobs}
     trainer_rjob = next((r for r in rjobs if _ancestor(r) == TRAINER), None)
-    num_nodes = trainer.get("numNodes") if trainer else None
 
     def resources_per_node() -> dict[str, Any]:
         if trainer and trainer.get("resourcesPerNode") is not None:
@@ -137,8 +119,6 @@ def build(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> Built:
     hostfile: str | None = None
     slots = 1
     if torch is not None:
-        if trainer_rjob is not None and num_nodes is not None:
-            counts[trainer_rjob["name"]] = int(num_nodes)
         nproc: str = "auto"
         if trainer and trainer.get("numProcPerNode") is not None:
             nproc = str(trainer["numProcPerNode"])
@@ -160,9 +140,6 @@ def build(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> Built:
                 _upsert(env, item)
             _upsert(node.setdefault("ports", []), {"containerPort": TRAINER_PORT}, key="containerPort")
     elif mpi is not None:
-        node_rjob = next((r for r in rjobs if r["name"] == NODE), None)
-        if node_rjob is not None and num_nodes is not None:
-            counts[NODE] = max(int(num_nodes) - 1, 1) if launcher_as_node else int(num_nodes)
         slots = int(mpi.get("numProcPerNode") or 1)
         if trainer and trainer.get("numProcPerNode") is not None:
             slots = int(trainer["numProcPerNode"])
@@ -196,9 +173,7 @@ def build(trainjob: Mapping[str, Any], runtime: Mapping[str, Any]) -> Built:
                                  {"name": "OMPI_MCA_orte_set_default_slots", "value": str(slots)},
                                  {"name": "OMPI_MCA_plm_rsh_args", "value": "-o ConnectionAttempts=10"}):
                         _upsert(env, item)
-    else:  # plain ML: the count and the env merge only
-        if trainer_rjob is not None and num_nodes is not None:
-            counts[trainer_rjob["name"]] = int(num_nodes)
+    else:  # plain ML: the env merge only (the count is in effective_replicated_jobs)
         node = _node_container(trainer_rjob) if (trainer_rjob is not None and trainer) else None
         if node is not None and trainer is not None and trainer.get("env"):
             env = node.setdefault("env", [])
