@@ -1,6 +1,7 @@
 """kubesim benchmark: one simulated cluster in a separate ``python -m kubesim`` process, driven by clients here.
 
-Prints pod creates/s from one official-client thread and from eight, the latency of listing 10,000 pods
+Prints pod creates/s from one official-client thread and from eight, PyTorchJob creates and updates/s
+with mkd's CRDs (CEL rules) and deploy/admission's ValidatingAdmissionPolicies installed, the latency of listing 10,000 pods
 (raw bytes and typed), watch delivery latency p50/p99 and the server's RSS at 100,000 pods (``--quick``
 uses smaller counts and says so). Pods name a scheduler that does not exist so that they stay Pending:
 the figures are the API server's, not the simulated kubelet's.
@@ -97,6 +98,52 @@ def creates_per_second(kc: Path, threads: int, per_thread: int, prefix: str) -> 
     return threads * per_thread / (time.perf_counter() - start)
 
 
+def pytorchjob(name: str) -> dict[str, Any]:
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name, "labels": {"a": "b"}},
+            "spec": {"runPolicy": {"managedBy": "kueue.x-k8s.io/multikueue", "suspend": True},
+                     "pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": pod_body("t")},
+                                             "Worker": {"replicas": 3, "template": pod_body("t")}}}}
+
+
+def admission_rates(srv: Server, n: int) -> tuple[float, float, float, float]:
+    """PyTorchJob creates/s and label-patch updates/s from one thread with mkd's CRDs (CEL rules) and the
+    deploy/admission policies installed, plus the server's CPU-ms per create and per update. Every update
+    runs the CRD's transition rule and both managedBy policies (their variables and validations)."""
+    from federation.kinds.crds import load_crds
+
+    api = new_client(srv.kubeconfig)
+    ext = client.ApiextensionsV1Api(api)
+    for crd in load_crds():
+        ext.create_custom_resource_definition(crd)
+    ar = client.AdmissionregistrationV1Api(api)
+    for f in sorted((ROOT / "deploy" / "admission").glob("*.yaml")):
+        for doc in yaml.safe_load_all(f.read_text()):
+            if doc and doc["kind"] == "ValidatingAdmissionPolicy":
+                ar.create_validating_admission_policy(doc)
+            elif doc:
+                ar.create_validating_admission_policy_binding(doc)
+    co = client.CustomObjectsApi(api)
+    while True:  # a freshly installed CRD takes a moment to be served
+        try:
+            co.list_namespaced_custom_object("kubeflow.org", "v1", NS, "pytorchjobs")
+            break
+        except client.ApiException:
+            time.sleep(0.1)
+    cpu0 = sum(srv.ps.cpu_times()[:2])
+    start = time.perf_counter()
+    for i in range(n):
+        co.create_namespaced_custom_object("kubeflow.org", "v1", NS, "pytorchjobs", pytorchjob(f"pj-{i}"))
+    creates = n / (time.perf_counter() - start)
+    cpu1 = sum(srv.ps.cpu_times()[:2])
+    start = time.perf_counter()
+    for i in range(n):
+        co.patch_namespaced_custom_object("kubeflow.org", "v1", NS, "pytorchjobs", f"pj-{i}",
+                                          {"metadata": {"labels": {"a": "c"}}})
+    updates = n / (time.perf_counter() - start)
+    cpu2 = sum(srv.ps.cpu_times()[:2])
+    return creates, updates, (cpu1 - cpu0) * 1000 / n, (cpu2 - cpu1) * 1000 / n
+
+
 async def bulk_create(url: str, token: str, start: int, count: int, concurrency: int = 16) -> None:
     """Fill the server quickly over raw HTTP (only the server's memory is measured with these)."""
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json"}
@@ -187,6 +234,13 @@ def main() -> None:
             print(f"pod creates/s, 1 thread : {r1:7.0f}  ({one} pods)")
             r8 = creates_per_second(kc, 8, eight, "eight")
             print(f"pod creates/s, 8 threads: {r8:7.0f}  ({8 * eight} pods)")
+            cr_n = 300 if args.quick else 2000
+            c, u, c_ms, u_ms = admission_rates(srv, cr_n)
+            verdict = "above" if c > 350 else "BELOW"
+            print(f"PyTorchJob creates/s, 1 thread, CRD rules + policies: {c:7.0f} ({verdict} a real apiserver's "
+                  f"~350 pod creates/s), server {c_ms:.2f} CPU-ms each  ({cr_n} jobs)")
+            print(f"PyTorchJob updates/s, 1 thread, transition rule + 2 policies: {u:7.0f}, server {u_ms:.2f} "
+                  "CPU-ms each")
             kcfg = yaml.safe_load(kc.read_text())
             host = kcfg["clusters"][0]["cluster"]["server"]
             token = kcfg["users"][0]["user"]["token"]

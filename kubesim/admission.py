@@ -192,6 +192,7 @@ class Policy:
     variables: list[tuple[str, cel.Program]]
     validations: list[Validation]
     error: str = ""
+    uses_namespace: bool = False
 
 
 def _compile_policy(obj: dict[str, Any]) -> Policy:
@@ -209,6 +210,7 @@ def _compile_policy(obj: dict[str, Any]) -> Policy:
                                             v.get("reason") or "Invalid"))
     except cel.CompileError as e:
         p.error = str(e)
+    p.uses_namespace = "namespaceObject" in str(spec)
     if spec.get("paramKind"):
         p.error = "kubesim does not support paramKind (policies with parameters)"
     return p
@@ -225,6 +227,7 @@ class Admission:
         self.matcher = Matcher(store)
         self._crd_validators: dict[tuple[str, int, str], cel.Validator] = {}
         self._policies: dict[str, tuple[int, Policy]] = {}
+        self._bindings_cache: tuple[tuple[int, int], dict[str, list[dict[str, Any]]]] = ((0, 0), {})
         # Warnings for the response of the request being served (the store is single-threaded).
         self.warnings: list[str] = []
 
@@ -289,11 +292,20 @@ class Admission:
             hit = self._policies[name] = (rec.rv, _compile_policy(rec.obj()))
         return hit[1]
 
+    def _bindings(self) -> dict[str, list[dict[str, Any]]]:
+        """policyName -> bindings, parsed again only when a binding changed (the rv is global and rising)."""
+        recs = self.store._objs.get(VAPB, {}).get("", {})
+        sig = (len(recs), max((r.rv for r in recs.values()), default=0))
+        if self._bindings_cache[0] != sig:
+            out: dict[str, list[dict[str, Any]]] = {}
+            for name in sorted(recs):
+                b = recs[name].obj()
+                out.setdefault((b.get("spec") or {}).get("policyName", ""), []).append(b)
+            self._bindings_cache = (sig, out)
+        return self._bindings_cache[1]
+
     def policies(self, a: Attributes) -> None:
-        bindings: dict[str, list[dict[str, Any]]] = {}
-        for rec in self.store.list_recs(VAPB):
-            b = rec.obj()
-            bindings.setdefault((b.get("spec") or {}).get("policyName", ""), []).append(b)
+        bindings = self._bindings()
         denied: tuple[str, str, str, str] | None = None  # policy, binding, message, reason
         for pname in sorted(bindings):
             p = self._policy(pname)
@@ -324,12 +336,13 @@ class Admission:
         if p.error:
             return [(f"failed to configure policy: {p.error}", "")]
         data: dict[str, Any] = {"object": a.obj, "oldObject": a.old, "request": a.request(), "params": None,
-                                "namespaceObject": self.matcher.namespace_object(a), "variables": {},
-                                "authorizer": None}
+                                "namespaceObject": self.matcher.namespace_object(a) if p.uses_namespace else None,
+                                "variables": {}, "authorizer": None}
+        act = cel.activation(data)
         errors: list[str] = []
         for name, prog in p.conditions:
             try:
-                ok = prog.eval(data)
+                ok = prog.eval(act)
             except cel.EvalError as e:
                 errors.append(f"expression '{prog.source}' resulted in error: {e}")
                 continue
@@ -343,14 +356,18 @@ class Admission:
         data["variables"] = variables
         var_errors: dict[str, str] = {}
         for name, prog in p.variables:
+            if "variables" in prog.source and variables:
+                act = cel.activation(data)  # a variable built on earlier ones sees them
             try:
-                variables[name] = prog.eval(data)
+                variables[name] = prog.eval(act)
             except cel.EvalError as e:  # surfaces only if a validation uses the variable
                 var_errors[name] = str(e)
+        if variables:
+            act = cel.activation(data)
         out: list[tuple[str, str]] = []
         for v in p.validations:
             try:
-                ok = v.program.eval(data)
+                ok = v.program.eval(act)
             except cel.EvalError as e:
                 text = str(e)
                 for name, err in var_errors.items():
@@ -364,7 +381,7 @@ class Admission:
             msg = ""
             if v.message_expr is not None:
                 try:
-                    m = v.message_expr.eval(data)
+                    m = v.message_expr.eval(act)
                     if isinstance(m, str) and "\n" not in m.strip() and len(m.strip()) <= cel.MAX_MESSAGE:
                         msg = m.strip()
                 except cel.EvalError:

@@ -152,10 +152,11 @@ class Webhooks:
             return True
         data = {"object": a.obj, "oldObject": a.old, "request": a.request(), "authorizer": None,
                 "params": None, "namespaceObject": None, "variables": {}}
+        act = cel.activation(data)
         errors = []
         for c in conds:
             try:
-                ok = cel.compile_expr(c.get("expression", "")).eval(data)
+                ok = cel.compile_expr(c.get("expression", "")).eval(act)
             except (cel.CompileError, cel.EvalError) as e:
                 errors.append(f"expression '{c.get('expression', '')}' resulted in error: {e}")
                 continue
