@@ -58,6 +58,7 @@ class Attributes:
     name: str
     dry_run: bool = False
     uid: str = field(default_factory=lambda: str(uuid.uuid4()))
+    options: dict[str, Any] | None = None
 
     @property
     def resource(self) -> str:
@@ -76,7 +77,9 @@ class Attributes:
             out["subResource"] = out["requestSubResource"] = self.subresource
         if self.namespace:
             out["namespace"] = self.namespace
-        if opts:
+        if self.options is not None:
+            out["options"] = self.options
+        elif opts:
             out["options"] = {"kind": opts, "apiVersion": "meta.k8s.io/v1"}
         return out
 

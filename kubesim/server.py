@@ -478,6 +478,8 @@ class ApiServer:
         rt = t.rt
         assert t.name is not None
         grace = opts.get("gracePeriodSeconds")
+        warns = await self.webhooks.admit_delete(self._attrs(t, "DELETE", t.namespace, t.name,
+                                                             request.query.get("dryRun") == "All"), opts)
         rec, gone = self.store.delete_rec(rt.key, t.namespace, t.name, opts.get("propagationPolicy"),
                                           pre.get("uid"), pre.get("resourceVersion"),
                                           dry_run=request.query.get("dryRun") == "All",
@@ -486,9 +488,12 @@ class ApiServer:
             details: dict[str, Any] = {"name": t.name, "kind": rt.plural, "uid": rec.uid}
             if rt.group:
                 details["group"] = rt.group
-            return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
+            resp = self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                                "details": details})
-        return self._obj(rec, t)
+            for k, v in warning_headers(warns):
+                resp.headers.add(k, v)
+            return resp
+        return self._obj(rec, t, 200, warns)
 
     def _delete_collection(self, request: web.Request, t: Target) -> web.Response:
         q = request.query

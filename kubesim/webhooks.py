@@ -130,6 +130,42 @@ class Webhooks:
             return rec, warnings
         raise conflict(a.rt.plural, a.rt.group, a.name)
 
+    async def admit_delete(self, a: Attributes, options: dict[str, Any]) -> list[str]:
+        """A DELETE request: policies, then mutating and validating webhooks see ``oldObject`` only
+        (mutating webhooks may only allow or refuse here). Returns the warnings; raises a refusal."""
+        rec = self.store.get_rec(a.rt.key, a.namespace or None, a.name)
+        if rec is None:
+            return []  # the store answers 404
+        adm = self.store.admission
+        a.old = rec.obj()
+        a.obj = None
+        adm.warnings = []
+        try:
+            adm.validate(a.rt, "DELETE", None, a.old, None, a.dry_run)
+        finally:
+            warnings = adm.take_warnings()
+        if not self.configured():
+            return warnings
+        a.options = {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1",
+                     **{k: v for k, v in options.items() if k in ("propagationPolicy", "gracePeriodSeconds",
+                                                                 "preconditions")}}
+        for _cfg, w in self._matching(MWC, a):
+            name = w.get("name", "")
+            try:
+                if not self._conditions_pass(w, a):
+                    continue
+                resp = await self._call(w, a)
+            except CallError as e:
+                if w.get("failurePolicy") == "Ignore":
+                    log.warning("kubesim: ignoring failed webhook %s: %s", name, e)
+                    continue
+                raise internal_error(f'failed calling webhook "{name}": {e}') from None
+            warnings += [str(x) for x in resp.get("warnings") or ()]
+            if not resp.get("allowed"):
+                raise denied(name, resp.get("status"))
+        await self._validate(a, warnings)
+        return warnings
+
     def _moved(self, a: Attributes, old_rec: Rec | None) -> bool:
         if old_rec is None:
             return False

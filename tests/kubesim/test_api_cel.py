@@ -482,3 +482,33 @@ def test_policy_with_a_broken_expression_is_refused(api: client.ApiClient, polic
     (c,) = st["details"]["causes"]
     assert c["field"] == "spec.validations[0].expression"
     assert c["message"].startswith('Invalid value: "object.data.(": compilation failed: ERROR: <input>:1:')
+
+
+def test_policy_on_delete_sees_the_old_object(api: client.ApiClient, ns: str, policy_env: tuple[Any, str]) -> None:
+    ar, tag = policy_env
+    v1 = client.CoreV1Api(api)
+    ar.create_validating_admission_policy(_policy(
+        f"keep-{tag}", matchConstraints={
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+            "resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"],
+                               "resources": ["configmaps"]}]},
+        validations=[{"expression": "object == null && !(has(oldObject.metadata.labels) && "
+                                    "'protected' in oldObject.metadata.labels)",
+                      "message": "protected config maps stay", "reason": "Forbidden"}]))
+    ar.create_validating_admission_policy_binding(_binding(f"keep-{tag}", f"keep-{tag}", ["Deny"]))
+    v1.create_namespaced_config_map(ns, _cm("kept", {"protected": "yes"}))
+    v1.create_namespaced_config_map(ns, _cm("loose"))
+
+    def denied() -> dict[str, Any] | None:
+        try:
+            v1.delete_namespaced_config_map("kept", ns, dry_run="All")
+        except client.ApiException as e:
+            return status_of(e)
+        return None
+
+    st = eventually(denied, what="the policy in force")
+    assert st["code"] == 403 and st["message"] == (
+        f"configmaps \"kept\" is forbidden: ValidatingAdmissionPolicy 'keep-{tag}' with binding 'keep-{tag}' "
+        "denied request: protected config maps stay")
+    v1.delete_namespaced_config_map("loose", ns)
+    assert v1.read_namespaced_config_map("kept", ns).metadata.name == "kept"

@@ -262,8 +262,18 @@ def test_webhook_rules_operations_and_object_selector(api: client.ApiClient, ns:
     st = refused(v1.patch_namespaced_config_map, "g", ns, {"data": {"a": "1"}})
     assert st["code"] == 400 and "reason" not in st
     assert st["message"] == 'admission webhook "plain.kubesim.mkd.dev" denied the request without explanation'
-    # Status writes are a subresource the rule does not name.
     assert hook.paths().count("/deny-plain") == 1
+    # DELETE: the webhook sees oldObject and DeleteOptions.
+    ar.create_validating_webhook_configuration({"metadata": {"name": f"d-{tag}"}, "webhooks": [
+        webhook("nodelete.kubesim.mkd.dev", url_config(port, "/deny-plain", ca), ["configmaps"], ["DELETE"],
+                namespaceSelector=ON, objectSelector={"matchLabels": {"guarded": "yes"}})]})
+    st = refused(v1.delete_namespaced_config_map, "g", ns, propagation_policy="Foreground")
+    assert st["message"] == 'admission webhook "nodelete.kubesim.mkd.dev" denied the request without explanation'
+    req = hook.last("/deny-plain")
+    assert req["operation"] == "DELETE" and req["object"] is None and req["oldObject"]["metadata"]["name"] == "g"
+    assert req["options"] == {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1",
+                              "propagationPolicy": "Foreground"}
+    v1.delete_namespaced_config_map("free", ns)
 
 
 def test_failure_policy_timeouts_and_tls(api: client.ApiClient, ns: str, hooks: Any,
