@@ -3,7 +3,7 @@
 ``run(settings, stop=...)`` checks the schema (refusing to start on one that is behind, naming
 ``mkctl db upgrade``), takes a fencing epoch, and runs these named tasks under one Supervisor
 until ``stop`` is set: ``intake/<Kind>[/<namespace>]`` per JobKind, ``engine``, ``reports``,
-``outbox``, ``kube-writer`` and ``ticker``. ``Dispatcher`` is the same thing as an object, for
+``outbox``, ``kube-writer``, ``ticker`` and ``cluster-keys``. ``Dispatcher`` is the same thing as an object, for
 tests and the benchmark that want to look inside (engine counters, the writer's backlog).
 """
 
@@ -73,6 +73,8 @@ class Dispatcher:
         self.writer = KubeWriter(self.kube, cache, self.clock, workers=s.kube_writers)
         self.engine = Engine(s, sessions, self.kube, self.writer, self.clock, cache=cache)
         await self.engine.start()
+        await self.engine.identity.refresh(sessions, self.clock.now())
+        self._sessions = sessions
         self.intake = Intake(self.kube, self.engine, self.clock, kinds=self.kinds, namespaces=s.namespaces,
                              recheck_seconds=s.kind_recheck_seconds)
         base = s.mqtt.client_id or f"mkd-dispatcher-{s.origin}"
@@ -95,6 +97,13 @@ class Dispatcher:
         while True:
             await self.clock.sleep(period)
             self.engine.inbox.put_nowait(Tick())
+
+    async def _cluster_keys(self) -> None:
+        """Clusters registered while running are heard within a refresh; refused senders are recorded."""
+        assert self.engine is not None
+        while True:
+            await self.clock.sleep(self.settings.cluster_keys_refresh_seconds)
+            await self.engine.identity.refresh(self._sessions, self.clock.now())
 
     async def _reports_after_intake(self) -> None:
         # Inventory answers re-send Place commands from the Job cache: fill it first (bounded wait).
@@ -125,6 +134,7 @@ class Dispatcher:
         sup.start("outbox", self._outbox_after_subscribe, restart=True)
         sup.start("reports", self._reports_after_intake, restart=True)
         sup.start("ticker", self._ticker, restart=True)
+        sup.start("cluster-keys", self._cluster_keys, restart=True)
 
     async def run(self, stop: asyncio.Event) -> None:
         async with Supervisor(clock=self.clock) as sup:

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from dispatcher import workload as wl
 from dispatcher.batch import Batch, Item, job_key
 from dispatcher.db import queries as q
+from dispatcher.identity import Identity
 from dispatcher.kubewriter import KubeWriter
 from dispatcher.placement import CapacityBook, Need
 from dispatcher.settings import DispatcherSettings
@@ -41,6 +42,8 @@ class EngineCore:
     def __init__(self, settings: DispatcherSettings, sessions: async_sessionmaker[AsyncSession], kube: Any,
                  writer: KubeWriter, clock: Clock, *, cache: dict[str, dict[str, Any]] | None = None) -> None:
         self.settings = settings
+        self.identity = Identity(settings)
+        """The dispatcher's key (Commands are sealed as they are queued) and the clusters' keys."""
         self.sessions = sessions
         self.kube = kube
         self.writer = writer
@@ -135,8 +138,11 @@ class EngineCore:
         b.place_keys[b.outbox[-1]["id"]] = (row["uid"], attempt)
 
     def _queue(self, b: Batch, cluster: str, uid: str, cmd: messages.Place | messages.Delete | messages.Resync) -> None:
-        b.outbox.append({"id": self.outbox_ids.next(), "cluster": cluster, "topic": topics.commands(cluster, self.settings.mqtt.topic_root),
-                         "payload": messages.encode(cmd), "workload_uid": uid, "created_at": b.now})
+        row_id = self.outbox_ids.next()
+        topic = topics.commands(cluster, self.settings.mqtt.topic_root)
+        payload = self.identity.seal(topic, messages.encode(cmd), epoch=self.epoch, n=row_id)
+        b.outbox.append({"id": row_id, "cluster": cluster, "topic": topic, "payload": payload, "workload_uid": uid,
+                         "created_at": b.now})
 
     def _reject(self, b: Batch, row: dict[str, Any], problems: list[Invalid], *, record: bool = True) -> None:
         text = wl.problem_text(problems)

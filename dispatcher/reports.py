@@ -2,7 +2,8 @@
 
 Subscribes to ``<root>/+/reports`` and ``<root>/+/presence`` on a persistent session (Reports
 sent while the dispatcher was away are delivered when it comes back) and follows each agent's
-numbered report stream (``dispatcher.streams``): Reports a broker dropped lead to a Resync. Payloads are decoded with
+numbered report stream (``dispatcher.streams``): Reports a broker dropped lead to a Resync. Every payload's seal is
+checked first (``dispatcher.identity``: a registered cluster's key, the clock window, no repeats); payloads are decoded with
 ``federation.messages``; a refused payload, or one whose cluster differs from the topic's, is
 logged and dropped (an agent may only speak for its own cluster).
 """
@@ -18,6 +19,7 @@ from federation import messages, topics
 from federation.clock import Clock
 from federation.errors import Invalid, Transport
 from federation.mqtt import LinkHealth, MqttLink
+from federation.refusals import refused
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +60,28 @@ class ReportSubscriber:
             return  # a cleared retained presence message
         try:
             where = topics.parse(topic, root)
-            report = messages.decode_report(payload)
-        except (Invalid, messages.MessageRefused) as exc:
+            opened = self.engine.identity.open(where.cluster, where.channel, topic, payload, self.clock.now())
+        except (Invalid, messages.MessageRefused) as exc:  # a refused seal was counted by its reason
             self.refused += 1
+            log.warning("refused message on %s: %s", topic, exc)
+            return
+        try:
+            report = messages.decode_report(opened.body)
+        except messages.MessageRefused as exc:
+            self.refused += 1
+            refused("invalid")
             log.warning("refused message on %s: %s", topic, exc)
             return
         if getattr(report, "cluster", where.cluster) != where.cluster:
             self.refused += 1
+            refused("wrong_cluster")
             log.warning("refused %s on %s: it claims to come from cluster %s", report.type, topic,
                         report.cluster)
+            return
+        if opened.n == 0 and not (isinstance(report, messages.Heartbeat) and not report.online):
+            self.refused += 1
+            refused("malformed")
+            log.warning("refused %s on %s: only a will message may be sealed unnumbered", report.type, topic)
             return
         self.received += 1
         # a retained presence replayed on subscribe is not part of the live stream

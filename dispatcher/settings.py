@@ -9,7 +9,7 @@ from __future__ import annotations
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from federation.settings import KubeSettings, MqttSettings
+from federation.settings import KubeSettings, MqttSettings, SigningSettings
 
 
 class DispatcherSettings(BaseSettings):
@@ -26,6 +26,17 @@ class DispatcherSettings(BaseSettings):
 
     mqtt: MqttSettings = Field(default_factory=MqttSettings)
     """The broker link; ``mqtt.topic_root`` must match the agents'."""
+
+    signing: SigningSettings = Field(default_factory=SigningSettings)
+    """The dispatcher's private key: every Command is sealed with it (agents trust its public key)."""
+
+    cluster_public_keys: dict[str, str] = Field(default_factory=dict)
+    """Cluster name -> its agent's public key, trusted in addition to those registered in the database
+    (``mkctl clusters register``). Reports of a cluster with no key are refused, never adopted."""
+
+    cluster_keys_refresh_seconds: float = Field(default=5.0, gt=0)
+    """How often registered keys are read again (a cluster registered while the dispatcher runs is
+    heard within this long) and refused senders are written for ``mkctl clusters list``."""
 
     origin: str = Field(default="mkd", min_length=1, max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
     """Name of this federation, stamped as the origin label on every object placed on a worker; an

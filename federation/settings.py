@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 
 
 class MqttSettings(BaseModel):
@@ -61,6 +61,28 @@ class MqttSettings(BaseModel):
 
     publish_timeout: float = Field(default=10.0, gt=0)
     """Seconds a publish waits for its PUBACK before it fails with Transport."""
+
+
+class SigningSettings(BaseModel):
+    """This side's Ed25519 key and how strictly incoming seals are checked (``federation.signing``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    private_key_file: Path | None = None
+    """File holding this side's private key (base64 of 32 bytes, or PKCS#8 PEM): a mounted Secret."""
+
+    private_key: SecretStr | None = None
+    """The private key inline (e.g. from a Secret through an env var); wins over ``private_key_file``."""
+
+    max_age_seconds: float = Field(default=300.0, gt=0)
+    """A message sealed further than this from the receiver's clock (either way) is refused, and
+    repeats are remembered this long. 5 minutes covers clock skew and a broker's queue during a
+    short outage; what is older is recovered by the Inventory / Resync exchange, not replayed."""
+
+    clock_skew_seconds: float = Field(default=2.0, ge=0)
+    """The agent refuses Commands sealed before its link came up, less this much skew between the
+    two clocks (the dispatcher answers the link's Inventory with a fresh Resync and Places). A
+    Command recorded within this long before an agent restart could be replayed once after it."""
 
 
 class KubeSettings(BaseModel):

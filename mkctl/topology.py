@@ -66,6 +66,10 @@ def manager_spec() -> Any:
     return ks.ClusterSpec(MANAGER, nodes=[ks.NodeSpec("manager-node-1", cpu="4", memory="16Gi")], seed=0)
 
 
+DISPATCHER_KEY = "mkd-dispatcher"
+"""The dispatcher's entry in ``Topology.keys`` (cluster names are the agents')."""
+
+
 @dataclass
 class TopologyOptions:
     """How to build the federation; every default is the embedded, nothing-to-install one."""
@@ -120,6 +124,12 @@ class Topology:
         # MQTT client ids must differ between federations sharing one broker (persistent sessions
         # are per client id), and stay stable across an agent's restart within one federation.
         self._tag = hashlib.sha1(self.options.topic_root.encode()).hexdigest()[:6]
+        from federation import signing
+
+        # Every message is signed: one key pair for the dispatcher and one per agent, made per run;
+        # the workers' public keys are registered in the database before the dispatcher starts.
+        self.keys: dict[str, tuple[str, str]] = {name: signing.generate()
+                                                 for name in (DISPATCHER_KEY, *self.worker_names)}
 
     # --- names ---------------------------------------------------------------------------------
     @property
@@ -189,9 +199,19 @@ class Topology:
             await stack.__aexit__(exc_type, exc, tb)
 
     async def _upgrade_database(self) -> None:
+        from datetime import UTC, datetime
+
         from dispatcher import db
+        from dispatcher.db import queries
 
         await db.upgrade_async(self.database_url)
+        engine = db.make_engine(self.database_url)
+        try:
+            async with db.sessionmaker(engine).begin() as s:
+                for name in self.worker_names:
+                    await queries.register_cluster(s, name, self.keys[name][1], datetime.now(UTC))
+        finally:
+            await engine.dispose()
 
     async def install_crds(self, cluster: str) -> None:
         """mkd's CRD manifests into one cluster; waits until each kind is served."""
@@ -214,6 +234,7 @@ class Topology:
             "mqtt": {"url": self.mqtt_url, "topic_root": self.options.topic_root,
                      "client_id": f"{self.options.origin}-{self._tag}-dispatcher"},
             "origin": self.options.origin,
+            "signing": {"private_key": self.keys[DISPATCHER_KEY][0]},
             "heartbeat_timeout_seconds": self.options.heartbeat_timeout_seconds,
             "placement_retry_seconds": 2.0,
             "capacity_settle_seconds": 1.0,
@@ -230,6 +251,8 @@ class Topology:
             "mqtt": {"url": self.mqtt_url, "topic_root": self.options.topic_root,
                      "client_id": f"{self.options.origin}-{self._tag}-agent-{cluster}"},
             "origin": self.options.origin,
+            "signing": {"private_key": self.keys[cluster][0]} if cluster in self.keys else {},
+            "dispatcher_public_keys": [self.keys[DISPATCHER_KEY][1]],
             "heartbeat_interval_seconds": self.options.heartbeat_seconds,
             "capacity_debounce_seconds": 0.2,
         }

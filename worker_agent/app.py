@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Callable, Coroutine
 from typing import Any
 
@@ -28,6 +29,7 @@ from federation.mqtt import LinkHealth, MqttLink, Will
 from federation.tasks import Supervisor
 from worker_agent.apply import ApplyLoop, JobKey
 from worker_agent.cache import ObjectCache, key_of, kind_resource
+from worker_agent.identity import AgentIdentity
 from worker_agent.inbox import Inbox
 from worker_agent.reconcilers.base import Reconciler
 from worker_agent.reconcilers.registry import reconcilers as all_reconcilers
@@ -58,7 +60,9 @@ class Agent:
         self.child_resources: dict[str, Resource] = {PODS.plural: PODS, NODES.plural: NODES}
         self.caches: dict[str, ObjectCache] = {}
         self.by_uid: dict[str, JobKey] = {}
-        self.outbox = Outbox()
+        self.identity = AgentIdentity(settings)
+        """The agent's key (every Report is sealed) and the dispatcher's (every Command is checked)."""
+        self.outbox = Outbox(seal=self.identity.seal)
         root = settings.mqtt.topic_root
         self.reporter = Reporter(settings.cluster_name, topics.reports(settings.cluster_name, root), self.outbox,
                                  settings.origin)
@@ -187,15 +191,20 @@ class Agent:
         settings = self.settings
         root = settings.mqtt.topic_root
         presence = topics.presence(settings.cluster_name, root)
-        will = Will(presence, encode(self._heartbeat(Capacity(), online=False)), retain=True)
+        offline = encode(self._heartbeat(Capacity(), online=False))
         health = LinkHealth(settings.mqtt, self.clock)
         assert self.inbox is not None
         while True:
+            # the will is sealed on the stream the link's Reports will carry: the dispatcher accepts an
+            # offline message only from the stream a cluster speaks on now (an old one replayed is refused)
+            stream = self.outbox.new_stream()
+            will = Will(presence, self.identity.seal(presence, offline, stream, 0), retain=True)
+            linked_at_ms = time.time_ns() // 1_000_000
             try:
                 async with MqttLink(settings.mqtt, client_id=settings.client_id(), will=will) as link:
                     health.connected_now()
                     await link.subscribe(topics.commands(settings.cluster_name, root))
-                    self.outbox.attach(link)
+                    self.outbox.attach(link, stream=stream)
                     self.connected.set()
                     self.capacity_changed.set()  # a heartbeat at once
                     items = await self.inbox.inventory_items(self.job_resources)
@@ -203,7 +212,9 @@ class Agent:
                     log.info("connected to the broker; inventory of %d jobs sent", len(items))
                     try:
                         async for message in link.messages():
-                            self.inbox.receive(message.payload)
+                            body = self.identity.open_command(message.topic, message.payload, linked_at_ms)
+                            if body is not None:
+                                self.inbox.receive(body)
                     except asyncio.CancelledError:
                         with contextlib.suppress(Exception):
                             await asyncio.wait_for(link.publish(presence, will.payload, retain=True), 2.0)

@@ -16,7 +16,7 @@ import asyncio
 import logging
 import uuid
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -53,10 +53,12 @@ class Outbox:
 
     Each Report is numbered as it goes out (``ReportBase.stream`` / ``n``): the stream is the
     current link, a new random id on every attach, so the dispatcher can tell a lost Report
-    (a hole in ``n`` that does not fill) from one still in flight.
+    (a hole in ``n`` that does not fill) from one still in flight. ``seal`` (the agent's
+    ``federation.signing`` sealer) signs each payload with the same stream and number.
     """
 
-    def __init__(self, *, limit: int = 200_000) -> None:
+    def __init__(self, *, limit: int = 200_000, seal: Callable[[str, bytes, str, int], bytes] | None = None) -> None:
+        self._seal = seal
         self._items: deque[tuple[str, ReportBase, bool]] = deque(maxlen=limit)
         self._ready = asyncio.Event()
         self._link: MqttLink | None = None
@@ -69,9 +71,14 @@ class Outbox:
         self._items.append((topic, report, retain))
         self._ready.set()
 
-    def attach(self, link: MqttLink | None) -> None:
+    @staticmethod
+    def new_stream() -> str:
+        return uuid.uuid4().hex[:16]
+
+    def attach(self, link: MqttLink | None, *, stream: str | None = None) -> None:
+        """``stream``: the id the link's will message was sealed with (a new one when None)."""
         if link is not None and link is not self._link:
-            self.stream, self._n = uuid.uuid4().hex[:16], 0
+            self.stream, self._n = stream or self.new_stream(), 0
         self._link = link
         if link is None:
             self._linked.clear()
@@ -91,6 +98,8 @@ class Outbox:
             item = self._items.popleft()
             self._n += 1
             payload = encode(numbered(item[1], self.stream, self._n))
+            if self._seal is not None:
+                payload = self._seal(item[0], payload, self.stream, self._n)
             try:
                 await link.publish(item[0], payload, retain=item[2])
                 self.sent += 1

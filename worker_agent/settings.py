@@ -7,7 +7,7 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from federation.settings import KubeSettings, MqttSettings
+from federation.settings import KubeSettings, MqttSettings, SigningSettings
 
 
 class AgentSettings(BaseSettings):
@@ -27,6 +27,14 @@ class AgentSettings(BaseSettings):
 
     mqtt: MqttSettings = Field(default_factory=MqttSettings)
     """Broker connection; the client id defaults to ``mkd-agent-<cluster_name>`` (a stable persistent session)."""
+
+    signing: SigningSettings = Field(default_factory=SigningSettings)
+    """This agent's private key: every Report, heartbeat and will message is sealed with it. The
+    dispatcher knows the cluster by the public half (``mkctl clusters register NAME --public-key``)."""
+
+    dispatcher_public_keys: list[str] = Field(default_factory=list)
+    """Public keys whose seal a Command must carry (two during a key rotation). Commands sealed by
+    anything else, or not at all, are refused and counted."""
 
     origin: str = "mkd"
     """Which dispatcher origin this agent serves: stamped on everything it creates; GC only touches it."""

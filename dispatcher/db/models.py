@@ -79,7 +79,20 @@ clusters = sa.Table(
     sa.Column("lost_since", UtcDateTime(), nullable=True),
     sa.Column("updated_at", UtcDateTime(), nullable=False),
     sa.Column("cordoned", sa.Boolean(), nullable=False, server_default=sa.false()),
+    sa.Column("public_key", sa.String(128), nullable=True),
+    sa.Column("registered_at", UtcDateTime(), nullable=True),
 )
+
+cluster_refusals = sa.Table(
+    "cluster_refusals", metadata,
+    sa.Column("name", sa.String(63), primary_key=True),
+    sa.Column("reason", sa.String(64), nullable=False),
+    sa.Column("message", sa.Text(), nullable=False, server_default=""),
+    sa.Column("count", sa.BigInteger(), nullable=False, server_default="0"),
+    sa.Column("first_at", UtcDateTime(), nullable=False),
+    sa.Column("last_at", UtcDateTime(), nullable=False),
+)
+"""Messages refused because their sender is no registered cluster (shown by ``mkctl clusters refused``)."""
 
 workloads = sa.Table(
     "workloads", metadata,

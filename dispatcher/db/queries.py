@@ -22,7 +22,15 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher import states
-from dispatcher.db.models import clusters, dispatcher_epochs, events, outbox, placements, workloads
+from dispatcher.db.models import (
+    cluster_refusals,
+    clusters,
+    dispatcher_epochs,
+    events,
+    outbox,
+    placements,
+    workloads,
+)
 
 ACTIVE_PLACEMENT = tuple(s.value for s in states.PLACEMENT_ACTIVE)
 """A placement in one of these states is current and not ended: its worker copy exists (or is about to)."""
@@ -370,6 +378,50 @@ async def upsert_cluster(session: AsyncSession, row: Mapping[str, Any]) -> None:
     stmt = stmt.on_conflict_do_update(index_elements=["name"],
                                       set_={k: stmt.excluded[k] for k in row if k != "name"})
     await session.execute(stmt)
+
+
+async def register_cluster(session: AsyncSession, name: str, public_key: str, now: datetime) -> bool:
+    """Record ``name``'s public key (a new cluster, or a new key for a known one); True when it was new."""
+    existed = (await session.execute(sa.select(clusters.c.name).where(clusters.c.name == name))).first()
+    if existed:
+        await session.execute(sa.update(clusters).where(clusters.c.name == name)
+                              .values(public_key=public_key, registered_at=now, updated_at=now))
+    else:
+        await session.execute(sa.insert(clusters).values(
+            name=name, labels={}, capacity={}, kinds=[], online=False, public_key=public_key,
+            registered_at=now, updated_at=now))
+    await session.execute(sa.delete(cluster_refusals).where(cluster_refusals.c.name == name))
+    return existed is None
+
+
+async def unregister_cluster(session: AsyncSession, name: str, now: datetime) -> bool:
+    """Forget ``name``'s key: its messages are refused from then on. False when it had none."""
+    result = await session.execute(sa.update(clusters).where(clusters.c.name == name, clusters.c.public_key.is_not(None))
+                                   .values(public_key=None, registered_at=None, online=False, updated_at=now))
+    return bool(result.rowcount)
+
+
+async def cluster_keys(session: AsyncSession) -> dict[str, str]:
+    """Registered clusters and their public keys (text)."""
+    rows = await session.execute(sa.select(clusters.c.name, clusters.c.public_key)
+                                 .where(clusters.c.public_key.is_not(None)))
+    return {r.name: r.public_key for r in rows}
+
+
+async def record_refusals(session: AsyncSession, refusals: Mapping[str, tuple[str, str, int, datetime]]) -> None:
+    """Add to each refused sender's count: name -> (reason, message, how many, when last)."""
+    for name, (reason, message, n, at) in refusals.items():
+        stmt = _insert(session, cluster_refusals).values(name=name, reason=reason[:64], message=message[:1000],
+                                                         count=n, first_at=at, last_at=at)
+        stmt = stmt.on_conflict_do_update(index_elements=["name"], set_={
+            "reason": stmt.excluded.reason, "message": stmt.excluded.message, "last_at": stmt.excluded.last_at,
+            "count": cluster_refusals.c.count + stmt.excluded.count})
+        await session.execute(stmt)
+
+
+async def list_refusals(session: AsyncSession) -> list[Any]:
+    """Senders refused for not being registered clusters, newest first."""
+    return list((await session.execute(sa.select(cluster_refusals).order_by(cluster_refusals.c.last_at.desc()))).all())
 
 
 async def load_clusters(session: AsyncSession) -> list[Any]:

@@ -25,8 +25,10 @@ from federation.messages import (
     encode,
 )
 from federation.mqtt import MqttLink
-from federation.settings import MqttSettings
+from federation.settings import MqttSettings, SigningSettings
+from federation.signing import Opener, Refused, parse_public_key
 from kubesim import ClusterSpec, NodeSpec, serve_async
+from tests import keys
 from worker_agent.app import Agent
 from worker_agent.settings import AgentSettings
 
@@ -47,6 +49,9 @@ class AgentHarness:
         self._task: asyncio.Task[None] | None = None
         self.link: MqttLink | None = None
         self.agent: Agent | None = None
+        self.signer = keys.Signer(keys.DISPATCHER, stream="e1")
+        self.opener = Opener()
+        self.agent_keys = [parse_public_key(keys.public(CLUSTER))]
 
     async def start_agent(self, **overrides: Any) -> None:
         if overrides:
@@ -84,12 +89,20 @@ class AgentHarness:
 
     async def _collect(self, link: MqttLink) -> None:
         async for message in link.messages():
-            self.reports.append(decode_report(message.payload))
+            try:  # the agent's seal is checked as the dispatcher would
+                body = self.opener.open(message.topic, message.payload, self.agent_keys, check_age=False).body
+            except Refused as exc:
+                if exc.why == "replay":
+                    continue  # a retained heartbeat delivered again, a QoS 1 duplicate
+                raise
+            self.reports.append(decode_report(body))
             self._changed.set()
 
     async def send(self, command: Place | Delete | Resync) -> None:
+        """Publish ``command`` sealed with the dispatcher's test key, as the dispatcher does."""
         assert self.link is not None
-        await self.link.publish(f"{self.settings.mqtt.topic_root}/{CLUSTER}/commands", encode(command))
+        topic = f"{self.settings.mqtt.topic_root}/{CLUSTER}/commands"
+        await self.link.publish(topic, self.signer.seal(topic, encode(command)))
 
     async def wait_report(self, match: Callable[[Report], bool], *, within: float = 15.0,
                           after: int = 0) -> Report:
@@ -147,7 +160,9 @@ async def harness(tmp_path: Path, mqtt_url: str, topic_root: str) -> AsyncIterat
             settings = AgentSettings(cluster_name=CLUSTER, kubeconfig=sim.kubeconfig(CLUSTER),
                                      mqtt=MqttSettings(url=mqtt_url, topic_root=topic_root, backoff_initial=0.1,
                                                        client_id=f"agent-{uuid.uuid4().hex[:10]}"),
-                                     heartbeat_interval_seconds=0.5, capacity_debounce_seconds=0.05)
+                                     heartbeat_interval_seconds=0.5, capacity_debounce_seconds=0.05,
+                                     signing=SigningSettings(private_key=keys.private(CLUSTER)),
+                                     dispatcher_public_keys=[keys.public(keys.DISPATCHER)])
             h = AgentHarness(kube, settings)
             async with h.listen():
                 await h.start_agent()

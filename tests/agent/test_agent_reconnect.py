@@ -10,8 +10,9 @@ from pathlib import Path
 from federation.embedded_broker import EmbeddedBroker
 from federation.kinds.crds import load_crds
 from federation.kube import CRDS, Kube
-from federation.settings import MqttSettings
+from federation.settings import MqttSettings, SigningSettings
 from kubesim import ClusterSpec, NodeSpec, serve_async
+from tests import keys
 from tests.agent.conftest import CLUSTER, PYTORCHJOBS, AgentHarness, place
 from tests.agent.render_harness import example
 from tests.agent.test_agent_pytorch import FOREVER, with_annotations
@@ -39,7 +40,9 @@ async def test_broker_restart(tmp_path: Path) -> None:
                                  mqtt=MqttSettings(url=f"mqtt://127.0.0.1:{port}", topic_root="t/v1",
                                                    backoff_initial=0.1, backoff_max=0.5,
                                                    client_id=f"agent-{uuid.uuid4().hex[:8]}"),
-                                 heartbeat_interval_seconds=0.5)
+                                 heartbeat_interval_seconds=0.5,
+                                 signing=SigningSettings(private_key=keys.private(CLUSTER)),
+                                 dispatcher_public_keys=[keys.public(keys.DISPATCHER)])
         h = AgentHarness(kube, settings)
         async with EmbeddedBroker(port=port):
             async with h.listen():

@@ -20,7 +20,8 @@ from dispatcher.settings import DispatcherSettings
 from federation import labels, messages, topics
 from federation.kube import CRDS, Kube, Resource
 from federation.mqtt import MqttLink
-from federation.settings import KubeSettings, MqttSettings
+from federation.settings import KubeSettings, MqttSettings, SigningSettings
+from tests import keys
 
 PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
 
@@ -69,6 +70,9 @@ async def install_crd(kubeconfig: Path) -> None:
 
 
 def settings(kubeconfig: Path, database_url: str, mqtt_url: str, topic_root: str, **extra: Any) -> DispatcherSettings:
+    """The dispatcher signs with ``keys.DISPATCHER`` and trusts worker-1 .. worker-9 (``keys.cluster_keys``)."""
+    extra.setdefault("signing", SigningSettings(private_key=keys.private(keys.DISPATCHER)))
+    extra.setdefault("cluster_public_keys", keys.cluster_keys())
     return DispatcherSettings(
         kube=KubeSettings(kubeconfig=kubeconfig),
         database_url=database_url,
@@ -131,6 +135,8 @@ class FakeAgent:
         self.link: MqttLink | None = None
         self._task: asyncio.Task[None] | None = None
         self.received = asyncio.Event()
+        self.signer = keys.Signer(name)
+        """Reports leave sealed with this cluster's test key, as the real agent's do."""
 
     def places(self) -> list[messages.Place]:
         return [c for c in self.commands if isinstance(c, messages.Place)]
@@ -170,11 +176,13 @@ class FakeAgent:
     async def heartbeat(self, online: bool = True) -> None:
         assert self.link is not None
         hb = messages.Heartbeat(cluster=self.name, online=online, capacity=self.cap, agent_version="fake")
-        await self.link.publish(topics.presence(self.name, self.root), messages.encode(hb), retain=True)
+        topic = topics.presence(self.name, self.root)
+        await self.link.publish(topic, self.signer.seal(topic, messages.encode(hb)), retain=True)
 
     async def report(self, msg: messages.Accepted | messages.Rejected | messages.Status | messages.Inventory) -> None:
         assert self.link is not None
-        await self.link.publish(topics.reports(self.name, self.root), messages.encode(msg))
+        topic = topics.reports(self.name, self.root)
+        await self.link.publish(topic, self.signer.seal(topic, messages.encode(msg)))
 
     def next_seq(self) -> int:
         self.seq += 1
@@ -189,7 +197,7 @@ class FakeAgent:
     async def _listen(self) -> None:
         assert self.link is not None
         async for msg in self.link.messages():
-            cmd = messages.decode_command(msg.payload)
+            cmd = messages.decode_command(keys.unseal(msg.payload))
             self.commands.append(cmd)
             self.received.set()
             if isinstance(cmd, messages.Place) and self.auto_accept:

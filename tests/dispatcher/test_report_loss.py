@@ -15,8 +15,8 @@ from tests.dispatcher.test_lifecycle import condition
 
 async def numbered(agent: FakeAgent, report: messages.ReportBase, stream: str, n: int) -> None:
     assert agent.link is not None
-    await agent.link.publish(topics.reports(agent.name, agent.root),
-                             messages.encode(messages.numbered(report, stream, n)))
+    topic = topics.reports(agent.name, agent.root)
+    await agent.link.publish(topic, agent.signer.seal(topic, messages.encode(messages.numbered(report, stream, n))))
 
 
 def resyncs(agent: FakeAgent) -> list[messages.Resync]:

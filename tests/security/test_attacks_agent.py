@@ -13,6 +13,8 @@ import pytest
 
 from federation.kube import Resource
 from federation.messages import Delete, PlacementKey, Resync, encode
+from federation.refusals import count
+from tests import keys
 from tests.agent.conftest import CLUSTER, AgentHarness, place
 from tests.security.attacks import BIG, harmless_job, hostile_job
 from tests.security.conftest import attacker
@@ -41,18 +43,21 @@ async def running_job(h: AgentHarness, name: str) -> Any:
     return cmd
 
 
-@pytest.mark.xfail(strict=True, reason="commands are not signed yet (issue 14 step 2)")
 async def test_forged_place_of_a_privileged_job_in_kube_system_creates_nothing(
         harness: AgentHarness, mqtt_url: str) -> None:
     forged = place(hostile_job(), uid="wl-evil", namespace="kube-system")
+    unsigned, unknown = count("unsigned"), count("unknown_key")
+    topic = commands_topic(harness)
     async with attacker(mqtt_url) as evil:
-        await evil.publish(commands_topic(harness), encode(forged))
+        await evil.publish(topic, encode(forged))
+        # signed, but with a key of the attacker's own: as good as unsigned
+        await evil.publish(topic, keys.Signer("attacker").seal(topic, encode(forged)))
     await settle(harness, "after-forged-place")
+    assert count("unsigned") == unsigned + 1 and count("unknown_key") == unknown + 1
     assert await harness.get(JOBS, "evil", "kube-system") is None
     assert not [r for r in harness.reports if getattr(r, "placement", None) == forged.placement]
 
 
-@pytest.mark.xfail(strict=True, reason="commands are not signed yet (issue 14 step 2)")
 async def test_forged_delete_kills_nothing(harness: AgentHarness, mqtt_url: str) -> None:
     cmd = await running_job(harness, "victim")
     async with attacker(mqtt_url) as evil:
@@ -61,7 +66,6 @@ async def test_forged_delete_kills_nothing(harness: AgentHarness, mqtt_url: str)
     assert await harness.get(JOBS, "victim", "team-a") is not None
 
 
-@pytest.mark.xfail(strict=True, reason="commands are not signed yet (issue 14 step 2)")
 async def test_forged_resync_with_a_huge_epoch_wipes_nothing_and_is_not_adopted(
         harness: AgentHarness, mqtt_url: str) -> None:
     await running_job(harness, "victim")
@@ -81,7 +85,6 @@ async def test_forged_resync_with_a_huge_epoch_wipes_nothing_and_is_not_adopted(
     assert await harness.get(JOBS, "victim", "team-a") is None
 
 
-@pytest.mark.xfail(strict=True, reason="commands are not signed yet (issue 14 step 2)")
 async def test_replayed_place_after_delete_and_restart_recreates_nothing(
         harness: AgentHarness, mqtt_url: str) -> None:
     """The attacker recorded a genuine Place off the wire and sends it again after the job was deleted."""
@@ -95,10 +98,14 @@ async def test_replayed_place_after_delete_and_restart_recreates_nothing(
     await harness.wait_report(lambda r: r.type == "status" and r.gone
                               and r.placement.workload_uid == "wl-deleted-once")
     await harness.stop_agent()  # what the agent remembered about deletions goes with it
-    await harness.start_agent()
+    # The Place was sealed ~0.1 s before the new link came up: no clock skew allowed here, so that it
+    # counts as older than the link (the default allows 2 s between the two sides' clocks).
+    await harness.start_agent(signing=harness.settings.signing.model_copy(update={"clock_skew_seconds": 0}))
     async with attacker(mqtt_url) as evil:
         await evil.publish(commands_topic(harness), recorded[0])
+    replays = count("expired") + count("replay")
     await settle(harness, "after-replay")
+    assert count("expired") + count("replay") == replays + 1
     assert await harness.get(JOBS, "deleted-once", "team-a") is None
 
 

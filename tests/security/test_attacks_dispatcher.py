@@ -6,14 +6,12 @@ genuine agent. The attacker is another client on the broker without that agent's
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
-
-import pytest
 
 from dispatcher.db import models as m
 from federation import messages, topics
 from federation.kube import Kube
+from federation.refusals import count
 from tests.dispatcher.harness import (
     PYTORCHJOBS,
     FakeAgent,
@@ -33,7 +31,6 @@ async def workload_state(db_url: str, name: str) -> str | None:
     return found[0].state if found else None
 
 
-@pytest.mark.xfail(strict=True, reason="reports are not signed yet (issue 14 step 2)")
 async def test_forged_status_with_a_huge_seq_neither_fails_the_job_nor_hides_the_real_outcome(
         manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
     s = settings(manager, db_url, mqtt_url, topic_root)
@@ -43,9 +40,10 @@ async def test_forged_status_with_a_huge_seq_neither_fails_the_job_nor_hides_the
         await eventually(lambda: _is(db_url, "victim", "running"), what="victim running")
         forged = messages.Status(cluster="worker-1", placement=place.placement, seq=BIG, finished="Failed",
                                  status={"conditions": [{"type": "Failed", "status": "True", "reason": "Forged"}]})
+        unsigned = count("unsigned")
         async with attacker(mqtt_url) as evil:
             await evil.publish(topics.reports("worker-1", topic_root), messages.encode(forged))
-        await asyncio.sleep(0.5)
+        await eventually(lambda: count("unsigned") == unsigned + 1, what="the forged Status refused")
         assert await workload_state(db_url, "victim") == "running"
         await agent.status(place, {"conditions": [{"type": "Succeeded", "status": "True", "reason": "Done"}]},
                            finished="Succeeded")
@@ -56,7 +54,6 @@ async def _is(db_url: str, name: str, state: str) -> bool:
     return await workload_state(db_url, name) == state
 
 
-@pytest.mark.xfail(strict=True, reason="reports are not signed yet (issue 14 step 2)")
 async def test_retained_fake_heartbeat_creates_no_ghost_cluster(
         manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
     s = settings(manager, db_url, mqtt_url, topic_root)
@@ -69,7 +66,7 @@ async def test_retained_fake_heartbeat_creates_no_ghost_cluster(
                 await evil.publish(topics.presence("ghost", topic_root), messages.encode(ghost), retain=True)
             await kube.create(PYTORCHJOBS, pytorchjob("wanted"), "default")
             await eventually(lambda: agent.places(), what="a Place on the genuine cluster")
-            await asyncio.sleep(0.3)
+            await eventually(lambda: _refused_shown(db_url, "ghost"), what="ghost shown as refused")
             assert d.engine is not None and "ghost" not in d.engine.book.heartbeats
             clusters = {c.name: c for c in await rows(db_url, m.clusters)}
             assert "ghost" not in clusters or not clusters["ghost"].online
@@ -78,7 +75,10 @@ async def test_retained_fake_heartbeat_creates_no_ghost_cluster(
             await evil.publish(topics.presence("ghost", topic_root), b"", retain=True)
 
 
-@pytest.mark.xfail(strict=True, reason="reports are not signed yet (issue 14 step 2)")
+async def _refused_shown(db_url: str, name: str) -> bool:
+    return any(r.name == name and r.reason == "unregistered" for r in await rows(db_url, m.cluster_refusals))
+
+
 async def test_forged_offline_presence_does_not_lose_a_healthy_cluster(
         manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
     s = settings(manager, db_url, mqtt_url, topic_root)
@@ -86,8 +86,9 @@ async def test_forged_offline_presence_does_not_lose_a_healthy_cluster(
         assert d.engine is not None
         await eventually(lambda: "worker-1" in d.engine.book.heartbeats, what="worker-1 heard")  # type: ignore[union-attr]
         offline = messages.Heartbeat(cluster="worker-1", online=False, agent_version="evil")
+        refused = count("unsigned") + count("stale_will")
         async with attacker(mqtt_url) as evil:
             await evil.publish(topics.presence("worker-1", topic_root), messages.encode(offline), retain=True)
-        await asyncio.sleep(0.5)
+        await eventually(lambda: count("unsigned") + count("stale_will") == refused + 1, what="refused")
         assert "worker-1" not in d.engine.lost
         assert d.engine.book.heartbeats["worker-1"].online

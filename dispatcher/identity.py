@@ -1,0 +1,110 @@
+"""Who may speak to the dispatcher: the clusters' public keys and the seal check on every Report.
+
+``Identity`` holds the dispatcher's own :class:`~federation.signing.Sealer` (every Command is sealed
+as it is queued in the outbox: stream ``e<epoch>``, n = the outbox row id) and the keys of the
+clusters: those registered in the database (``mkctl clusters register``, read again every
+``cluster_keys_refresh_seconds``) and those in ``cluster_public_keys``. A Report is accepted only
+when its topic's cluster has a key and the seal checks out (``federation.signing.Opener``: key,
+signature, clock window, no repeat). A cluster with no key is never created: its messages are
+refused, counted (reason ``unregistered``) and written to ``cluster_refusals`` for ``mkctl clusters
+list``. A will message (sealed when the agent's link opened, n 0) marks a cluster offline only when
+it belongs to the stream the cluster is speaking on now: an old one replayed is refused as ``stale_will``.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from dispatcher.db import queries as q
+from dispatcher.settings import DispatcherSettings
+from federation.errors import Invalid
+from federation.refusals import refused
+from federation.signing import (
+    Opened,
+    Opener,
+    Refused,
+    Sealer,
+    key_id,
+    load_private_key,
+    parse_public_key,
+    peek,
+)
+
+log = logging.getLogger(__name__)
+
+
+class Identity:
+    def __init__(self, settings: DispatcherSettings) -> None:
+        self.settings = settings
+        signing = settings.signing
+        self.sealer = Sealer(load_private_key(
+            signing.private_key.get_secret_value() if signing.private_key else None, signing.private_key_file,
+            "signing"))
+        self.opener = Opener(max_age_seconds=signing.max_age_seconds)
+        self.static: dict[str, Ed25519PublicKey] = {
+            name: parse_public_key(text, f"cluster_public_keys.{name}")
+            for name, text in settings.cluster_public_keys.items()}
+        self.keys: dict[str, dict[str, Ed25519PublicKey]] = {}
+        self._registered: dict[str, str] = {}
+        self._rebuild()
+        self.streams: dict[str, str] = {}
+        """Per cluster, the stream its newest accepted Report was sealed on (its live link)."""
+        self.pending: dict[str, tuple[str, str, int, datetime]] = {}
+        """Refused senders not yet written to the database: name -> (reason, message, count, last)."""
+
+    def _rebuild(self) -> None:
+        keys: dict[str, dict[str, Ed25519PublicKey]] = {}
+        for name, text in self._registered.items():
+            try:
+                key = parse_public_key(text, f"clusters.{name}.public_key")
+            except Invalid as exc:
+                log.error("cluster %s: registered key unusable: %s", name, exc)
+                continue
+            keys.setdefault(name, {})[key_id(key)] = key
+        for name, key in self.static.items():
+            keys.setdefault(name, {})[key_id(key)] = key
+        self.keys = keys
+
+    def registered(self, keys: dict[str, str]) -> None:
+        """The database's view of registered clusters (name -> public key text)."""
+        if keys != self._registered:
+            self._registered = dict(keys)
+            self._rebuild()
+
+    async def refresh(self, sessions: async_sessionmaker[AsyncSession], now: datetime) -> None:
+        """Read registered keys again; write the refused senders gathered since the last call."""
+        pending, self.pending = self.pending, {}
+        async with sessions.begin() as s:
+            if pending:
+                await q.record_refusals(s, pending)
+            keys = await q.cluster_keys(s)
+        self.registered(keys)
+
+    def seal(self, topic: str, body: bytes, *, epoch: int, n: int) -> bytes:
+        return self.sealer.seal(topic, body, stream=f"e{epoch}", n=n)
+
+    def open(self, cluster: str, channel: str, topic: str, payload: bytes, now: datetime) -> Opened:
+        """The Report's bytes once its sender is known and its seal checks out; raises Refused."""
+        keys = self.keys.get(cluster)
+        if not keys:
+            refused("unregistered")
+            _, _, n, _ = self.pending.get(cluster, ("", "", 0, now))
+            message = (f"no public key is registered for cluster {cluster!r}; "
+                       f"register it with `mkctl clusters register {cluster} --public-key ...`")
+            self.pending[cluster] = ("unregistered", message, n + 1, now)
+            raise Refused("unregistered", message)
+        claimed = peek(payload)
+        will = channel == "presence" and claimed is not None and claimed[1] == 0
+        opened = self.opener.open(topic, payload, keys, check_age=not will)
+        if will:
+            if self.streams.get(cluster) != opened.stream:
+                refused("stale_will")
+                raise Refused("stale_will", f"an offline message of {cluster}'s stream {opened.stream!r}, "
+                                            "which is not the stream it speaks on now (a replay, or an old link)")
+        else:
+            self.streams[cluster] = opened.stream
+        return opened

@@ -1,0 +1,52 @@
+"""Key pairs for the tests: one per name, made once per test process (every message is signed).
+
+``DISPATCHER`` is the dispatcher's; cluster names are their agents'. The dispatcher harness trusts
+``worker-1`` .. ``worker-9`` through ``cluster_public_keys``; a test that wants an unknown cluster
+uses another name.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import uuid
+
+from federation import signing
+
+DISPATCHER = "mkd-dispatcher"
+KNOWN_CLUSTERS = tuple(f"worker-{i}" for i in range(1, 10))
+
+
+@functools.cache
+def pair(name: str) -> tuple[str, str]:
+    return signing.generate()
+
+
+def private(name: str) -> str:
+    return pair(name)[0]
+
+
+def public(name: str) -> str:
+    return pair(name)[1]
+
+
+def cluster_keys() -> dict[str, str]:
+    return {name: public(name) for name in KNOWN_CLUSTERS}
+
+
+class Signer:
+    """Seals messages as ``name`` would: its own key, a stream of its own, numbers from 1."""
+
+    def __init__(self, name: str, stream: str | None = None) -> None:
+        self.sealer = signing.Sealer(signing.parse_private_key(private(name)))
+        self.stream = stream or uuid.uuid4().hex[:16]
+        self._n = itertools.count(1)
+
+    def seal(self, topic: str, body: bytes) -> bytes:
+        return self.sealer.seal(topic, body, stream=self.stream, n=next(self._n))
+
+
+def unseal(payload: bytes) -> bytes:
+    """The message's own bytes (tests that read what a signed side sent, after the side checked it)."""
+    tail = payload.rfind(b',"seal":')
+    return payload[:tail] + b"}" if tail >= 0 else payload

@@ -1,0 +1,49 @@
+"""The agent's side of identity on the wire (``federation.signing``).
+
+Every Report, heartbeat and will message leaves sealed with the agent's private key; the
+dispatcher knows the cluster by the public half. A Command is carried out only when it is sealed by
+one of ``dispatcher_public_keys``, within the clock window, not seen before, and not sealed before
+the current link came up (less ``clock_skew_seconds``): a replay recorded earlier is refused even
+after the agent restarted and forgot what it had seen. Nothing is lost by that rule: the
+dispatcher answers every link's Inventory with a fresh Resync and re-sends the Places the agent lacks.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from federation.errors import Invalid
+from federation.signing import Opener, Refused, Sealer, load_private_key, parse_public_key
+from worker_agent.settings import AgentSettings
+
+log = logging.getLogger(__name__)
+
+
+class AgentIdentity:
+    def __init__(self, settings: AgentSettings) -> None:
+        signing = settings.signing
+        self.sealer = Sealer(load_private_key(
+            signing.private_key.get_secret_value() if signing.private_key else None, signing.private_key_file,
+            "signing"))
+        if not settings.dispatcher_public_keys:
+            raise Invalid("dispatcher_public_keys", "no dispatcher key: Commands could not be verified, every "
+                          "one would be refused", fix="set it to the dispatcher's public key "
+                          "(`mkctl keys public --private-key-file ...` prints it)")
+        self.dispatcher_keys = [parse_public_key(text, f"dispatcher_public_keys[{i}]")
+                                for i, text in enumerate(settings.dispatcher_public_keys)]
+        self.opener = Opener(max_age_seconds=signing.max_age_seconds)
+        self.skew_ms = int(signing.clock_skew_seconds * 1000)
+        self.refused = 0
+
+    def seal(self, topic: str, body: bytes, stream: str, n: int) -> bytes:
+        return self.sealer.seal(topic, body, stream=stream, n=n)
+
+    def open_command(self, topic: str, payload: bytes, linked_at_ms: int) -> bytes | None:
+        """The Command's own bytes, or None when refused (logged and counted by reason)."""
+        try:
+            return self.opener.open(topic, payload, self.dispatcher_keys,
+                                    not_before_ms=linked_at_ms - self.skew_ms).body
+        except Refused as exc:
+            self.refused += 1
+            log.warning("refused command on %s (%s): %s", topic, exc.why, exc.message)
+            return None
