@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
+import json
 import os
 import socket
 import subprocess
@@ -32,6 +34,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from federation import signing  # noqa: E402
 from federation.kinds.crds import load_crds  # noqa: E402
 from federation.kube import CRDS, Kube, Resource  # noqa: E402
 from federation.messages import JobRef, Place, PlacementKey, Status, decode_report, encode  # noqa: E402
@@ -39,6 +42,8 @@ from federation.mqtt import MqttLink  # noqa: E402
 from federation.settings import MqttSettings  # noqa: E402
 
 CLUSTER = "worker-1"
+AGENT_KEY = signing.generate()
+DISPATCHER_KEY = signing.generate()
 NS = "bench"
 PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
 
@@ -103,7 +108,12 @@ async def drive(url: str, root: str, kubeconfig: Path, burst: int, total: int) -
     env = {**os.environ, "MKD_AGENT_CLUSTER_NAME": CLUSTER, "MKD_AGENT_KUBECONFIG": str(kubeconfig),
            "MKD_AGENT_MQTT__URL": url, "MKD_AGENT_MQTT__TOPIC_ROOT": root,
            "MKD_AGENT_MQTT__CLIENT_ID": f"bench-agent-{uuid.uuid4().hex[:6]}",
-           "MKD_AGENT_KUBE__MAX_CONCURRENCY": "32", "MKD_AGENT_CONCURRENCY": "32"}
+           "MKD_AGENT_KUBE__MAX_CONCURRENCY": "32", "MKD_AGENT_CONCURRENCY": "32",
+           # every message is signed: the agent's key, and the key of the dispatcher this bench plays
+           "MKD_AGENT_SIGNING__PRIVATE_KEY": AGENT_KEY[0],
+           "MKD_AGENT_DISPATCHER_PUBLIC_KEYS": json.dumps([DISPATCHER_KEY[1]])}
+    sealer = signing.Sealer(signing.parse_private_key(DISPATCHER_KEY[0]))
+    numbers = itertools.count(1)
     settings = MqttSettings(url=url, topic_root=root)
     running_at: dict[str, float] = {}
     inventory = asyncio.Event()
@@ -112,7 +122,7 @@ async def drive(url: str, root: str, kubeconfig: Path, burst: int, total: int) -
 
         async def collect() -> None:
             async for message in link.messages():
-                report = decode_report(message.payload)
+                report = decode_report(message.payload[:message.payload.rfind(b',"seal":')] + b"}")
                 if report.type == "inventory":
                     inventory.set()
                 elif isinstance(report, Status) and running(report):
@@ -128,7 +138,8 @@ async def drive(url: str, root: str, kubeconfig: Path, burst: int, total: int) -
             async def wave(start: int, stop: int, limit: float) -> float:
                 t0 = time.perf_counter()
                 for i in range(start, stop):
-                    await link.publish(f"{root}/{CLUSTER}/commands", encode(place(i)))
+                    topic = f"{root}/{CLUSTER}/commands"
+                    await link.publish(topic, sealer.seal(topic, encode(place(i)), stream="e1", n=next(numbers)))
                 deadline = t0 + limit
                 while sum(1 for i in range(start, stop) if f"wl-{i}" in running_at) < stop - start:
                     if time.perf_counter() > deadline:

@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import cProfile
 import io
+import itertools
 import multiprocessing
 import os
 import pstats
@@ -35,10 +36,10 @@ sys.path.insert(0, str(ROOT))
 from dispatcher import db  # noqa: E402
 from dispatcher.app import Dispatcher  # noqa: E402
 from dispatcher.settings import DispatcherSettings  # noqa: E402
-from federation import labels, messages, topics  # noqa: E402
+from federation import labels, messages, signing, topics  # noqa: E402
 from federation.kube import CRDS, Kube, Resource  # noqa: E402
 from federation.mqtt import MqttLink  # noqa: E402
-from federation.settings import KubeSettings, MqttSettings  # noqa: E402
+from federation.settings import KubeSettings, MqttSettings, SigningSettings  # noqa: E402
 
 PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
 CRD = {
@@ -51,6 +52,8 @@ CRD = {
                                                           "x-kubernetes-preserve-unknown-fields": True}}}]},
 }
 CLUSTERS = ("worker-1", "worker-2", "worker-3")
+KEYS = {name: signing.generate() for name in ("dispatcher", *CLUSTERS)}
+"""Every message is signed: the dispatcher's key pair and each fake agent's (made per run)."""
 LOAD: list[float] = [0.0, 0.0, 0.0]
 
 
@@ -76,8 +79,13 @@ def job(i: int) -> dict[str, Any]:
 # --- fake agents (own process) ----------------------------------------------------------------
 
 
-async def _agents(mqtt_url: str, root: str, ready: Any) -> None:
+async def _agents(mqtt_url: str, root: str, ready: Any, private: dict[str, str]) -> None:
     settings = MqttSettings(url=mqtt_url, topic_root=root)
+    sealers = {c: signing.Sealer(signing.parse_private_key(private[c])) for c in CLUSTERS}
+    numbers = itertools.count(1)
+
+    def sealed(topic: str, cluster: str, message: messages.ReportBase) -> bytes:
+        return sealers[cluster].seal(topic, messages.encode(message), stream="bench", n=next(numbers))
     cap = messages.Capacity(allocatable={"cpu": "1000000", "memory": "1000000Gi", "pods": "10000000"},
                             free={"cpu": "1000000", "memory": "1000000Gi", "pods": "10000000"},
                             largest_node_free={"cpu": "1000", "memory": "1000Gi", "pods": "1000"})
@@ -89,7 +97,7 @@ async def _agents(mqtt_url: str, root: str, ready: Any) -> None:
             while True:
                 for c in CLUSTERS:
                     hb = messages.Heartbeat(cluster=c, capacity=cap, agent_version="bench", interval_seconds=5)
-                    await link.publish(topics.presence(c, root), messages.encode(hb), retain=True)
+                    await link.publish(topics.presence(c, root), sealed(topics.presence(c, root), c, hb), retain=True)
                 await asyncio.sleep(5)
         beats = asyncio.ensure_future(beat())
         await asyncio.sleep(0.2)
@@ -97,20 +105,21 @@ async def _agents(mqtt_url: str, root: str, ready: Any) -> None:
         seq = 0
         pending: set[asyncio.Task[None]] = set()
         async for msg in link.messages():
-            cmd = messages.decode_command(msg.payload)
+            cmd = messages.decode_command(msg.payload[:msg.payload.rfind(b',"seal":')] + b"}")
             if isinstance(cmd, messages.Place):
                 seq += 1
                 cluster = topics.parse(msg.topic, root).cluster
                 ack = messages.Accepted(cluster=cluster, placement=cmd.placement, spec_version=cmd.spec_version,
                                         seq=seq)
-                t = asyncio.ensure_future(link.publish(topics.reports(cluster, root), messages.encode(ack)))
+                topic = topics.reports(cluster, root)
+                t = asyncio.ensure_future(link.publish(topic, sealed(topic, cluster, ack)))
                 pending.add(t)
                 t.add_done_callback(pending.discard)
         beats.cancel()
 
 
-def agents_main(mqtt_url: str, root: str, ready: Any) -> None:
-    asyncio.run(_agents(mqtt_url, root, ready))
+def agents_main(mqtt_url: str, root: str, ready: Any, private: dict[str, str]) -> None:
+    asyncio.run(_agents(mqtt_url, root, ready, private))
 
 
 # --- the Job creator (own process) -----------------------------------------------------------
@@ -155,7 +164,9 @@ async def bench(n: int, mqtt_url: str, db_url: str, kubeconfig: Path, root: str,
         kube=KubeSettings(kubeconfig=kubeconfig, max_concurrency=int(os.environ.get("BENCH_KUBE_THREADS", "4"))),
         database_url=db_url,
         mqtt=MqttSettings(url=mqtt_url, topic_root=root, client_id=f"bench-{uuid.uuid4().hex[:6]}"),
-        kube_writers=int(os.environ.get("BENCH_KUBE_THREADS", "4")))
+        kube_writers=int(os.environ.get("BENCH_KUBE_THREADS", "4")),
+        signing=SigningSettings(private_key=KEYS["dispatcher"][0]),
+        cluster_public_keys={c: KEYS[c][1] for c in CLUSTERS})
     accepted: dict[str, float] = {}
     all_done = asyncio.Event()
 
@@ -284,7 +295,8 @@ def main() -> int:
                             "--state-dir", str(tmp / "sim")], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Event()
-    agents = ctx.Process(target=agents_main, args=(mqtt_url, root, ready), daemon=True)
+    agents = ctx.Process(target=agents_main, args=(mqtt_url, root, ready, {c: KEYS[c][0] for c in CLUSTERS}),
+                         daemon=True)
     creator: Any = None
     try:
         assert sim.stdout is not None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import platform
 import socket
@@ -34,7 +35,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from federation import labels  # noqa: E402
+from federation import labels, signing  # noqa: E402
 from federation.errors import AlreadyExists  # noqa: E402
 from federation.kinds.crds import load_crds  # noqa: E402
 from federation.kube import CRDS, NAMESPACES, Kube, Resource  # noqa: E402
@@ -285,13 +286,17 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
         common = ["--mqtt-url", mqtt_url, "--mqtt-topic-root", topic_root, "--origin", "bench"]
         # Client ids unique to this run: a persistent MQTT session keeps its old subscriptions and queue.
         tag = topic_root.split("/")[0]
+        # every message is signed: a key pair per service, the agents' public keys trusted by the dispatcher
+        keys = {name: signing.generate() for name in ("dispatcher", *WORKERS)}
         await procs.start("dispatcher", *mkctl, "dispatcher", "--kubeconfig", str(configs["manager"]),
                           "--database-url", database_url, "--mqtt-client-id", f"{tag}-dispatcher", *common,
-                          *dispatcher_args)
+                          "--signing-private-key", keys["dispatcher"][0],
+                          "--cluster-public-keys", json.dumps({w: keys[w][1] for w in WORKERS}), *dispatcher_args)
         for w in WORKERS:
             await procs.start(f"agent-{w}", *mkctl, "agent", "--cluster-name", w, "--kubeconfig", str(configs[w]),
                               "--mqtt-client-id", f"{tag}-agent-{w}", "--heartbeat-interval-seconds", "2", *common,
-                              *agent_args)
+                              "--signing-private-key", keys[w][0],
+                              "--dispatcher-public-keys", json.dumps([keys["dispatcher"][1]]), *agent_args)
         await wait_clusters_online(database_url, procs)
 
         # --- end to end ---

@@ -72,7 +72,7 @@ class SigningSettings(BaseModel):
     """File holding this side's private key (base64 of 32 bytes, or PKCS#8 PEM): a mounted Secret."""
 
     private_key: SecretStr | None = None
-    """The private key inline (e.g. from a Secret through an env var); wins over ``private_key_file``."""
+    """The private key inline, from a Secret through an env var; wins over ``private_key_file``."""
 
     max_age_seconds: float = Field(default=300.0, gt=0)
     """A message sealed further than this from the receiver's clock (either way) is refused, and

@@ -17,8 +17,7 @@ import typer
 from federation import signing, topics
 from mkctl import output
 from mkctl.admin import Output, clusters_app
-from mkctl.output import OutputFormat
-from mkctl.output import Column
+from mkctl.output import Column, OutputFormat
 from mkctl.services import DatabaseUrl, database_url_from
 
 keys_app = typer.Typer(help="Ed25519 keys for signing Commands and Reports.", no_args_is_help=True)
