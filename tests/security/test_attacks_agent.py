@@ -101,9 +101,9 @@ async def test_replayed_place_after_delete_and_restart_recreates_nothing(
     # The Place was sealed ~0.1 s before the new link came up: no clock skew allowed here, so that it
     # counts as older than the link (the default allows 2 s between the two sides' clocks).
     await harness.start_agent(signing=harness.settings.signing.model_copy(update={"clock_skew_seconds": 0}))
+    replays = count("expired") + count("replay")
     async with attacker(mqtt_url) as evil:
         await evil.publish(commands_topic(harness), recorded[0])
-    replays = count("expired") + count("replay")
     await settle(harness, "after-replay")
     assert count("expired") + count("replay") == replays + 1
     assert await harness.get(JOBS, "deleted-once", "team-a") is None
