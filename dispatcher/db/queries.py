@@ -398,7 +398,7 @@ async def unregister_cluster(session: AsyncSession, name: str, now: datetime) ->
     """Forget ``name``'s key: its messages are refused from then on. False when it had none."""
     result = await session.execute(sa.update(clusters).where(clusters.c.name == name, clusters.c.public_key.is_not(None))
                                    .values(public_key=None, registered_at=None, online=False, updated_at=now))
-    return bool(result.rowcount)
+    return bool(getattr(result, "rowcount", 0))
 
 
 async def cluster_keys(session: AsyncSession) -> dict[str, str]:
