@@ -119,8 +119,12 @@ class Answers(EngineCore):
                 log.warning("cannot re-send placement %s/%s: the manager Job is not in the cache",
                             e.namespace, e.name)
                 continue
-            self._send_place(b, dict(e._mapping, uid=e.workload_uid), by_name(e.kind), obj, attempt=e.attempt,
-                             cluster=r.cluster, spec_version=e.spec_version)
+            try:
+                self._send_place(b, dict(e._mapping, uid=e.workload_uid), by_name(e.kind), obj, attempt=e.attempt,
+                                 cluster=r.cluster, spec_version=e.spec_version)
+            except messages.MessageRefused as exc:  # edited beyond the limit since: recorded on the Job then
+                log.warning("cannot re-send placement %s/%s to %s: %s", e.namespace, e.name, r.cluster, exc)
+                continue
             resent += 1
         log.info("inventory from %s: %d items, %d expected, %d Place re-sent", r.cluster, len(r.items),
                  len(expected), resent)
@@ -135,8 +139,12 @@ class Answers(EngineCore):
             if obj is None or now - self._resent.get(key, -wait) < wait:
                 continue
             self._resent[key] = now
-            self._send_place(b, {"uid": r.workload_uid}, by_name(r.kind), obj, attempt=r.attempt,
-                             cluster=r.cluster, spec_version=r.spec_version)
+            try:
+                self._send_place(b, {"uid": r.workload_uid}, by_name(r.kind), obj, attempt=r.attempt,
+                                 cluster=r.cluster, spec_version=r.spec_version)
+            except messages.MessageRefused as exc:
+                log.warning("cannot re-send placement %s to %s: %s", key, r.cluster, exc)
+                continue
             resent += 1
         if resent:
             log.warning("re-sent %d Place commands not answered within %gs", resent, wait)

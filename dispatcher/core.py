@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
 
+import orjson
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dispatcher import workload as wl
@@ -31,9 +32,33 @@ from federation.clock import Clock
 from federation.errors import Invalid
 from federation.kinds.base import JobKind
 from federation.podset import parse_quantity
+from federation.retry import Backoff
 
+EDIT_REFUSED = "the latest edit was not sent"
 log = logging.getLogger("dispatcher.engine")  # the engine's parts log as the engine (one logger to tune)
 SUSPENDED_REASON = "suspended on the manager cluster; placed once resumed"
+
+
+def _size(value: Any) -> int:
+    return len(orjson.dumps(value))
+
+
+def oversize_problem(obj: Mapping[str, Any], exc: messages.MessageRefused) -> Invalid:
+    """The problem of a Job too large for a Command, naming the field that makes it large: the path
+    descends while one child holds at least half of its parent's bytes."""
+    path, node = "", obj
+    while isinstance(node, Mapping | list) and node:
+        total = _size(node)
+        children = node.items() if isinstance(node, Mapping) else enumerate(node)
+        key, child = max(children, key=lambda kv: _size(kv[1]))
+        if _size(child) * 2 < total:
+            break
+        path = f"{path}[{key}]" if isinstance(node, list) else f"{path}.{key}" if path else str(key)
+        node = child
+    where = path or "metadata.name"
+    return Invalid(where, f"the Job does not fit in one Command ({exc.message}); {where} is {_size(node)} bytes",
+                   fix=f"keep the Job under {messages.MAX_PAYLOAD_BYTES // 1024} KiB: move bulky data into a ConfigMap "
+                       "or a volume and refer to it")
 
 
 class EngineCore:
@@ -73,10 +98,21 @@ class EngineCore:
         self._resent: dict[tuple[str, int], float] = {}
         self.batches = 0
         self._last_place = 0.0
+        self.namespace_of: dict[str, str] = {}
+        """uid → namespace of the known Workloads (a namespaced intake's start-up sync needs it)."""
+        self.outage = Backoff(0.1, settings.outage_retry_max_seconds)
+        """The one backoff of the engine's held batch while the database or the manager API is down."""
+        self.outage_since: float | None = None
+        self.held = 0
+        """Items held in the current outage (a batch being retried; more wait in the inbox)."""
+        self.parked: list[Any] = []
+        self._retrying: list[Any] = []
+        self._stale = False
 
     async def rebuild(self) -> None:
         async with self.sessions() as s:
             self.known = await q.known_uids(s)
+            self.namespace_of = await q.known_namespaces(s)
             book = CapacityBook(settle_seconds=self.settings.capacity_settle_seconds,
                                 heartbeats=self.book.heartbeats, received=self.book.received)
             for row in await q.active_placements(s):
@@ -201,7 +237,8 @@ class EngineCore:
         keys = [messages.PlacementKey(workload_uid=e.workload_uid, attempt=e.attempt, epoch=self.epoch)
                 for e in expected]
         self._queue(b, cluster, "", messages.Resync(cluster=cluster, epoch=self.epoch, expected=keys, sent_at=b.now))
-        self._last_resync[cluster] = self.clock.monotonic()
+        now = self.clock.monotonic()
+        b.after.append(lambda: self._last_resync.__setitem__(cluster, now))  # only once it is committed
         return list(expected)
 
     def _take_due_resyncs(self, b: Batch) -> None:
@@ -211,13 +248,16 @@ class EngineCore:
         for cluster in sorted(self._resync_due - b.resync):
             if now - self._last_resync.get(cluster, -1e18) < spacing:
                 continue  # stays due; a later tick sends it
-            self._resync_due.discard(cluster)
             b.resync.add(cluster)
             if cluster in self._resync_lost:
-                self._resync_lost.discard(cluster)
                 log.warning("reports from %s were lost (a broker dropped them, or this dispatcher was away): "
                             "sending a resync", cluster)
             else:
                 log.info("met the report stream of %s part-way (this dispatcher started or reconnected): "
                          "sending a resync", cluster)
-        self._resync_due -= b.resync
+        taken = set(b.resync)
+
+        def sent() -> None:  # after the commit: a batch that fails and is tried again still owes them
+            self._resync_due.difference_update(taken)
+            self._resync_lost.difference_update(taken)
+        b.after.append(sent)

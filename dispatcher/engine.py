@@ -29,9 +29,12 @@ from dispatcher.answers import Answers
 from dispatcher.batch import Batch, Item, JobChange, ReportIn, ResyncDue, Tick
 from dispatcher.clusters import ClusterHealth
 from dispatcher.db import queries as q
+from dispatcher.db import transient
+from dispatcher.faults import FaultHandling
 from dispatcher.jobchanges import JobChanges
 from dispatcher.rounds import PlacementRound
 from federation import messages
+from federation.errors import Temporary
 from federation.kinds.base import JobKind
 from federation.kinds.registry import KINDS
 
@@ -39,7 +42,7 @@ __all__ = ["Engine", "Item", "JobChange", "ReportIn", "ResyncDue", "Tick", "supp
 log = logging.getLogger(__name__)
 
 
-class Engine(JobChanges, Answers, ClusterHealth, PlacementRound):
+class Engine(JobChanges, Answers, ClusterHealth, PlacementRound, FaultHandling):
     """See the module docstring. ``observers`` are called with (event type, uid) after each commit."""
 
     async def start(self) -> None:
@@ -52,10 +55,12 @@ class Engine(JobChanges, Answers, ClusterHealth, PlacementRound):
         log.info("dispatcher epoch %d: %d Workloads known, %d placements hold capacity", self.epoch,
                  len(self.known), len(self.book.reservations))
 
-    def sync_kind(self, kind: JobKind, present: Iterable[str]) -> int:
-        """After intake listed ``kind``: Workloads whose Job vanished while mkd was away become deletions."""
+    def sync_kind(self, kind: JobKind, present: Iterable[str], namespace: str | None = None) -> int:
+        """After intake listed ``kind`` (in ``namespace``, or everywhere): Workloads whose Job vanished
+        while mkd was away become deletions."""
         seen = set(present)
-        gone = [uid for uid, k in self.known.items() if k == kind.name and uid not in seen]
+        gone = [uid for uid, k in self.known.items() if k == kind.name and uid not in seen
+                and (namespace is None or self.namespace_of.get(uid) == namespace)]
         for uid in gone:
             self.inbox.put_nowait(JobChange(kind, {"metadata": {"uid": uid}}, deleted=True))
         return len(gone)
@@ -69,23 +74,63 @@ class Engine(JobChanges, Answers, ClusterHealth, PlacementRound):
                 await asyncio.sleep(linger)  # let a burst gather: one transaction for many items
             while len(batch) < self.settings.batch_size and not self.inbox.empty():
                 batch.append(self.inbox.get_nowait())
+            self._supersede(batch)
+            if any(isinstance(i, Tick) for i in batch):
+                batch.extend(self._due_parked())
             await self.handle(batch)
 
     async def handle(self, items: list[Item]) -> None:
-        for attempt in range(3):
+        """Decide ``items``; returns once every one is decided or parked — none is ever dropped.
+
+        See :mod:`dispatcher.faults`: an outage holds the batch and retries it until the database
+        (or the manager's API) is back; a failure of the items themselves is narrowed down to the one
+        item by halving the batch, and that item is recorded as an error and parked.
+        """
+        tries = 0
+        while True:
             try:
+                if self._stale:  # a failed batch may have left the in-memory view ahead of the database
+                    await self.rebuild()
+                    self._stale = False
                 await self._handle(items)
-                return
             except Exception as exc:  # a batch must not kill the loop
-                log.warning("batch of %d items failed (attempt %d): %r", len(items), attempt + 1, exc,
-                            exc_info=attempt > 0)
-                await self.rebuild()
-                await self.clock.sleep(0.2 * 2 ** attempt)
-        if len(items) > 1:
-            for item in items:
-                await self.handle([item])
+                self._stale = True
+                if transient(exc) or isinstance(exc, Temporary):
+                    await self._ride_out(exc, len(items))
+                    continue
+                tries += 1
+                if tries < 2:
+                    log.warning("batch of %d items failed (%s: %s); trying again from the database's state",
+                                len(items), type(exc).__name__, exc)
+                    await self.clock.sleep(0.1)
+                    continue
+                if len(items) > 1:
+                    half = len(items) // 2
+                    await self.handle(items[:half])
+                    await self.handle(items[half:])
+                else:
+                    await self._give_up(items[0], exc)
+                return
+            self.outage.succeeded()
+            if self.outage_since is not None:
+                log.warning("database / manager cluster reachable again after %.1fs; deciding the %d held items "
+                            "and %d more that arrived meanwhile", self.clock.monotonic() - self.outage_since,
+                            self.held, self.inbox.qsize())
+                self.outage_since = None
+            done = {id(i) for i in items}
+            self._retrying = [p for p in self._retrying if id(p.item) not in done]
+            return
+
+    async def _ride_out(self, exc: BaseException, held: int) -> None:
+        """One failed try during an outage: log the first (without a traceback per attempt), back off."""
+        if self.outage_since is None:
+            self.outage_since = self.clock.monotonic()
+            self.held = held
+            log.warning("database or manager cluster unreachable (%s: %s); holding %d items and retrying "
+                        "until it is back", type(exc).__name__, str(exc)[:300], held)
         else:
-            log.error("dropping %r after repeated failures", items[0])
+            log.debug("still unreachable after %.1fs: %r", self.clock.monotonic() - self.outage_since, exc)
+        await self.clock.sleep(self.outage.failed(getattr(exc, "delay", 0.0)))
 
     async def _handle(self, items: list[Item]) -> None:
         jobs: dict[str, JobChange] = {}

@@ -36,7 +36,10 @@ def relevant(kind: JobKind, engine: Engine, obj: Mapping[str, Any], deleted: boo
     if not claimed and managed_by != labels.MULTIKUEUE:
         return False
     if deleted:
-        return claimed
+        # A Job deleted before its claim was decided: the ADDED event may still wait in the engine's
+        # inbox (or be held through an outage). The deletion must follow it, or the claim would place
+        # a Job that no longer exists.
+        return True
     previous = engine.cache.get(uid)
     if previous is None or not claimed:
         if claimed:
@@ -84,10 +87,10 @@ class Intake:
             present.append(wl.uid_of(obj))
             if relevant(kind, self.engine, obj, False):
                 self.engine.inbox.put_nowait(JobChange(kind, obj))
-        if namespace is None:
-            gone = self.engine.sync_kind(kind, present)
-            if gone:
-                log.info("%d %s Jobs were deleted while the dispatcher was away", gone, kind.name)
+        gone = self.engine.sync_kind(kind, present, namespace)
+        if gone:
+            log.info("%d %s Jobs in %s were deleted while the dispatcher was away", gone, kind.name,
+                     namespace or "all namespaces")
         self._listed(kind, namespace)
         self.watching.add(kind.name)
         log.info("watching %s in %s", kind.name, namespace or "all namespaces")

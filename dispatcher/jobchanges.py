@@ -15,9 +15,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher import workload as wl
 from dispatcher.batch import Batch, JobChange, job_key
-from dispatcher.core import SUSPENDED_REASON, EngineCore
+from dispatcher.core import EDIT_REFUSED, SUSPENDED_REASON, EngineCore, oversize_problem
 from dispatcher.db import queries as q
-from federation import labels
+from federation import labels, messages
 from federation.errors import Invalid, NotFound
 
 
@@ -76,6 +76,7 @@ class JobChanges(EngineCore):
             ch = jobs[uid]
             d = described[uid]
             self.known[uid] = ch.kind.name
+            self.namespace_of[uid] = cols["namespace"]
             self.cache[uid] = ch.obj
             b.w[uid] = cols
             b.event(uid, "claimed", message=f"{ch.kind.name} {cols['namespace']}/{cols['name']} claimed")
@@ -137,13 +138,34 @@ class JobChanges(EngineCore):
             b.placement_due = b.placement_due or not suspended
         elif row["state"] in ("placed", "running", "suspended") and row["cluster"]:
             version = row["spec_version"] + 1
+            try:
+                self._send_place(b, row, ch.kind, ch.obj, attempt=row["attempt"], cluster=row["cluster"],
+                                 spec_version=version)
+            except messages.MessageRefused as exc:  # the edit cannot travel: say so, keep the copy running
+                self._edit_refused(b, row, oversize_problem(ch.obj, exc), was)
+                return
             b.set_w(uid, spec_version=version)
             if suspended != was:
                 self._suspension(b, row, suspended)
             b.event(uid, what, cluster=row["cluster"],
                     message=f"generation {generation}: spec version {version} sent to {row['cluster']}")
-            self._send_place(b, row, ch.kind, ch.obj, attempt=row["attempt"], cluster=row["cluster"],
-                             spec_version=version)
+            if row["reason"].startswith(EDIT_REFUSED):
+                b.set_w(uid, reason="")
+                key = job_key(row)
+                cond = wl.condition(labels.CONDITION_REJECTED, False, "Corrected", "the edit was sent", b.now)
+                b.after.append(lambda: self.writer.condition(key, cond))
+
+    def _edit_refused(self, b: Batch, row: dict[str, Any], problem: Invalid, was_suspended: bool) -> None:
+        """A placed Job's edit cannot be sent (too large): the worker keeps the last spec it got; the
+        Workload's reason, a history row, a condition and a Warning Event say why and how to fix it."""
+        uid = row["uid"]
+        text = f"{EDIT_REFUSED} to {row['cluster']}; it keeps spec version {row['spec_version']}: {problem.message}"
+        b.set_w(uid, suspended=was_suspended, reason=text[:1000])
+        b.event(uid, "invalid", cluster=row["cluster"], reason="SpecTooLarge", message=text)
+        key = job_key(row)
+        cond = wl.condition(labels.CONDITION_REJECTED, True, "SpecTooLarge", text, b.now)
+        b.after.append(lambda: self.writer.condition(key, cond))
+        b.after.append(lambda: self.writer.event(key, "Warning", "SpecTooLarge", text))
 
     def _suspension(self, b: Batch, row: dict[str, Any], suspended: bool) -> None:
         """A placed Job was suspended or resumed: its Workload and current placement say so, and a
@@ -178,6 +200,7 @@ class JobChanges(EngineCore):
 
         def forget() -> None:
             self.known.pop(uid, None)
+            self.namespace_of.pop(uid, None)
             self.cache.pop(uid, None)
             self.needs.pop(uid, None)
             if self.book.release(uid):

@@ -5,6 +5,8 @@ A round reads up to ``outbox_batch_size`` unsent rows in id order, publishes the
 transaction. A crash or a lost connection between publish and mark means the round is published
 again: delivery is at least once, and the (workload, attempt, spec version, epoch) identifiers in
 every Command make the repeat harmless on the agent. Rows are never marked sent without an ack.
+A database outage keeps the broker link: the publisher backs off (the one
+:class:`~federation.retry.Backoff`) and carries on with the acknowledged ids it still has to mark.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ from datetime import timedelta
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dispatcher.db import queries as q
+from dispatcher.db import transient
 from dispatcher.settings import DispatcherSettings
 from federation.clock import Clock
 from federation.errors import Transport
 from federation.mqtt import LinkHealth, MqttLink
+from federation.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +45,8 @@ class Publisher:
         self.unanswered = unanswered if unanswered is not None else {}
         self._scanned: set[int] = set()
         self._startup = True
+        self._db = Backoff(0.1, settings.outage_retry_max_seconds)
+        self._db_down_since: float | None = None
 
     async def run(self) -> None:
         health = LinkHealth(self.settings.mqtt, self.clock)
@@ -65,7 +71,18 @@ class Publisher:
         try:
             while True:
                 self.wake.clear()
-                if await self.drain_once(link):
+                try:
+                    started = await self.drain_once(link)
+                except Exception as exc:
+                    if not transient(exc):
+                        raise
+                    await self._database_down(exc)
+                    continue
+                if self._db_down_since is not None:
+                    log.info("outbox: database reachable again after %.1fs", self.clock.monotonic() - self._db_down_since)
+                    self._db_down_since = None
+                self._db.succeeded()
+                if started:
                     await asyncio.sleep(0)  # let the publishes just started go out
                     continue
                 if not self._inflight and not self._acked:
@@ -78,6 +95,13 @@ class Publisher:
         finally:
             for task in self._inflight.values():
                 task.cancel()
+
+    async def _database_down(self, exc: BaseException) -> None:
+        if self._db_down_since is None:
+            self._db_down_since = self.clock.monotonic()
+            log.warning("outbox: database unreachable (%s: %s); retrying until it is back",
+                        type(exc).__name__, str(exc)[:300])
+        await self.clock.sleep(self._db.failed())
 
     async def _one(self, row_id: int, topic: str, payload: bytes) -> None:
         try:
@@ -159,8 +183,12 @@ class Publisher:
         done, self._acked = self._acked, []
         self._last_mark = self.clock.monotonic()
         if done:
-            async with self.sessions.begin() as s:
-                await q.mark_sent(s, done, self.clock.now())
+            try:
+                async with self.sessions.begin() as s:
+                    await q.mark_sent(s, done, self.clock.now())
+            except BaseException:
+                self._acked[:0] = done  # still acknowledged: marked on the next try
+                raise
             self.sent += len(done)
 
     async def _maybe_purge(self) -> None:
@@ -168,7 +196,12 @@ class Publisher:
         if self.clock.monotonic() - self._last_purge < 60:
             return
         self._last_purge = self.clock.monotonic()
-        async with self.sessions.begin() as s:
-            n = await q.purge_sent(s, self.clock.now() - timedelta(seconds=keep))
+        try:
+            async with self.sessions.begin() as s:
+                n = await q.purge_sent(s, self.clock.now() - timedelta(seconds=keep))
+        except Exception as exc:
+            if not transient(exc):
+                raise
+            return  # housekeeping: the next purge catches up
         if n:
             log.debug("purged %d sent outbox rows", n)

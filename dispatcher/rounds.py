@@ -17,11 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher import workload as wl
 from dispatcher.batch import Batch, job_key
-from dispatcher.core import EngineCore
+from dispatcher.core import EngineCore, oversize_problem
 from dispatcher.db import queries as q
 from dispatcher.placement import Need, choose
 from federation import labels, messages
-from federation.errors import Invalid
 from federation.kinds.registry import by_name
 
 _DIGITS = re.compile(r"(?<![-\w])[0-9.]+[a-zA-Z]*")  # figures, not the digits in cluster names
@@ -76,17 +75,20 @@ class PlacementRound(EngineCore):
                 await asyncio.sleep(0)
             attempt = won[uid]
             row.update(state="placed", attempt=attempt, cluster=cluster, reason="")
-            placements.append({"workload_uid": uid, "attempt": attempt, "cluster": cluster, "epoch": self.epoch,
-                               "state": "sent", "spec_version": row["spec_version"], "created_at": b.now,
-                               "reason": why})
             kind = by_name(row["kind"])
             try:
                 self._send_place(b, row, kind, self.cache[uid], attempt=attempt, cluster=cluster,
                                  spec_version=row["spec_version"])
             except messages.MessageRefused as exc:  # e.g. above the payload limit: cannot be sent anywhere
-                b.set_w(uid, cluster=None)
-                self._reject(b, row, [Invalid("metadata.name", exc.message)])
+                # No placement row (a `sent` one would be expected on the cluster forever) and the
+                # attempt is given back: nothing was placed.
+                row.update(attempt=attempt - 1, cluster=None)
+                b.set_w(uid, cluster=None, attempt=attempt - 1)
+                self._reject(b, row, [oversize_problem(self.cache[uid], exc)])
                 continue
+            placements.append({"workload_uid": uid, "attempt": attempt, "cluster": cluster, "epoch": self.epoch,
+                               "state": "sent", "spec_version": row["spec_version"], "created_at": b.now,
+                               "reason": why})
             b.event(uid, "placed", cluster=cluster, message=f"attempt {attempt} on {cluster}: {why}")
             self.book.reserve(uid, cluster, need.total)
         await q.add_placements(s, placements)

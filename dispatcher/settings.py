@@ -100,6 +100,15 @@ class DispatcherSettings(BaseSettings):
     """A placement's requests are subtracted from its Cluster's free capacity until a heartbeat sent
     this long after the agent accepted it arrives (by then its pods show in the agent's figures)."""
 
+    outage_retry_max_seconds: float = Field(default=2.0, gt=0)
+    """While the database or the manager cluster's API is unreachable, the held batch is tried again
+    with a backoff from 0.1 s up to this cap (jittered, reset after the first success): an outage of
+    any length is ridden out, and the dispatcher catches up within this long of the recovery."""
+
+    parked_retry_max_seconds: float = Field(default=300.0, gt=0)
+    """An item that fails on its own (not an outage) is recorded as an error on its Workload and Job,
+    set aside and tried again with a backoff up to this cap; a newer change of the Job replaces it."""
+
     kind_recheck_seconds: float = Field(default=30.0, gt=0)
     """How often a JobKind whose CRD is not installed is checked again."""
 

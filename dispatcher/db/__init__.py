@@ -4,7 +4,9 @@
 async code use ``upgrade_async``); ``check_current(url)`` is what the dispatcher runs before it
 starts, and raises :class:`~federation.errors.Permanent` naming ``mkctl db upgrade`` when the
 schema is behind. SQLite (aiosqlite) and PostgreSQL (asyncpg) are both supported; SQLite gets
-WAL mode and a busy timeout so a reader never blocks the single writer.
+WAL mode and a busy timeout so a reader never blocks the single writer. ``transient(exc)`` is the
+one place that says which database errors are an outage (retry, however long it lasts) rather
+than a statement that can never succeed.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import event
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
@@ -60,7 +63,25 @@ def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
         return engine
     kwargs.setdefault("pool_size", 10)
     kwargs.setdefault("max_overflow", 10)
+    # After a PostgreSQL restart every pooled connection is dead: test each one as it is checked out
+    # (one round trip) instead of failing one batch per dead connection.
+    kwargs.setdefault("pool_pre_ping", True)
     return create_async_engine(url, **kwargs)
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether ``exc`` means the database is unreachable or busy (an outage, a restart, a failover, a
+    lock timeout): retrying later will work. Anything else is a statement that fails on its own."""
+    if isinstance(exc, sa_exc.DBAPIError):
+        if exc.connection_invalidated or isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError):
+            return True
+        return exc.orig is not None and exc.orig is not exc and transient(exc.orig)
+    if isinstance(exc, sa_exc.DisconnectionError | sa_exc.TimeoutError | OSError | TimeoutError | ConnectionError):
+        return True
+    import asyncpg  # its own errors for a lost connection and a server shutting down or starting
+
+    return isinstance(exc, asyncpg.PostgresConnectionError | asyncpg.InterfaceError
+                      | asyncpg.exceptions.OperatorInterventionError)
 
 
 def sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:

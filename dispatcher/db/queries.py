@@ -157,6 +157,13 @@ async def known_uids(session: AsyncSession) -> dict[str, str]:
     return {r.uid: r.kind for r in result}
 
 
+async def known_namespaces(session: AsyncSession) -> dict[str, str]:
+    """uid → namespace of every Workload whose Job may still exist on the manager."""
+    result = await session.execute(
+        sa.select(workloads.c.uid, workloads.c.namespace).where(workloads.c.state.in_(LIVE_WORKLOAD)))
+    return {r.uid: r.namespace for r in result}
+
+
 async def live_of_kind(session: AsyncSession, kind: str) -> list[Any]:
     result = await session.execute(
         sa.select(workloads.c.uid, workloads.c.namespace, workloads.c.name)

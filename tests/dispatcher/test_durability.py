@@ -129,3 +129,20 @@ async def test_two_dispatchers_on_one_postgres_never_claim_or_place_twice(
     epochs = {p.placement.epoch for p in agent.places()}
     assert epochs <= {1, 2}
     assert all(labels.ORIGIN in p.manifest["metadata"]["labels"] for p in agent.places())
+
+
+async def test_with_namespaces_a_job_deleted_while_away_is_noticed_at_start(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root, namespaces=["default"])
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent:
+        async with running(s):
+            kept = await kube.create(PYTORCHJOBS, pytorchjob("kept"), "default")
+            gone = await kube.create(PYTORCHJOBS, pytorchjob("gone"), "default")
+            await eventually(lambda: accepted(db_url, 2), what="both accepted")
+        await kube.delete(PYTORCHJOBS, "gone", "default")  # while the dispatcher is away
+        async with running(s):
+            await eventually(lambda: agent.deletes(), what="Delete for the Job deleted while away")
+            await asyncio.sleep(0.3)
+    assert [d.placement.workload_uid for d in agent.deletes()] == [gone["metadata"]["uid"]]
+    assert {w.name: w.state for w in await rows(db_url, m.workloads)} == {"kept": "running", "gone": "deleted"}
+    assert kept["metadata"]["uid"] != gone["metadata"]["uid"]
