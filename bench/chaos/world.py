@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -98,6 +99,10 @@ class World:
         self.dispatchers: list[Service] = []
         self.agents: dict[str, Service] = {}
         self.notes: list[str] = []
+        from federation import signing
+
+        # every message is signed: a key pair for the dispatchers and one per agent, made per world
+        self.keys = {name: signing.generate() for name in ("dispatcher", *WORKERS)}
         """What this World fell back to or could not set (printed with the figures)."""
 
     # --- lifecycle ---------------------------------------------------------------------------------
@@ -229,6 +234,8 @@ class World:
             "capacity_settle_seconds": 1.0,
             "report_gap_grace_seconds": 2.0,
             "place_resend_seconds": 10.0,
+            "signing": {"private_key": self.keys["dispatcher"][0]},
+            "cluster_public_keys": json.dumps({w: self.keys[w][1] for w in WORKERS}),  # a map flag: JSON
         }
         for k, v in self.o.dispatcher.items():
             if isinstance(v, dict) and isinstance(values.get(k), dict):
@@ -274,6 +281,8 @@ class World:
             "origin": ORIGIN,
             "heartbeat_interval_seconds": 2.0,
             "capacity_debounce_seconds": 0.5,
+            "signing": {"private_key": self.keys[cluster][0]},
+            "dispatcher_public_keys": json.dumps([self.keys["dispatcher"][1]]),
         }
         for k, v in self.o.agent.items():
             if isinstance(v, dict) and isinstance(values.get(k), dict):
