@@ -31,6 +31,8 @@ class ResourceType:
     generation: bool = False  # whether metadata.generation is maintained
     builtin: bool = True
     scale: dict[str, Any] | None = None  # CRD scale subresource paths
+    schemas: dict[str, Any] | None = None  # CRDs: version -> openAPIV3Schema (kubesim.schema)
+    printer_columns: dict[str, list[dict[str, Any]]] | None = None  # CRDs: version -> additionalPrinterColumns
     verbs: list[str] = field(default_factory=lambda: list(ALL_VERBS))
     key: str = field(init=False, default="")
     list_item_prefix: bytes = field(init=False, default=b"")
@@ -148,6 +150,9 @@ class Catalogue:
             generation=True,
             builtin=False,
             scale=scale,
+            schemas={v["name"]: (v.get("schema") or {}).get("openAPIV3Schema") for v in versions
+                     if isinstance((v.get("schema") or {}).get("openAPIV3Schema"), dict)},
+            printer_columns={v["name"]: list(v.get("additionalPrinterColumns") or []) for v in versions},
         )
         self.by_key[rt.key] = rt
         return rt

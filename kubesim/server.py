@@ -21,6 +21,7 @@ import orjson
 import yaml
 from aiohttp import web
 
+from kubesim import schema
 from kubesim.admission import Attributes
 from kubesim.errors import ApiError, not_found
 from kubesim.resources import ResourceType
@@ -130,7 +131,12 @@ class ApiServer:
             return error_response(ApiError(code, reason, "Internal error occurred: kubesim: injected fault",
                                            {"causes": [{"message": "kubesim: injected fault"}]}))
         try:
-            return await self._route(request)
+            with schema.request_scope(request.query.get("fieldValidation")) as scope:
+                resp = await self._route(request)
+            if scope.warnings and not resp.prepared:
+                for w in scope.warnings:  # one header per warning, as the real server writes them
+                    resp.headers.add("Warning", "299 - " + orjson.dumps(w).decode())
+            return resp
         except ApiError as e:
             log.debug("kubesim %s %s?%s -> %s %s: %s", request.method, request.path, request.query_string, e.code,
                       e.reason, e.message)

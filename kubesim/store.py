@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from kubesim import apply as ssa
-from kubesim import kinds
+from kubesim import kinds, schema
 from kubesim.admission import Admission
 from kubesim.deletion import DeletionMixin
 from kubesim.errors import ApiError, already_exists, conflict, invalid, not_found
@@ -264,6 +264,7 @@ class Store(DeletionMixin):
             obj.pop("status", None)
         if rt.key == RAW_CRD:
             obj.pop("status", None)
+        schema.admit(rt, obj, None)
         kinds.apply_kind_rules(rt, obj, None, self.alloc_ip)
         self.admission.validate(rt, "CREATE", obj, None, None, dry_run)
         if dry_run:
@@ -337,6 +338,7 @@ class Store(DeletionMixin):
                         new["metadata"][k] = nmeta[k]
             if "managedFields" in nmeta:
                 new["metadata"]["managedFields"] = nmeta["managedFields"]
+            schema.admit(rt, new, old)
         else:
             new = obj
             new["apiVersion"] = new.get("apiVersion") or old.get("apiVersion")
@@ -362,6 +364,7 @@ class Store(DeletionMixin):
                     raise ApiError(422, "Invalid", f'{rt.kind} "{rec.name}" is invalid: metadata.finalizers: '
                                    "Forbidden: no new finalizers can be added if the object is being deleted",
                                    {"name": rec.name, "kind": rt.kind})
+            schema.admit(rt, new, old)
             kinds.apply_kind_rules(rt, new, old, self.alloc_ip)
             if rt.generation and _spec_part(new) != _spec_part(old):
                 nmeta["generation"] = int(ometa.get("generation") or 1) + 1
