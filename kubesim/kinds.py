@@ -11,6 +11,7 @@ import base64
 import re
 from typing import Any
 
+from kubesim import quantity
 from kubesim.errors import ApiError, invalid
 from kubesim.records import now
 from kubesim.resources import ResourceType
@@ -66,8 +67,18 @@ def name_causes(rule: str, name: str, field: str = "metadata.name") -> list[dict
     return out
 
 
+TOTAL_ANNOTATION_SIZE_LIMIT = 256 * 1024
+
+
 def validate_labels(meta: dict[str, Any]) -> list[dict[str, str]]:
+    """ObjectMeta label rules and the 256 KiB limit on all annotations together (keys + values)."""
     out = []
+    annotations = meta.get("annotations")
+    if isinstance(annotations, dict):
+        total = sum(len(str(k).encode()) + len(str(v).encode()) for k, v in annotations.items())
+        if total > TOTAL_ANNOTATION_SIZE_LIMIT:
+            out.append(cause("metadata.annotations", "Too long: must have at most "
+                             f"{TOTAL_ANNOTATION_SIZE_LIMIT} bytes", "FieldValueTooLong"))
     for k, v in (meta.get("labels") or {}).items():
         if not isinstance(v, str) or len(v) > 63 or not LABEL_VALUE.match(v):
             out.append(bad_value("metadata.labels", v,
@@ -91,6 +102,8 @@ def _default_container(c: dict[str, Any]) -> None:
         c["imagePullPolicy"] = "Always" if ("@" not in tag and (":" not in tag or tag.endswith(":latest"))) \
             else "IfNotPresent"
     res = c.setdefault("resources", {})
+    for part in ("requests", "limits"):
+        _canonical_quantities(res.get(part))
     # Requests default to limits when only limits are given (core/v1 defaults).
     if res.get("limits"):
         req = res.setdefault("requests", {})
@@ -104,6 +117,14 @@ def _default_container(c: dict[str, Any]) -> None:
             vf["fieldRef"].setdefault("apiVersion", "v1")
 
 
+def _canonical_quantities(resources: Any) -> None:
+    """Quantities are stored and returned in canonical string form (``1`` -> ``"1"``, ``0.5`` -> ``"500m"``);
+    raises QuantityError for a value that is not a quantity (a decode error upstream)."""
+    if isinstance(resources, dict):
+        for k, v in resources.items():
+            resources[k] = quantity.canonical(v)
+
+
 def default_pod_spec(spec: dict[str, Any], restart_default: str | None = "Always") -> None:
     if restart_default is not None:
         spec.setdefault("restartPolicy", restart_default)
@@ -115,7 +136,12 @@ def default_pod_spec(spec: dict[str, Any], restart_default: str | None = "Always
         _default_container(c)
     for c in spec.get("containers") or []:
         _default_container(c)
+    _canonical_quantities(spec.get("overhead"))
+    for part in ("requests", "limits"):
+        _canonical_quantities((spec.get("resources") or {}).get(part))
     for v in spec.get("volumes") or []:
+        if isinstance((v.get("emptyDir") or {}).get("sizeLimit"), (int, float, str)):
+            v["emptyDir"]["sizeLimit"] = quantity.canonical(v["emptyDir"]["sizeLimit"])
         if "configMap" in v:
             v["configMap"].setdefault("defaultMode", 420)
         if "secret" in v:
@@ -342,8 +368,16 @@ def prepare_job(obj: dict[str, Any], old: dict[str, Any] | None, uid: str) -> li
         if spec.get("template") != ospec.get("template"):
             # Suspended jobs accept new scheduling directives (what Kueue injects), nothing else.
             never_started = not (old.get("status") or {}).get("startTime")
-            if not (ospec.get("suspend") and never_started
-                    and _sched_free(spec.get("template")) == _sched_free(ospec.get("template"))):
+            mutable_directives = bool(ospec.get("suspend")) and never_started
+            new_t, old_t = _sched_free(spec.get("template")), _sched_free(ospec.get("template"))
+            if not (mutable_directives and new_t == old_t):
+                # v1.36 names the pod spec when a suspended, never started Job's template spec changed
+                # beyond its scheduling directives (observed on a real v1.36 server, issue 10).
+                if mutable_directives and isinstance(new_t, dict) and isinstance(old_t, dict) \
+                        and {k: v for k, v in new_t.items() if k != "spec"} == \
+                        {k: v for k, v in old_t.items() if k != "spec"}:
+                    return [bad_value("spec.template.spec", (spec.get("template") or {}).get("spec"),
+                                      "field is immutable")]
                 return [bad_value("spec.template", spec.get("template"), "field is immutable")]
     return []
 
@@ -417,6 +451,14 @@ def prepare_crd(obj: dict[str, Any]) -> list[dict[str, str]]:
 
 def apply_kind_rules(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None, alloc_ip: Any) -> None:
     """Validate + default ``obj`` in place for its kind; raises 422 Invalid."""
+    try:
+        _apply_kind_rules(rt, obj, old, alloc_ip)
+    except quantity.QuantityError as e:
+        raise ApiError(400, "BadRequest", f'{rt.kind} in version "{rt.versions[0]}" cannot be handled as a '
+                       f"{rt.kind}: {e}") from None
+
+
+def _apply_kind_rules(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None, alloc_ip: Any) -> None:
     meta = obj["metadata"]
     key = rt.key
     causes = validate_labels(meta)
@@ -448,6 +490,10 @@ def apply_kind_rules(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] 
 
 def check_kind_and_version(rt: ResourceType, obj: dict[str, Any]) -> None:
     kind = obj.get("kind")
+    if kind and kind != rt.kind and not rt.builtin:
+        # The custom resource validator's ValidateTypeMeta, reported under the kind the body claims.
+        name = (obj.get("metadata") or {}).get("name", "") if isinstance(obj.get("metadata"), dict) else ""
+        raise invalid(str(kind), rt.group, name, [bad_value("kind", kind, f"must be {rt.kind}")])
     if kind and kind != rt.kind:
         raise ApiError(400, "BadRequest", f"the object provided is unrecognized (must be of type {rt.kind}): "
                        f"{kind}")
@@ -456,6 +502,7 @@ def check_kind_and_version(rt: ResourceType, obj: dict[str, Any]) -> None:
 def node_object(n: Any, index: int = 0) -> dict[str, Any]:
     """The Node a NodeSpec describes: capacity = allocatable, Ready, hostname label."""
     res = {"cpu": n.cpu, "memory": n.memory, "pods": str(n.pods), "ephemeral-storage": "100Gi", **n.extended}
+    _canonical_quantities(res)
     t = now()
     labels = {"kubernetes.io/hostname": n.name, "kubernetes.io/os": "linux", "kubernetes.io/arch": "amd64",
               "beta.kubernetes.io/os": "linux", "beta.kubernetes.io/arch": "amd64", **n.labels}

@@ -61,8 +61,9 @@ BUILTINS: list[ResourceType] = [
     ResourceType("nodes", "node", "Node", "", ["v1"], False, ("status",), ("no",)),
     # Pods carry no metadata.generation on 1.31 (PodObservedGenerationTracking came later, gated).
     ResourceType("pods", "pod", "Pod", "", ["v1"], True, ("status", "binding", "log"), ("po",), ("all",)),
+    # v1.36 validates Service names as RFC 1123 labels (RelaxedServiceNameValidation): "1abc" is accepted.
     ResourceType("services", "service", "Service", "", ["v1"], True, ("status",), ("svc",), ("all",),
-                 name_rule="dns1035",
+                 name_rule="label",
                  verbs=["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]),
     ResourceType("configmaps", "configmap", "ConfigMap", "", ["v1"], True, (), ("cm",)),
     ResourceType("secrets", "secret", "Secret", "", ["v1"], True),

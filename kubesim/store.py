@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from kubesim import apply as ssa
-from kubesim import kinds, schema
+from kubesim import jobstatus, kinds, rootca, schema
 from kubesim.admission import Admission
 from kubesim.deletion import DeletionMixin
 from kubesim.errors import ApiError, already_exists, conflict, invalid, not_found
@@ -67,6 +67,7 @@ class Store(DeletionMixin):
         # Deferred work (GC, namespace finalization); the server points this at loop.call_soon so the
         # work happens after the response like the real controllers; without a loop it runs inline.
         self.defer: Callable[[Callable[[], None]], Any] = lambda fn: fn()
+        self.root_ca = rootca.make_ca_pem()  # published as kube-root-ca.crt in every namespace
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         for i, n in enumerate(spec.nodes):
@@ -185,6 +186,8 @@ class Store(DeletionMixin):
         if etype == "DELETED":
             by_name.pop(name, None)
             self._uids.pop(rec.uid, None)
+            if name == rootca.NAME and rt.key == "configmaps":
+                self.defer(lambda: self._republish_root_ca(ns))
         else:
             by_name[name] = rec
             self._uids[rec.uid] = (rt.key, ns, name)
@@ -273,12 +276,20 @@ class Store(DeletionMixin):
         rec = self._commit(rt, obj, "ADDED", None)
         if rt.key == "namespaces":
             self.create("serviceaccounts", {"metadata": {"name": "default", "namespace": name}})
+            self.create("configmaps", rootca.configmap(name, self.root_ca))
         elif rt.key == RAW_CRD:
             self.defer(lambda: self._establish_crd(name))
         if rec.owners and not any(o in self._uids for o in rec.owners):
             # Dangling owners: the garbage collector removes such an object soon after it appears.
             self.defer(lambda: self._collect(rt.key, ns, name))
         return rec
+
+    def _republish_root_ca(self, ns: str) -> None:
+        """root-ca-cert-publisher: a deleted kube-root-ca.crt comes back while its namespace is active."""
+        nsrec = self.get_rec("namespaces", None, ns)
+        if nsrec is None or b'"deletionTimestamp"' in nsrec.raw or self.get_rec("configmaps", ns, rootca.NAME):
+            return
+        self.create("configmaps", rootca.configmap(ns, self.root_ca))
 
     def _establish_crd(self, name: str) -> None:
         rec = self.get_rec(RAW_CRD, None, name)
@@ -339,6 +350,7 @@ class Store(DeletionMixin):
             if "managedFields" in nmeta:
                 new["metadata"]["managedFields"] = nmeta["managedFields"]
             schema.admit(rt, new, old)
+            jobstatus.check_status_write(rt, new, old)
         else:
             new = obj
             new["apiVersion"] = new.get("apiVersion") or old.get("apiVersion")
