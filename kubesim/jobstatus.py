@@ -148,7 +148,9 @@ def validate_update(job: dict[str, Any], old: dict[str, Any]) -> list[Cause]:
     if st.get("completionTime") and ost.get("completionTime") and st["completionTime"] != ost["completionTime"]:
         out.append(cause("status.completionTime", f"Invalid value: {_go_time(st['completionTime'])}: "
                          "completionTime cannot be mutated"))
-    if ost.get("startTime") and st.get("startTime") != ost.get("startTime") and not spec.get("suspend"):
+    # Upstream compares the pointers (any change); kubesim refuses only the removal its message names, so
+    # that the Job controller's own startTime reset on resume (job_controller.go) is not refused.
+    if ost.get("startTime") and not st.get("startTime") and not spec.get("suspend"):
         out.append(required_detail("status.startTime", "startTime cannot be removed for unsuspended job"))
     if _true(ost, "SuccessCriteriaMet") and not _true(st, "SuccessCriteriaMet"):
         out.append(_omit("status.conditions", "cannot disable the SuccessCriteriaMet=True condition"))

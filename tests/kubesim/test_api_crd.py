@@ -55,12 +55,15 @@ def test_custom_resource_crud_with_status_subresource(api: client.ApiClient, crd
     assert status_of(ei.value)["details"]["group"] == crd_group
 
 
-def test_cr_with_wrong_kind_is_400(api: client.ApiClient, crd_group: str, ns: str) -> None:
+def test_cr_with_wrong_kind_is_422_invalid(api: client.ApiClient, crd_group: str, ns: str) -> None:
     body = widget(crd_group, "k")
     body["kind"] = "Gadget"
     with pytest.raises(client.ApiException) as ei:
         client.CustomObjectsApi(api).create_namespaced_custom_object(crd_group, "v1", ns, "widgets", body)
-    assert ei.value.status == 400
+    st = status_of(ei.value)
+    assert ei.value.status == 422 and st["reason"] == "Invalid"
+    assert st["details"]["causes"] == [{"reason": "FieldValueInvalid", "field": "kind",
+                                        "message": 'Invalid value: "Gadget": must be Widget'}]
 
 
 def test_cluster_scoped_crd_and_removal(api: client.ApiClient) -> None:

@@ -76,7 +76,7 @@ def test_missing_object_is_404_with_details(api: client.ApiClient, ns: str) -> N
 
 @pytest.mark.parametrize(("kind", "name", "ok"), [
     ("pod", "a.b-c", True), ("pod", "Bad_Name", False), ("pod", "x" * 254, False),
-    ("service", "a.b", False), ("service", "1abc", False), ("service", "svc-1", True),
+    ("service", "a.b", False), ("service", "1abc", True), ("service", "svc-1", True),  # 1abc: v1.36 rule
     ("namespace", "a.b", False), ("namespace", "x" * 64, False),
 ])
 def test_name_validation_is_422_invalid(api: client.ApiClient, ns: str, kind: str, name: str, ok: bool) -> None:

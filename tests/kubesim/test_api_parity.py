@@ -146,7 +146,8 @@ def test_suspended_never_started_job_accepts_only_scheduling_directives(api: cli
                   {"spec": {"template": {"spec": {"activeDeadlineSeconds": 5}}}},
                   {"spec": {"template": {"spec": {"affinity": pod_affinity}}}}):
         st = rejected(batch.patch_namespaced_job, "sus", ns, patch)
-        assert st["details"]["causes"][0]["field"] == "spec.template", patch
+        # v1.36 names the pod spec of a suspended Job's template (older servers said spec.template).
+        assert st["details"]["causes"][0]["field"] == "spec.template.spec", patch
 
 
 def test_suspended_job_template_frozen_once_started_until_start_time_cleared(sim: Any, api: client.ApiClient,
