@@ -21,7 +21,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from kubesim import schema
+from kubesim import printing, schema
 from kubesim.admission import Attributes
 from kubesim.errors import ApiError, not_found
 from kubesim.resources import ResourceType
@@ -186,8 +186,8 @@ class ApiServer:
 
     def _openapi_v3(self, gv_parts: list[str]) -> web.Response:
         """Just enough OpenAPI v3 for kubectl: per group-version paths whose PATCH operations name their
-        kind and accept ``fieldValidation``, so kubectl validates server-side (kubesim accepts and ignores
-        the parameter); there are no schemas, so kubectl falls back to its built-in patch metadata."""
+        kind and accept ``fieldValidation``, so kubectl validates server-side (kubesim.schema applies it to
+        custom resources); there are no schemas, so kubectl falls back to its built-in patch metadata."""
         cat = self.store.catalogue
         gvs = ["api/v1"] + [f"apis/{g}/{v}" for g, vs in cat.groups().items() for v in vs]
         if not gv_parts:
@@ -277,6 +277,8 @@ class ApiServer:
         sub = "status" if t.sub == "status" else None
         if m == "GET":
             got = store.get_rec(rt.key, t.namespace, name) or self._raise_nf(t)
+            if sub is None and printing.wants_table(request.headers.get("Accept", "")):
+                return self._table(request, t, [got], {"resourceVersion": str(got.rv)})
             return self._obj(got, t)
         if m == "PUT":
             obj = await self._body(request)
@@ -438,26 +440,16 @@ class ApiServer:
             if not q.get("labelSelector") and not q.get("fieldSelector"):
                 meta["remainingItemCount"] = len(recs) - limit  # upstream omits it for filtered lists
             recs = recs[:limit]
-        if "as=Table" in request.headers.get("Accept", ""):
-            return self._json(self._table(recs, meta))
+        if printing.wants_table(request.headers.get("Accept", "")):
+            return self._table(request, t, recs, meta)
         head = orjson.dumps({"kind": f"{rt.kind}List", "apiVersion": rt.api_version(t.version), "metadata": meta})
         body = b"".join((head[:-1], b',"items":[', b",".join(self.list_item(r, t) for r in recs), b"]}"))
         return web.Response(body=body, content_type=JSON)
 
-    def _table(self, recs: list[Rec], meta: dict[str, Any]) -> dict[str, Any]:
-        """A minimal meta.k8s.io Table so that ``kubectl get`` prints names and ages."""
-        rows = []
-        for r in recs:
-            o = r.obj()
-            m = o["metadata"]
-            row_meta = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": m}
-            phase = (o.get("status") or {}).get("phase", "") if isinstance(o.get("status"), dict) else ""
-            rows.append({"cells": [m["name"], phase, m.get("creationTimestamp", "")], "object": row_meta})
-        cols = [{"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0},
-                {"name": "Status", "type": "string", "format": "", "description": "Phase", "priority": 0},
-                {"name": "Created At", "type": "date", "format": "", "description": "Created", "priority": 0}]
-        return {"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": meta, "columnDefinitions": cols,
-                "rows": rows}
+    def _table(self, request: web.Request, t: Target, recs: list[Rec], meta: dict[str, Any]) -> web.Response:
+        """Server-side printing (kubesim.printing): the Table ``kubectl get`` asks for."""
+        objs = [orjson.loads(self.render(r, t)) for r in recs]
+        return self._json(printing.table(t.rt, t.version, objs, meta, request.query.get("includeObject", "Metadata")))
 
     # ------------------------------------------------------------------ delete
 
