@@ -106,6 +106,8 @@ def main() -> int:
     parser.add_argument("--kills", type=int, default=5, help="dispatcher-kill: kill -9s during the stream")
     parser.add_argument("--outage", type=float, default=15.0, help="postgres-outage: first outage (the second is 2x)")
     parser.add_argument("--outages", type=int, default=2, help="postgres-outage: how many outages")
+    parser.add_argument("--failover-down", type=float, default=15.0,
+                        help="failover: seconds each dispatcher stays killed")
     parser.add_argument("--deadline", type=float, default=120.0,
                         help="seconds after the last fault by which every job must be Succeeded")
     parser.add_argument("--root", type=Path, help="where the federations live (default: a temp dir, kept)")
@@ -120,8 +122,8 @@ def main() -> int:
     logging.getLogger("urllib3").setLevel(logging.ERROR)
     logging.getLogger("federation.kube").setLevel(logging.ERROR)
     root = args.root or Path(tempfile.mkdtemp(prefix="mkd-chaos-"))
-    size = Size(jobs=args.jobs, rate=args.rate, run_seconds=args.run_seconds, kills=args.kills, outage=args.outage, outages=args.outages,
-                deadline=args.deadline)
+    size = Size(jobs=args.jobs, rate=args.rate, run_seconds=args.run_seconds, kills=args.kills, outage=args.outage,
+                outages=args.outages, failover_down=args.failover_down, deadline=args.deadline)
     header = [f"Date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine {machine()}; "
               f"load average at start {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}; "
               f"commit measured `{commit()}`; {args.jobs} jobs per scenario at {args.rate:g}/s, pods run "

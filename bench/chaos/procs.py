@@ -133,6 +133,11 @@ class Service:
         with contextlib.suppress(ProcessLookupError):
             os.kill(self.proc.pid, sig)
 
+    def send(self, sig: int, what: str) -> None:
+        """Send ``sig`` to the PID, noting it in the log."""
+        self.note(f"{what} ({signal.Signals(sig).name}) to {self.pid}")
+        self._signal(sig)
+
     def note(self, text: str) -> None:
         """A line in this service's log, so the log shows when each fault hit it."""
         with self.log_path.open("ab") as log:

@@ -11,7 +11,8 @@ agent-kill          kill -9 one agent after another, restart each after 1-4 s
 broker-restart      restart the private Mosquitto (SIGTERM; the last one kill -9), down 1-3 s
 postgres-outage     the private PostgreSQL shut down immediately (SIGQUIT) for ``outage`` s, twice
 partition           SIGSTOP one agent past the dispatcher's worker-lost timeout (re-placement), SIGCONT
-failover            two dispatchers on one database; kill -9 one, then the other, restarting each
+partition-net       cut one agent off the broker silently (its relay holds every byte), then heal
+failover            two dispatchers on one database; kill -9 one and keep it down, then the other
 =================== ===========================================================================
 """
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import signal
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -45,6 +47,8 @@ class Size:
     outage: float = 15.0
     """postgres-outage: seconds the first outage lasts (the second lasts twice as long)."""
     outages: int = 2
+    failover_down: float = 15.0
+    """failover: seconds each dispatcher stays killed while the other one must carry on."""
     deadline: float = 120.0
     """Seconds after the last fault by which every job must be Succeeded on the manager."""
     small: bool = False
@@ -159,33 +163,52 @@ async def postgres_outage(run: Run) -> None:
         run.fault(f"PostgreSQL down {time.monotonic() - start:.0f}s", start)
 
 
+def cut_seconds(run: Run) -> float:
+    """How long a partition lasts: past the dispatcher's heartbeat + worker-lost timeouts, so jobs move."""
+    values = run.world.dispatcher_values(0)
+    lost = float(values.get("worker_lost_timeout_seconds") or 10)
+    hb = float(values.get("heartbeat_timeout_seconds") or 6)
+    return hb + lost + (4 if run.size.small else 8)
+
+
 async def partition_agent(run: Run) -> None:
-    """Freeze the agent of the busiest worker past the worker-lost timeout, so its jobs are re-placed."""
+    """Freeze the agent of worker-2 past the worker-lost timeout, so its jobs are re-placed, then thaw it."""
     await run.until_submitted(0.3)
     await asyncio.sleep(2)
     cluster = WORKERS[1]
     a = run.world.agents[cluster]
-    lost = float(run.world.dispatcher_values(0).get("worker_lost_timeout_seconds") or 10)
-    hb = float(run.world.dispatcher_values(0).get("heartbeat_timeout_seconds") or 6)
     start = time.monotonic()
     a.freeze()
-    await asyncio.sleep(hb + lost + (4 if run.size.small else 8))
+    await asyncio.sleep(cut_seconds(run))
     a.thaw()
     run.fault(f"SIGSTOP agent {cluster} {time.monotonic() - start:.0f}s", start)
 
 
+async def partition_network(run: Run) -> None:
+    """Cut worker-2's agent off the broker silently (its relay holds every byte), past the worker-lost
+    timeout, then heal. The agent keeps running: it can notice and fence its jobs."""
+    await run.until_submitted(0.3)
+    await asyncio.sleep(2)
+    cluster = WORKERS[1]
+    relay, _ = run.world.proxies[cluster]
+    start = time.monotonic()
+    relay.send(signal.SIGUSR1, "partition")
+    await asyncio.sleep(cut_seconds(run))
+    relay.send(signal.SIGUSR2, "heal")
+    run.fault(f"network partition of agent {cluster} {time.monotonic() - start:.0f}s", start)
+
+
 async def failover(run: Run) -> None:
+    """kill -9 dispatcher-0 and keep it down while dispatcher-1 carries on alone, then the other way round."""
     await run.until_submitted(0.15)
-    stream_seconds = run.size.jobs / run.size.rate
-    rounds = 4
-    for i in range(rounds):
+    for i in range(2):
         d = run.world.dispatchers[i % len(run.world.dispatchers)]
         start = time.monotonic()
         d.kill()
-        await asyncio.sleep(stream_seconds * 0.6 / rounds)  # the other one carries on alone meanwhile
+        await asyncio.sleep(run.size.failover_down)
         d.start()
-        run.fault(f"kill -9 {d.name} (other left alone)", start)
-        await asyncio.sleep(2)
+        run.fault(f"kill -9 {d.name}, down {run.size.failover_down:g}s", start)
+        await asyncio.sleep(3)
 
 
 SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
@@ -198,7 +221,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("partition", "agent frozen (SIGSTOP) past the worker-lost timeout, re-placement, SIGCONT",
              partition_agent, dispatcher={"worker_lost_timeout_seconds": 8.0}, run_seconds=25.0,
              small_dispatcher={"worker_lost_timeout_seconds": 4.0, "heartbeat_timeout_seconds": 3.0}),
-    Scenario("failover", "two dispatchers on one database; each killed in turn while the other runs", failover,
+    Scenario("partition-net", "agent cut off the broker silently past the worker-lost timeout, re-placement, heal",
+             partition_network, dispatcher={"worker_lost_timeout_seconds": 8.0}, run_seconds=25.0,
+             small_dispatcher={"worker_lost_timeout_seconds": 4.0, "heartbeat_timeout_seconds": 3.0}),
+    Scenario("failover", "two dispatchers on one database; each killed and kept down in turn", failover,
              dispatchers=2),
 ]}
 

@@ -53,6 +53,9 @@ class WorldOptions:
     dispatcher: dict[str, Any] = field(default_factory=dict)
     """Dispatcher settings (field name -> value; nested groups as dicts)."""
     agent: dict[str, Any] = field(default_factory=dict)
+    proxies: bool = True
+    """Each agent reaches the broker through a relay process of its own (``bench.chaos.proxy``) that
+    can cut the link silently: the network partition scenario."""
 
 
 def settings_flags(cls: Any, values: dict[str, Any], prefix: str = "") -> tuple[list[str], list[str]]:
@@ -98,6 +101,8 @@ class World:
         self.kubeconfigs: dict[str, Path] = {}
         self.dispatchers: list[Service] = []
         self.agents: dict[str, Service] = {}
+        self.proxies: dict[str, tuple[Service, int]] = {}
+        """worker -> (relay process, its port)."""
         self.notes: list[str] = []
         from federation import signing
 
@@ -117,7 +122,7 @@ class World:
 
     async def __aexit__(self, *exc: object) -> None:
         # SIGTERM everything at once, then wait: sequential staged shutdowns would take a minute.
-        services = [*self.agents.values(), *self.dispatchers, *self.kubesims]
+        services = [*self.agents.values(), *self.dispatchers, *self.kubesims, *(p for p, _ in self.proxies.values())]
         if self.broker is not None:
             services.append(self.broker)
         await asyncio.gather(*(asyncio.to_thread(s.terminate, 10) for s in services), return_exceptions=True)
@@ -132,6 +137,8 @@ class World:
         started = time.monotonic()
         await asyncio.gather(self._start_broker(), self._start_database(), self._start_kubesim())
         await self._prepare_clusters()
+        if self.o.proxies:
+            await self._start_proxies()
         for i in range(self.o.dispatchers):
             self.add_dispatcher(i)
         for w in WORKERS:
@@ -155,6 +162,21 @@ class World:
     @property
     def mqtt_url(self) -> str:
         return f"mqtt://127.0.0.1:{self.broker_port}"
+
+    async def _start_proxies(self) -> None:
+        for w in WORKERS:
+            port = free_port()
+            s = python_service(f"proxy-{w}", ["-m", "bench.chaos.proxy", "--port", str(port),
+                                              "--upstream-port", str(self.broker_port)], self.logs)
+            s.start()
+            self.proxies[w] = (s, port)
+        for w, (s, port) in self.proxies.items():
+            await wait_until(lambda port=port: port_open(port), f"relay for {w}", 30, s)
+
+    def agent_mqtt_url(self, cluster: str) -> str:
+        if cluster in self.proxies:
+            return f"mqtt://127.0.0.1:{self.proxies[cluster][1]}"
+        return self.mqtt_url
 
     async def restart_broker(self, *, kill: bool = False, down_seconds: float = 0.0) -> None:
         if self.mosquitto is not None:
@@ -276,7 +298,8 @@ class World:
         values: dict[str, Any] = {
             "cluster_name": cluster,
             "kubeconfig": str(self.kubeconfigs[cluster]),
-            "mqtt": {"url": self.mqtt_url, "topic_root": self.topic_root, "client_id": f"{self.tag}-agent-{cluster}",
+            "mqtt": {"url": self.agent_mqtt_url(cluster), "topic_root": self.topic_root,
+                     "client_id": f"{self.tag}-agent-{cluster}",
                      "backoff_max": 2.0, "keepalive": 10},
             "origin": ORIGIN,
             "heartbeat_interval_seconds": 2.0,
@@ -297,7 +320,7 @@ class World:
 
     @property
     def services(self) -> list[Service]:
-        return [*self.dispatchers, *self.agents.values(), *self.kubesims]
+        return [*self.dispatchers, *self.agents.values(), *self.kubesims, *(p for p, _ in self.proxies.values())]
 
     def check(self) -> None:
         """Fail with the log of any service that died without being told to (a crash is a finding)."""
