@@ -19,7 +19,8 @@ by milliseconds, so an unconfirmed overlap is reported apart, as ``brief``).
 - ``pending``: the database has it waiting for a placement;
 - ``running``: a worker still runs it.
 
-**lost** = not claimed + never mirrored + nowhere + failed (nothing will bring these to their end);
+**lost** = not claimed + never mirrored + nowhere + failed (nothing will bring these to their end),
+plus any job Succeeded on the manager that no worker ever held (a status nobody earned);
 **stuck** = every job not Succeeded on the manager at the deadline (lost included).
 """
 
@@ -291,12 +292,15 @@ class Observer:
         rows = await self._workload_rows()
         categories: Counter[str] = Counter()
         examples: dict[str, list[str]] = {}
+        phantom: list[str] = []
         for name in names:
             obj = manager.get(name)
             t = self.track(name)
             if obj is not None and condition(obj, "Succeeded"):
                 if t.done is None:  # the watch missed it; the fresh list is the truth
                     t.done = time.monotonic()
+                if not t.ever and not any(name in workers[w] for w in WORKERS):
+                    phantom.append(name)  # Succeeded on the manager, yet no worker ever held it
                 continue
             copies = {w: workers[w][name] for w in WORKERS if name in workers[w]}
             row = rows.get(obj["metadata"]["uid"]) if obj is not None else None
@@ -321,6 +325,10 @@ class Observer:
                           f"copies: {sorted(copies)}; seen on: {sorted(t.ever)})")
         lost = sum(categories[c] for c in ("not claimed", "never mirrored", "nowhere", "failed", "deleted"))
         stuck = sum(categories.values())
+        if phantom:  # not stuck, but its result is not true: counted lost
+            categories["succeeded, never on a worker"] = len(phantom)
+            examples["succeeded, never on a worker"] = phantom[:3]
+            lost += len(phantom)
         twice = [self.jobs[n].twice for n in names if n in self.jobs and self.jobs[n].twice]
         twice_pods = sum(1 for t in twice if "running pods" in t)
         brief = sum(1 for n in names if n in self.jobs and self.jobs[n].brief and not self.jobs[n].twice)

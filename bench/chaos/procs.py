@@ -182,6 +182,14 @@ class Service:
                 self.proc.wait(10)
         return self.proc.returncode
 
+    def log_since_start(self) -> str:
+        """This service's output since its latest start."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return text.rpartition("===== chaos: start #")[2]
+
     def log_tail(self, lines: int = 30) -> str:
         try:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])

@@ -6,7 +6,7 @@ stream flows, then waits up to ``deadline`` seconds after the last fault for eve
 Succeeded on the manager, and counts with :class:`bench.chaos.observe.Observer`.
 
 =================== ===========================================================================
-dispatcher-kill     kill -9 the dispatcher every few seconds, restart it (``kills`` times)
+dispatcher-kill     kill -9 the dispatcher a random while after it got to work, restart it (``kills`` times)
 agent-kill          kill -9 one agent after another, restart each after 1-4 s
 broker-restart      restart the private Mosquitto (SIGTERM; the last one kill -9), down 1-3 s
 postgres-outage     the private PostgreSQL shut down immediately (SIGQUIT) for ``outage`` s, twice
@@ -109,19 +109,28 @@ class Scenario:
 # --- fault scripts ------------------------------------------------------------------------------------
 
 
+DISPATCHER_WORKING = "watching PyTorchJob"
+"""The dispatcher's log line once its intake is watching the jobs: killing it before that would only
+test its start-up (which takes seconds on a loaded machine)."""
+
+
 async def kill_dispatcher(run: Run) -> None:
+    """kill -9 the dispatcher ``kills`` times, each time a random 0.5-``gap`` s after it got to work."""
     kills = max(1, run.size.kills)
     await run.until_submitted(0.05)
     stream_seconds = run.size.jobs / run.size.rate
     gap = max(1.5, stream_seconds * 0.9 / kills)
+    d = run.world.dispatchers[0]
     for i in range(kills):
-        d = run.world.dispatchers[0]
+        deadline = time.monotonic() + 30
+        while DISPATCHER_WORKING not in d.log_since_start() and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.2)  # polled: the signal is a line in another process's log
+        await asyncio.sleep(run.rng.uniform(0.5, gap))
         start = time.monotonic()
         d.kill()
         await asyncio.sleep(run.rng.uniform(0.2, 1.5))
         d.start()
         run.fault(f"kill -9 dispatcher #{i + 1}", start)
-        await asyncio.sleep(gap * run.rng.uniform(0.6, 1.4))
 
 
 async def kill_agents(run: Run) -> None:
