@@ -79,9 +79,15 @@ def machine() -> str:
 
 
 def commit() -> str:
-    done = subprocess.run(["git", "log", "-1", "--format=%h %s"], cwd=REPO, capture_output=True, text=True,
-                          check=False)
-    return done.stdout.strip() or "unknown"
+    """The checkout measured: HEAD, and the newest commit that touched the services' code."""
+    def last(*paths: str) -> str:
+        done = subprocess.run(["git", "log", "-1", "--format=%h %s", "--", *paths], cwd=REPO, capture_output=True,
+                              text=True, check=False)
+        return done.stdout.strip()[:100] or "unknown"
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", "dispatcher", "worker_agent", "federation"],
+                           cwd=REPO, capture_output=True, text=True, check=False).stdout.strip()
+    return (f"HEAD {last()}; services' code at {last('dispatcher', 'worker_agent', 'federation', 'migrations')}"
+            + (" (with uncommitted changes)" if dirty else ""))
 
 
 def write_results(label: str, header: list[str], rows: list[tuple[Figures, Size]], details: list[str]) -> None:
@@ -129,7 +135,7 @@ def main() -> int:
                 outages=args.outages, failover_down=args.failover_down, deadline=args.deadline)
     header = [f"Date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine {machine()}; "
               f"load average at start {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}; "
-              f"commit measured `{commit()}`; {args.jobs} jobs per scenario at {args.rate:g}/s, pods run "
+              f"measured: {commit()}; {args.jobs} jobs per scenario at {args.rate:g}/s, pods run "
               f"{args.run_seconds:g}s, deadline {args.deadline:.0f}s after the last fault."]
     print(header[0], flush=True)
     rows: list[tuple[Figures, Size]] = []

@@ -42,8 +42,15 @@ def port_open(port: int, host: str = "127.0.0.1") -> bool:
         return False
 
 
+def no_backends() -> bool:
+    """``MKD_TEST_NO_SERVICES=1`` (as for the rest of the suite): behave as on a machine without them."""
+    return bool(os.environ.get("MKD_TEST_NO_SERVICES"))
+
+
 def postgres_bindir() -> Path | None:
     """The newest ``/usr/lib/postgresql/<v>/bin`` holding initdb and postgres (or ``MKD_CHAOS_PG_BINDIR``)."""
+    if no_backends():
+        return None
     env = os.environ.get("MKD_CHAOS_PG_BINDIR")
     candidates = [env] if env else sorted(glob.glob("/usr/lib/postgresql/*/bin"),
                                           key=lambda p: int(p.split("/")[-2]) if p.split("/")[-2].isdigit() else 0,
@@ -56,6 +63,8 @@ def postgres_bindir() -> Path | None:
 
 
 def mosquitto_binary() -> str | None:
+    if no_backends():
+        return None
     return os.environ.get("MKD_CHAOS_MOSQUITTO") or shutil.which("mosquitto") or \
         (("/usr/sbin/mosquitto") if Path("/usr/sbin/mosquitto").exists() else None)
 

@@ -29,7 +29,7 @@ from bench.chaos.world import MANAGER, NAMESPACE, World, WorldOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
-SMALL = Size(jobs=24, rate=10.0, run_seconds=2.0, kills=3, outage=6.0, outages=1, failover_down=6.0, deadline=20.0,
+SMALL = Size(jobs=24, rate=10.0, run_seconds=2.0, kills=2, outage=6.0, outages=1, failover_down=6.0, deadline=20.0,
              small=True)
 
 KNOWN = {
