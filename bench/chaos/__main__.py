@@ -80,6 +80,10 @@ def machine() -> str:
 
 def commit() -> str:
     """The checkout measured: HEAD, and the newest commit that touched the services' code."""
+    stamp = REPO / ".chaos-commit"  # an export (git archive) measured while the worktree moves on
+    if not (REPO / ".git").exists() and stamp.exists():
+        return "export of " + stamp.read_text().strip()
+
     def last(*paths: str) -> str:
         done = subprocess.run(["git", "log", "-1", "--format=%h %s", "--", *paths], cwd=REPO, capture_output=True,
                               text=True, check=False)
@@ -90,8 +94,8 @@ def commit() -> str:
             + (" (with uncommitted changes)" if dirty else ""))
 
 
-def write_results(label: str, header: list[str], rows: list[tuple[Figures, Size]], details: list[str]) -> None:
-    path = REPO / "bench" / "RESULTS.md"
+def write_results(path: Path, label: str, header: list[str], rows: list[tuple[Figures, Size]],
+                  details: list[str]) -> None:
     begin, end = f"<!-- chaos:{label} -->", f"<!-- /chaos:{label} -->"
     body = [begin, f"### Chaos suite, {label} (`python -m bench.chaos`)", "", *header, "", *summary(rows), "",
             "<details><summary>per-scenario figures</summary>", "", "```", *details, "```", "", "</details>", end]
@@ -120,6 +124,8 @@ def main() -> int:
     parser.add_argument("--root", type=Path, help="where the federations live (default: a temp dir, kept)")
     parser.add_argument("--write-results", action="store_true", help="write the figures into bench/RESULTS.md")
     parser.add_argument("--label", default="latest", help="section of RESULTS.md to write (e.g. before, after)")
+    parser.add_argument("--results", type=Path, default=REPO / "bench" / "RESULTS.md",
+                        help="the file --write-results updates (e.g. the worktree's, when measuring an export)")
     args = parser.parse_args()
     # SIGTERM unwinds like ^C, so every World stops its processes (they run in sessions of their own).
     signal.signal(signal.SIGTERM, signal.default_int_handler)
@@ -164,8 +170,8 @@ def main() -> int:
     header.append(f"Load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}.")
     print("\n" + "\n".join(summary(rows)), flush=True)
     if args.write_results:
-        write_results(args.label, header, rows, details)
-        print(f"written to {REPO / 'bench' / 'RESULTS.md'} (section chaos:{args.label})")
+        write_results(args.results, args.label, header, rows, details)
+        print(f"written to {args.results} (section chaos:{args.label})")
     bad = any(f.lost or f.twice or f.stuck for f, _ in rows) or errors > 0
     return 1 if bad else 0
 
