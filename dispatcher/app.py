@@ -55,6 +55,7 @@ class Dispatcher:
         self.publisher: Publisher | None = None
         self.reports: ReportSubscriber | None = None
         self.supervisor: Supervisor | None = None
+        self.http: Any = None
         self._engine_sql: Any = None
         self._switch_interval = sys.getswitchinterval()
 
@@ -81,6 +82,12 @@ class Dispatcher:
         self.publisher = Publisher(s, sessions, self.clock, self.engine.outbox_wake, client_id=f"{base}-out",
                                    fresh=self.engine.fresh, unanswered=self.engine.unanswered)
         self.reports = ReportSubscriber(s, self.engine, self.clock, client_id=f"{base}-in")
+        if s.api_port is not None:  # the admin API, dashboard, /metrics and probes (dispatcher/api/)
+            from dispatcher.api.service import HttpService
+
+            self.http = HttpService(self, sessions)
+            self.engine.metrics = self.http.metrics
+            await self.http.start()
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -135,6 +142,8 @@ class Dispatcher:
         sup.start("reports", self._reports_after_intake, restart=True)
         sup.start("ticker", self._ticker, restart=True)
         sup.start("cluster-keys", self._cluster_keys, restart=True)
+        if self.http is not None:
+            sup.start("api", self.http.run, restart=True)
 
     async def run(self, stop: asyncio.Event) -> None:
         async with Supervisor(clock=self.clock) as sup:

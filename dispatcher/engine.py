@@ -23,8 +23,10 @@ import asyncio
 import logging
 import socket
 from collections.abc import Iterable
+from typing import Any
 
 from dispatcher import workload as wl
+from dispatcher.adminactions import AdminAction, AdminActions
 from dispatcher.answers import Answers
 from dispatcher.batch import Batch, Item, JobChange, ReportIn, ResyncDue, Tick
 from dispatcher.clusters import ClusterHealth
@@ -42,8 +44,11 @@ __all__ = ["Engine", "Item", "JobChange", "ReportIn", "ResyncDue", "Tick", "supp
 log = logging.getLogger(__name__)
 
 
-class Engine(JobChanges, Answers, ClusterHealth, PlacementRound, FaultHandling):
+class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, FaultHandling):
     """See the module docstring. ``observers`` are called with (event type, uid) after each commit."""
+
+    metrics: Any = None
+    """The dispatcher's :class:`~dispatcher.metrics.DispatcherMetrics`, when it serves them."""
 
     async def start(self) -> None:
         """Take a fencing epoch and rebuild the in-memory view from the database."""
@@ -52,6 +57,7 @@ class Engine(JobChanges, Answers, ClusterHealth, PlacementRound, FaultHandling):
                                            now=self.clock.now())
         self.outbox_ids = q.OutboxIds(self.epoch)
         await self.rebuild()
+        await self.load_cordons()
         log.info("dispatcher epoch %d: %d Workloads known, %d placements hold capacity", self.epoch,
                  len(self.known), len(self.book.reservations))
 
@@ -136,6 +142,7 @@ class Engine(JobChanges, Answers, ClusterHealth, PlacementRound, FaultHandling):
         jobs: dict[str, JobChange] = {}
         reports: list[ReportIn] = []
         heartbeats: dict[str, ReportIn] = {}
+        admin: list[AdminAction] = []
         tick = False
         for item in items:
             if isinstance(item, JobChange):
@@ -143,10 +150,14 @@ class Engine(JobChanges, Answers, ClusterHealth, PlacementRound, FaultHandling):
                 old = jobs.get(uid)
                 jobs[uid] = item if not (old is not None and old.deleted) else old
             elif isinstance(item, ReportIn):
+                if self.metrics is not None:
+                    self.metrics.report_taken(item.report, item.received_at)
                 if isinstance(item.report, messages.Heartbeat):
                     heartbeats[item.report.cluster] = item
                 else:
                     reports.append(item)
+            elif isinstance(item, AdminAction):
+                admin.append(item)
             elif isinstance(item, ResyncDue):
                 self._resync_due.add(item.cluster)
                 if item.lost:
@@ -172,6 +183,7 @@ class Engine(JobChanges, Answers, ClusterHealth, PlacementRound, FaultHandling):
                 self._resync_lost.update(overdue)
             await self._jobs(s, b, jobs, described)
             await self._reports(s, b, reports)
+            await self._admin(s, b, admin)
             await self._flush(s, b)
             if b.placement_due or tick or self._retry_due():
                 await self._place(s, b)
@@ -180,6 +192,8 @@ class Engine(JobChanges, Answers, ClusterHealth, PlacementRound, FaultHandling):
             self._take_due_resyncs(b)
             for cluster in sorted(b.resync):
                 await self._resync(s, b, cluster)
+                if self.metrics is not None:
+                    self.metrics.resync_sent()
             await q.add_events(s, b.events)
             await q.add_outbox(s, b.outbox)
         self.batches += 1

@@ -49,7 +49,7 @@ class Publisher:
         self._db_down_since: float | None = None
 
     async def run(self) -> None:
-        health = LinkHealth(self.settings.mqtt, self.clock)
+        health = self.health = LinkHealth(self.settings.mqtt, self.clock)
         while True:
             try:
                 async with MqttLink(self.settings.mqtt, client_id=self.client_id) as link:

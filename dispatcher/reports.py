@@ -38,7 +38,7 @@ class ReportSubscriber:
 
     async def run(self) -> None:
         root = self.settings.mqtt.topic_root
-        health = LinkHealth(self.settings.mqtt, self.clock)
+        health = self.health = LinkHealth(self.settings.mqtt, self.clock)
         while True:
             try:
                 async with MqttLink(self.settings.mqtt, client_id=self.client_id) as link:

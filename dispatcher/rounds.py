@@ -55,7 +55,7 @@ class PlacementRound(EngineCore):
             if need is None:
                 need = self.needs[r.uid] = wl.need_of(r.kind, r.podsets)
             decision = choose(need, views.values(), now=b.now, timeout=self.settings.heartbeat_timeout_seconds,
-                              exclude=r.excluded)
+                              exclude=self.excluded_for(row))  # type: ignore[attr-defined]
             if decision.cluster is None:
                 if decision.reason != r.reason and not self._same_story(decision.reason, r.reason, r.updated_at, b.now):
                     waiting.append((row, decision.reason))

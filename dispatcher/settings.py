@@ -6,7 +6,7 @@ Environment variables carry the prefix ``MKD_DISPATCHER_``; nested groups use ``
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from federation.settings import KubeSettings, MqttSettings, SigningSettings
@@ -120,3 +120,19 @@ class DispatcherSettings(BaseSettings):
 
     kube_writers: int = Field(default=16, ge=1, le=256)
     """Concurrent writes to manager Jobs (conditions, status mirror, Events); per Job they are serial."""
+
+    api_port: int | None = Field(default=None, ge=0, le=65535)
+    """Port of the HTTP server: the admin API (``/api/v1``, OpenAPI at ``/openapi.json``), the dashboard,
+    ``/metrics``, ``/healthz`` and ``/readyz``. None: not served (deploy/ sets 8080). 0: any free port."""
+
+    api_host: str = "0.0.0.0"
+    """Address the HTTP server binds (``127.0.0.1`` to keep it local)."""
+
+    api_token: SecretStr | None = None
+    """A static bearer token accepted for every read and action without asking the manager cluster (the
+    demo's; break-glass). None: only manager-cluster tokens, checked with TokenReview and
+    SubjectAccessReview so RBAC decides."""
+
+    api_token_review: bool = True
+    """Check bearer tokens other than ``api_token`` with the manager cluster's TokenReview, then
+    SubjectAccessReview (read: ``get`` on batch jobs; actions: the verb on clusters/workloads.mkd.dev)."""

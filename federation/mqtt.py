@@ -128,11 +128,13 @@ class LinkHealth:
         self.clock = clock
         self._rng = rng or random.Random()
         self.connected = False
+        self.connects = 0
         self.lost_since: datetime | None = None
         self.failed_attempts = 0
         self.last_error = ""
 
     def connected_now(self) -> None:
+        self.connects += 1  # metrics: reconnects = connects - 1
         self.connected = True
         self.lost_since = None
         self.failed_attempts = 0

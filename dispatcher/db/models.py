@@ -56,6 +56,7 @@ PLACEMENT_STATES = tuple(s.value for s in PlacementState)
 EVENT_TYPES = (
     "claimed", "placed", "accepted", "running", "finished", "failed", "rejected", "requeued",
     "deleted", "suspended", "resumed", "invalid", "pending", "updated", "cluster_online", "cluster_lost",
+    "cordoned", "uncordoned", "drained", "evicted", "pinned",
 )
 
 dispatcher_epochs = sa.Table(

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher import db
+from tests.dispatcher.conftest import db_url, kube, manager  # noqa: F401  (the running-dispatcher tests)
 
 
 async def fill(url: str) -> None:

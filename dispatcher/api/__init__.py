@@ -1,0 +1,93 @@
+"""The dispatcher's HTTP server: the admin API (``/api/v1``), the dashboard, ``/metrics``, probes.
+
+``create_app(ctx, metrics)`` builds the FastAPI application; ``serve(app, host, port)`` runs it on
+uvicorn as one of the dispatcher's supervised tasks (``api``). The OpenAPI document is at
+``/openapi.json`` (browsable at ``/docs``). ``/healthz`` answers while the process's event loop runs;
+``/readyz`` answers 200 only when the database answers and every readiness check passes (intake has
+listed every kind, the report subscription is in place), 503 naming what is missing otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import PlainTextResponse, Response
+
+from dispatcher.api.routes import ApiContext, router
+
+__all__ = ["ApiContext", "create_app"]
+
+
+def create_app(ctx: ApiContext, metrics: Any = None) -> FastAPI:
+    app = FastAPI(title="mkd dispatcher", version="1",
+                  description="Workloads, placements, clusters, queues and events of an mkd federation; "
+                              "cordon / drain clusters, requeue / evict / pin Workloads.")
+    app.state.ctx = ctx
+    app.state.metrics = metrics
+    app.include_router(router)
+
+    @app.get("/healthz", response_class=PlainTextResponse, include_in_schema=False)
+    async def healthz() -> str:
+        return "ok"
+
+    @app.get("/readyz", response_class=PlainTextResponse, include_in_schema=False)
+    async def readyz() -> Response:
+        import sqlalchemy as sa
+
+        missing = []
+        try:
+            async with ctx.sessions() as s:
+                await s.execute(sa.text("SELECT 1"))
+        except Exception as exc:  # any database failure means not ready; say which
+            missing.append(f"database: {exc.__class__.__name__}: {exc}")
+        for name, check in ctx.ready_checks.items():
+            problem = check()
+            if problem:
+                missing.append(f"{name}: {problem}")
+        if missing:
+            return PlainTextResponse("not ready: " + "; ".join(missing), status_code=503)
+        return PlainTextResponse("ok")
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus(request: Request) -> Response:
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        if metrics is None:
+            return PlainTextResponse("metrics are not enabled", status_code=404)
+        async with ctx.sessions() as s:
+            await metrics.refresh(s)
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    from dispatcher.api.dashboard import register as register_dashboard
+
+    register_dashboard(app)
+    return app
+
+
+async def serve(app: FastAPI, host: str, port: int, started: Any = None) -> None:
+    """Run ``app`` on uvicorn until cancelled; ``started(port)`` is called with the bound port."""
+    import asyncio
+    import contextlib
+
+    import uvicorn
+
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
+    server = uvicorn.Server(config)
+    # the service's own handlers (staged shutdown) own SIGINT/SIGTERM: uvicorn must not take them over
+    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
+    task = asyncio.create_task(server.serve())
+    try:
+        while not server.started:
+            if task.done():
+                await task  # raises the bind error
+                return
+            await asyncio.sleep(0.02)
+        if started is not None:
+            sockets = [s for srv in server.servers for s in srv.sockets]
+            started(sockets[0].getsockname()[1] if sockets else port)
+        await task
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await asyncio.wait_for(task, 5)

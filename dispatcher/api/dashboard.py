@@ -1,0 +1,287 @@
+"""The web dashboard: server-rendered HTML pages and a few lines of JS, served by the API's server.
+
+Pages: Workloads (filters, live refresh every few seconds), one Workload (why it is where it is,
+mkd's conditions, every placement attempt, its history), Clusters (health, cordon, capacity bars per
+resource), Queues (Workloads per state, admitted requests against quota, or "queues not configured").
+Nothing is loaded from elsewhere (no CDN): the page works offline. Reading needs the same token as the
+API; ``/?token=T`` stores it in an HttpOnly cookie (``mkd_token``) and redirects, which is what the
+demo's printed URL does. The pages read through the same query functions as the API.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from dispatcher.api import routes
+from dispatcher.api.auth import read_access
+from dispatcher.db import admin as dbadmin
+from dispatcher.db import queries
+from federation.errors import Invalid
+
+REFRESH_SECONDS = 3
+
+CSS = """
+body{font:14px/1.4 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+header{background:#1d2330;color:#fff;padding:10px 20px;display:flex;gap:24px;align-items:center}
+header a{color:#cfd8e6;text-decoration:none}header a.on{color:#fff;font-weight:600}
+header b{font-size:16px;margin-right:12px}main{padding:16px 20px}
+table{border-collapse:collapse;width:100%;background:#fff}th,td{padding:6px 8px;border-bottom:1px solid #e3e6eb;
+text-align:left;vertical-align:top}th{background:#eef0f4;font-weight:600}
+.state{padding:1px 6px;border-radius:8px;font-size:12px;background:#e3e6eb}
+.pending{background:#fff1c2}.running,.online{background:#d5f5dd}.placed{background:#dbe9ff}
+.failed,.rejected,.offline{background:#ffd9d9}.finished{background:#e6e1ff}.stale,.cordoned{background:#ffe3c2}
+form.filters{display:flex;gap:8px;flex-wrap:wrap;margin-bottom:12px}form.filters input,form.filters select{padding:4px}
+.bar{width:220px;height:14px;background:#e3e6eb;border-radius:3px;position:relative;display:inline-block}
+.bar span{position:absolute;left:0;top:0;bottom:0;background:#4f7fd8;border-radius:3px}
+.note{background:#fff;border-left:4px solid #4f7fd8;padding:8px 12px;margin:8px 0}
+dl{display:grid;grid-template-columns:max-content auto;gap:4px 16px;background:#fff;padding:12px}
+dt{font-weight:600}h2{margin:18px 0 8px}.muted{color:#6b7385}
+"""
+
+LIVE_JS = """
+(function(){
+  var box=document.getElementById('live'); if(!box) return;
+  var every=parseInt(box.dataset.every||'3',10)*1000;
+  function tick(){
+    var url=new URL(window.location.href); url.searchParams.set('fragment','1');
+    fetch(url,{credentials:'same-origin'}).then(function(r){return r.ok?r.text():null}).then(function(t){
+      if(t!==null){box.innerHTML=t; var s=document.getElementById('stamp');
+        if(s){s.textContent='updated '+new Date().toLocaleTimeString();}}
+    }).catch(function(){}).finally(function(){setTimeout(tick,every)});
+  }
+  setTimeout(tick,every);
+})();
+"""
+
+STATES = ("pending", "placed", "running", "finished", "failed", "rejected", "deleted")
+
+
+def esc(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    return html.escape(str(value))
+
+
+def age(when: datetime | None, now: datetime) -> str:
+    if when is None:
+        return "-"
+    seconds = int(max(0, (now - when).total_seconds()))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 7200:
+        return f"{seconds // 60}m"
+    if seconds < 172800:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"
+
+
+def badge(text: str) -> str:
+    return f'<span class="state {html.escape(text)}">{html.escape(text)}</span>'
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[str]], *, body_id: str = "") -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{c}</td>" for c in r) + "</tr>" for r in rows)
+    if not body:
+        body = f'<tr><td colspan="{len(headers)}" class="muted">none</td></tr>'
+    ident = f' id="{body_id}"' if body_id else ""
+    return f"<table><thead><tr>{head}</tr></thead><tbody{ident}>{body}</tbody></table>"
+
+
+def page(title: str, active: str, body: str) -> HTMLResponse:
+    nav = "".join(f'<a href="{href}" class="{"on" if key == active else ""}">{label}</a>'
+                  for key, href, label in (("workloads", "/ui/workloads", "Workloads"),
+                                           ("clusters", "/ui/clusters", "Clusters"),
+                                           ("queues", "/ui/queues", "Queues")))
+    return HTMLResponse(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} · mkd</title>"
+                        f"<style>{CSS}</style></head><body><header><b>mkd</b>{nav}"
+                        f"<span class='muted' id='stamp'></span></header><main>{body}</main>"
+                        f"<script>{LIVE_JS}</script></body></html>")
+
+
+async def _reader(request: Request, namespace: str = "") -> None:
+    user = await routes.authenticated(request)
+    await routes.allow(request, user, read_access(namespace))
+
+
+def login_page(message: str) -> HTMLResponse:
+    body = (f"<h2>Sign in</h2><p class='note'>{html.escape(message)}</p><form method='get' action='/'>"
+            "<input name='token' type='password' placeholder='bearer token' size='50'> <button>open</button></form>")
+    response = page("sign in", "", body)
+    response.status_code = 401
+    return response
+
+
+# --- pages ------------------------------------------------------------------------------------------
+
+
+async def workloads_page(request: Request) -> Response:
+    params = request.query_params
+    values = {k: params.get(k) or "" for k in ("namespace", "kind", "queue", "cluster", "state", "label")}
+    try:
+        await _reader(request, values["namespace"])
+    except HTTPException as exc:
+        return login_page(str(exc.detail))
+    error = ""
+    try:
+        f = dbadmin.WorkloadFilter(namespace=values["namespace"] or None,
+                                   kind=dbadmin.parse_kind(values["kind"], field_name="kind"),
+                                   queue=values["queue"] or None, cluster=values["cluster"] or None,
+                                   state=dbadmin.parse_state(values["state"], field_name="state"),
+                                   labels=dbadmin.parse_labels(values["label"], field_name="label"))
+    except Invalid as exc:
+        error = exc.message
+        f = dbadmin.WorkloadFilter(namespace="\0")  # matches nothing; the error says why
+    async with routes.ctx_of(request).sessions() as s:
+        rows = [dict(r._mapping) for r in await dbadmin.list_workloads(s, f, limit=1000)]
+    now = datetime.now(UTC)
+    body_rows = [(
+        esc(r["namespace"]),
+        f'<a href="/ui/workloads/{html.escape(r["namespace"])}/{html.escape(r["name"])}">{esc(r["name"])}</a>',
+        esc(r["kind"]), esc(r["queue"]), esc(r["cluster"]), badge(r["state"]), esc(r["reason"]),
+        esc(r["attempt"]), age(r["created_at"], now)) for r in rows]
+    rendered = table(("namespace", "job", "kind", "queue", "cluster", "state", "reason", "attempt", "age"),
+                     body_rows, body_id="workload-rows")
+    counts = f"<p class='muted' id='count'>{len(rows)} workload(s)</p>"
+    if params.get("fragment"):
+        return HTMLResponse(counts + rendered)
+    options = "".join(f"<option {'selected' if values['state'] == s_ else ''}>{s_}</option>" for s_ in STATES)
+    form = ("<form class='filters' method='get' action='/ui/workloads'>"
+            + "".join(f"<input name='{k}' placeholder='{k}' value='{html.escape(values[k])}'>"
+                      for k in ("namespace", "kind", "queue", "cluster"))
+            + f"<select name='state'><option value=''>any state</option>{options}</select>"
+            + f"<input name='label' placeholder='label key=value' value='{html.escape(values['label'])}'>"
+            + "<button>filter</button></form>")
+    note = f"<p class='note' id='error'>{html.escape(error)}</p>" if error else ""
+    live = f"<div id='live' data-every='{REFRESH_SECONDS}'>{counts}{rendered}</div>"
+    return page("Workloads", "workloads", f"<h2>Workloads</h2>{form}{note}{live}")
+
+
+async def workload_page(request: Request, namespace: str, name: str) -> Response:
+    try:
+        await _reader(request, namespace)
+    except HTTPException as exc:
+        return login_page(str(exc.detail))
+    ctx = routes.ctx_of(request)
+    async with ctx.sessions() as s:
+        uid = await dbadmin.find_workload_uid(s, f"{namespace}/{name}")
+        found = await queries.show_workload(s, uid) if uid else None
+    if found is None:
+        message = f"no workload {namespace}/{name}"
+        if ctx.kube is not None:
+            from dispatcher.unclaimed import explain
+
+            message = await explain(ctx.kube, namespace, name) or message
+        response = page(name, "workloads", f"<h2>{html.escape(namespace)}/{html.escape(name)}</h2>"
+                                           f"<p class='note' id='why'>{html.escape(message)}</p>")
+        response.status_code = 404
+        return response
+    w = dict(found.workload._mapping)
+    placements = [dict(p._mapping) for p in found.placements]
+    current = next((p for p in placements if p["attempt"] == w["attempt"]), None)
+    why = routes.why_of(w, current)
+    now = datetime.now(UTC)
+    facts = {"kind": esc(w["kind"]), "queue": esc(w["queue"]), "state": badge(w["state"]), "cluster": esc(w["cluster"]),
+             "attempt": esc(w["attempt"]), "pinned": esc(w.get("pinned")), "suspended": esc(w["suspended"]),
+             "requests": esc(", ".join(f"{k}={v}" for k, v in (w["requests"] or {}).items())),
+             "excluded": esc(", ".join(w["excluded"] or [])), "created": age(w["created_at"], now) + " ago",
+             "uid": esc(w["uid"])}
+    dl = "<dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts.items()) + "</dl>"
+    conditions = routes._mkd_conditions(ctx, w["uid"])
+    cond_table = table(("type", "status", "reason", "message"),
+                       [(esc(c.get("type")), esc(c.get("status")), esc(c.get("reason")), esc(c.get("message")))
+                        for c in conditions])
+    p_table = table(("attempt", "cluster", "state", "reason", "created", "accepted", "finished"),
+                    [(esc(p["attempt"]), esc(p["cluster"]), badge(p["state"]), esc(p["reason"]),
+                      age(p["created_at"], now), age(p["accepted_at"], now), age(p["finished_at"], now))
+                     for p in placements], body_id="placement-rows")
+    e_table = table(("age", "type", "cluster", "reason", "message"),
+                    [(age(e.at, now), esc(e.type), esc(e.cluster), esc(e.reason), esc(e.message))
+                     for e in found.events], body_id="event-rows")
+    body = (f"<h2>{html.escape(namespace)}/{html.escape(name)}</h2>"
+            f"<p class='note' id='why'><b>why {html.escape(why.state)}:</b> {html.escape(why.answer)}</p>{dl}"
+            f"<h2>Conditions</h2>{cond_table}<h2>Placements</h2>{p_table}<h2>History</h2>{e_table}")
+    return page(f"{namespace}/{name}", "workloads", body)
+
+
+def _bar(used: Decimal, total: Decimal) -> str:
+    share = float(used / total) if total > 0 else 0.0
+    return f"<span class='bar' title='{share:.0%}'><span style='width:{min(100.0, share * 100):.1f}%'></span></span>"
+
+
+async def clusters_page(request: Request) -> Response:
+    try:
+        await _reader(request)
+    except HTTPException as exc:
+        return login_page(str(exc.detail))
+    from federation.podset import parse_quantity
+
+    async with routes.ctx_of(request).sessions() as s:
+        rows = await queries.list_clusters(s)
+        running = await dbadmin.holding_per_cluster(s)
+    now = datetime.now(UTC)
+    out = []
+    for r in rows:
+        item = routes.cluster_item(dict(r._mapping), running.get(r.name, 0), now)
+        bars = []
+        for resource in sorted(item.allocatable):
+            try:
+                total = parse_quantity(item.allocatable[resource], resource)
+                used = parse_quantity(item.used.get(resource, "0"), resource)
+            except (ValueError, Invalid, ArithmeticError):
+                continue
+            bars.append(f"<div class='cap' data-resource='{html.escape(resource)}'>{_bar(used, total)} "
+                        f"{html.escape(resource)}: {html.escape(item.used.get(resource, '0'))} used of "
+                        f"{html.escape(item.allocatable[resource])}</div>")
+        health = badge(item.health) + (" " + badge("cordoned") if item.cordoned else "")
+        out.append((f"<b>{esc(item.name)}</b>", health, age(item.last_heartbeat, now), esc(item.running),
+                    "".join(bars) or "-", esc(", ".join(f"{k}={v}" for k, v in item.labels.items()))))
+    rendered = table(("cluster", "health", "heartbeat", "running", "capacity", "labels"), out, body_id="cluster-rows")
+    if request.query_params.get("fragment"):
+        return HTMLResponse(rendered)
+    return page("Clusters", "clusters", f"<h2>Clusters</h2><div id='live' data-every='{REFRESH_SECONDS}'>"
+                                        f"{rendered}</div>")
+
+
+async def queues_page(request: Request) -> Response:
+    try:
+        await _reader(request)
+    except HTTPException as exc:
+        return login_page(str(exc.detail))
+    from dispatcher.api.queues import queue_page
+
+    async with routes.ctx_of(request).sessions() as s:
+        queues = await queue_page(s)
+    note = "" if queues.configured else (
+        "<p class='note' id='not-configured'>Queues not configured: no quotas are set, so Workloads are placed in "
+        "arrival order. The queue names below are the ones Jobs carry (kueue.x-k8s.io/queue-name).</p>")
+    rows = []
+    for q in queues.items:
+        quota = q.quota or {}
+        usage = ", ".join(f"{k}={v}" + (f" of {quota[k]}" if k in quota else "") for k, v in q.requests_admitted.items())
+        rows.append((f"<b>{esc(q.name)}</b>", " ".join(f"{badge(k)} {v}" for k, v in sorted(q.workloads.items())),
+                     esc(usage), esc(", ".join(f"{k}={v}" for k, v in quota.items()) if q.quota else "not configured")))
+    rendered = table(("queue", "workloads", "admitted requests", "quota"), rows, body_id="queue-rows")
+    return page("Queues", "queues", f"<h2>Queues</h2>{note}{rendered}")
+
+
+def register(app: FastAPI) -> None:
+    @app.get("/", include_in_schema=False)
+    async def root(request: Request) -> Response:
+        token = request.query_params.get("token")
+        response = RedirectResponse("/ui/workloads", status_code=303)
+        if token:
+            response.set_cookie("mkd_token", token, httponly=True, samesite="strict")
+        return response
+
+    app.get("/ui/workloads", include_in_schema=False)(workloads_page)
+    app.get("/ui/workloads/{namespace}/{name}", include_in_schema=False)(workload_page)
+    app.get("/ui/clusters", include_in_schema=False)(clusters_page)
+    app.get("/ui/queues", include_in_schema=False)(queues_page)

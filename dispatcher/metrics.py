@@ -1,0 +1,226 @@
+"""The dispatcher's Prometheus metrics: every family is defined here, in one registry per Dispatcher.
+
+Named the Prometheus way: ``mkd_`` prefix, the unit in the name, ``_total`` on counters. Three kinds
+of source:
+
+- **observed as it happens** (histograms, counters): report lag (``ReportIn`` as the engine takes it),
+  admission latency (claim → Place sent) and placement latency (Place sent → accepted), read from new
+  placement rows at each scrape so every placement is observed exactly once;
+- **read at scrape** from the database (``refresh``): Workloads by state and queue, the oldest pending
+  Workload's age per queue, Cluster health / cordon / capacity (allocatable, free, used per resource),
+  outbox depth;
+- **counters owned by the parts** (report streams, link health, kube writer), exposed through a
+  collector that reads them at scrape, so no part keeps a second copy.
+
+Other parts add their families here (e.g. ``mkd_messages_refused_total{reason}``) with :meth:`counter`
+/ :meth:`gauge` / :meth:`histogram` on the same registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import sqlalchemy as sa
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from dispatcher.db.models import WORKLOAD_STATES, clusters, outbox, placements, workloads
+from federation.errors import Invalid
+
+LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+STALE_INTERVALS = 3.0
+
+UNITS = {"cpu": "core", "memory": "byte", "ephemeral-storage": "byte"}
+
+
+def unit_of(resource: str) -> str:
+    """kube-state-metrics' convention: cpu in cores, memory and storage in bytes, the rest counted."""
+    return UNITS.get(resource, "byte" if resource.startswith("hugepages-") else "integer")
+
+
+class _Parts(Collector):
+    """Counters and gauges the dispatcher's parts already keep, read at scrape."""
+
+    def __init__(self, metrics: DispatcherMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        d = self.metrics.dispatcher
+        engine = getattr(d, "engine", None)
+        reports = getattr(d, "reports", None)
+        publisher = getattr(d, "publisher", None)
+        writer = getattr(d, "writer", None)
+        lost = CounterMetricFamily("mkd_report_holes_lost", "Holes in an agent's report stream that did not fill "
+                                   "within the grace period (Reports lost; the cluster is sent a Resync)")
+        healed = CounterMetricFamily("mkd_report_resyncs", "Resyncs sent to heal lost or possibly missed Reports "
+                                     "(holes, streams met part-way, Inventory answers)")
+        stale = CounterMetricFamily("mkd_reports_stale_dropped", "Status Reports dropped as older than the last one")
+        received = CounterMetricFamily("mkd_reports_received", "Reports decoded from the broker")
+        refused = CounterMetricFamily("mkd_reports_refused", "Messages on report topics refused as malformed or "
+                                      "claiming another cluster")
+        reconnects = CounterMetricFamily("mkd_mqtt_reconnects", "MQTT reconnections after the first connect",
+                                         labels=["link"])
+        writes = CounterMetricFamily("mkd_kube_writes", "Writes to manager Jobs (status, conditions, Events)",
+                                     labels=["result"])
+        unanswered = GaugeMetricFamily("mkd_places_unanswered", "Place Commands published and not answered yet")
+        if engine is not None:
+            lost.add_metric([], float(engine.streams.lost_holes))
+            healed.add_metric([], float(self.metrics.resyncs))
+            stale.add_metric([], float(engine.stale_dropped))
+            unanswered.add_metric([], float(len(engine.unanswered)))
+        if reports is not None:
+            received.add_metric([], float(reports.received))
+            refused.add_metric([], float(reports.refused))
+        for link, part in (("reports", reports), ("outbox", publisher)):
+            health = getattr(part, "health", None)
+            if health is not None:
+                reconnects.add_metric([link], float(max(0, health.connects - 1)))
+        if writer is not None:
+            writes.add_metric(["written"], float(writer.writes))
+            writes.add_metric(["unchanged"], float(writer.unchanged))
+            writes.add_metric(["failed"], float(writer.failures))
+        yield from (lost, healed, stale, received, refused, reconnects, writes, unanswered)
+
+
+class DispatcherMetrics:
+    """One registry with every dispatcher family; ``dispatcher`` is read by the parts collector."""
+
+    def __init__(self, dispatcher: Any = None) -> None:
+        self.dispatcher = dispatcher
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.workloads = Gauge("mkd_workloads", "Workloads per state and queue", ["state", "queue"], registry=r)
+        self.pending_age = Gauge("mkd_workload_pending_oldest_age_seconds",
+                                 "Age of the oldest pending (not suspended) Workload per queue", ["queue"], registry=r)
+        self.admission = Histogram("mkd_admission_latency_seconds",
+                                   "From claim to the first Place sent (first attempts only)",
+                                   buckets=LATENCY_BUCKETS, registry=r)
+        self.placement = Histogram("mkd_placement_latency_seconds",
+                                   "From a Place sent to the agent's Accepted (every attempt)",
+                                   buckets=LATENCY_BUCKETS, registry=r)
+        self.report_lag = Histogram("mkd_report_lag_seconds", "From an agent sending a Report to the engine taking it",
+                                    ["type"], buckets=LATENCY_BUCKETS, registry=r)
+        self.cluster_up = Gauge("mkd_cluster_up", "1 when the cluster's heartbeat is fresh and it is online",
+                                ["cluster"], registry=r)
+        self.cluster_cordoned = Gauge("mkd_cluster_cordoned", "1 when an admin cordoned the cluster", ["cluster"],
+                                      registry=r)
+        self.heartbeat_age = Gauge("mkd_cluster_heartbeat_age_seconds", "Seconds since the cluster's last heartbeat",
+                                   ["cluster"], registry=r)
+        labels = ["cluster", "resource", "unit"]
+        self.allocatable = Gauge("mkd_cluster_allocatable", "Allocatable capacity per cluster and resource (unit "
+                                 "label: core, byte, integer)", labels, registry=r)
+        self.free = Gauge("mkd_cluster_free", "Free capacity per cluster and resource", labels, registry=r)
+        self.used = Gauge("mkd_cluster_used", "Used capacity (allocatable - free) per cluster and resource", labels,
+                          registry=r)
+        self.outbox_depth = Gauge("mkd_outbox_unsent_commands", "Commands in the outbox not yet acknowledged by the "
+                                  "broker", registry=r)
+        self.actions = Counter("mkd_admin_actions", "Admin actions by verb and result", ["verb", "result"],
+                               registry=r)
+        self.resyncs = 0
+        self._placements_seen = 0
+        self._accepted_seen = datetime.now(UTC)
+        r.register(_Parts(self))
+
+    # --- for other parts to add their families ---------------------------------------------------
+
+    def counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
+        return Counter(name, doc, list(labels), registry=self.registry)
+
+    def gauge(self, name: str, doc: str, labels: Sequence[str] = ()) -> Gauge:
+        return Gauge(name, doc, list(labels), registry=self.registry)
+
+    def histogram(self, name: str, doc: str, labels: Sequence[str] = (),
+                  buckets: Sequence[float] = LATENCY_BUCKETS) -> Histogram:
+        return Histogram(name, doc, list(labels), buckets=list(buckets), registry=self.registry)
+
+    # --- hooks ---------------------------------------------------------------------------------------
+
+    def report_taken(self, report: Any, received_at: datetime) -> None:
+        sent = getattr(report, "sent_at", None)
+        if sent is not None:
+            self.report_lag.labels(report.type).observe(max(0.0, (received_at - sent).total_seconds()))
+
+    def resync_sent(self) -> None:
+        self.resyncs += 1
+
+    # --- at scrape ---------------------------------------------------------------------------------
+
+    async def refresh(self, session: Any, now: datetime | None = None) -> None:
+        """Read the database's figures into the gauges and observe new placements (never commits)."""
+        from federation.podset import parse_quantity
+
+        now = now or datetime.now(UTC)
+        self.workloads.clear()
+        seen_queues: set[str] = set()
+        for queue, state, n in await session.execute(
+                sa.select(workloads.c.queue, workloads.c.state, sa.func.count())
+                .group_by(workloads.c.queue, workloads.c.state)):
+            seen_queues.add(queue)
+            self.workloads.labels(state, queue).set(n)
+        for queue in seen_queues:  # every state of a known queue, zeros included (rates need the series)
+            for state in WORKLOAD_STATES:
+                self.workloads.labels(state, queue)
+        self.pending_age.clear()
+        for queue, oldest in await session.execute(
+                sa.select(workloads.c.queue, sa.func.min(workloads.c.created_at))
+                .where(workloads.c.state == "pending", workloads.c.suspended.is_(False)).group_by(workloads.c.queue)):
+            if oldest is not None:
+                oldest = oldest if oldest.tzinfo else oldest.replace(tzinfo=UTC)
+                self.pending_age.labels(queue).set(max(0.0, (now - oldest).total_seconds()))
+        for gauge in (self.cluster_up, self.cluster_cordoned, self.heartbeat_age, self.allocatable, self.free,
+                      self.used):
+            gauge.clear()
+        for c in await session.execute(sa.select(clusters)):
+            last = c.last_heartbeat
+            age = (now - last).total_seconds() if last is not None else None
+            fresh = age is not None and age <= STALE_INTERVALS * float(c.interval_seconds or 10.0)
+            self.cluster_up.labels(c.name).set(1 if c.online and fresh else 0)
+            self.cluster_cordoned.labels(c.name).set(1 if c.cordoned else 0)
+            if age is not None:
+                self.heartbeat_age.labels(c.name).set(max(0.0, age))
+            capacity = c.capacity or {}
+            alloc = capacity.get("allocatable") or {}
+            free = capacity.get("free") or {}
+            for resource in sorted(set(alloc) | set(free)):
+                try:
+                    a = parse_quantity(alloc.get(resource, "0"), resource)
+                    f = parse_quantity(free.get(resource, "0"), resource)
+                except (ValueError, Invalid, ArithmeticError):
+                    continue
+                unit = unit_of(resource)
+                self.allocatable.labels(c.name, resource, unit).set(float(a))
+                self.free.labels(c.name, resource, unit).set(float(f))
+                self.used.labels(c.name, resource, unit).set(float(max(a - f, Decimal(0))))
+        depth = (await session.execute(sa.select(sa.func.count()).select_from(outbox)
+                                       .where(outbox.c.sent_at.is_(None)))).scalar_one()
+        self.outbox_depth.set(depth)
+        await self._observe_placements(session)
+
+    async def start(self, session: Any) -> None:
+        """Placements made before this process started were observed by the one that made them."""
+        found = (await session.execute(sa.select(sa.func.max(placements.c.id)))).scalar_one()
+        self._placements_seen = int(found or 0)
+        self._accepted_seen = datetime.now(UTC)
+
+    async def _observe_placements(self, session: Any) -> None:
+        rows = await session.execute(
+            sa.select(placements.c.id, placements.c.attempt, placements.c.created_at, workloads.c.created_at.label("w"))
+            .join(workloads, workloads.c.uid == placements.c.workload_uid)
+            .where(placements.c.id > self._placements_seen).order_by(placements.c.id))
+        for pid, attempt, created, claimed in rows:
+            self._placements_seen = max(self._placements_seen, int(pid))
+            if attempt == 1:
+                self.admission.observe(max(0.0, (created - claimed).total_seconds()))
+        accepted = await session.execute(
+            sa.select(placements.c.created_at, placements.c.accepted_at)
+            .where(placements.c.accepted_at > self._accepted_seen).order_by(placements.c.accepted_at))
+        for created, at in accepted:
+            self._accepted_seen = max(self._accepted_seen, at)
+            self.placement.observe(max(0.0, (at - created).total_seconds()))
+
+    def exposition(self) -> bytes:
+        return generate_latest(self.registry)
