@@ -132,7 +132,3 @@ class DispatcherSettings(BaseSettings):
     """A static bearer token accepted for every read and action without asking the manager cluster (the
     demo's; break-glass). None: only manager-cluster tokens, checked with TokenReview and
     SubjectAccessReview so RBAC decides."""
-
-    api_token_review: bool = True
-    """Check bearer tokens other than ``api_token`` with the manager cluster's TokenReview, then
-    SubjectAccessReview (read: ``get`` on batch jobs; actions: the verb on clusters/workloads.mkd.dev)."""

@@ -24,7 +24,7 @@ class HttpService:
         self.sessions = sessions
         self.metrics = DispatcherMetrics(dispatcher)
         token = s.api_token.get_secret_value() if s.api_token is not None else None
-        self.auth = Authenticator(kube=dispatcher.kube, static_token=token, token_review=s.api_token_review)
+        self.auth = Authenticator(kube=dispatcher.kube, static_token=token, token_review=True)
         self.ctx = ApiContext(sessions=sessions, auth=self.auth, engine=dispatcher.engine, kube=dispatcher.kube,
                               ready_checks={"intake": self._intake_ready, "reports": self._reports_ready})
         self.app = create_app(self.ctx, self.metrics)
