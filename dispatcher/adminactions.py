@@ -133,10 +133,15 @@ class AdminActions(EngineCore):
         for p in await q.placements_on(s, name, q.ACTIVE_PLACEMENT):
             await self._load(s, b, [p.workload_uid])
             row = b.w.get(p.workload_uid)
-            if row is None or row["attempt"] != p.attempt or row["state"] not in ("placed", "running"):
+            if row is None or row["attempt"] != p.attempt:
                 continue
-            self._take_off(b, row, f"cluster {name} drained{by}", "drained")
-            moved += 1
+            if row["state"] == "suspended":  # a suspended copy has no pods: deleted, placed once resumed
+                self._send_delete(b, row, f"cluster {name} drained{by}")
+                b.event(row["uid"], "drained", cluster=name, reason="Drained", message=f"cluster {name} drained{by}")
+                moved += 1
+            elif row["state"] in ("placed", "running"):
+                self._take_off(b, row, f"cluster {name} drained{by}", "drained")
+                moved += 1
         b.event(None, "drained", cluster=name, reason="Drained", message=f"drained{by}: {moved} Workload(s) moved")
         return f"cluster {name} cordoned and drained: {moved} Workload(s) taken off and queued again"
 
@@ -165,6 +170,8 @@ class AdminActions(EngineCore):
             where = row.get("cluster")
             moved = "" if not where or where == target else f"; it runs on {where} until requeued"
             return f"{name} pinned to {target}{moved}"
+        if row["state"] == "suspended":
+            raise ActionRefused(f"{name} is suspended on the manager cluster: resume it there first")
         if row["state"] not in ("placed", "running", "pending"):
             raise ActionRefused(f"{name} is {row['state']}: only pending, placed or running Workloads can be "
                                 f"{action.verb}d" if action.verb != "evict" else

@@ -181,8 +181,8 @@ def list_workloads(
     output_format: Output = OutputFormat.table,
     namespace: Annotated[str | None, typer.Option("-n", "--namespace", help="Only this namespace.")] = None,
     state: Annotated[str | None, typer.Option(
-        "--state", help="Only workloads in this state: pending, placed, running, finished, failed, rejected, "
-        "deleted (any case).")] = None,
+        "--state", help="Only workloads in this state: pending, placed, running, suspended, finished, failed, "
+        "rejected, deleted (any case).")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", help="Only workloads placed on this cluster.")] = None,
     kind: Annotated[str | None, typer.Option("--kind", help="Only this job kind (PyTorchJob, JobSet, ...).")] = None,
     queue: Annotated[str | None, typer.Option("--queue", help="Only this queue (kueue.x-k8s.io/queue-name).")] = None,

@@ -23,6 +23,7 @@ from dispatcher.api import routes
 from dispatcher.api.auth import read_access
 from dispatcher.db import admin as dbadmin
 from dispatcher.db import queries
+from dispatcher.states import WorkloadState
 from federation.errors import Invalid
 
 REFRESH_SECONDS = 3
@@ -60,7 +61,7 @@ LIVE_JS = """
 })();
 """
 
-STATES = ("pending", "placed", "running", "finished", "failed", "rejected", "deleted")
+STATES = tuple(s.value for s in WorkloadState)
 
 
 def esc(value: Any) -> str:

@@ -15,7 +15,8 @@ class WorkloadItem(BaseModel):
     kind: str
     queue: str
     priority: int = 0
-    state: str = Field(description="pending, placed, running, finished, failed, rejected or deleted")
+    state: str = Field(description="pending, placed, running, suspended, finished, failed, rejected or deleted "
+                                   "(dispatcher.states.WorkloadState)")
     reason: str | None = None
     cluster: str | None = None
     attempt: int = 0

@@ -136,8 +136,8 @@ UserDep = Annotated[User, Depends(authenticated)]
 async def list_workloads(
     request: Request, user: UserDep,
     namespace: str | None = None, kind: str | None = None, queue: str | None = None, cluster: str | None = None,
-    state: Annotated[str | None, Query(description="pending, placed, running, finished, failed, rejected, "
-                                                   "deleted (any case)")] = None,
+    state: Annotated[str | None, Query(description="pending, placed, running, suspended, finished, failed, "
+                                                   "rejected, deleted (any case)")] = None,
     label: Annotated[str | None, Query(description="key=value[,key2=value2]: the Job's labels, all must match")
                      ] = None,
     limit: Annotated[int, Query(ge=1, le=5000)] = 500,

@@ -25,7 +25,8 @@ HOLDING = ("accepted", "running")
 
 
 def workload_states() -> tuple[str, ...]:
-    """The one vocabulary of Workload states: the database's, mkctl's ``--state``, the API's ``state``."""
+    """The one vocabulary of Workload states (``dispatcher.states.WorkloadState``): the database's,
+    mkctl's ``--state``, the API's ``state``."""
     return tuple(WORKLOAD_STATES)
 
 
@@ -33,11 +34,13 @@ def parse_state(value: str | None, *, field_name: str = "--state") -> str | None
     """A state as users type it (``Pending``, ``pending``) to the database's word; refuses unknown ones."""
     if value is None or value == "":
         return None
-    word = value.strip().lower()
-    states = workload_states()
-    if word not in states:
-        raise Invalid(field_name, f"{value!r} is not a Workload state", fix=f"use one of: {', '.join(states)}")
-    return word
+    from dispatcher.states import WorkloadState, parse
+
+    try:
+        return parse(WorkloadState, value).value
+    except ValueError:
+        raise Invalid(field_name, f"{value!r} is not a Workload state",
+                      fix=f"use one of: {', '.join(workload_states())}") from None
 
 
 def parse_kind(value: str | None, *, field_name: str = "--kind") -> str | None:

@@ -53,8 +53,10 @@ def test_unknown_state_is_refused_naming_the_flag_and_the_states(admin_db: str) 
     assert "No resources found" not in result.output
     line = result.output.strip()
     assert line.startswith("error: --state: 'bogus' is not a Workload state")
-    for state in ("pending", "placed", "running", "finished", "failed", "rejected", "deleted"):
-        assert state in line
+    from dispatcher.states import WorkloadState
+
+    for state in WorkloadState:
+        assert state.value in line
 
 
 def test_lists_are_in_creation_order_not_uid_order(admin_db: str) -> None:
