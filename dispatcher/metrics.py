@@ -223,4 +223,8 @@ class DispatcherMetrics:
             self.placement.observe(max(0.0, (at - created).total_seconds()))
 
     def exposition(self) -> bytes:
-        return generate_latest(self.registry)
+        """This dispatcher's families, then the process-wide default registry's (process figures, and
+        families kept there such as ``mkd_messages_refused_total``)."""
+        from prometheus_client import REGISTRY
+
+        return generate_latest(self.registry) + generate_latest(REGISTRY)

@@ -187,7 +187,8 @@ async def test_actions_metrics_probes_and_mkctl_server(manager: Path, kube: Any,
                            "mkd_cluster_free", "mkd_cluster_used", "mkd_outbox_unsent_commands",
                            "mkd_places_unanswered", "mkd_report_holes_lost_total", "mkd_report_resyncs_total",
                            "mkd_reports_received_total", "mkd_reports_refused_total", "mkd_mqtt_reconnects_total",
-                           "mkd_kube_writes_total", "mkd_reports_stale_dropped_total", "mkd_admin_actions_total"):
+                           "mkd_kube_writes_total", "mkd_reports_stale_dropped_total", "mkd_admin_actions_total",
+                           "mkd_messages_refused_total", "process_cpu_seconds_total"):
                 assert f"# TYPE {family.removesuffix('_total')}" in text, family
             assert 'mkd_cluster_allocatable{cluster="worker-1",resource="cpu",unit="core"} 64.0' in text
             assert 'mkd_cluster_allocatable{cluster="worker-2",resource="memory",unit="byte"} 2.74877906944e+11' \
