@@ -20,6 +20,7 @@ import pytest
 from typer.testing import CliRunner
 
 from federation import labels
+from federation.errors import Invalid
 from federation.kinds.registry import by_api
 from federation.kube import PODS, resource_for
 from mkctl import jobs
@@ -200,7 +201,8 @@ async def test_mkctl_demo_runs_to_the_end(tmp_path: Path, mqtt_url: str, databas
 
 
 async def test_managed_by_changed_after_claim_is_rejected_and_the_copy_removed(federation: Topology) -> None:
-    """Without the admission policy nothing stops the edit; mkd then lets go of the Job, saying why."""
+    """The CRD's transition rule refuses a new managedBy value (as a real server does), but without the
+    admission policy nothing stops removing it; mkd then lets go of the Job, saying why."""
     examples = jobs.load_examples()
     base = next(s for s in examples.samples if s.name == "pytorch-simple")
     manifest = copy.deepcopy(base.manifest)
@@ -219,8 +221,13 @@ async def test_managed_by_changed_after_claim_is_rejected_and_the_copy_removed(f
     job = await wait_for(running, "the job Running on the manager", top=federation)
     cluster = jobs.cluster_from(jobs.condition(job, labels.CONDITION_DISPATCHED))
     kind = kind_of(job)
+    with pytest.raises(Invalid, match="managedBy is immutable"):
+        await federation.manager.patch(resource_for(kind), sample.name,
+                                       {"spec": {"runPolicy": {"managedBy": labels.TRAINING_OPERATOR}}},
+                                       sample.namespace)
     await federation.manager.patch(resource_for(kind), sample.name,
-                                   {"spec": {"runPolicy": {"managedBy": labels.TRAINING_OPERATOR}}}, sample.namespace)
+                                   [{"op": "remove", "path": "/spec/runPolicy/managedBy"}], sample.namespace,
+                                   patch_type="json")
 
     async def rejected() -> Mapping[str, Any] | NotYet:
         job = await read_job(federation.manager, sample)
