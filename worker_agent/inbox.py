@@ -5,7 +5,8 @@ Per workload the newest applied ``(attempt, epoch, spec_version)`` lives on the 
 restart loses nothing: the index is rebuilt from the job informers, and a Command racing the
 first list finds the Job by its AlreadyExists. A repeat re-sends Accepted; an older attempt, or an
 older epoch for the same attempt, is Rejected as stale; a newer spec version replaces the Job's
-spec (suspend / resume). Place creates the namespace when allowed, stamps origin / workload /
+spec (suspend / resume / an edit), through ``JobKind.update_for_worker``: the worker's metadata and
+what its API server generated immutably (a batch Job's selector and labels) are kept. Place creates the namespace when allowed, stamps origin / workload /
 placement / kind labels and clears managedBy (or sets a delegate operator's value). Delete
 deletes the Job with Background propagation (children go by GC). Resync deletes owned Jobs the
 dispatcher no longer expects, checking the origin label first. Commands for one workload are
@@ -270,8 +271,8 @@ class Inbox:
         version = max(cmd.spec_version, current.spec_version)
         for _ in range(5):
             existing = await self.kube.get(res, current.name, current.namespace)
-            if cmd.spec_version > current.spec_version:
-                body = self._body(kind, cmd)
+            if cmd.spec_version > current.spec_version:  # suspend, resume, an edit: as the kind allows
+                body = kind.update_for_worker(existing, self._body(kind, cmd))
             else:  # same spec, newer epoch: only the fencing label moves
                 body = {**existing, "metadata": {**existing["metadata"],
                                                  "labels": {**(existing["metadata"].get("labels") or {}),
@@ -334,7 +335,7 @@ class Inbox:
             self.reporter.rejected(p, 0, "Stale", stale)
             return
         await self._delete_job(current)
-        del self.workloads[p.workload_uid]
+        self.workloads.pop(p.workload_uid, None)  # the watcher's DELETED event may have removed it already
         res = kind_resource(self.kinds.get(current.kind) or by_name(current.kind))
         cached = self.caches[res.plural].header((current.namespace, current.name))
         if cached is None:

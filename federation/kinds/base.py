@@ -91,6 +91,7 @@ class JobKind(Protocol):
     def prepare_for_worker(
         self, job: Mapping[str, Any], *, stamp: Mapping[str, str], managed_by: str | None
     ) -> dict[str, Any]: ...
+    def update_for_worker(self, existing: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]: ...
 
 
 # --- path helpers ------------------------------------------------------------------------------
@@ -382,6 +383,31 @@ class BaseKind:
             set_path(out, self.managed_by_path, managed_by)
         self.strip_server_defaults(out)
         return out
+
+    def update_for_worker(self, existing: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+        """The update that turns the worker's ``existing`` copy into ``desired`` (a newer
+        ``prepare_for_worker`` result: suspend, resume, an edit) the way this kind allows.
+
+        The worker's API server owns the copy's metadata (uid, resourceVersion, finalizers, owner
+        references): it is kept, with the labels and annotations replaced by the desired ones. The
+        spec is the desired one, except what the worker's API server generated and will not let
+        change (:meth:`keep_worker_generated`; a batch Job's selector and labels).
+        """
+        out = {k: copy.deepcopy(v) for k, v in existing.items() if k != "status"}
+        metadata = dict(as_map(existing.get("metadata")))
+        wanted = as_map(desired.get("metadata"))
+        for key in ("labels", "annotations"):
+            if isinstance(wanted.get(key), Mapping):
+                metadata[key] = dict(wanted[key])
+            else:
+                metadata.pop(key, None)
+        out["metadata"] = metadata
+        out["spec"] = copy.deepcopy(desired.get("spec"))
+        self.keep_worker_generated(existing, out)
+        return out
+
+    def keep_worker_generated(self, existing: Mapping[str, Any], update: dict[str, Any]) -> None:
+        """Copy into ``update`` what the worker's API server generated on ``existing`` and keeps immutable."""
 
     def strip_server_defaults(self, job: dict[str, Any]) -> None:
         """Remove fields the manager's API server generated that the worker's would refuse (batch Job)."""

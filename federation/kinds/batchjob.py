@@ -9,6 +9,7 @@ controller-uid labels the manager's API server generated: the worker's would ref
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -122,6 +123,21 @@ class BatchJobKind(BaseKind):
 
     def finished(self, job: Mapping[str, Any]) -> Finished | None:
         return finished_from_conditions(job, "Complete", "Failed")
+
+    def keep_worker_generated(self, existing: Mapping[str, Any], update: dict[str, Any]) -> None:
+        """The worker's selector and controller-uid labels are immutable: carried over into an update."""
+        old = as_map(existing.get("spec"))
+        spec = update.get("spec")
+        if not isinstance(spec, dict) or old.get("manualSelector") is True:
+            return
+        if "selector" in old:
+            spec["selector"] = copy.deepcopy(old["selector"])
+        template = spec.setdefault("template", {})
+        for source, meta in ((get_path(old, ("template", "metadata")), template.setdefault("metadata", {})),
+                             (existing.get("metadata"), update.setdefault("metadata", {}))):
+            generated = {k: v for k, v in as_map(as_map(source).get("labels")).items() if k in GENERATED_LABELS}
+            if generated:
+                meta["labels"] = {**as_map(meta.get("labels")), **generated}
 
     def strip_server_defaults(self, job: dict[str, Any]) -> None:
         spec = job.get("spec")

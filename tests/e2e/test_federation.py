@@ -243,3 +243,62 @@ async def test_managed_by_changed_after_claim_is_rejected_and_the_copy_removed(f
         return True if sample.name not in names else NotYet(f"still on {cluster}: {names}")
 
     await wait_for(copy_removed, f"the worker copy removed from {cluster}", top=federation)
+
+
+def placements_json(database_url: str, job: str) -> dict[str, Any]:
+    """``mkctl placements show NS/NAME -o json`` (in a thread: mkctl has its own event loop)."""
+    result = CliRunner().invoke(app, ["placements", "show", job, "-o", "json", "--database-url", database_url])
+    assert result.exit_code == 0, result.output
+    shown: dict[str, Any] = json.loads(result.output)
+    return shown
+
+
+async def test_suspending_a_placed_batch_job_suspends_its_copy_then_delete_removes_it(federation: Topology) -> None:
+    """A batch Job's selector is immutable on the worker: the suspend must still reach the copy in place,
+    with no requeue (one placement attempt), and deleting the Job afterwards removes the copy."""
+    examples = jobs.load_examples()
+    base = next(s for s in examples.samples if s.kind == "Job")
+    manifest = copy.deepcopy(base.manifest)
+    manifest["metadata"]["name"] = "nap-batch"
+    manifest["spec"]["template"].setdefault("metadata", {}).setdefault("annotations", {})[
+        "kubesim.mkd.dev/run-seconds"] = "600"
+    sample = jobs.Sample(manifest, base.source, "Succeeded")
+    await submit(federation, jobs.Examples(samples=[sample], namespaces={sample.namespace}))
+    kind = kind_of(manifest)
+
+    async def active() -> dict[str, Any] | NotYet:
+        job = await read_job(federation.manager, sample)
+        st = (job or {}).get("status") or {}
+        return job if job and st.get("active") else NotYet(str(st))
+
+    job = await wait_for(active, "the batch Job's pods active (mirrored)", top=federation)
+    cluster = jobs.cluster_from(jobs.condition(job, labels.CONDITION_DISPATCHED))
+    worker = federation.kubes[cluster]
+    await federation.manager.patch(resource_for(kind), sample.name, {"spec": {"suspend": True}}, sample.namespace)
+
+    async def copy_suspended() -> dict[str, Any] | NotYet:
+        found = [j for j in (await worker.list(resource_for(kind), sample.namespace)).items
+                 if j["metadata"]["name"] == sample.name]
+        if len(found) != 1:
+            return NotYet(f"copies on {cluster}: {len(found)}")
+        copy_ = found[0]
+        st = copy_.get("status") or {}
+        return copy_ if copy_["spec"].get("suspend") is True and not st.get("active") else NotYet(str(st))
+
+    await wait_for(copy_suspended, f"the copy on {cluster} suspended, its pods gone", top=federation)
+
+    async def db_suspended() -> dict[str, Any] | NotYet:
+        shown = await asyncio.to_thread(placements_json, federation.database_url,
+                                        f"{sample.namespace}/{sample.name}")
+        return shown if shown.get("state") == "suspended" else NotYet(str(shown.get("state")))
+
+    shown = await wait_for(db_suspended, "the workload suspended in the database", top=federation)
+    assert [p["state"] for p in shown["placements"]] == ["suspended"], shown["placements"]  # never requeued
+
+    await federation.manager.delete(resource_for(kind), sample.name, sample.namespace)
+
+    async def copy_removed() -> bool | NotYet:
+        names = [j["metadata"]["name"] for j in (await worker.list(resource_for(kind), sample.namespace)).items]
+        return True if sample.name not in names else NotYet(f"still on {cluster}: {names}")
+
+    await wait_for(copy_removed, f"the copy removed from {cluster}", top=federation)
