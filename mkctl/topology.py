@@ -7,6 +7,7 @@ broker URL is given, a SQLite file under the state directory unless a database U
 the migrations, installs mkd's CRDs into every cluster, then starts the dispatcher and one agent per
 worker as supervised tasks. Leaving it stops them in reverse order. Agents can be stopped and started
 again (``stop_agent`` / ``start_agent``) to show that a lost worker is noticed and nothing is lost.
+Given ``TopologyOptions.kubeconfigs``, real clusters stand in for kubesim (the e2e suite on real clusters).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import TracebackType
+from types import SimpleNamespace, TracebackType
 from typing import Any
 
 from pydantic import BaseModel
@@ -91,6 +92,9 @@ class TopologyOptions:
     origin: str = "mkd-demo"
     start_services: bool = True
     """False: clusters, broker and database only (the benchmark runs the services elsewhere)."""
+    kubeconfigs: dict[str, Path] | None = None
+    """Real clusters instead of kubesim: cluster name -> kubeconfig, ``manager`` plus the workers
+    (the e2e suite's ``MKD_TEST_KUBECONFIGS``); ``workers`` is then ignored."""
 
 
 def build_settings(cls: type[BaseModel], values: Mapping[str, Any]) -> Any:
@@ -112,7 +116,11 @@ class Topology:
 
     def __init__(self, options: TopologyOptions | None = None) -> None:
         self.options = options or TopologyOptions()
-        self.workers: list[Any] = self.options.workers or default_workers()
+        given = self.options.kubeconfigs
+        if given is not None and MANAGER not in given:
+            raise CommandFailed(f"kubeconfigs must name a {MANAGER!r} cluster besides the workers: {sorted(given)}")
+        self.workers: list[Any] = ([SimpleNamespace(name=n) for n in given if n != MANAGER] if given is not None
+                                   else self.options.workers or default_workers())
         self.database_url = self.options.database_url or \
             f"sqlite+aiosqlite:///{(self.options.state_dir / 'mkd.db').resolve()}"
         self.mqtt_url: str = self.options.mqtt_url or ""
@@ -141,6 +149,8 @@ class Topology:
         return [MANAGER, *self.worker_names]
 
     def kubeconfig(self, cluster: str) -> Path:
+        if self.options.kubeconfigs is not None:
+            return Path(self.options.kubeconfigs[cluster])
         return Path(self.sim.kubeconfig(cluster))
 
     @property
@@ -159,9 +169,10 @@ class Topology:
         await stack.__aenter__()
         self._stack = stack
         try:
-            ks = _kubesim()
-            sim_dir = self.options.state_dir / "sim"
-            self.sim = await stack.enter_async_context(ks.serve_async([manager_spec(), *self.workers], sim_dir))
+            if self.options.kubeconfigs is None:
+                ks = _kubesim()
+                sim_dir = self.options.state_dir / "sim"
+                self.sim = await stack.enter_async_context(ks.serve_async([manager_spec(), *self.workers], sim_dir))
             if not self.mqtt_url:
                 try:
                     from federation.embedded_broker import EmbeddedBroker

@@ -4,11 +4,16 @@ Each test gets its own :class:`~mkctl.topology.Topology` (kubesim manager + thre
 three agents) on the shared ``mqtt_url`` / ``database_url`` / ``topic_root`` fixtures: real Mosquitto
 and PostgreSQL when reachable, the embedded broker and SQLite otherwise. Tests drive it through the
 manager cluster's API only (``top.manager``, a ``federation.kube.Kube``).
+
+Real clusters instead of kubesim: ``MKD_TEST_KUBECONFIGS=manager=/p/m.kubeconfig,worker-1=/p/w1.kubeconfig,...``
+(the dispatcher and the agents still run here, against those API servers). Then only ``realcluster`` tests
+run; the others skip saying why (tests/realcluster.py), most because pods on a test cluster may never run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -17,6 +22,9 @@ from typing import Any, TypeVar
 import pytest
 
 from mkctl.topology import Topology, TopologyOptions
+from tests.realcluster import parse_kubeconfigs, skip_on_real_clusters
+
+REAL = os.environ.get("MKD_TEST_KUBECONFIGS")
 
 T = TypeVar("T")
 
@@ -28,11 +36,17 @@ class NotYet(str):
     """What a probe returns while the condition does not hold: the words for what is still missing."""
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if REAL:
+        skip_on_real_clusters(items, "e2e", "MKD_TEST_KUBECONFIGS")
+
+
 @pytest.fixture
 async def federation(tmp_path: Path, mqtt_url: str, database_url: str, topic_root: str) -> AsyncIterator[Topology]:
     options = TopologyOptions(
         state_dir=tmp_path / "state", mqtt_url=mqtt_url, database_url=database_url, topic_root=topic_root,
         heartbeat_seconds=1.0, heartbeat_timeout_seconds=3.0, origin="mkd-e2e",
+        kubeconfigs={k: Path(v) for k, v in parse_kubeconfigs(REAL).items()} if REAL else None,
     )
     async with Topology(options) as top:
         yield top

@@ -9,9 +9,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from federation.kinds.registry import KINDS
+
+pytestmark = pytest.mark.realcluster  # reads the manifests only: the same with real clusters configured
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 

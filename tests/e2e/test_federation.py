@@ -67,6 +67,7 @@ def assert_mirrored(job: dict[str, Any]) -> None:
         assert "Complete" in types, f"{name}: {types}"
 
 
+@pytest.mark.needs_running_pods("every sample must run to its end")
 async def test_every_sample_job_reaches_its_end(federation: Topology) -> None:
     examples = jobs.load_examples()
     kinds = {s.kind for s in examples.samples}
@@ -99,6 +100,44 @@ async def test_every_sample_job_reaches_its_end(federation: Topology) -> None:
             assert kind_of(job).finished(job) is None
 
 
+@pytest.mark.realcluster
+async def test_sample_jobs_are_claimed_and_copied_to_a_worker(federation: Topology) -> None:
+    """What holds whether or not pods ever run: each job that fits is dispatched to a worker, which then
+    holds its copy; the job that fits nowhere says why; the job of another controller is left alone."""
+    examples = jobs.load_examples()
+    await submit(federation, examples)
+
+    async def placed() -> dict[str, str] | NotYet:
+        where: dict[str, str] = {}
+        missing = []
+        for sample in examples.samples:
+            job = await read_job(federation.manager, sample)
+            cond = jobs.condition(job, labels.CONDITION_DISPATCHED) if job else None
+            if sample.expect == "Untouched":
+                continue
+            if sample.expect == "Pending":
+                if not (cond and cond.get("status") == "False" and cond.get("message")):
+                    missing.append(f"{sample.key}: no pending reason yet")
+                continue
+            cluster = jobs.cluster_from(cond) if cond and cond.get("status") == "True" else ""
+            if not cluster:
+                missing.append(f"{sample.key}: not dispatched ({cond})")
+                continue
+            copies = await federation.kubes[cluster].list(resource_for(kind_of(sample.manifest)), sample.namespace)
+            if sample.name not in [c["metadata"]["name"] for c in copies.items]:
+                missing.append(f"{sample.key}: no copy on {cluster} yet")
+            where[sample.key] = cluster
+        return NotYet("; ".join(missing)) if missing else where
+
+    where = await wait_for(placed, "every fitting sample dispatched with its copy on the named worker",
+                           within=90, top=federation)
+    assert set(where.values()) <= set(federation.worker_names), where
+    for sample in examples.samples:
+        if sample.expect == "Untouched":
+            job = await read_job(federation.manager, sample)
+            assert job is not None and not job.get("status"), f"{sample.key} got a status"
+
+
 def _gpu_job(run_seconds: int) -> jobs.Sample:
     """The GPU example (fits worker-3 only), running long enough to lose its agent in the middle."""
     examples = jobs.load_examples()
@@ -118,6 +157,7 @@ def clusters_json(database_url: str) -> dict[str, dict[str, Any]]:
     return {item["name"]: item for item in json.loads(result.output)["items"]}
 
 
+@pytest.mark.needs_running_pods("the GPU job must run, then finish while its agent is away")
 async def test_lost_agent_is_noticed_and_nothing_is_lost(federation: Topology) -> None:
     sample = _gpu_job(run_seconds=6)
     examples = jobs.Examples(samples=[sample], namespaces={sample.namespace})
@@ -168,6 +208,7 @@ async def test_lost_agent_is_noticed_and_nothing_is_lost(federation: Topology) -
     await wait_for(back_online, "worker-3 online again", top=federation)
 
 
+@pytest.mark.kubesim_only("mkctl demo starts its own kubesim clusters")
 async def test_mkctl_demo_runs_to_the_end(tmp_path: Path, mqtt_url: str, database_url: str, topic_root: str) -> None:
     """``make demo`` as CI runs it: no TTY, plain lines, exit 0 when every job ended as expected."""
     env = {**os.environ, "COLUMNS": "160"}
@@ -200,6 +241,7 @@ async def test_mkctl_demo_runs_to_the_end(tmp_path: Path, mqtt_url: str, databas
     assert {"default/pytorch-simple", "default/pi", "team-a/batch-pi", "default/driver-workers"} <= finished, rows
 
 
+@pytest.mark.needs_running_pods("the job must be Running on its worker before managedBy changes")
 async def test_managed_by_changed_after_claim_is_rejected_and_the_copy_removed(federation: Topology) -> None:
     """The CRD's transition rule refuses a new managedBy value (as a real server does), but without the
     admission policy nothing stops removing it; mkd then lets go of the Job, saying why."""

@@ -2,8 +2,9 @@
 
 ``sim`` starts one kubesim cluster for a test module (reusable by other suites). ``api`` yields an
 official-client ``ApiClient`` for kubesim, or for the real cluster when ``MKD_TEST_KUBECONFIG`` is set;
-``ns`` is a fresh namespace per test so tests never see each other's objects. Tests that need
-kubesim-only features (faults, restarts) take ``sim_only`` and are skipped against a real cluster.
+``ns`` is a fresh namespace per test so tests never see each other's objects. Against a real cluster
+only ``realcluster`` tests run; ``kubesim_only("why")`` / ``needs_running_pods("why")`` ones skip saying
+why (see tests/realcluster.py).
 """
 
 from __future__ import annotations
@@ -18,17 +19,14 @@ import pytest
 from kubernetes import client, config
 
 import kubesim
+from tests.realcluster import skip_on_real_clusters
 
 REAL = os.environ.get("MKD_TEST_KUBECONFIG")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not REAL:
-        return
-    skip = pytest.mark.skip(reason="kubesim-only test; MKD_TEST_KUBECONFIG points at a real cluster")
-    for item in items:
-        if "tests/kubesim" in str(item.fspath) and "realcluster" not in item.keywords:
-            item.add_marker(skip)
+    if REAL:
+        skip_on_real_clusters(items, "kubesim", "MKD_TEST_KUBECONFIG")
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,8 @@ from kubernetes import client
 import kubesim
 from kubesim.testing import status_of
 
+pytestmark = pytest.mark.kubesim_only("injects API faults and restarts the server, which only kubesim can do")
+
 
 @pytest.fixture
 def faults(sim_only: kubesim.Sim) -> object:

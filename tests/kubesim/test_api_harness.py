@@ -15,6 +15,8 @@ from kubernetes import client, config
 
 import kubesim
 
+pytestmark = pytest.mark.kubesim_only("starts kubesim itself (serve_async, python -m kubesim)")
+
 
 async def test_serve_async_runs_independent_clusters(tmp_path: Path) -> None:
     specs = [kubesim.ClusterSpec("m", []), kubesim.ClusterSpec("w1", [kubesim.NodeSpec("n1", cpu="2")])]

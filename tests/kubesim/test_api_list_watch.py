@@ -137,6 +137,7 @@ def test_watch_timeout_seconds_ends_the_stream(api: client.ApiClient, ns: str) -
     assert b"ERROR" not in body
 
 
+@pytest.mark.kubesim_only("kubesim sends a bookmark every second; a real server about once a minute")
 def test_watch_bookmarks(api: client.ApiClient, ns: str, sim_only: object) -> None:
     # A real server sends bookmarks about once a minute; kubesim every second, so this is kubesim-only.
     v1 = client.CoreV1Api(api)
@@ -158,6 +159,7 @@ def test_watch_bookmarks(api: client.ApiClient, ns: str, sim_only: object) -> No
     assert types[0] == "ADDED" and "BOOKMARK" in types
 
 
+@pytest.mark.kubesim_only("forces a compaction through kubesim's store")
 def test_watch_from_compacted_version_is_410_gone(api: client.ApiClient, ns: str, sim_only: kubesim.Sim) -> None:
     v1 = client.CoreV1Api(api)
     old = v1.list_namespaced_config_map(ns).metadata.resource_version

@@ -64,6 +64,7 @@ def test_scheduling_gates_may_be_removed_but_not_added(api: client.ApiClient, ns
              [{"op": "replace", "path": "/spec/schedulingGates/0/name", "value": GATE_A}])
 
 
+@pytest.mark.needs_running_pods("the released pod must be scheduled and run")
 def test_gated_pod_released_by_removing_its_gates_gets_scheduled(sim: Any, api: client.ApiClient,
                                                                  ns: str) -> None:
     v1 = client.CoreV1Api(api)
@@ -104,6 +105,7 @@ def test_job_completions_and_parallelism_defaults(api: client.ApiClient, ns: str
     assert (queue.spec.completions, queue.spec.parallelism) == (None, 2)
 
 
+@pytest.mark.needs_running_pods("the Job's pods must run and succeed (kubesim.mkd.dev/run-seconds)")
 def test_work_queue_job_completes_when_a_pod_succeeds_and_none_is_active(sim: Any, api: client.ApiClient,
                                                                          ns: str) -> None:
     batch = client.BatchV1Api(api)
@@ -150,6 +152,7 @@ def test_suspended_never_started_job_accepts_only_scheduling_directives(api: cli
         assert st["details"]["causes"][0]["field"] == "spec.template.spec", patch
 
 
+@pytest.mark.needs_running_pods("the Job must start running pods (kubesim.mkd.dev/run-forever)")
 def test_suspended_job_template_frozen_once_started_until_start_time_cleared(sim: Any, api: client.ApiClient,
                                                                            ns: str) -> None:
     batch = client.BatchV1Api(api)

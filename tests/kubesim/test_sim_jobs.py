@@ -13,11 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from kubernetes import client, config
 
 import kubesim
 from kubesim import ClusterSpec, KubeletSpec, NodeSpec
 from kubesim.testing import eventually as wait_for
+
+pytestmark = pytest.mark.kubesim_only("drives kubesim's simulated Job controller and kubelet (own ClusterSpecs, "
+                                      "kubesim.mkd.dev/* pod annotations for run times and exit codes)")
 
 T = TypeVar("T")
 NS = "default"

@@ -8,11 +8,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from kubernetes import client, config
 
 import kubesim
 from kubesim import ClusterSpec, KubeletSpec, NodeSpec
 from kubesim.testing import eventually as wait_for
+
+pytestmark = pytest.mark.kubesim_only("drives kubesim's simulated kubelet through kubesim.mkd.dev/* pod annotations")
 
 T = TypeVar("T")
 NS = "default"

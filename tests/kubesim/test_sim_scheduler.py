@@ -11,11 +11,14 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pytest
 from kubernetes import client, config
 
 import kubesim
 from kubesim import ClusterSpec, KubeletSpec, NodeSpec
 from kubesim.testing import eventually as wait_for
+
+pytestmark = pytest.mark.kubesim_only("checks kubesim's simulated scheduler on its own ClusterSpecs")
 
 T = TypeVar("T")
 NS = "default"

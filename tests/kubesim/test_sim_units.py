@@ -13,6 +13,8 @@ from kubesim.sim.resources import parse_quantity, pod_requests
 from kubesim.sim.scheduler import Scheduler
 from kubesim.spec import KubeletSpec
 
+pytestmark = pytest.mark.kubesim_only("unit tests of kubesim's internals; no cluster involved")
+
 
 @pytest.mark.parametrize(("text", "resource", "amount"), [
     ("500m", "cpu", 500), ("2", "cpu", 2000), ("1.5", "cpu", 1500), ("0.1", "cpu", 100),
