@@ -471,21 +471,24 @@ def table(rt: ResourceType, version: str, objs: list[dict[str, Any]], meta: dict
           include_object: str = "Metadata", now: float | None = None) -> dict[str, Any]:
     """The Table for ``objs`` (already listed / read) of type ``rt`` served at ``version``."""
     now = time.time() if now is None else now
+    cells: Callable[[dict[str, Any], float], Row]
     if not rt.builtin:
         cols = _crd_columns(rt, version)
         defs = [NAME_COL] + [col(c.get("name", ""), c.get("type", "string"), c.get("description", ""),
                                  int(c.get("priority") or 0), c.get("format", "")) for c in cols]
 
-        def cells(o: dict[str, Any], now: float) -> Row:
+        def crd_cells(o: dict[str, Any], now: float) -> Row:
             return [o["metadata"]["name"]] + [crd_cell(c.get("type", "string"), jsonpath(o, c.get("jsonPath", "")),
                                                        now) for c in cols]
+        cells = crd_cells
     elif rt.key in BUILTIN:
         defs, cells = BUILTIN[rt.key]
     else:
         defs = DEFAULT_COLS
 
-        def cells(o: dict[str, Any], now: float) -> Row:
+        def default_cells(o: dict[str, Any], now: float) -> Row:
             return [o["metadata"]["name"], o["metadata"].get("creationTimestamp")]
+        cells = default_cells
     rows = []
     for o in objs:
         row: dict[str, Any] = {"cells": cells(o, now)}

@@ -187,11 +187,11 @@ def apply_defaults(value: Any, s: Schema | None) -> None:
                 value[k] = copy.deepcopy(ps["default"])
         addl = s.get("additionalProperties")
         for k, v in value.items():
-            ps = props.get(k)
-            if ps is None and isinstance(addl, dict):
-                ps = addl
-            if ps is not None and isinstance(v, (dict, list)):
-                apply_defaults(v, ps)
+            child: Schema | None = props.get(k)
+            if child is None and isinstance(addl, dict):
+                child = addl
+            if child is not None and isinstance(v, (dict, list)):
+                apply_defaults(v, child)
     elif isinstance(value, list):
         items = s.get("items")
         if isinstance(items, dict):
