@@ -69,7 +69,7 @@ class Dispatcher:
             await db.check_current(s.database_url)
         self._engine_sql = db.make_engine(s.database_url)
         sessions = db.sessionmaker(self._engine_sql)
-        self.kube = await Kube.from_settings(s.kube, clock=self.clock).__aenter__()
+        self.kube = await Kube.from_settings(s.kube, clock=self.clock, user_agent="mkd-dispatcher").__aenter__()
         cache: dict[str, dict[str, Any]] = {}
         self.writer = KubeWriter(self.kube, cache, self.clock, workers=s.kube_writers)
         self.engine = Engine(s, sessions, self.kube, self.writer, self.clock, cache=cache)

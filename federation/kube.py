@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib.metadata
 import logging
 import os
 import threading
@@ -194,12 +195,22 @@ def _rv(obj: Mapping[str, Any]) -> str:
 # --- the client ----------------------------------------------------------------------------
 
 
+def _version() -> str:
+    try:
+        return importlib.metadata.version("mkd")
+    except importlib.metadata.PackageNotFoundError:  # a source tree that was never installed
+        return "0+unknown"
+
+
 class Kube:
     """One API server; an async context manager (state: new → open → closed)."""
 
     def __init__(self, kubeconfig: str | Path | None = None, *, context: str | None = None,
-                 settings: KubeSettings | None = None, clock: Clock | None = None) -> None:
+                 settings: KubeSettings | None = None, clock: Clock | None = None,
+                 user_agent: str = "mkd") -> None:
         base = settings or KubeSettings()
+        # Who is asking, as API server audit logs (and kubesim's) show it: "mkd-dispatcher/0.1.0".
+        self.user_agent = f"{user_agent}/{_version()}"
         self.kubeconfig = Path(kubeconfig) if kubeconfig is not None else base.kubeconfig
         self.context = context if context is not None else base.context
         self.settings = base
@@ -211,8 +222,9 @@ class Kube:
         self._watches: set[_WatchStream] = set()
 
     @classmethod
-    def from_settings(cls, settings: KubeSettings, *, clock: Clock | None = None) -> Kube:
-        return cls(settings.kubeconfig, context=settings.context, settings=settings, clock=clock)
+    def from_settings(cls, settings: KubeSettings, *, clock: Clock | None = None, user_agent: str = "mkd") -> Kube:
+        return cls(settings.kubeconfig, context=settings.context, settings=settings, clock=clock,
+                   user_agent=user_agent)
 
     async def __aenter__(self) -> Kube:
         if self.state != "new":
@@ -246,7 +258,9 @@ class Kube:
         # Every informer holds a connection for its watch and calls need max_concurrency more; the pool
         # opens connections on demand, so a generous cap costs nothing and avoids connection churn.
         configuration.connection_pool_maxsize = self.settings.max_concurrency + 64
-        return k8s_client.ApiClient(configuration)
+        api = k8s_client.ApiClient(configuration)
+        api.user_agent = self.user_agent  # sent on every request, watches included
+        return api
 
     # --- raw requests (run in threads) ---
 

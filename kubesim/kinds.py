@@ -484,6 +484,11 @@ def _apply_kind_rules(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any]
         default_pod_spec(obj["template"]["spec"])
     elif key == "leases.coordination.k8s.io":
         obj.setdefault("spec", {})
+    else:
+        from kubesim.deploykinds import DEPLOY_KINDS, prepare_deploy_kind
+
+        if key in DEPLOY_KINDS:
+            causes += prepare_deploy_kind(key, obj, old)
     if causes:
         raise invalid(rt.kind, rt.group, meta.get("name", ""), causes)
 

@@ -72,6 +72,17 @@ BUILTINS: list[ResourceType] = [
     ResourceType("events", "event", "Event", "", ["v1"], True, (), ("ev",), name_rule="path"),
     ResourceType("jobs", "job", "Job", "batch", ["v1"], True, ("status",), (), ("all",), generation=True),
     ResourceType("leases", "lease", "Lease", "coordination.k8s.io", ["v1"], True),
+    ResourceType("persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim", "", ["v1"], True,
+                 ("status",), ("pvc",)),
+    ResourceType("deployments", "deployment", "Deployment", "apps", ["v1"], True, ("status", "scale"), ("deploy",),
+                 ("all",), name_rule="subdomain", generation=True),
+    ResourceType("roles", "role", "Role", "rbac.authorization.k8s.io", ["v1"], True, name_rule="path"),
+    ResourceType("rolebindings", "rolebinding", "RoleBinding", "rbac.authorization.k8s.io", ["v1"], True,
+                 name_rule="path"),
+    ResourceType("clusterroles", "clusterrole", "ClusterRole", "rbac.authorization.k8s.io", ["v1"], False,
+                 name_rule="path"),
+    ResourceType("clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", "rbac.authorization.k8s.io",
+                 ["v1"], False, name_rule="path"),
     ResourceType("events", "event", "Event", "events.k8s.io", ["v1"], True, (), ("ev",), name_rule="path"),
     ResourceType("validatingadmissionpolicies", "validatingadmissionpolicy", "ValidatingAdmissionPolicy",
                  "admissionregistration.k8s.io", ["v1"], False, ("status",), (), ("api-extensions",),
@@ -90,7 +101,8 @@ BUILTINS: list[ResourceType] = [
 ]
 
 # The order /apis lists groups in (the legacy core group is served at /api).
-GROUP_ORDER = ["admissionregistration.k8s.io", "apiextensions.k8s.io", "batch", "coordination.k8s.io", "events.k8s.io"]
+GROUP_ORDER = ["admissionregistration.k8s.io", "apiextensions.k8s.io", "apps", "batch", "coordination.k8s.io", "events.k8s.io",
+               "rbac.authorization.k8s.io"]
 
 
 class Catalogue:

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from kubesim import printing, schema
 from kubesim.admission import Attributes
+from kubesim.audit import AuditLog
 from kubesim.errors import ApiError, not_found
 from kubesim.resources import ResourceType
 from kubesim.store import RETURNS_OBJECT, Rec, Store
@@ -101,9 +102,10 @@ class ApiServer:
         self.watchers: set[Watcher] = set()
         self.address = "127.0.0.1:0"
         self.webhooks = Webhooks(store)
+        self.audit = AuditLog()
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self.audit.middleware])
         app.router.add_route("*", "/{tail:.*}", self.handle)
         return app
 

@@ -284,5 +284,5 @@ class Agent:
 
 async def run(settings: AgentSettings, *, stop: asyncio.Event, clock: Clock | None = None) -> None:
     """Run the agent for ``settings.cluster_name`` until ``stop`` is set."""
-    async with Kube.from_settings(settings.kube_settings(), clock=clock) as kube:
+    async with Kube.from_settings(settings.kube_settings(), clock=clock, user_agent="mkd-agent") as kube:
         await Agent(settings, kube, clock=clock).run(stop)

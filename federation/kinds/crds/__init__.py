@@ -3,7 +3,8 @@
 One ``apiextensions.k8s.io/v1`` YAML file per CRD in this directory: structural schemas that keep
 unknown fields under ``spec`` and ``status``, the status subresource, the upstream printer columns,
 and a schema for managedBy (allowed values, immutable). Install them with
-``kubectl apply -f federation/kinds/crds/`` or :func:`load_crds` plus ``federation.kube``.
+``kubectl apply -k deploy/crds`` (every CRD mkd needs; ``kustomization.yaml`` here lists these files)
+or :func:`load_crds` plus ``federation.kube``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,6 @@ def load_crds() -> list[dict[str, Any]]:
     for entry in sorted(folder.iterdir(), key=lambda item: item.name):
         if entry.name.endswith(".yaml"):
             document = yaml.safe_load(entry.read_text(encoding="utf-8"))
-            if isinstance(document, dict):
+            if isinstance(document, dict) and document.get("kind") == "CustomResourceDefinition":
                 out.append(document)
     return out

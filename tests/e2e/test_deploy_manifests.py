@@ -1,0 +1,195 @@
+"""deploy/ as an operator applies it: every kustomize overlay renders, a manager and a worker cluster
+accept every object with server-side dry-run, and the ClusterRoles grant what the services call and
+nothing more.
+
+The overlays are rendered with ``kubectl kustomize`` (skipped, saying so, where kubectl is not
+installed) and applied through the official client with ``dryRun=All``. The RBAC check runs the demo's
+federation over every sample job, deletes them, and reads kubesim's audit log: every (verb, group,
+resource) the dispatcher (User-Agent ``mkd-dispatcher/...``) asked of the manager, and the agents
+(``mkd-agent/...``) of the workers, must be granted by the ClusterRole the overlay installs; every rule
+granted but never used in that run must be listed in ``UNUSED_ON_PURPOSE`` with the reason.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client, config, dynamic
+from kubernetes.client.rest import ApiException
+
+import kubesim
+from federation import labels
+from federation.kinds.registry import KINDS, by_api
+from federation.kube import resource_for
+from mkctl import jobs
+from mkctl.demo import observe_all, submit
+from mkctl.topology import Topology
+from tests.e2e.conftest import NotYet, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+OVERLAYS = {"demo-manager": "manager", "production-manager": "manager",
+            "demo-worker": "worker-1", "production-worker": "worker-1"}
+KUBECTL = shutil.which("kubectl")
+needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl (with its built-in kustomize) is not installed")
+
+# Granted on purpose although the demo run below never calls it, each with the path that does.
+UNUSED_ON_PURPOSE: dict[str, dict[tuple[str, str, str], str]] = {
+    "dispatcher": {},
+    "agent": {},
+}
+
+
+def render(overlay: str) -> list[dict[str, Any]]:
+    assert KUBECTL is not None
+    done = subprocess.run([KUBECTL, "kustomize", str(ROOT / "deploy" / "overlays" / overlay)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, f"kubectl kustomize deploy/overlays/{overlay}: {done.stderr}"
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
+
+
+def role_of(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
+    return next(d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == name)
+
+
+def _classes() -> dict[tuple[str, str], tuple[str, str]]:
+    """The code treats every job kind alike (one JobKind protocol), and both runtime kinds alike; a call
+    seen for one stands for all of them, so the comparison is made per class."""
+    out = {(k.group, k.plural): ("<job>", "<job>") for k in KINDS}
+    out[("trainer.kubeflow.org", "trainingruntimes")] = ("<runtime>", "<runtime>")
+    out[("trainer.kubeflow.org", "clustertrainingruntimes")] = ("<runtime>", "<runtime>")
+    return out
+
+
+def normalize(verb: str, group: str, resource: str) -> tuple[str, str, str]:
+    plural, _, sub = resource.partition("/")
+    cls = _classes().get((group, plural))
+    if cls is None:
+        return verb, group, resource
+    return verb, cls[0], cls[1] + (f"/{sub}" if sub else "")
+
+
+def grants(role: dict[str, Any]) -> set[tuple[str, str, str]]:
+    return {(verb, group, resource) for rule in role["rules"] for verb in rule["verbs"]
+            for group in rule.get("apiGroups", []) for resource in rule.get("resources", [])}
+
+
+def allowed(granted: set[tuple[str, str, str]], verb: str, group: str, resource: str) -> bool:
+    return any(v in (verb, "*") and g in (group, "*") and r in (resource, "*") for v, g, r in granted)
+
+
+@pytest.fixture(scope="module")
+def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kubesim.Sim]:
+    specs = [kubesim.ClusterSpec("manager", [kubesim.NodeSpec("manager-node-1")]),
+             kubesim.ClusterSpec("worker-1", [kubesim.NodeSpec("worker-1-node-1")])]
+    with kubesim.serve(specs, tmp_path_factory.mktemp("deploy")) as sim:
+        yield sim
+
+
+@needs_kubectl
+def test_crds_install_from_one_place() -> None:
+    docs = render("../crds")
+    shipped = {p.name.removesuffix(".yaml") for p in (ROOT / "federation" / "kinds" / "crds").glob("*.yaml")
+               if p.name != "kustomization.yaml"}
+    assert {d["metadata"]["name"] for d in docs if d["kind"] == "CustomResourceDefinition"} >= shipped
+
+
+@needs_kubectl
+@pytest.mark.parametrize("overlay", sorted(OVERLAYS))
+def test_overlay_applies_with_server_side_dry_run(clusters: kubesim.Sim, overlay: str) -> None:
+    docs = render(overlay)
+    api = config.new_client_from_config(str(clusters.kubeconfig(OVERLAYS[overlay])))
+    try:
+        dyn = dynamic.DynamicClient(api)
+        core = client.CoreV1Api(api)
+        for ns in [d for d in docs if d["kind"] == "Namespace"]:
+            try:  # a dry-run namespace would not exist for the objects in it, as on a real server
+                core.create_namespace(ns)
+            except ApiException as exc:
+                assert exc.status == 409, exc.body
+        refused = []
+        for doc in docs:
+            resource = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+            meta = doc["metadata"]
+            try:
+                resource.server_side_apply(body=doc, name=meta["name"], namespace=meta.get("namespace"),
+                                           field_manager="mkd-deploy-test", dry_run="All")
+            except ApiException as exc:
+                refused.append(f"{doc['kind']} {meta['name']}: {exc.status} {exc.body}")
+        assert not refused, "\n".join(refused)
+        deployment = next(d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"].startswith("mkd-"))
+        with pytest.raises(ApiException) as gone:  # dry-run persisted nothing
+            client.AppsV1Api(api).read_namespaced_deployment(deployment["metadata"]["name"], "mkd-system")
+        assert gone.value.status == 404
+    finally:
+        api.close()
+
+
+def test_kubesim_refuses_a_deployment_whose_selector_misses_its_template(clusters: kubesim.Sim) -> None:
+    api = config.new_client_from_config(str(clusters.kubeconfig("manager")))
+    try:
+        body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "bad"},
+                "spec": {"selector": {"matchLabels": {"app": "a"}},
+                         "template": {"metadata": {"labels": {"app": "b"}},
+                                      "spec": {"containers": [{"name": "c", "image": "busybox"}]}}}}
+        with pytest.raises(ApiException) as refused:
+            client.AppsV1Api(api).create_namespaced_deployment("default", body)
+        assert refused.value.status == 422
+        assert "`selector` does not match template `labels`" in refused.value.body
+        role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "r"},
+                "rules": [{"apiGroups": [""], "resources": ["pods"]}]}
+        roles = dynamic.DynamicClient(api).resources.get(api_version="rbac.authorization.k8s.io/v1",
+                                                          kind="ClusterRole")
+        with pytest.raises(ApiException) as no_verbs:  # the typed client would refuse it before sending
+            roles.create(body=role)
+        assert no_verbs.value.status == 422 and "rules[0].verbs" in no_verbs.value.body
+    finally:
+        api.close()
+
+
+@needs_kubectl
+@pytest.mark.slow
+async def test_cluster_roles_grant_what_the_services_call_and_nothing_more(federation: Topology) -> None:
+    examples = jobs.load_examples()
+    await submit(federation, examples)
+
+    async def all_reached() -> bool | NotYet:
+        seen = await observe_all(federation.manager, examples.samples)
+        missing = [s.key for s in examples.samples if not jobs.reached(s, seen[s.key])]
+        return NotYet(", ".join(missing)) if missing else True
+
+    await wait_for(all_reached, "every sample at its expected end", top=federation)
+    kinds = {s.key: by_api(s.manifest["apiVersion"], s.kind) for s in examples.samples}
+    for sample in examples.samples:  # deletions travel to the workers too
+        await federation.manager.delete(resource_for(kinds[sample.key]), sample.name, sample.namespace)
+
+    async def workers_empty() -> bool | NotYet:
+        left = []
+        for worker in federation.worker_names:
+            for kind in {k for k in kinds.values() if k is not None}:
+                if (await federation.kubes[worker].list(resource_for(kind), label_selector=labels.ORIGIN)).items:
+                    left.append(f"{worker}: {kind.name}")
+        return NotYet(", ".join(sorted(set(left)))) if left else True
+
+    await wait_for(workers_empty, "the workers' copies deleted", top=federation)
+
+    used = {"dispatcher": federation.sim.cluster("manager").server.audit.by("mkd-dispatcher/"),
+            "agent": set().union(*(federation.sim.cluster(w).server.audit.by("mkd-agent/")
+                                   for w in federation.worker_names))}
+    roles = {"dispatcher": role_of(render("production-manager"), "mkd-dispatcher"),
+             "agent": role_of(render("production-worker"), "mkd-agent")}
+    for service, role in roles.items():
+        granted = grants(role)
+        calls = {c for c in used[service] if not c[2].startswith("/")}  # discovery is open to everyone
+        assert calls, f"the {service} made no API calls under its User-Agent"
+        missing = sorted(c for c in calls if not allowed(granted, *c))
+        assert not missing, f"the {service} calls what its ClusterRole does not grant: {missing}"
+        called = {normalize(*c) for c in calls}
+        unused = sorted({normalize(*g) for g in granted} - called - set(UNUSED_ON_PURPOSE[service]))
+        assert not unused, (f"the {service}'s ClusterRole grants what it never called in the run; remove it "
+                            f"or say why in UNUSED_ON_PURPOSE: {unused}")
