@@ -71,7 +71,7 @@ def _deployment(obj: dict[str, Any]) -> list[dict[str, str]]:
     replicas = spec["replicas"]
     if isinstance(replicas, int) and replicas < 0:
         causes.append(bad_value("spec.replicas", replicas, "must be greater than or equal to 0"))
-    template = spec.get("template") if isinstance(spec.get("template"), dict) else {}
+    template: dict[str, Any] = spec["template"] if isinstance(spec.get("template"), dict) else {}
     labels = (template.get("metadata") or {}).get("labels") or {}
     selector = spec.get("selector")
     if not isinstance(selector, dict) or not (selector.get("matchLabels") or selector.get("matchExpressions")):

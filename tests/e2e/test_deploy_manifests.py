@@ -40,8 +40,26 @@ needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl (with its bu
 
 # Granted on purpose although the demo run below never calls it, each with the path that does.
 UNUSED_ON_PURPOSE: dict[str, dict[tuple[str, str, str], str]] = {
-    "dispatcher": {},
-    "agent": {},
+    "dispatcher": {
+        ("get", "<job>", "<job>"): "dispatcher/unclaimed.py reads a Job whose claim is in doubt (created and "
+                                   "deleted before its claim was handled); tests/dispatcher cover that path",
+        ("create", "", "events"): "Warning Events on invalid Jobs (tests/dispatcher/test_conditions.py); "
+                                  "every sample is valid",
+        ("create", "authentication.k8s.io", "tokenreviews"): "the admin API checks a caller's bearer token "
+                                                             "(dispatcher/api; no admin calls in this run)",
+        ("create", "authorization.k8s.io", "subjectaccessreviews"): "the admin API asks RBAC whether the caller "
+                                                                    "may read or act (dispatcher/api)",
+    },
+    "agent": {
+        ("get", "<job>", "<job>"): "worker_agent/inbox.py reads the worker Job when a create meets one already "
+                                   "there and before replacing it for a newer spec version (tests/agent)",
+        ("update", "<job>", "<job>"): "worker_agent/inbox.py replaces the worker Job for a newer spec version: "
+                                      "suspend, resume, edits (tests/agent/test_agent_inbox.py)",
+        **{(verb, "", kind): "worker_agent/apply.py, the one apply loop for every child kind, reads back after "
+                             "a conflict, replaces what drifted and deletes what the render no longer wants"
+           for verb in ("get", "update", "delete") for kind in ("pods", "services", "configmaps", "secrets")},
+        ("create", "", "events"): "Warning Events on worker Jobs the agent refuses (tests/agent)",
+    },
 }
 
 
