@@ -234,6 +234,13 @@ class Admission:
         # Warnings for the response of the request being served (the store is single-threaded).
         self.warnings: list[str] = []
 
+    def warn(self, msgs: list[str]) -> None:
+        """Collect warnings for the response; writes no response takes (the simulators') keep only a few."""
+        if msgs:
+            self.warnings += msgs
+            if len(self.warnings) > 64:
+                del self.warnings[:-64]
+
     def take_warnings(self) -> list[str]:
         out, self.warnings = self.warnings, []
         return out
@@ -280,7 +287,7 @@ class Admission:
         if v is None or v.root is None:
             return
         causes, warns = v.validate(obj, old)
-        self.warnings += warns
+        self.warn(warns)
         if causes:
             raise invalid(rt.kind, rt.group, (obj.get("metadata") or {}).get("name", ""), causes)
 
@@ -327,8 +334,8 @@ class Admission:
                     if "Deny" in actions and denied is None:
                         denied = (pname, bname, msg, reason or "Invalid")
                     if "Warn" in actions:
-                        self.warnings.append(f"Validation failed for ValidatingAdmissionPolicy '{pname}' with "
-                                             f"binding '{bname}': {msg}")
+                        self.warn([f"Validation failed for ValidatingAdmissionPolicy '{pname}' with binding "
+                                   f"'{bname}': {msg}"])
         if denied is not None:
             pname, bname, msg, reason = denied
             text = f"ValidatingAdmissionPolicy '{pname}' with binding '{bname}' denied request: {msg}"

@@ -423,8 +423,10 @@ def test_policy_selectors_conditions_variables_and_actions(api: client.ApiClient
     # matchConditions false, objectSelector miss: not evaluated.
     v1.create_namespaced_config_map(ns, _cm("exempt", exempt="y", a="1", b="2", c="3"))
     v1.create_namespaced_config_map(ns, _cm("skipped", {"skip": "y"}, a="1", b="2", c="3"))
-    # Warn + Audit do not deny.
-    v1.create_namespaced_config_map(ns, _cm("legacy", legacy="1"))
+    # Warn + Audit do not deny; Warn answers with a Warning header.
+    _, _, headers = v1.create_namespaced_config_map_with_http_info(ns, _cm("legacy", legacy="1"))
+    assert headers.get("Warning") == (f"299 - \"Validation failed for ValidatingAdmissionPolicy 'warn-{tag}' with "
+                                      f"binding 'warn-{tag}': legacy keys are deprecated\"")
     # oldObject on UPDATE.
     v1.create_namespaced_config_map(ns, _cm("frozen", frozen="1"))
     st = refused(v1.patch_namespaced_config_map, "frozen", ns, {"data": {"more": "1"}})

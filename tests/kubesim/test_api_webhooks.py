@@ -8,8 +8,6 @@ this machine's loopback, so these tests are not marked ``realcluster``.
 from __future__ import annotations
 
 import base64
-import datetime
-import ipaddress
 import json
 import socket
 import ssl
@@ -23,50 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from kubernetes import client
 from kubernetes.dynamic import DynamicClient
 
-from kubesim.testing import status_of
+from kubesim.testing import status_of, webhook_pki
 
 HOOK_NS = "hooks"  # the Service that fronts the webhook lives here: hooks.hooks.svc
 GROUP = "kubesim.mkd.dev"
-
-
-# ---------------------------------------------------------------------------------------- certificates
-
-
-def _name(cn: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn)])
-
-
-def make_pki(dns: list[str]) -> tuple[bytes, bytes, bytes]:
-    """(CA cert PEM, server cert PEM, server key PEM) for 127.0.0.1 and the given DNS names."""
-    now = datetime.datetime.now(datetime.UTC)
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca = (x509.CertificateBuilder().subject_name(_name("kubesim-test-ca")).issuer_name(_name("kubesim-test-ca"))
-          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
-          .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
-                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
-          .sign(ca_key, hashes.SHA256()))
-    key = ec.generate_private_key(ec.SECP256R1())
-    sans: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
-    sans.append(x509.IPAddress(ipaddress.ip_address("127.0.0.1")))
-    cert = (x509.CertificateBuilder().subject_name(_name(dns[0])).issuer_name(ca.subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
-            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .sign(ca_key, hashes.SHA256()))
-    pem = serialization.Encoding.PEM
-    return (ca.public_bytes(pem), cert.public_bytes(pem),
-            key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
 
 
 # ---------------------------------------------------------------------------------------- the webhook server
@@ -121,7 +82,7 @@ class Hook:
 @pytest.fixture(scope="module")
 def hook_server() -> Iterator[tuple[Hook, int, str]]:
     """(hook, port, caBundle) for an HTTPS server on 127.0.0.1 with a certificate for hooks.hooks.svc."""
-    ca, cert, key = make_pki([f"hooks.{HOOK_NS}.svc", "localhost"])
+    pki = webhook_pki([f"hooks.{HOOK_NS}.svc", "localhost"])
     hook = Hook()
 
     class Handler(BaseHTTPRequestHandler):
@@ -139,8 +100,8 @@ def hook_server() -> Iterator[tuple[Hook, int, str]]:
             pass
 
     with tempfile.TemporaryDirectory() as d:
-        (Path(d) / "tls.crt").write_bytes(cert)
-        (Path(d) / "tls.key").write_bytes(key)
+        (Path(d) / "tls.crt").write_bytes(pki.cert_pem)
+        (Path(d) / "tls.key").write_bytes(pki.key_pem)
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         ctx.load_cert_chain(Path(d) / "tls.crt", Path(d) / "tls.key")
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -148,7 +109,7 @@ def hook_server() -> Iterator[tuple[Hook, int, str]]:
     server.socket = ctx.wrap_socket(server.socket, server_side=True)
     t = threading.Thread(target=server.serve_forever, daemon=True)
     t.start()
-    yield hook, server.server_address[1], base64.b64encode(ca).decode()
+    yield hook, server.server_address[1], pki.ca_bundle
     server.shutdown()
     server.server_close()
 
@@ -282,7 +243,7 @@ def test_failure_policy_timeouts_and_tls(api: client.ApiClient, ns: str, hooks: 
     hook, port, ca = hook_server
     v1 = client.CoreV1Api(api)
     dead = _free_port()
-    other_ca = base64.b64encode(make_pki(["elsewhere"])[0]).decode()
+    other_ca = webhook_pki(["elsewhere"]).ca_bundle
 
     def only(name: str, cfg: dict[str, Any], **extra: Any) -> None:
         for c in ar.list_validating_webhook_configuration().items:
@@ -383,6 +344,18 @@ def test_mutating_webhook_on_a_custom_resource(api: client.ApiClient, ns: str, h
          "spec": {"runPolicy": {"suspend": True}}}, field_manager="test", _content_type="application/apply-patch+yaml")
     applied = co.get_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", "applied")  # 201 has no body here
     assert applied["spec"]["runPolicy"]["managedBy"] == "kueue.x-k8s.io/multikueue"
+    # A rule naming the status subresource sees status writes, and only those.
+    ar.create_validating_webhook_configuration({"metadata": {"name": f"v-{tag}"}, "webhooks": [
+        webhook("status.kubesim.mkd.dev", url_config(port, "/deny-plain", ca), ["pytorchjobs/status"], ["UPDATE"],
+                group="kubeflow.org", version="v1", namespaceSelector=ON)]})
+    co.patch_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", "applied", {"metadata": {"labels": {
+        "x": "y"}}})
+    st = refused(co.patch_namespaced_custom_object_status, "kubeflow.org", "v1", ns, "pytorchjobs", "applied",
+                 {"status": {"conditions": [{"type": "Created", "status": "True"}]}})
+    assert st["message"] == 'admission webhook "status.kubesim.mkd.dev" denied the request without explanation'
+    req = hook.last("/deny-plain")
+    assert req["subResource"] == "status" and req["requestSubResource"] == "status"
+    assert req["resource"] == {"group": "kubeflow.org", "version": "v1", "resource": "pytorchjobs"}
 
 
 def test_webhook_configuration_validation(api: client.ApiClient, hooks: Any) -> None:
