@@ -27,7 +27,7 @@ from dispatcher.kubewriter import KubeWriter
 from dispatcher.placement import CapacityBook, Need
 from dispatcher.settings import DispatcherSettings
 from dispatcher.streams import StreamBook
-from federation import labels, messages, topics
+from federation import chunks, labels, messages, topics
 from federation.clock import Clock
 from federation.errors import Invalid
 from federation.kinds.base import JobKind
@@ -236,7 +236,9 @@ class EngineCore:
         expected = await q.expected_on(s, cluster)
         keys = [messages.PlacementKey(workload_uid=e.workload_uid, attempt=e.attempt, epoch=self.epoch)
                 for e in expected]
-        self._queue(b, cluster, "", messages.Resync(cluster=cluster, epoch=self.epoch, expected=keys, sent_at=b.now))
+        whole = messages.Resync(cluster=cluster, epoch=self.epoch, expected=keys, sent_at=b.now)
+        for part in chunks.split(whole):  # above the payload limit: parts the agent acts on only whole
+            self._queue(b, cluster, "", part)
         now = self.clock.monotonic()
         b.after.append(lambda: self._last_resync.__setitem__(cluster, now))  # only once it is committed
         return list(expected)

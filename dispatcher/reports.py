@@ -15,7 +15,7 @@ import logging
 
 from dispatcher.engine import Engine, ReportIn, ResyncDue
 from dispatcher.settings import DispatcherSettings
-from federation import messages, topics
+from federation import chunks, messages, topics
 from federation.clock import Clock
 from federation.errors import Invalid, Transport
 from federation.mqtt import LinkHealth, MqttLink
@@ -32,6 +32,7 @@ class ReportSubscriber:
         self.client_id = client_id
         self.refused = 0
         self.received = 0
+        self.inventories = chunks.Assembler()
         self.subscribed = asyncio.Event()
         """Set once the first subscription is in place: the outbox waits for it, so that no agent answers
         a Command before anyone listens (the persistent session covers later reconnects)."""
@@ -87,4 +88,9 @@ class ReportSubscriber:
         # a retained presence replayed on subscribe is not part of the live stream
         if not retained and self.engine.streams.seen(where.cluster, report.stream, report.n, self.clock.monotonic()):
             self.engine.inbox.put_nowait(ResyncDue(where.cluster, lost=False))
+        if isinstance(report, messages.Inventory):
+            whole = self.inventories.add(report, self.clock.monotonic())
+            if whole is None:
+                return  # only the whole Inventory is answered (federation.chunks)
+            report = whole
         self.engine.inbox.put_nowait(ReportIn(report, self.clock.now()))

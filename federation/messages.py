@@ -95,6 +95,16 @@ class Delete(_Message):
     sent_at: datetime = Field(default_factory=now)
 
 
+class Chunk(BaseModel):
+    """Part ``part`` of ``parts`` of the list message ``id`` (a Resync or an Inventory too large for one
+    payload); the receiver acts only on the whole (see ``federation.chunks``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    id: str = Field(default="", max_length=64)
+    part: int = Field(default=1, ge=1)
+    parts: int = Field(default=1, ge=1, le=100_000)
+
+
 class Resync(_Message):
     """The dispatcher's answer to an Inventory: the complete set of placements it expects on the cluster.
 
@@ -107,6 +117,8 @@ class Resync(_Message):
     epoch: Counter
     expected: list[PlacementKey]
     sent_at: datetime = Field(default_factory=now)
+    chunk: Chunk = Field(default_factory=lambda: Chunk())
+    """One of several parts when the whole is above the payload limit (``federation.chunks``)."""
 
 
 Command = Annotated[Place | Delete | Resync, Field(discriminator="type")]
@@ -213,6 +225,8 @@ class Inventory(ReportBase):
     cluster: Name
     items: list[InventoryItem]
     sent_at: datetime = Field(default_factory=now)
+    chunk: Chunk = Field(default_factory=lambda: Chunk())
+    """One of several parts when the whole is above the payload limit (``federation.chunks``)."""
 
 
 Report = Annotated[Accepted | Rejected | Status | Heartbeat | Inventory, Field(discriminator="type")]

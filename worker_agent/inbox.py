@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from federation import labels
+from federation import chunks, labels
 from federation.errors import (
     AlreadyExists,
     Conflict,
@@ -88,6 +89,9 @@ class Inbox:
         self._tasks: set[asyncio.Task[None]] = set()
         self.highest_epoch = 0
         self._arrivals = 0
+        self._resyncs = chunks.Assembler()
+        self._resync_arrival: dict[str, int] = {}
+        """chunk id -> arrival number of the first part of a Resync sent in parts."""
         self.place_arrival: dict[str, int] = {}
         """workload uid -> arrival number of its newest Place. A Resync describes the dispatcher's view
         when it was sent: a Job whose Place arrived after the Resync is newer than it, never garbage."""
@@ -119,13 +123,24 @@ class Inbox:
             return
         key = command.placement.workload_uid if isinstance(command, Place | Delete) else "__resync__"
         self._arrivals += 1
+        arrival = self._arrivals
+        if isinstance(command, Resync) and command.chunk.parts > 1:
+            # a Resync in parts is acted on only whole; it was built before its first part arrived
+            first = self._resync_arrival.setdefault(command.chunk.id, arrival)
+            whole = self._resyncs.add(command, time.monotonic())
+            if whole is None:
+                if len(self._resync_arrival) > 64:
+                    self._resync_arrival.pop(next(iter(self._resync_arrival)))
+                return
+            self._resync_arrival.pop(command.chunk.id, None)
+            command, arrival = whole, first
         if isinstance(command, Place):
             self.place_arrival[key] = self._arrivals
             if len(self.place_arrival) > 20_000:  # only Places newer than a Resync in flight matter
                 horizon = self._arrivals - 10_000
                 self.place_arrival = {u: a for u, a in self.place_arrival.items() if a > horizon}
         lock = self._locks.setdefault(key, asyncio.Lock())
-        task = asyncio.get_running_loop().create_task(self._handle(lock, key, command, self._arrivals))
+        task = asyncio.get_running_loop().create_task(self._handle(lock, key, command, arrival))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

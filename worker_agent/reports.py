@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from federation import labels
+from federation import chunks, labels
 from federation.errors import Invalid, Transport
 from federation.kinds.base import JobKind
 from federation.messages import (
@@ -31,6 +31,7 @@ from federation.messages import (
     Heartbeat,
     Inventory,
     JobRef,
+    MessageRefused,
     PlacementKey,
     Rejected,
     ReportBase,
@@ -96,8 +97,12 @@ class Outbox:
             if link is None or not self._items:
                 continue
             item = self._items.popleft()
+            try:
+                payload = encode(numbered(item[1], self.stream, self._n + 1))
+            except MessageRefused as exc:  # can never be sent (above the payload limit): not a crash
+                log.error("dropping a %s Report that cannot be sent: %s", item[1].type, exc)
+                continue
             self._n += 1
-            payload = encode(numbered(item[1], self.stream, self._n))
             if self._seal is not None:
                 payload = self._seal(item[0], payload, self.stream, self._n)
             try:
@@ -204,7 +209,8 @@ class Reporter:
         return sum(1 for done in self._finished.values() if not done)
 
     def inventory(self, items: list[Any]) -> None:
-        self._send(Inventory(cluster=self.cluster, items=items))
+        for part in chunks.split(Inventory(cluster=self.cluster, items=items)):  # any size: parts under the limit
+            self._send(part)
 
 
 # --- capacity ---------------------------------------------------------------------------------

@@ -217,3 +217,27 @@ async def test_resync_keeps_a_job_whose_place_arrived_after_it(harness: AgentHar
     await inbox.resync(Resync(cluster=CLUSTER, epoch=1, expected=[]), arrival=placed_at)
     gone = await harness.wait_report(lambda r: r.type == "status" and r.gone)
     assert gone.placement.workload_uid == "wl-late"
+
+
+async def test_a_resync_in_parts_is_acted_on_only_whole(harness: AgentHarness) -> None:
+    from federation import chunks
+
+    keep = place(forever(), uid="wl-keep")
+    garbage_job = forever()
+    garbage_job["metadata"]["name"] = "garbage"
+    garbage = place(garbage_job, uid="wl-garbage")
+    for cmd in (keep, garbage):
+        await harness.send(cmd)
+        wanted = cmd.placement
+        await harness.wait_report(lambda r: r.type == "accepted" and r.placement == wanted)  # noqa: B023
+    others = [PlacementKey(workload_uid=f"wl-elsewhere-{i}", attempt=1, epoch=1) for i in range(300)]
+    parts = chunks.split(Resync(cluster=CLUSTER, epoch=1, expected=[*others, keep.placement]), budget=6_000)
+    assert len(parts) >= 3
+    for p in parts[:-1]:  # the part listing wl-keep is last: acting early would delete it
+        await harness.send(p)
+    await asyncio.sleep(0.5)
+    assert await harness.get(PYTORCHJOBS, "garbage", "team-a") is not None  # nothing done on a partial list
+    await harness.send(parts[-1])
+    gone = await harness.wait_report(lambda r: r.type == "status" and r.gone)
+    assert gone.placement.workload_uid == "wl-garbage"
+    assert await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a") is not None

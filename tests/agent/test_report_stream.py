@@ -73,3 +73,19 @@ async def test_a_new_link_starts_a_new_stream_and_a_failed_report_is_renumbered(
     assert outbox.stream != old_stream
     await drain(outbox, second, 1)
     assert second.published[0].n == 1 and second.published[0].stream == outbox.stream
+
+
+async def test_a_report_too_large_to_send_is_logged_and_the_sender_carries_on() -> None:
+    outbox, link = Outbox(), RecordingLink()
+    outbox.attach(link)  # type: ignore[arg-type]
+    huge = Status(cluster="w1", placement=PlacementKey(workload_uid="big", attempt=1, epoch=1), seq=1,
+                  status={"message": "x" * 1_100_000})
+    outbox.put("t/reports", huge)
+    outbox.put("t/reports", status(2))
+    sender = asyncio.create_task(outbox.run_sender())
+    try:
+        await link.wait_calls(1)
+        assert not sender.done()  # it used to die on the encode error, and every later Report with it
+    finally:
+        sender.cancel()
+    assert [(r.placement.workload_uid, r.n) for r in link.published] == [("u2", 1)]

@@ -148,14 +148,16 @@ async def test_an_oversize_job_is_rejected_naming_its_field_and_leaves_no_placem
     s = settings(manager, db_url, mqtt_url, topic_root)
     async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s):
         job = pytorchjob("huge")
-        job["metadata"]["annotations"] = {"notes": "y" * 1_100_000}
+        job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["env"] = [
+            {"name": f"V{i}", "value": "y" * 1000} for i in range(1100)]
         await kube.create(PYTORCHJOBS, job, "default")
 
         async def rejected() -> dict[str, Any] | None:
             c = cond(await kube.get(PYTORCHJOBS, "huge", "default"), "MultiClusterRejected")
             return c if c and c["status"] == "True" else None
         c = await eventually(rejected, within=15, what="the oversize Job rejected")
-        assert c["message"].startswith("metadata.annotations.notes:"), c["message"]
+        field = "spec.pytorchReplicaSpecs.Master.template.spec.containers[0].env"
+        assert c["message"].startswith(f"{field}:"), c["message"]
         assert await rows(db_url, m.placements) == []  # no `sent` row expected on the cluster forever
         (w,) = await rows(db_url, m.workloads)
         assert (w.state, w.attempt, w.cluster) == ("rejected", 0, None)
