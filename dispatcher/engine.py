@@ -25,6 +25,7 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
+from dispatcher import jobevents
 from dispatcher import workload as wl
 from dispatcher.adminactions import AdminAction, AdminActions
 from dispatcher.answers import Answers
@@ -201,6 +202,7 @@ class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, F
                           for row in b.outbox)
         for fn in b.after:
             fn()
+        jobevents.announce(self.writer, b.w, b.events)  # Events on the manager Jobs (dispatcher/jobevents.py)
         if self.fresh:  # new Commands, or answers that freed the publisher's unanswered-Place budget
             self.outbox_wake.set()
         for type_, uid in b.notes:

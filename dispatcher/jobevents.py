@@ -1,0 +1,43 @@
+"""Kubernetes Events on the manager Job for what mkd decided: placed, pending, requeued, evicted, ...
+
+``kubectl describe`` on a manager Job shows where mkd put it and why it waits. After each batch's
+commit the engine hands its history rows here; the ones users act on become Events through the
+:class:`~dispatcher.kubewriter.KubeWriter` (serial per Job, after the conditions). ``pending`` rows
+are written by the placement round only when the reason's story changes (not once per pass), so each
+becomes one Event; the same holds for the others, which happen once per decision. Rejections and
+give-ups already get their Warning Events where they are decided (``dispatcher.core``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, Literal
+
+from dispatcher.batch import job_key
+
+EVENTS: Mapping[str, tuple[Literal["Normal", "Warning"], str]] = {
+    "placed": ("Normal", "Placed"),
+    "pending": ("Normal", "Pending"),
+    "requeued": ("Normal", "Requeued"),
+    "evicted": ("Warning", "Evicted"),
+    "drained": ("Warning", "Drained"),
+    "pinned": ("Normal", "Pinned"),
+}
+"""History event type → (Event type, Event reason) on the manager Job."""
+
+
+def announce(writer: Any, rows: Mapping[str, Mapping[str, Any]], history: Iterable[Mapping[str, Any]]) -> int:
+    """Queue an Event for each history row worth one; ``rows`` are the batch's Workloads by uid."""
+    queued = 0
+    for h in history:
+        what = EVENTS.get(str(h.get("type")))
+        uid = h.get("workload_uid")
+        row = rows.get(uid) if uid else None
+        if what is None or row is None or not row.get("name"):
+            continue
+        type_, reason = what
+        if h.get("type") == "pending" and h.get("reason"):
+            reason = str(h["reason"])  # why it waits: NoFittingCluster, ...
+        writer.event(job_key(row), type_, reason, str(h.get("message") or ""))
+        queued += 1
+    return queued
