@@ -120,7 +120,7 @@ def admission_rates(srv: Server, n: int) -> tuple[float, float, float, float]:
         for doc in yaml.safe_load_all(f.read_text()):
             if doc and doc["kind"] == "ValidatingAdmissionPolicy":
                 ar.create_validating_admission_policy(doc)
-            elif doc:
+            elif doc and doc["kind"] == "ValidatingAdmissionPolicyBinding":
                 ar.create_validating_admission_policy_binding(doc)
     co = client.CustomObjectsApi(api)
     while True:  # a freshly installed CRD takes a moment to be served

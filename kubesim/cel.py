@@ -4,14 +4,15 @@ Expressions are compiled and run by ``cel-expr-python`` (Google's CEL runtime, t
 behind a Python binding) with its strings and optional-types extensions, plus the parts of the
 Kubernetes CEL libraries that mkd's and the upstream Kubeflow/JobSet CRDs use or may use: the list
 library (``isSorted``, ``sum``, ``min``, ``max``, ``indexOf``, ``lastIndexOf``) and the regex library
-(``find``, ``findAll``). Variables are dynamically typed (no schema-typed checking at compile time), so a
+(``find``, ``findAll``), and ``cel.bind``. Variables are dynamically typed (no schema-typed checking at compile time), so a
 misspelt field is a runtime ``no such key`` instead of a compile error; README lists the other gaps.
 
 ``Validator.for_schema`` turns one CRD version's ``openAPIV3Schema`` into a tree holding only the nodes
 with rules (or with rules below them), each program compiled once; ``validate`` walks an object along
 that tree the way the real server does: rules see ``self`` (and ``oldSelf`` when the old value can be
 correlated: object properties, map keys, items of ``x-kubernetes-list-type: map`` lists by their keys),
-transition rules run only when an old value exists, errors on unchanged values are ratcheted away
+transition rules run only when an old value exists (``optionalOldSelf`` rules always, with
+``oldSelf`` an optional), errors on unchanged values are ratcheted away
 (CRDValidationRatcheting, on by default since 1.30) and the field errors read like upstream's.
 """
 
@@ -22,11 +23,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cel_expr_python import cel as _cel
-from cel_expr_python.ext import ext_optional, ext_strings
+from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
 T = _cel.Type
 
 CRD_VARS = ("self", "oldSelf")
+# optionalOldSelf rules: oldSelf is rebound to an optional built from these (see _optional_rule).
+OPTIONAL_VARS = ("self", "oldSelf", "kubesimOld", "kubesimHasOld")
 ADMISSION_VARS = ("object", "oldObject", "request", "params", "namespaceObject", "variables", "authorizer")
 # The real server caps an evaluated messageExpression at 5 KiB.
 MAX_MESSAGE = 5 * 1024
@@ -124,7 +127,7 @@ def _env(names: tuple[str, ...]) -> Any:
     env = _ENVS.get(names)
     if env is None:
         env = _ENVS[names] = _cel.NewEnv(variables={n: T.DYN for n in names}, extensions=[
-            ext_strings.ExtStrings(), ext_optional.ExtOptional(), _k8s_extension()])
+            ext_strings.ExtStrings(), ext_optional.ExtOptional(), ext_bindings.ExtBindings(), _k8s_extension()])
     return env
 
 
@@ -287,15 +290,17 @@ def _build(s: dict[str, Any]) -> Node | None:
         text = str(r.get("rule") or "")
         if not text.strip():
             continue
+        optional = bool(r.get("optionalOldSelf"))
         try:
-            prog = compile_expr(text, CRD_VARS)
+            prog = compile_expr(_optional_rule(text), OPTIONAL_VARS) if optional else compile_expr(text, CRD_VARS)
+            if optional:
+                prog.uses_old_self = bool(_OLD_SELF.search(_STRING_LIT.sub("''", text)))
             mprog = compile_expr(str(r["messageExpression"]), CRD_VARS) if r.get("messageExpression") else None
         except CompileError as e:
             node.compile_errors.append(f"rule compile error: {e}")
             continue
         node.rules.append(Rule(prog, text, str(r.get("message") or ""), mprog,
-                               _normalize_field_path(str(r.get("fieldPath") or "")), r.get("reason"),
-                               bool(r.get("optionalOldSelf"))))
+                               _normalize_field_path(str(r.get("fieldPath") or "")), r.get("reason"), optional))
     for name, sub in (s.get("properties") or {}).items():
         if isinstance(sub, dict):
             n = _build(sub)
@@ -312,6 +317,11 @@ def _build(s: dict[str, Any]) -> Node | None:
     if not (node.rules or node.compile_errors or node.properties or node.additional or node.items):
         return None
     return node
+
+
+def _optional_rule(text: str) -> str:
+    """A rule with ``optionalOldSelf: true`` sees ``oldSelf`` as an optional (none on create)."""
+    return f"cel.bind(oldSelf, kubesimHasOld ? optional.of(kubesimOld) : optional.none(), ({text}))"
 
 
 def _walk(node: Node, path: str, val: Any, old: Any, ratchet: bool, errs: list[dict[str, str]],
@@ -350,11 +360,15 @@ def _walk(node: Node, path: str, val: Any, old: Any, ratchet: bool, errs: list[d
 def _run_rules(node: Node, path: str, val: Any, old: Any, ratchet: bool, errs: list[dict[str, str]],
                warns: list[str]) -> None:
     data = activation({"self": val, "oldSelf": old}, CRD_VARS)
+    optional_data = None
     for rule in node.rules:
-        if rule.program.uses_old_self and old is None:
-            continue  # transition rules need a comparable old value (optionalOldSelf: see README)
+        if rule.program.uses_old_self and old is None and not rule.optional_old_self:
+            continue  # transition rules need a comparable old value, unless oldSelf is optional
+        if rule.optional_old_self and optional_data is None:
+            optional_data = activation({"self": val, "oldSelf": None, "kubesimOld": old,
+                                        "kubesimHasOld": old is not None}, OPTIONAL_VARS)
         try:
-            ok = rule.program.eval(data)
+            ok = rule.program.eval(optional_data if rule.optional_old_self else data)
         except EvalError as e:
             text = str(e)
             if text.startswith("no such overload"):

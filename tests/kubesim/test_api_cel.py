@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parents[2]
 GIZMO_GROUP = "cel.kubesim.mkd.dev"
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 JSON_PATCH = "application/json-patch+json"
+ADMISSION_V1 = "admissionregistration.k8s.io/v1"
 
 
 def _install_crd(ext: client.ApiextensionsV1Api, body: dict[str, Any]) -> None:
@@ -94,6 +95,9 @@ def _gizmo_schema() -> dict[str, Any]:
                                    "name": {"type": "string"},
                                    "image": {"type": "string", "x-kubernetes-validations": [
                                        {"rule": "self == oldSelf", "message": "image is immutable"}]}}}},
+                "size": {"type": "integer", "x-kubernetes-validations": [
+                    {"rule": "oldSelf.hasValue() ? self >= oldSelf.value() : self <= 5", "optionalOldSelf": True,
+                     "message": "size starts at most 5 and only grows"}]},
                 "label": {"type": "string", "x-kubernetes-validations": [
                     {"rule": "self.lowerAscii() == self && self.split('-').size() <= 3"}]},
             }},
@@ -236,6 +240,14 @@ def test_crd_transition_rules_and_ratcheting(api: client.ApiClient, gizmos: str,
                  {"spec": {"containers": [{"name": "b", "image": "y:2"}, {"name": "a", "image": "x:1"}]}})
     assert st["details"]["causes"] == [{"reason": "FieldValueInvalid", "field": "spec.containers[0].image",
                                         "message": 'Invalid value: "string": image is immutable'}]
+    # optionalOldSelf: evaluated on create too, with oldSelf an optional.
+    st = refused(co.create_namespaced_custom_object, gizmos, "v1", ns, "gizmos", gizmo("big", size=7))
+    assert st["details"]["causes"] == [{"reason": "FieldValueInvalid", "field": "spec.size",
+                                        "message": 'Invalid value: "integer": size starts at most 5 and only grows'}]
+    co.patch_namespaced_custom_object(gizmos, "v1", ns, "gizmos", "t", {"spec": {"size": 3}})
+    co.patch_namespaced_custom_object(gizmos, "v1", ns, "gizmos", "t", {"spec": {"size": 9}})
+    st = refused(co.patch_namespaced_custom_object, gizmos, "v1", ns, "gizmos", "t", {"spec": {"size": 8}})
+    assert st["details"]["causes"][0]["field"] == "spec.size"
     got = co.patch_namespaced_custom_object(gizmos, "v1", ns, "gizmos", "t", {"spec": {"containers": [
         {"name": "a", "image": "x:1"}, {"name": "b", "image": "y:1"}, {"name": "c", "image": "z:1"}]}})
     assert len(got["spec"]["containers"]) == 3
@@ -247,15 +259,18 @@ def test_crd_transition_rules_and_ratcheting(api: client.ApiClient, gizmos: str,
 def _admission_docs() -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = []
     for f in sorted((REPO / "deploy" / "admission").glob("*.yaml")):
-        docs += [d for d in yaml.safe_load_all(f.read_text()) if d]
+        docs += [d for d in yaml.safe_load_all(f.read_text()) if d and d.get("apiVersion") == ADMISSION_V1]
     return docs
 
 
 def _apply_admission(api: client.ApiClient, kubeconfig: Path) -> str:
-    """``kubectl apply -f deploy/admission/`` when kubectl is installed, else the same objects by the client."""
+    """``kubectl apply -k deploy/admission/`` (``-f`` without a kustomization.yaml there) when kubectl is
+    installed, else the same objects by the client."""
     kubectl = shutil.which("kubectl")
+    folder = REPO / "deploy" / "admission"
     if kubectl:
-        out = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "apply", "-f", str(REPO / "deploy" / "admission")],
+        how = "-k" if (folder / "kustomization.yaml").exists() else "-f"
+        out = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "apply", how, str(folder)],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         return out.stdout
