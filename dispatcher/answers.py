@@ -68,10 +68,39 @@ class Answers(EngineCore):
             return
         uid = row["uid"]
         text = f"{r.reason}: {r.message}"
+        if r.reason == "Stale":
+            # the agent holds something newer for this Workload (a later epoch or attempt): its copy
+            # stands, and placing the Workload again would run it twice
+            log.info("stale Place for %s attempt %d refused by %s: %s", uid, p["attempt"], r.cluster, r.message)
+            return
+        if p["state"] != "sent":
+            self._command_refused(b, row, p, r, text)
+            return
         b.set_p((uid, p["attempt"]), state="rejected", reason=text, finished_at=b.now)
         b.event(uid, "rejected", cluster=r.cluster, reason=r.reason, message=r.message)
+        # Whatever the agent half-made before it refused must not outlive the refusal, and a late
+        # repeat of this Place must not create it: the Delete fences the attempt on the agent.
+        self._send_delete(b, row, f"rejected by {r.cluster}: {text}")
         excluded = list(row["excluded"]) + ([r.cluster] if r.permanent and r.cluster not in row["excluded"] else [])
         self._requeue(b, row, f"rejected by {r.cluster}: {text}", excluded=excluded)
+
+    def _command_refused(self, b: Batch, row: dict[str, Any], p: dict[str, Any], r: messages.Rejected,
+                         text: str) -> None:
+        """The agent accepted this placement earlier, so a copy exists and runs: a Rejected now is about
+        a later Command (a suspend, a resume, an edit it could not apply). Placing the Workload again
+        would run it twice; instead the refusal is recorded (reason, history row, Warning Event) and,
+        when temporary, the current spec is sent again after ``place_resend_seconds``."""
+        uid = row["uid"]
+        message = (f"{r.cluster} could not apply spec version {r.spec_version} ({text}); its copy keeps "
+                   f"running the version it had" + ("" if r.permanent else "; sent again shortly"))
+        b.set_w(uid, reason=message[:1000], updated_at=b.now)
+        b.event(uid, "rejected", cluster=r.cluster, reason=r.reason, message=message)
+        key = job_key(row)
+        b.after.append(lambda: self.writer.event(key, "Warning", "UpdateRefused", message))
+        if not r.permanent:
+            due = self.clock.monotonic() + self.settings.place_resend_seconds
+            pkey = (uid, p["attempt"])
+            b.after.append(lambda: self._edit_retry.__setitem__(pkey, due))
 
     def _status(self, b: Batch, row: dict[str, Any], p: dict[str, Any], r: messages.Status, current: bool) -> None:
         uid = row["uid"]
@@ -133,6 +162,20 @@ class Answers(EngineCore):
         wait = self.settings.place_resend_seconds
         now = self.clock.monotonic()
         resent = 0
+        due = [k for k, t in self._edit_retry.items() if t <= now]
+        if due:
+            await self._load(s, b, [uid for uid, _ in due])
+        for uid, attempt in due:
+            row, obj = b.w.get(uid), self.cache.get(uid)
+            if row is None or obj is None or row["attempt"] != attempt or not row["cluster"]:
+                b.after.append(lambda k=(uid, attempt): self._edit_retry.pop(k, None))  # type: ignore[misc]
+                continue
+            try:
+                self._send_place(b, row, by_name(row["kind"]), obj, attempt=attempt, cluster=row["cluster"],
+                                 spec_version=row["spec_version"])
+            except messages.MessageRefused:
+                pass
+            b.after.append(lambda k=(uid, attempt): self._edit_retry.pop(k, None))  # type: ignore[misc]
         for r in await q.unanswered(s, b.now - timedelta(seconds=wait), self.settings.batch_size):
             key = (r.workload_uid, r.attempt)
             obj = self.cache.get(r.workload_uid)

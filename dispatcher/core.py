@@ -98,6 +98,8 @@ class EngineCore:
         self._resent: dict[tuple[str, int], float] = {}
         self.batches = 0
         self._last_place = 0.0
+        self._edit_retry: dict[tuple[str, int], float] = {}
+        """Placements whose agent refused a later Command for now: (uid, attempt) -> when to send it again."""
         self.namespace_of: dict[str, str] = {}
         """uid → namespace of the known Workloads (a namespaced intake's start-up sync needs it)."""
         self.outage = Backoff(0.1, settings.outage_retry_max_seconds)
