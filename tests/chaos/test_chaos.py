@@ -37,8 +37,6 @@ KNOWN = {
     # come off when the fixes land (strict=False so a fix landing first does not break `make test`).
     "partition": "issue 9 item 12: a job re-placed off a frozen agent runs on two clusters at once (no fencing)",
     "partition-net": "issue 9 item 12: a job re-placed off a cut-off agent runs on two clusters at once (no fencing)",
-    "postgres-outage": "issue 9 item 5: through a PostgreSQL outage the dispatcher stops claiming and mirroring "
-                       "for good, or exits",
 }
 
 
