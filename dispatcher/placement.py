@@ -1,7 +1,13 @@
 """Choosing a Cluster for a Workload, and the capacity book that remembers what was placed: pure code.
 
 A Workload is placed whole (gang): one Cluster must have room for the sum of all its PodSets and
-a node big enough for each pod (checked against the agent's ``largest_node_free``, per resource).
+every pod of every PodSet must fit onto that Cluster's nodes at once, pod by pod (largest pods
+first, first fit), on nodes whose labels match the pod's nodeSelector, required node affinity and
+its flavor's node labels, and whose taints the pod (plus its flavor's tolerations) tolerates. An
+agent that reports no per-node figures is checked against ``largest_node_free`` per resource.
+``Constraints`` narrow the candidates: clusters pinned or excluded (per ClusterQueue or per Job)
+and a selector on cluster labels. ``PlacementPolicy`` is the one protocol the engine calls; the
+default policy is :func:`choose`.
 Among the Clusters that fit, the one with the most room left *after* the placement wins: the
 score is the smallest remaining fraction of allocatable over the resources the Workload asks for
 (so one scarce resource decides), ties broken by name. Clusters that are offline, whose last
@@ -20,6 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Protocol
 
 from federation import messages
 from federation.errors import Invalid
@@ -30,13 +37,50 @@ ZERO = Decimal(0)
 OPTIONAL = frozenset({"pods"})
 
 
+Taint = tuple[str, str, str]                    # key, value, effect
+Toleration = tuple[str, str, str, str]          # key, operator, value, effect
+Term = tuple[tuple[str, str, tuple[str, ...]], ...]  # node affinity term: (key, operator, values) ANDed
+
+
+@dataclass(frozen=True)
+class PodSetDemand:
+    """One PodSet as node fit sees it: ``count`` pods of ``requests`` with their node constraints."""
+
+    name: str
+    count: int
+    requests: Resources
+    node_selector: tuple[tuple[str, str], ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
+    affinity: tuple[Term, ...] = ()             # required terms, ORed; empty: any node
+
+
 @dataclass(frozen=True)
 class Need:
-    """What a Workload needs: its kind, the sum over PodSets and each PodSet's per-pod requests."""
+    """What a Workload needs: its kind, the sum over PodSets and each PodSet's per-pod requests;
+    ``podsets`` (counts and node constraints) enables the pod-by-pod node fit."""
 
     kind: str
     total: Resources
     pods: tuple[tuple[str, Resources], ...]  # (PodSet name, per-pod requests)
+    podsets: tuple[PodSetDemand, ...] = ()
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    labels: Mapping[str, str]
+    taints: tuple[Taint, ...]
+    free: Resources
+
+
+@dataclass(frozen=True)
+class Constraints:
+    """Clusters a Workload may use: ``pin`` (only these, when not empty), ``exclude``, and labels
+    the cluster must carry (``selector``)."""
+
+    pin: frozenset[str] = frozenset()
+    exclude: frozenset[str] = frozenset()
+    selector: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -50,6 +94,8 @@ class ClusterView:
     free: Resources
     largest_node_free: Resources
     kinds: frozenset[str] | None = None  # None: the agent did not say, any kind is fine
+    labels: Mapping[str, str] = field(default_factory=dict)
+    nodes: list[NodeView] = field(default_factory=list)  # empty: the agent sent no per-node figures
 
 
 @dataclass(frozen=True)
@@ -76,6 +122,86 @@ def _fits_pods(need: Need, cluster: ClusterView) -> tuple[str, str, Decimal, Dec
     return None
 
 
+def _tolerated(taint: Taint, tolerations: Sequence[Toleration]) -> bool:
+    key, value, effect = taint
+    if effect == "PreferNoSchedule":
+        return True
+    for t_key, op, t_value, t_effect in tolerations:
+        if t_effect and t_effect != effect:
+            continue
+        if not t_key and op == "Exists":
+            return True
+        if t_key == key and (op == "Exists" or t_value == value):
+            return True
+    return False
+
+
+def _term_matches(term: Term, labels: Mapping[str, str]) -> bool:
+    for key, op, values in term:
+        have = labels.get(key)
+        if op == "In" and have not in values:
+            return False
+        if op == "NotIn" and have is not None and have in values:
+            return False
+        if op == "Exists" and have is None:
+            return False
+        if op == "DoesNotExist" and have is not None:
+            return False
+        if op in ("Gt", "Lt"):
+            try:
+                ok = int(have or "") > int(values[0]) if op == "Gt" else int(have or "") < int(values[0])
+            except (ValueError, IndexError):
+                return False
+            if not ok:
+                return False
+    return True
+
+
+def node_allows(ps: PodSetDemand, node: NodeView) -> bool:
+    """The node's labels match the pod's selector and affinity, and the pod tolerates its taints."""
+    if any(node.labels.get(k) != v for k, v in ps.node_selector):
+        return False
+    if ps.affinity and not any(_term_matches(t, node.labels) for t in ps.affinity):
+        return False
+    return all(_tolerated(t, ps.tolerations) for t in node.taints if t[2] in ("NoSchedule", "NoExecute"))
+
+
+def fit_nodes(need: Need, nodes: Sequence[NodeView]) -> str | None:
+    """Place every pod of every PodSet onto ``nodes`` at once (largest pods first, first fit, on a
+    scratch copy of the free figures). None when they all fit, else what the first misfit lacks."""
+    free = [dict(n.free) for n in nodes]
+    order = sorted(need.podsets, key=lambda p: sorted(((k, -v) for k, v in p.requests.items())))
+    order = sorted(order, key=lambda p: -sum((v for k, v in p.requests.items() if k not in OPTIONAL), ZERO))
+    for ps in order:
+        wanted = {k: v for k, v in ps.requests.items() if v > 0}
+        allowed = [i for i, n in enumerate(nodes) if node_allows(ps, n)]
+        if not allowed:
+            return f"no node matches the {ps.name} pods' node selector, affinity and tolerations"
+        for n in range(ps.count):
+            for i in allowed:
+                f = free[i]
+                if all(f.get(k, ZERO if k not in OPTIONAL else v) >= v for k, v in wanted.items()):
+                    for k, v in wanted.items():
+                        if k in f:
+                            f[k] -= v
+                    break
+            else:
+                best = max(allowed, key=lambda i: min((free[i].get(k, ZERO) / v for k, v in wanted.items()
+                                                       if k not in OPTIONAL), default=ZERO))
+                lack = {k: v - free[best].get(k, ZERO) for k, v in wanted.items()
+                        if k not in OPTIONAL and free[best].get(k, ZERO) < v}
+                return (f"{ps.name} pod {n + 1} of {ps.count} fits on no node (best node {nodes[best].name} lacks "
+                        + ", ".join(q(v, k) for k, v in sorted(lack.items())) + ")")
+    return None
+
+
+def _node_misfit(need: Need, cluster: ClusterView) -> str | None:
+    if cluster.nodes and need.podsets:
+        return fit_nodes(need, cluster.nodes)
+    m = _fits_pods(need, cluster)
+    return None if m is None else f"no node with {q(m[2], m[1])} for a {m[0]} pod"
+
+
 def _score(need: Resources, cluster: ClusterView) -> tuple[Decimal, Decimal]:
     fractions = []
     for res, amount in need.items():
@@ -99,11 +225,34 @@ def q(amount: Decimal, res: str) -> str:
     return f"{format_quantity(amount, res)} {res}"
 
 
+class PlacementPolicy(Protocol):
+    """What the engine calls to place one Workload whose quota is reserved."""
+
+    def __call__(self, need: Need, clusters: Iterable[ClusterView], *, now: datetime, timeout: float,
+                 exclude: Iterable[str] = (), constraints: Constraints | None = None) -> Decision: ...
+
+
 def choose(need: Need, clusters: Iterable[ClusterView], *, now: datetime, timeout: float,
-           exclude: Iterable[str] = ()) -> Decision:
-    """Pick the roomiest Cluster where the whole Workload fits, or say why none does."""
+           exclude: Iterable[str] = (), constraints: Constraints | None = None) -> Decision:
+    """The default policy: the roomiest Cluster where the whole Workload fits, or why none does."""
     excluded = set(exclude)
     all_clusters = sorted(clusters, key=lambda c: c.name)
+    if constraints is not None:
+        excluded_by = constraints.exclude
+        allowed = [c for c in all_clusters if (not constraints.pin or c.name in constraints.pin)
+                   and c.name not in excluded_by
+                   and all(c.labels.get(k) == v for k, v in constraints.selector.items())]
+        if all_clusters and not allowed:
+            what = []
+            if constraints.pin:
+                what.append(f"pinned to {', '.join(sorted(constraints.pin))}")
+            if constraints.exclude:
+                what.append(f"excluding {', '.join(sorted(constraints.exclude))}")
+            if constraints.selector:
+                what.append("cluster labels " + ",".join(f"{k}={v}" for k, v in sorted(constraints.selector.items())))
+            return Decision(None, f"no known cluster is allowed ({'; '.join(what)}); known: "
+                                  f"{', '.join(c.name for c in all_clusters)}")
+        all_clusters = allowed
     live = [c for c in all_clusters if eligible(c, now=now, timeout=timeout)]
     if not live:
         if not all_clusters:
@@ -123,9 +272,10 @@ def choose(need: Need, clusters: Iterable[ClusterView], *, now: datetime, timeou
     for cluster in by_kind:
         wanted = _relevant(need.total, cluster)
         missing = shortfall(wanted, cluster.free)
-        if missing or _fits_pods(need, cluster) is not None:
+        misfit = None if missing else _node_misfit(need, cluster)
+        if missing or misfit is not None:
             no_room.append(cluster.name + (f" (lacks {', '.join(q(v, k) for k, v in sorted(missing.items()))})"
-                                           if missing else " (no node big enough for one pod)"))
+                                           if missing else f" ({misfit})"))
             continue
         fit.append(cluster.name)
         score = _score(wanted, cluster)
@@ -171,14 +321,14 @@ def _explain(need: Need, clusters: Sequence[ClusterView], excluded: set[str]) ->
         have = cluster.largest_node_free.get(res, ZERO)
         return (f"a {podset} pod needs {q(amount, res)} on one node; largest free node: {cluster.name} "
                 f"has {format_quantity(have, res)}{suffix}")
-    # 3. each resource exists somewhere, but never all of it together
+    # 3. each resource exists somewhere, but never all of it together (or not pod by pod on nodes)
     parts = []
     for cluster in clusters:
         missing = shortfall(_relevant(need.total, cluster), cluster.free)
         if missing:
             parts.append(f"{cluster.name} lacks " + ", ".join(q(v, k) for k, v in sorted(missing.items())))
-        elif (m := _fits_pods(need, cluster)) is not None:
-            parts.append(f"{cluster.name} has no node with {q(m[2], m[1])} for a {m[0]} pod")
+        elif (why := _node_misfit(need, cluster)) is not None:
+            parts.append(f"{cluster.name}: {why}")
     return "no cluster has room for all of it at once: " + "; ".join(parts) + suffix
 
 
@@ -249,13 +399,48 @@ class CapacityBook:
             largest = _parse(hb.capacity.largest_node_free, "largest_node_free")
             largest = {k: min(v, free.get(k, v)) for k, v in largest.items()}
             kinds = frozenset(hb.kinds_reconciled) | frozenset(hb.kinds_delegated)
+            nodes = [NodeView(n.name, n.labels, tuple((t.key, t.value, t.effect) for t in n.taints),
+                              _parse(n.free, "nodes.free")) for n in hb.capacity.nodes]
+            if nodes and name in held:
+                nodes = subtract_from_nodes(nodes, held[name])
             out.append(ClusterView(
                 name=name, online=hb.online, last_heartbeat=self.received.get(name),
                 allocatable=_parse(hb.capacity.allocatable, "allocatable"), free=free,
-                largest_node_free=largest, kinds=kinds or None,
+                largest_node_free=largest, kinds=kinds or None, labels=dict(hb.labels), nodes=nodes,
             ))
         return out
 
     def take(self, view: ClusterView, need: Need) -> None:
         """Subtract a placement from a view used for several decisions in one round."""
         view.free = sub(view.free, need.total)
+        if view.nodes:
+            view.nodes = subtract_from_nodes(view.nodes, need.total, need)
+
+
+def subtract_from_nodes(nodes: list[NodeView], total: Resources, need: Need | None = None) -> list[NodeView]:
+    """Nodes minus placements the agent's figures do not show yet. With the Workload's PodSets the
+    pods are put where ``fit_nodes`` would put them; without (a reservation rebuilt from SQL) the
+    total is taken from the roomiest nodes first: either way the cluster's sum stays right."""
+    free = [dict(n.free) for n in nodes]
+    if need is not None and need.podsets:
+        for ps in need.podsets:
+            wanted = {k: v for k, v in ps.requests.items() if v > 0}
+            for _ in range(ps.count):
+                for i, n in enumerate(nodes):
+                    f = free[i]
+                    if node_allows(ps, n) and all(f.get(k, v) >= v for k, v in wanted.items()):
+                        for k, v in wanted.items():
+                            if k in f:
+                                f[k] -= v
+                        break
+    else:
+        for res, amount in total.items():
+            left = amount
+            for i in sorted(range(len(nodes)), key=lambda i: -free[i].get(res, ZERO)):
+                if left <= 0:
+                    break
+                take = min(left, max(free[i].get(res, ZERO), ZERO))
+                if res in free[i]:
+                    free[i][res] -= take
+                left -= take
+    return [NodeView(n.name, n.labels, n.taints, f) for n, f in zip(nodes, free, strict=True)]

@@ -19,7 +19,7 @@ from typing import Any
 
 import orjson
 
-from dispatcher.placement import Need
+from dispatcher.placement import Need, PodSetDemand
 from federation import labels, messages
 from federation.errors import Invalid
 from federation.kinds.base import JobKind
@@ -114,9 +114,9 @@ def _podsets(kind: JobKind, job: Mapping[str, Any], runtime: Mapping[str, Any] |
         return hit
     podsets = kind.podsets(job, runtime)
     total = total_requests(podsets)
-    out: _PodSets = (format_resources(total),
-                     [{"name": p.name, "count": p.count, "requests": format_resources(p.requests)} for p in podsets],
-                     Need(kind.name, total, tuple((p.name, dict(p.requests)) for p in podsets)))
+    rows = [{"name": p.name, "count": p.count, "requests": format_resources(p.requests),
+             **constraints_of(p.template)} for p in podsets]
+    out: _PodSets = (format_resources(total), rows, need_of(kind.name, rows))
     if key:
         _PODSETS[key] = out
         if len(_PODSETS) > _PODSETS_MAX:
@@ -124,16 +124,49 @@ def _podsets(kind: JobKind, job: Mapping[str, Any], runtime: Mapping[str, Any] |
     return out
 
 
+def constraints_of(template: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod template's scheduling constraints kept on the Workload row (only those present):
+    nodeSelector, tolerations, required node affinity terms, priorityClassName."""
+    spec = template.get("spec") if isinstance(template.get("spec"), Mapping) else {}
+    assert isinstance(spec, Mapping)
+    out: dict[str, Any] = {}
+    if isinstance(spec.get("nodeSelector"), Mapping) and spec["nodeSelector"]:
+        out["nodeSelector"] = {str(k): str(v) for k, v in spec["nodeSelector"].items()}
+    if isinstance(spec.get("tolerations"), list) and spec["tolerations"]:
+        out["tolerations"] = [dict(t) for t in spec["tolerations"] if isinstance(t, Mapping)]
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    if isinstance(terms, list) and terms:
+        out["affinity"] = [[dict(e) for e in (t.get("matchExpressions") or []) if isinstance(e, Mapping)]
+                           for t in terms if isinstance(t, Mapping)]
+    if spec.get("priorityClassName"):
+        out["priorityClassName"] = str(spec["priorityClassName"])
+    return out
+
+
+def _demand(p: Mapping[str, Any], per_pod: Resources) -> PodSetDemand:
+    tolerations = tuple((str(t.get("key") or ""), str(t.get("operator") or "Equal"), str(t.get("value") or ""),
+                         str(t.get("effect") or "")) for t in p.get("tolerations") or [])
+    affinity = tuple(tuple((str(e.get("key") or ""), str(e.get("operator") or "In"),
+                            tuple(str(v) for v in e.get("values") or [])) for e in term)
+                     for term in p.get("affinity") or [])
+    return PodSetDemand(str(p["name"]), int(p["count"]), per_pod,
+                        tuple(sorted((p.get("nodeSelector") or {}).items())), tolerations, affinity)
+
+
 def need_of(kind: str, podsets: list[dict[str, Any]]) -> Need:
     """A Workload row's PodSets as placement input."""
     total: dict[str, Decimal] = {}
     pods = []
+    demands = []
     for p in podsets:
         per_pod = {k: parse_quantity(v, f"podsets.{p['name']}.{k}") for k, v in p["requests"].items()}
         pods.append((str(p["name"]), per_pod))
+        demands.append(_demand(p, per_pod))
         for k, v in per_pod.items():
             total[k] = total.get(k, Decimal(0)) + v * int(p["count"])
-    return Need(kind, total, tuple(pods))
+    return Need(kind, total, tuple(pods), tuple(demands))
 
 
 def problem_text(problems: list[Invalid]) -> str:

@@ -183,6 +183,28 @@ class Status(ReportBase):
     sent_at: datetime = Field(default_factory=now)
 
 
+class NodeTaint(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+class NodeFree(BaseModel):
+    """One ready node: its labels, taints and free capacity (quantity strings per resource)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    name: str
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[NodeTaint] = Field(default_factory=list)
+    free: dict[str, str] = Field(default_factory=dict)
+
+
+MAX_NODES_REPORTED = 2000
+"""Per-node figures are sent for clusters up to this many ready nodes (a heartbeat stays far below
+the 1 MiB message limit); a larger cluster sends totals and ``largest_node_free`` only."""
+
+
 class Capacity(BaseModel):
     """Per resource name, Kubernetes quantity strings (``"8"``, ``"64Gi"``, ``"500m"``)."""
 
@@ -191,6 +213,8 @@ class Capacity(BaseModel):
     free: dict[str, str] = Field(default_factory=dict)
     largest_node_free: dict[str, str] = Field(default_factory=dict)
     """Free capacity of the node with the most of it, per resource: what one pod can get at most."""
+    nodes: list[NodeFree] = Field(default_factory=list)
+    """Every ready node (up to ``MAX_NODES_REPORTED``): what the dispatcher's pod-by-pod gang fit reads."""
 
 
 class Heartbeat(ReportBase):

@@ -26,12 +26,15 @@ from federation import chunks, labels
 from federation.errors import Invalid, Transport
 from federation.kinds.base import JobKind
 from federation.messages import (
+    MAX_NODES_REPORTED,
     Accepted,
     Capacity,
     Heartbeat,
     Inventory,
     JobRef,
     MessageRefused,
+    NodeFree,
+    NodeTaint,
     PlacementKey,
     Rejected,
     ReportBase,
@@ -259,6 +262,7 @@ class CapacityMeter:
         nodes, pods = snapshot or self.snapshot()
         allocatable: Resources = {}
         per_node: dict[str, Resources] = {}
+        node_shapes: dict[str, dict[str, Any]] = {}
         for node in nodes:
             if not _node_ready(node):
                 continue
@@ -268,6 +272,7 @@ class CapacityMeter:
                 continue
             allocatable = add(allocatable, alloc)
             per_node[str((node.get("metadata") or {}).get("name"))] = alloc
+            node_shapes[str((node.get("metadata") or {}).get("name"))] = node
         used: Resources = {}
         used_on: dict[str, Resources] = {}
         for phase, node_name, shape in pods:
@@ -279,13 +284,27 @@ class CapacityMeter:
                 used_on[node_name] = add(used_on.get(node_name, {}), req)
         free = {k: max(v, Decimal(0)) for k, v in sub(allocatable, used).items() if k in allocatable}
         largest: Resources = {}
+        listed: list[NodeFree] = []
         for node_name, alloc in per_node.items():
             node_free = sub(alloc, used_on.get(node_name, {}))
             for resource, amount in node_free.items():
                 if resource in alloc and amount > largest.get(resource, Decimal(-1)):
                     largest[resource] = max(amount, Decimal(0))
+            if len(per_node) <= MAX_NODES_REPORTED:
+                listed.append(_node_free(node_shapes[node_name], {k: max(v, Decimal(0)) for k, v in node_free.items()
+                                                                  if k in alloc}))
         return Capacity(allocatable=format_resources(allocatable), free=format_resources(free),
-                        largest_node_free=format_resources(largest))
+                        largest_node_free=format_resources(largest), nodes=listed)
+
+
+def _node_free(node: Mapping[str, Any], free: Resources) -> NodeFree:
+    """A node as the dispatcher's gang fit reads it: labels, scheduling taints, free figures."""
+    md = node.get("metadata") or {}
+    taints = [NodeTaint(key=str(t.get("key") or ""), value=str(t.get("value") or ""),
+                        effect=str(t.get("effect") or "NoSchedule"))
+              for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, Mapping)]
+    return NodeFree(name=str(md.get("name") or ""), labels={str(k): str(v) for k, v in (md.get("labels") or {}).items()},
+                    taints=taints, free=format_resources(free))
 
 
 def heartbeat(cluster: str, capacity: Capacity, *, version: str, interval: float,

@@ -1,0 +1,371 @@
+"""The scheduling pass: which pending Workloads get quota and a cluster now, pure (no I/O).
+
+:class:`Queues` holds every pending Workload in memory (no cap: the old round looked at the first
+2,000 only), in one heap per ClusterQueue ordered by priority (higher first), then queue time (the
+Job's creationTimestamp, or its eviction time), then the order mkd claimed it (never the uid).
+It also holds the quota usage of every admitted Workload in a :class:`~dispatcher.queueing.quota.QuotaTree`.
+
+A pass (:meth:`Queues.schedule`) repeats rounds until nothing more is admitted: each round takes
+every ClusterQueue's head, orders those candidates (no borrowing first, then priority, then queue
+time), and for each one reserves quota (flavor assignment) and looks for a cluster where every pod
+fits (the placement policy) in one step, so quota is never held by a Workload that fits nowhere.
+Only one borrowing admission per cohort per round. A head that cannot be admitted is *set aside*
+in a ``BestEffortFIFO`` queue (it returns when quota in its cohort or cluster capacity frees, or a
+queue object changes) and *blocks* a ``StrictFIFO`` queue. **No starvation:** a head set aside
+for longer than ``starvation_seconds`` is tried first in every pass and, when it still fits no
+cluster, holds the cluster that comes closest: nothing queued after it is placed there until it
+fits (its ClusterQueue turns strict meanwhile). In open mode (no ClusterQueue exists) every
+Workload is in one queue without quota.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+
+from dispatcher.placement import (
+    ClusterView,
+    Constraints,
+    Need,
+    PlacementPolicy,
+    choose,
+    eligible,
+    subtract_from_nodes,
+)
+from dispatcher.queueing import api
+from dispatcher.queueing.catalog import Catalog
+from dispatcher.queueing.flavors import Assignment, assign, with_flavors
+from dispatcher.queueing.quota import FR, ZERO, QuotaTree
+
+OPEN = ""  # the one queue of open mode
+ANYWHERE = api.Placement()
+
+
+@dataclass(slots=True, eq=False)
+class Entry:
+    """One pending Workload."""
+
+    uid: str
+    namespace: str
+    name: str
+    queue: str               # the LocalQueue it names
+    priority: int
+    queued_at: float         # POSIX seconds: creationTimestamp, or the eviction time
+    seq: int                 # claim order: ties within one second of creationTimestamp
+    need: Need
+    placement: api.Placement = ANYWHERE
+    excluded: tuple[str, ...] = ()       # clusters that rejected it permanently
+    cq: str | None = None    # resolved ClusterQueue (OPEN in open mode), None: cannot queue
+    step: str = "queued"     # what holds it: queued, queue, stopped, quota, placement
+    reason: str = ""
+    set_aside: str = ""      # '' in the heap; 'quota' or 'capacity' while set aside
+    set_aside_since: float | None = None
+
+    def key(self) -> tuple[int, float, int]:
+        return (-self.priority, self.queued_at, self.seq)
+
+
+@dataclass
+class Admitted:
+    """A Workload holding quota (placed or running)."""
+
+    uid: str
+    cq: str
+    usage: dict[FR, Decimal]
+    priority: int = 0
+    flavors: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+@dataclass
+class Admission:
+    entry: Entry
+    cluster: str
+    why: str
+    need: Need
+    flavors: dict[str, dict[str, str]]
+    usage: dict[FR, Decimal]
+    borrows: bool
+
+
+@dataclass
+class PassResult:
+    admitted: list[Admission] = field(default_factory=list)
+    waiting: list[Entry] = field(default_factory=list)      # entries whose reason changed this pass
+    attempts: int = 0
+
+
+class Queues:
+    """Pending Workloads per ClusterQueue and the quota held by admitted ones; see the module docstring."""
+
+    def __init__(self, catalog: Catalog, *, starvation_seconds: float = 300.0,
+                 max_attempts_per_pass: int = 2000, policy: PlacementPolicy = choose) -> None:
+        self.catalog = catalog
+        self.starvation_seconds = starvation_seconds
+        self.max_attempts = max_attempts_per_pass
+        self.policy = policy
+        self.entries: dict[str, Entry] = {}
+        self.admitted: dict[str, Admitted] = {}
+        self.heaps: dict[str | None, list[tuple[tuple[int, float, int], str]]] = {}
+        self.aside: dict[str | None, dict[str, Entry]] = {}
+        self.holds: dict[str, str] = {}          # cluster -> uid of the starving head holding it
+        self.tree = QuotaTree(catalog)
+        self._generation = catalog.generation
+
+    # --- membership ------------------------------------------------------------------------------
+
+    def add(self, e: Entry) -> None:
+        old = self.entries.get(e.uid)
+        if old is not None:
+            e.set_aside_since = old.set_aside_since
+            self._drop(old)
+        self.entries[e.uid] = e
+        self._route(e)
+
+    def discard(self, uid: str) -> Entry | None:
+        e = self.entries.pop(uid, None)
+        if e is not None:
+            self._drop(e)
+        return e
+
+    def _drop(self, e: Entry) -> None:
+        self.aside.get(e.cq, {}).pop(e.uid, None)
+        for cluster, holder in list(self.holds.items()):
+            if holder == e.uid:
+                del self.holds[cluster]
+        # heap entries are removed lazily (their uid is no longer in self.entries, or moved)
+
+    def _route(self, e: Entry) -> None:
+        e.set_aside = ""
+        if self.catalog.open:
+            e.cq, e.step, e.reason = OPEN, "queued", ""
+        else:
+            r = self.catalog.resolve(e.namespace, e.queue)
+            if r.problem:
+                e.cq, e.step, e.reason = None, "queue", r.problem
+                self.aside.setdefault(None, {})[e.uid] = e
+                return
+            assert r.cluster_queue is not None
+            e.cq = r.cluster_queue.name
+            stopped = self.catalog.stopped(r)
+            if stopped:
+                e.step, e.reason = "stopped", stopped
+                self.aside.setdefault(e.cq, {})[e.uid] = e
+                e.set_aside = "stopped"
+                return
+            e.step = "queued"
+        heapq.heappush(self.heaps.setdefault(e.cq, []), (e.key(), e.uid))
+
+    def hold_quota(self, a: Admitted) -> None:
+        """Record quota held by an admitted Workload (at admission, or rebuilt from SQL)."""
+        self.release(a.uid)
+        self.admitted[a.uid] = a
+        self.tree.add(a.cq, a.usage)
+
+    def release(self, uid: str) -> bool:
+        """A Workload stopped holding quota (finished, failed, deleted, evicted): its cohort may admit again."""
+        a = self.admitted.pop(uid, None)
+        if a is None:
+            return False
+        self.tree.remove(a.cq, a.usage)
+        if a.cq in self.tree.queues:
+            root = self.tree.root_of(a.cq)
+            for cq in self.tree.queues:
+                if self.tree.root_of(cq) == root:
+                    self._return(cq, "quota")
+        self._return(OPEN, "quota")
+        return True
+
+    def capacity_changed(self) -> None:
+        """A cluster came online or reported more room: Workloads set aside for capacity try again."""
+        for cq in list(self.aside):
+            self._return(cq, "capacity")
+
+    def _return(self, cq: str | None, why: str) -> None:
+        aside = self.aside.get(cq)
+        if not aside:
+            return
+        for uid, e in list(aside.items()):
+            if e.set_aside == why:
+                del aside[uid]
+                e.set_aside = ""
+                heapq.heappush(self.heaps.setdefault(cq, []), (e.key(), uid))
+
+    def refresh(self) -> None:
+        """Queue objects changed: rebuild the quota tree and route every pending Workload again."""
+        self._generation = self.catalog.generation
+        self.tree = QuotaTree(self.catalog)
+        for a in self.admitted.values():
+            self.tree.add(a.cq, a.usage)
+        self.heaps.clear()
+        self.aside.clear()
+        self.holds.clear()
+        for e in self.entries.values():
+            self._route(e)
+
+    # --- reading ---------------------------------------------------------------------------------
+
+    def ordered(self, cq: str | None) -> list[Entry]:
+        """Every pending Workload of a ClusterQueue in admission order (set-aside ones included)."""
+        return sorted((e for e in self.entries.values() if e.cq == cq), key=Entry.key)
+
+    def _head(self, cq: str | None) -> Entry | None:
+        heap = self.heaps.get(cq)
+        while heap:
+            key, uid = heap[0]
+            e = self.entries.get(uid)
+            if e is None or e.cq != cq or e.set_aside or e.key() != key:
+                heapq.heappop(heap)
+                continue
+            return e
+        return None
+
+    def _pop(self, e: Entry) -> None:
+        heap = self.heaps.get(e.cq)
+        if heap and heap[0][1] == e.uid:
+            heapq.heappop(heap)
+
+    # --- the pass --------------------------------------------------------------------------------
+
+    def schedule(self, clusters: Iterable[ClusterView], *, now: datetime, timeout: float) -> PassResult:
+        """One scheduling pass over ``clusters`` (views are updated in place as Workloads are placed)."""
+        if self.catalog.generation != self._generation:
+            self.refresh()
+        views = {c.name: c for c in clusters}
+        result = PassResult()
+        stamp = now.timestamp()
+        blocked: set[str | None] = set()
+        for cluster in list(self.holds):
+            if cluster not in views:
+                del self.holds[cluster]
+        done: set[str] = set()
+        reserved: list[tuple[str, dict[FR, Decimal]]] = []
+        while result.attempts < self.max_attempts:
+            heads = []
+            for cq in list(self.heaps):
+                if cq in blocked:
+                    continue
+                e = self._head(cq)
+                if e is not None:
+                    heads.append(e)
+            heads.extend(e for es in self.aside.values() for e in es.values()
+                         if e.set_aside == "capacity" and e.uid not in done and self._starving(e, stamp)
+                         and e.cq not in blocked)
+            if not heads:
+                break
+            tried = []
+            for e in heads:
+                cq = self.catalog.cluster_queues.get(e.cq or "") if e.cq else None
+                got: Assignment | str = Assignment() if cq is None else assign(cq, e.need, self.tree, self.catalog)
+                tried.append((isinstance(got, Assignment) and got.borrows, e, cq, got))
+            tried.sort(key=lambda t: (not self._starving(t[1], stamp), t[0], t[1].key()))
+            progress = False
+            borrowed_in: set[str] = set()
+            for borrows, e, cq, got in tried:
+                if e.cq in blocked or e.uid in done:
+                    continue
+                result.attempts += 1
+                if isinstance(got, str):
+                    progress |= self._wait(e, "quota", got, stamp, cq, blocked, result)
+                    done.add(e.uid)
+                    continue
+                root = self.tree.root_of(cq.name) if cq is not None and cq.cohort else None
+                if borrows and root is not None and root in borrowed_in:
+                    continue  # one borrowing admission per cohort per round; the next round sees it
+                if cq is not None and not self._quota_still_fits(cq, got):
+                    continue  # an earlier candidate of this round took the quota: next round
+                done.add(e.uid)
+                need = with_flavors(e.need, got.flavors, self.catalog) if got.flavors else e.need
+                held_by_others = {c for c, uid in self.holds.items() if uid != e.uid}
+                usable = [v for n, v in views.items() if n not in held_by_others]
+                decision = self.policy(need, usable, now=now, timeout=timeout, exclude=e.excluded,
+                                       constraints=self._constraints(e, cq))
+                if decision.cluster is None:
+                    text = decision.reason
+                    if held_by_others:
+                        text += f" (held for a Workload waiting longer: {', '.join(sorted(held_by_others))})"
+                    progress |= self._wait(e, "capacity", text, stamp, cq, blocked, result)
+                    if self._starving(e, stamp):
+                        self._hold(e, need, usable, now, timeout)
+                        if cq is not None:  # its quota too, for the rest of this pass
+                            self.tree.add(cq.name, got.usage)
+                            reserved.append((cq.name, got.usage))
+                    continue
+                if root is not None and borrows:
+                    borrowed_in.add(root)
+                self._admit(e, cq, got, need, decision.cluster, decision.reason, views, result)
+                progress = True
+            if not progress:
+                break
+        for cq_name, usage in reserved:
+            self.tree.remove(cq_name, usage)
+        return result
+
+    def _quota_still_fits(self, cq: api.ClusterQueue, got: Assignment) -> bool:
+        return all(self.tree.available(cq.name, fr) >= amount for fr, amount in got.usage.items())
+
+    def _starving(self, e: Entry, stamp: float) -> bool:
+        return e.set_aside_since is not None and stamp - e.set_aside_since >= self.starvation_seconds
+
+    def _constraints(self, e: Entry, cq: api.ClusterQueue | None) -> Constraints | None:
+        pin = set(e.placement.pin)
+        exclude = set(e.placement.exclude)
+        selector = dict(e.placement.selector)
+        if cq is not None:
+            if cq.placement.pin:
+                pin = pin & set(cq.placement.pin) if pin else set(cq.placement.pin)
+                if not pin:
+                    pin = {"(none: the Job's and the ClusterQueue's pins do not overlap)"}
+            exclude |= cq.placement.exclude
+            selector = {**cq.placement.selector, **selector}
+        if not pin and not exclude and not selector:
+            return None
+        return Constraints(frozenset(pin), frozenset(exclude), selector)
+
+    def _wait(self, e: Entry, why: str, text: str, stamp: float, cq: api.ClusterQueue | None,
+              blocked: set[str | None], result: PassResult) -> bool:
+        """Record why ``e`` waits; set it aside (True) or block its queue (False)."""
+        step = "quota" if why == "quota" else "placement"
+        if e.reason != text or e.step != step:
+            e.reason, e.step = text, step
+            result.waiting.append(e)
+        if e.set_aside_since is None:
+            e.set_aside_since = stamp
+        strict = cq is not None and cq.strategy == "StrictFIFO"
+        if strict or (why == "quota" and self._starving(e, stamp)):
+            blocked.add(e.cq)  # the head blocks its queue: nothing behind it goes first
+            return False
+        self._pop(e)
+        e.set_aside = why
+        self.aside.setdefault(e.cq, {})[e.uid] = e
+        return True
+
+    def _hold(self, e: Entry, need: Need, views: list[ClusterView], now: datetime, timeout: float) -> None:
+        """A starving head holds the cluster that comes closest to fitting it (most allocatable of
+        what it asks for, among those it may use) so that freed room accumulates for it."""
+        if e.uid in self.holds.values():
+            return
+        candidates = [v for v in views if eligible(v, now=now, timeout=timeout) and v.name not in e.excluded
+                      and v.name not in self.holds and (v.kinds is None or need.kind in v.kinds)]
+        wanted = [k for k, v in need.total.items() if v > 0 and k != "pods"]
+        fits_total = [v for v in candidates if all(v.allocatable.get(k, ZERO) >= need.total[k] for k in wanted)]
+        if not fits_total:
+            return
+        best = max(fits_total, key=lambda v: (min((v.free.get(k, ZERO) / need.total[k] for k in wanted), default=ZERO),
+                                             v.name))
+        self.holds[best.name] = e.uid
+
+    def _admit(self, e: Entry, cq: api.ClusterQueue | None, got: Assignment, need: Need, cluster: str, why: str,
+               views: Mapping[str, ClusterView], result: PassResult) -> None:
+        self._pop(e)
+        self.discard(e.uid)
+        if cq is not None:
+            self.hold_quota(Admitted(e.uid, cq.name, dict(got.usage), e.priority, got.flavors))
+        view = views[cluster]
+        view.free = {k: view.free.get(k, ZERO) - v for k, v in need.total.items()} | {
+            k: v for k, v in view.free.items() if k not in need.total}
+        if view.nodes:
+            view.nodes = subtract_from_nodes(view.nodes, need.total, need)
+        result.admitted.append(Admission(e, cluster, why, need, got.flavors, dict(got.usage), got.borrows))
