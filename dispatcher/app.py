@@ -21,6 +21,7 @@ from dispatcher.engine import Engine, Tick
 from dispatcher.intake import Intake
 from dispatcher.kubewriter import KubeWriter
 from dispatcher.outbox import Publisher
+from dispatcher.queueing.watcher import QueueWatcher
 from dispatcher.reports import ReportSubscriber
 from dispatcher.settings import DispatcherSettings
 from federation.clock import Clock, SystemClock
@@ -51,6 +52,7 @@ class Dispatcher:
         self.kube: Kube | None = None
         self.engine: Engine | None = None
         self.intake: Intake | None = None
+        self.queue_watcher: QueueWatcher | None = None
         self.writer: KubeWriter | None = None
         self.publisher: Publisher | None = None
         self.reports: ReportSubscriber | None = None
@@ -88,6 +90,9 @@ class Dispatcher:
             self.http = HttpService(self, sessions)
             self.engine.metrics = self.http.metrics
             await self.http.start()
+        engine = self.engine
+        self.queue_watcher = QueueWatcher(self.kube, self.engine.queueing.catalog, self.clock,
+                                          lambda: engine.inbox.put_nowait(Tick()), recheck_seconds=s.kind_recheck_seconds)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -144,6 +149,10 @@ class Dispatcher:
         sup.start("cluster-keys", self._cluster_keys, restart=True)
         if self.http is not None:
             sup.start("api", self.http.run, restart=True)
+        assert self.queue_watcher is not None
+        watcher = self.queue_watcher
+        for object_kind in watcher.kinds():
+            sup.start(f"queues/{object_kind}", lambda k=object_kind: watcher.watch(k), restart=True)  # type: ignore[misc]
 
     async def run(self, stop: asyncio.Event) -> None:
         async with Supervisor(clock=self.clock) as sup:

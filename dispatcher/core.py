@@ -25,6 +25,7 @@ from dispatcher.db import queries as q
 from dispatcher.identity import Identity
 from dispatcher.kubewriter import KubeWriter
 from dispatcher.placement import CapacityBook, Need
+from dispatcher.queueing.state import QueueingState
 from dispatcher.settings import DispatcherSettings
 from dispatcher.streams import StreamBook
 from federation import chunks, labels, messages, topics
@@ -110,6 +111,9 @@ class EngineCore:
         self.parked: list[Any] = []
         self._retrying: list[Any] = []
         self._stale = False
+        self.queueing = QueueingState(starvation_seconds=settings.starvation_seconds,
+                                      max_attempts_per_pass=settings.max_admissions_per_pass)
+        """Kueue objects, the pending queues and the quota held (see ``dispatcher.queueing``)."""
 
     async def rebuild(self) -> None:
         async with self.sessions() as s:
@@ -126,6 +130,7 @@ class EngineCore:
             for c in await q.load_clusters(s):
                 if c.lost_since is not None:
                     self.lost[c.name] = c.lost_since
+            await self.queueing.rebuild(s, self.cache, self.needs)
 
     async def _flush(self, s: AsyncSession, b: Batch) -> None:
         by_cols: dict[tuple[str, ...], list[dict[str, Any]]] = {}
@@ -140,6 +145,7 @@ class EngineCore:
         for rows in p_cols.values():
             await q.update_placements(s, rows)
         b.p_updates.clear()
+        self.queueing.sync(b.w.values(), self.cache, self.needs)
 
     async def _load(self, s: AsyncSession, b: Batch, uids: list[str]) -> None:
         """Workload rows and their current placements into the batch (one query for those not loaded)."""

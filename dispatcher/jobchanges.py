@@ -63,6 +63,7 @@ class JobChanges(EngineCore):
             if d is None or not uid:
                 continue
             cols = {**d.columns, "created_at": b.now, "updated_at": b.now, "state": "pending"}
+            cols.update(self.queueing.claim_columns(ch.obj, cols, b.now))
             if d.problems:
                 cols.update(state="rejected", reason=wl.problem_text(d.problems))
             elif cols["suspended"]:

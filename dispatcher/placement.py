@@ -360,6 +360,8 @@ class CapacityBook:
     heartbeats: dict[str, messages.Heartbeat] = field(default_factory=dict)
     received: dict[str, datetime] = field(default_factory=dict)
     reservations: dict[str, _Reservation] = field(default_factory=dict)  # by workload uid
+    version: int = 0
+    """Bumped whenever room may have grown (a heartbeat that changed, a reservation released)."""
 
     def heartbeat(self, hb: messages.Heartbeat, received_at: datetime) -> bool:
         """Record a heartbeat; True when it may let something new fit (capacity or a cluster came online)."""
@@ -370,7 +372,10 @@ class CapacityBook:
         for uid, res in list(self.reservations.items()):
             if res.cluster == hb.cluster and res.accepted_at is not None and hb.sent_at >= res.accepted_at + settle:
                 del self.reservations[uid]
-        return old is None or old.online != hb.online or old.capacity != hb.capacity
+        changed = old is None or old.online != hb.online or old.capacity != hb.capacity
+        if changed:
+            self.version += 1
+        return changed
 
     def forget_cluster(self, name: str) -> None:
         self.heartbeats.pop(name, None)
@@ -385,7 +390,10 @@ class CapacityBook:
 
     def release(self, uid: str) -> bool:
         """Drop a placement's reservation (rejected, finished, deleted); True if there was one."""
-        return self.reservations.pop(uid, None) is not None
+        if self.reservations.pop(uid, None) is None:
+            return False
+        self.version += 1
+        return True
 
     def views(self) -> list[ClusterView]:
         held: dict[str, Resources] = {}

@@ -1,9 +1,13 @@
-"""The placement round: pending Workloads matched to clusters, compare-and-set, Place Commands queued.
+"""The placement round: a scheduling pass over the queues, compare-and-set, Place Commands queued.
 
-A round reads the oldest pending Workloads, asks the pure :func:`dispatcher.placement.choose` for a
-cluster for each against the capacity book, marks the winners placed in one compare-and-set update
-(a second dispatcher cannot place the same Workload) and queues one Place per placement. A Workload
-that fits nowhere keeps its reason, written to the manager Job's condition when the story changes.
+A round runs one pass of the pure scheduler (:mod:`dispatcher.queueing.scheduler`) over every
+pending Workload held in memory by :class:`dispatcher.queueing.state.QueueingState`: quota is
+reserved in the Workload's ClusterQueue and a cluster where all its pods fit is chosen in one step.
+The winners are marked placed in one compare-and-set update (a second dispatcher cannot place the
+same Workload) with the ClusterQueue, flavors and quota they hold, and one Place is queued per
+placement. A Workload that waits keeps its reason (which step holds it), written to the manager
+Job's condition — ``QuotaReserved=False`` for the queue and quota steps, ``MultiClusterDispatched=False``
+for placement — when the story changes.
 """
 
 from __future__ import annotations
@@ -19,9 +23,11 @@ from dispatcher import workload as wl
 from dispatcher.batch import Batch, job_key
 from dispatcher.core import EngineCore, oversize_problem
 from dispatcher.db import queries as q
-from dispatcher.placement import Need, choose
+from dispatcher.queueing.scheduler import Admission, Entry
+from dispatcher.queueing.state import usage_to_json
 from federation import labels, messages
 from federation.kinds.registry import by_name
+from federation.labels import CONDITION_ADMITTED, CONDITION_QUOTA_RESERVED
 
 _DIGITS = re.compile(r"(?<![-\w])[0-9.]+[a-zA-Z]*")  # figures, not the digits in cluster names
 
@@ -41,60 +47,98 @@ class PlacementRound(EngineCore):
 
     async def _place(self, s: AsyncSession, b: Batch) -> None:
         self._last_place = self.clock.monotonic()
-        rows = await q.pending_workloads(s, self.settings.batch_size * 4)
-        if not rows:
+        qs = self.queueing
+        if not qs.queues.entries:
             return
-        views = {v.name: v for v in self.book.views()}
-        chosen: list[tuple[dict[str, Any], str, Need, str]] = []
-        waiting: list[tuple[dict[str, Any], str]] = []
-        for r in rows:
-            row = b.w.setdefault(r.uid, dict(r._mapping))
-            if r.uid not in self.cache:
-                continue  # intake has not listed it since start-up: next round
-            need = self.needs.get(r.uid)
-            if need is None:
-                need = self.needs[r.uid] = wl.need_of(r.kind, r.podsets)
-            decision = choose(need, views.values(), now=b.now, timeout=self.settings.heartbeat_timeout_seconds,
-                              exclude=self.excluded_for(row))  # type: ignore[attr-defined]
-            if decision.cluster is None:
-                if decision.reason != r.reason and not self._same_story(decision.reason, r.reason, r.updated_at, b.now):
-                    waiting.append((row, decision.reason))
-                continue
-            self.book.take(views[decision.cluster], need)
-            chosen.append((row, decision.cluster, need, decision.reason))
+        cordoned = frozenset(getattr(self, "cordoned", ()))  # admin cordons (dispatcher.adminactions)
+        if self.book.version != qs.capacity_version or cordoned != qs.cordoned:
+            qs.capacity_version, qs.cordoned = self.book.version, cordoned
+            qs.queues.capacity_changed()  # room may have grown: set-aside Workloads try again
+        views = [v for v in self.book.views() if v.name not in cordoned]
+        result = qs.schedule(views, now=b.now, timeout=self.settings.heartbeat_timeout_seconds)
+        if result.admitted:
+            await self._load(s, b, [a.entry.uid for a in result.admitted])
+        chosen = [a for a in result.admitted if a.entry.uid in b.w and b.w[a.entry.uid]["state"] == "pending"]
         by_cluster: dict[str, list[str]] = {}
-        for row, cluster, _, _ in chosen:
-            by_cluster.setdefault(cluster, []).append(row["uid"])
+        for a in chosen:
+            by_cluster.setdefault(a.cluster, []).append(a.entry.uid)
         won = await q.mark_placed(s, by_cluster, b.now)
+        for a in result.admitted:
+            if a.entry.uid not in won:  # claimed by another dispatcher, or changed meanwhile
+                qs.queues.release(a.entry.uid)
         placements = []
-        for n, (row, cluster, need, why) in enumerate(chosen):
-            uid = row["uid"]
+        for n, a in enumerate(chosen):
+            uid = a.entry.uid
             if uid not in won:
                 continue
             if n % 100 == 99:
                 await asyncio.sleep(0)
+            row = b.w[uid]
             attempt = won[uid]
-            row.update(state="placed", attempt=attempt, cluster=cluster, reason="")
+            row.update(state="placed", attempt=attempt, cluster=a.cluster, reason="")
             kind = by_name(row["kind"])
             try:
-                self._send_place(b, row, kind, self.cache[uid], attempt=attempt, cluster=cluster,
+                self._send_place(b, row, kind, self.cache[uid], attempt=attempt, cluster=a.cluster,
                                  spec_version=row["spec_version"])
             except messages.MessageRefused as exc:  # e.g. above the payload limit: cannot be sent anywhere
                 # No placement row (a `sent` one would be expected on the cluster forever) and the
-                # attempt is given back: nothing was placed.
+                # attempt is given back: nothing was placed, and no quota is held.
                 row.update(attempt=attempt - 1, cluster=None)
                 b.set_w(uid, cluster=None, attempt=attempt - 1)
+                qs.queues.release(uid)
                 self._reject(b, row, [oversize_problem(self.cache[uid], exc)])
                 continue
-            placements.append({"workload_uid": uid, "attempt": attempt, "cluster": cluster, "epoch": self.epoch,
+            held = qs.queues.admitted.get(uid)
+            b.set_w(uid, cluster_queue=held.cq if held is not None else None, flavors=a.flavors or None,
+                    usage=usage_to_json(a.usage) if held is not None else None, reserved_at=b.now)
+            placements.append({"workload_uid": uid, "attempt": attempt, "cluster": a.cluster, "epoch": self.epoch,
                                "state": "sent", "spec_version": row["spec_version"], "created_at": b.now,
-                               "reason": why})
-            b.event(uid, "placed", cluster=cluster, message=f"attempt {attempt} on {cluster}: {why}")
-            self.book.reserve(uid, cluster, need.total)
+                               "reason": a.why})
+            self._admitted(b, row, a, held.cq if held is not None else None)
+            b.event(uid, "placed", cluster=a.cluster, message=f"attempt {attempt} on {a.cluster}: {a.why}")
+            self.book.reserve(uid, a.cluster, a.need.total)
         await q.add_placements(s, placements)
-        for row, reason in waiting:
-            b.set_w(row["uid"], reason=reason, updated_at=b.now)
-            b.event(row["uid"], "pending", reason="NoFittingCluster", message=reason)
-            key = job_key(row)
-            cond = wl.condition(labels.CONDITION_DISPATCHED, False, "NoFittingCluster", reason, b.now)
-            b.after.append(lambda key=key, cond=cond: self.writer.condition(key, cond))  # type: ignore[misc]
+        for e in result.waiting:
+            self._waiting(b, e)
+
+    def _admitted(self, b: Batch, row: dict[str, Any], a: Admission, cq: str | None) -> None:
+        """QuotaReserved and Admitted on the Job, and the admission decision in the history."""
+        if cq is None:
+            return  # open mode: no quota, MultiClusterDispatched says it all
+        flavors = ", ".join(f"{ps}: " + ", ".join(f"{r}={f}" for r, f in sorted(rs.items()))
+                            for ps, rs in sorted(a.flavors.items()) if rs)
+        text = f"Quota reserved in ClusterQueue {cq}" + (f" ({flavors})" if flavors else "")
+        if a.borrows:
+            text += ", borrowing from its cohort"
+        b.event(row["uid"], "quota_reserved", reason="QuotaReserved", message=text)
+        key = job_key(row)
+        now = b.now
+        reserved = wl.condition(CONDITION_QUOTA_RESERVED, True, "QuotaReserved", text, now)
+        admitted = wl.condition(CONDITION_ADMITTED, True, "Admitted",
+                                f"The workload is admitted: placed on cluster {a.cluster}", now)
+
+        def write() -> None:
+            self.writer.condition(key, reserved)
+            self.writer.condition(key, admitted)
+            self.writer.event(key, "Normal", "QuotaReserved", text)
+        b.after.append(write)
+
+    def _waiting(self, b: Batch, e: Entry) -> None:
+        """A Workload still waits, for a new reason: the reason on the row, in the history, on the Job."""
+        old = self.queueing.shown.get(e.uid)
+        if old is not None and (old[0] == e.reason or self._same_story(e.reason, old[0], old[1], b.now)):
+            return
+        self.queueing.shown[e.uid] = (e.reason, b.now)
+        if e.uid in b.w:
+            b.set_w(e.uid, reason=e.reason, updated_at=b.now)
+        else:  # not loaded: only the columns written (the row's state is not this pass's to know)
+            b.w_updates.setdefault(e.uid, {}).update(reason=e.reason, updated_at=b.now)
+        row = {"uid": e.uid, "namespace": e.namespace, "name": e.name, "kind": e.need.kind}
+        key = job_key(row)
+        if e.step == "placement":
+            b.event(e.uid, "pending", reason="NoFittingCluster", message=e.reason)
+            cond = wl.condition(labels.CONDITION_DISPATCHED, False, "NoFittingCluster", e.reason, b.now)
+        else:
+            b.event(e.uid, "pending", reason="QuotaNotReserved", message=e.reason)
+            cond = wl.condition(CONDITION_QUOTA_RESERVED, False, "Pending", e.reason, b.now)
+        b.after.append(lambda key=key, cond=cond: self.writer.condition(key, cond))  # type: ignore[misc]

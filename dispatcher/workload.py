@@ -216,7 +216,7 @@ def condition(type_: str, status: bool, reason: str, message: str, now: datetime
     return out
 
 
-MKD_CONDITIONS = (labels.CONDITION_DISPATCHED, labels.CONDITION_REJECTED)
+MKD_CONDITIONS = (labels.CONDITION_DISPATCHED, labels.CONDITION_REJECTED, *labels.KUEUE_CONDITIONS)
 
 
 def merge_status(worker: Mapping[str, Any] | None, mkd: Mapping[str, dict[str, Any]],

@@ -54,6 +54,15 @@ MANAGER_NAME_ANNOTATION = f"{PREFIX}/manager-name"
 CONDITION_DISPATCHED = "MultiClusterDispatched"
 """Set on the manager Job: True with the cluster name once placed, False with the reason while pending."""
 CONDITION_REJECTED = "MultiClusterRejected"
+CONDITION_QUOTA_RESERVED = "QuotaReserved"
+"""Kueue's condition: quota reserved in the Job's ClusterQueue (True), or why not (False, reason Pending)."""
+CONDITION_ADMITTED = "Admitted"
+"""Kueue's condition: admitted; in mkd, quota reserved and placed on a worker cluster."""
+CONDITION_EVICTED = "Evicted"
+CONDITION_PREEMPTED = "Preempted"
+CONDITION_REQUEUED = "Requeued"
+KUEUE_CONDITIONS = (CONDITION_QUOTA_RESERVED, CONDITION_ADMITTED, CONDITION_EVICTED, CONDITION_PREEMPTED,
+                    CONDITION_REQUEUED)
 """Set on the manager Job when mkd cannot run it (invalid spec, unknown runtime, managedBy changed)."""
 
 

@@ -83,6 +83,8 @@ BUILTINS: list[ResourceType] = [
                  name_rule="path"),
     ResourceType("clusterrolebindings", "clusterrolebinding", "ClusterRoleBinding", "rbac.authorization.k8s.io",
                  ["v1"], False, name_rule="path"),
+    ResourceType("priorityclasses", "priorityclass", "PriorityClass", "scheduling.k8s.io", ["v1"], False, (),
+                 ("pc",)),
     ResourceType("events", "event", "Event", "events.k8s.io", ["v1"], True, (), ("ev",), name_rule="path"),
     ResourceType("validatingadmissionpolicies", "validatingadmissionpolicy", "ValidatingAdmissionPolicy",
                  "admissionregistration.k8s.io", ["v1"], False, ("status",), (), ("api-extensions",),
@@ -102,7 +104,7 @@ BUILTINS: list[ResourceType] = [
 
 # The order /apis lists groups in (the legacy core group is served at /api).
 GROUP_ORDER = ["admissionregistration.k8s.io", "apiextensions.k8s.io", "apps", "batch", "coordination.k8s.io", "events.k8s.io",
-               "rbac.authorization.k8s.io"]
+               "rbac.authorization.k8s.io", "scheduling.k8s.io"]
 
 
 class Catalogue:

@@ -118,7 +118,19 @@ workloads = sa.Table(
     sa.Column("updated_at", UtcDateTime(), nullable=False),
     sa.Column("labels", sa.JSON(), nullable=False, server_default="{}"),
     sa.Column("pinned", sa.String(63), nullable=True),
-    sa.Index(None, "state", "priority", "created_at"),
+    sa.Column("queued_at", UtcDateTime(), nullable=True),
+    # Queue time: the Job's creationTimestamp (or its eviction time; NULL: created_at); order is
+    # priority, this, queue_seq.
+    sa.Column("queue_seq", sa.BigInteger(), nullable=False, server_default="0"),
+    # Claim order: breaks ties within one second of creationTimestamp (never the uid).
+    sa.Column("priority_source", sa.String(253), nullable=False, server_default=""),
+    sa.Column("cluster_queue", sa.String(253), nullable=True),
+    sa.Column("flavors", sa.JSON(), nullable=True),
+    # PodSet -> resource -> ResourceFlavor of the quota reservation.
+    sa.Column("usage", sa.JSON(), nullable=True),
+    # Quota held while placed or running: ``flavor/resource`` -> quantity.
+    sa.Column("reserved_at", UtcDateTime(), nullable=True),
+    sa.Index(None, "state", "priority", "queued_at", "queue_seq"),
     sa.Index(None, "namespace", "name"),
 )
 

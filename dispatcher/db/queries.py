@@ -91,6 +91,7 @@ _CLAIM_COLUMNS: tuple[tuple[str, str], ...] = (
     ("reason", "TEXT"), ("spec_version", "INTEGER"), ("generation", "BIGINT"), ("suspended", "BOOLEAN"),
     ("requests", "JSON"), ("podsets", "JSON"), ("attempt", "INTEGER"), ("cluster", "VARCHAR"),
     ("excluded", "JSON"), ("created_at", "TIMESTAMPTZ"), ("updated_at", "TIMESTAMPTZ"), ("labels", "JSON"),
+    ("queued_at", "TIMESTAMPTZ"), ("queue_seq", "BIGINT"), ("priority_source", "VARCHAR"),
 )
 _CLAIM_PG = sa.text(
     "INSERT INTO workloads (" + ", ".join(c for c, _ in _CLAIM_COLUMNS) + ") SELECT "
@@ -189,7 +190,7 @@ async def pending_workloads(session: AsyncSession, limit: int) -> list[Any]:
     """Pending, not suspended Workloads in placement order: priority first, then age."""
     result = await session.execute(
         sa.select(workloads).where(workloads.c.state == "pending", workloads.c.suspended.is_(False))
-        .order_by(workloads.c.priority.desc(), workloads.c.created_at, workloads.c.uid).limit(limit))
+        .order_by(workloads.c.priority.desc(), workloads.c.queued_at, workloads.c.queue_seq).limit(limit))
     return list(result.all())
 
 

@@ -44,6 +44,9 @@ class Catalog:
     problems: dict[tuple[str, str], str] = field(default_factory=dict)   # (kind, key) -> why it was refused
     generation: int = 0
     """Bumped on every change: the scheduler re-tries Workloads it set aside."""
+    ready: bool = True
+    """False until the watcher listed every type: the scheduler admits nothing before (a dispatcher
+    starting up must not mistake "not listed yet" for "no ClusterQueue", i.e. open mode)."""
 
     @property
     def open(self) -> bool:
@@ -77,9 +80,10 @@ class Catalog:
             self.problems[(kind, key)] = str(exc)
 
     def _table(self, kind: str) -> dict[Any, Any]:
-        return {"ResourceFlavor": self.flavors, "ClusterQueue": self.cluster_queues,
+        tables: dict[str, dict[Any, Any]] = {"ResourceFlavor": self.flavors, "ClusterQueue": self.cluster_queues,
                 "LocalQueue": self.local_queues, "Cohort": self.cohorts,
-                "WorkloadPriorityClass": self.workload_priorities, "PriorityClass": self.pod_priorities}[kind]
+                "WorkloadPriorityClass": self.workload_priorities, "PriorityClass": self.pod_priorities}
+        return tables[kind]
 
     # --- reading -------------------------------------------------------------------------------
 

@@ -113,6 +113,7 @@ class Queues:
         self.holds: dict[str, str] = {}          # cluster -> uid of the starving head holding it
         self.tree = QuotaTree(catalog)
         self._generation = catalog.generation
+        self._told: list[Entry] = []   # held before any pass (queue missing, stopped): reported by the next pass
 
     # --- membership ------------------------------------------------------------------------------
 
@@ -146,6 +147,7 @@ class Queues:
             if r.problem:
                 e.cq, e.step, e.reason = None, "queue", r.problem
                 self.aside.setdefault(None, {})[e.uid] = e
+                self._told.append(e)
                 return
             assert r.cluster_queue is not None
             e.cq = r.cluster_queue.name
@@ -154,6 +156,7 @@ class Queues:
                 e.step, e.reason = "stopped", stopped
                 self.aside.setdefault(e.cq, {})[e.uid] = e
                 e.set_aside = "stopped"
+                self._told.append(e)
                 return
             e.step = "queued"
         heapq.heappush(self.heaps.setdefault(e.cq, []), (e.key(), e.uid))
@@ -231,10 +234,14 @@ class Queues:
 
     def schedule(self, clusters: Iterable[ClusterView], *, now: datetime, timeout: float) -> PassResult:
         """One scheduling pass over ``clusters`` (views are updated in place as Workloads are placed)."""
+        if not self.catalog.ready:
+            return PassResult()
         if self.catalog.generation != self._generation:
             self.refresh()
         views = {c.name: c for c in clusters}
         result = PassResult()
+        result.waiting.extend(e for e in self._told if self.entries.get(e.uid) is e and e.step in ("queue", "stopped"))
+        self._told.clear()
         stamp = now.timestamp()
         blocked: set[str | None] = set()
         for cluster in list(self.holds):
@@ -244,12 +251,12 @@ class Queues:
         reserved: list[tuple[str, dict[FR, Decimal]]] = []
         while result.attempts < self.max_attempts:
             heads = []
-            for cq in list(self.heaps):
-                if cq in blocked:
+            for queue in list(self.heaps):
+                if queue in blocked:
                     continue
-                e = self._head(cq)
-                if e is not None:
-                    heads.append(e)
+                head = self._head(queue)
+                if head is not None:
+                    heads.append(head)
             heads.extend(e for es in self.aside.values() for e in es.values()
                          if e.set_aside == "capacity" and e.uid not in done and self._starving(e, stamp)
                          and e.cq not in blocked)
@@ -257,9 +264,9 @@ class Queues:
                 break
             tried = []
             for e in heads:
-                cq = self.catalog.cluster_queues.get(e.cq or "") if e.cq else None
-                got: Assignment | str = Assignment() if cq is None else assign(cq, e.need, self.tree, self.catalog)
-                tried.append((isinstance(got, Assignment) and got.borrows, e, cq, got))
+                spec = self.catalog.cluster_queues.get(e.cq) if e.cq else None
+                got: Assignment | str = Assignment() if spec is None else assign(spec, e.need, self.tree, self.catalog)
+                tried.append((isinstance(got, Assignment) and got.borrows, e, spec, got))
             tried.sort(key=lambda t: (not self._starving(t[1], stamp), t[0], t[1].key()))
             progress = False
             borrowed_in: set[str] = set()

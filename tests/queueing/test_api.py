@@ -73,3 +73,17 @@ def test_resolve_names_each_missing_step() -> None:
     assert null_selector.resolve("default", "q").reason == "NamespaceNotAdmitted"  # null admits no namespace
     no_flavor = catalog(cq("x"), lq("default", "q", "x"))
     assert no_flavor.resolve("default", "q").reason == "FlavorNotFound"
+
+
+def test_kueue_crds_ship_both_versions_with_kueues_printer_columns() -> None:
+    from federation.kinds.crds import load_crds
+    crds = {c["spec"]["names"]["kind"]: c for c in load_crds() if c["spec"]["group"] == "kueue.x-k8s.io"}
+    assert set(crds) == {"ResourceFlavor", "ClusterQueue", "LocalQueue", "Cohort", "WorkloadPriorityClass"}
+    for kind, crd in crds.items():
+        versions = {v["name"]: v for v in crd["spec"]["versions"]}
+        assert set(versions) == {"v1beta2", "v1beta1"} and versions["v1beta2"]["storage"], kind
+        assert not versions["v1beta1"]["storage"] and versions["v1beta1"]["served"], kind
+    assert crds["LocalQueue"]["spec"]["scope"] == "Namespaced"
+    columns = [c["name"] for c in crds["ClusterQueue"]["spec"]["versions"][0]["additionalPrinterColumns"]]
+    assert columns == ["Cohort", "Strategy", "Pending Workloads", "Admitted Workloads", "Age"]
+    assert "subresources" in {k for k in crds["ClusterQueue"]["spec"]["versions"][0]}

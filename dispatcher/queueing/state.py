@@ -1,0 +1,147 @@
+"""The engine's queueing state: the catalog, the in-memory queues, and their link to Workload rows.
+
+This is the thin layer between the engine (rows, batches, SQL) and the pure scheduler. The engine
+calls it at four points: ``claim_columns`` when it claims a Job (priority, queue time, claim
+order), ``sync`` whenever a batch's rows are flushed (a pending, not suspended row is queued; a
+placed or running one holds its quota; anything else leaves both), ``rebuild`` at start-up and
+after a failed batch (quota held and the queues read back from SQL, so a restarted dispatcher
+resumes with the same order and usage), and ``schedule`` in the placement round.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from dispatcher import workload as wl
+from dispatcher.db import models as m
+from dispatcher.placement import ClusterView, Need
+from dispatcher.queueing import api
+from dispatcher.queueing.catalog import Catalog
+from dispatcher.queueing.quota import FR
+from dispatcher.queueing.scheduler import Admitted, Entry, PassResult, Queues
+from federation.errors import Invalid
+from federation.podset import format_quantity, parse_quantity
+
+log = logging.getLogger("dispatcher.queueing")
+HOLDING = ("placed", "running")
+
+
+def usage_to_json(usage: Mapping[FR, Decimal]) -> dict[str, str]:
+    return {f"{f}/{r}": format_quantity(v, r) for (f, r), v in sorted(usage.items())}
+
+
+def usage_from_json(data: Mapping[str, str] | None) -> dict[FR, Decimal]:
+    out: dict[FR, Decimal] = {}
+    for key, text in (data or {}).items():
+        flavor, _, res = key.partition("/")  # flavor names have no "/"; resource names may (vendor.com/gpu)
+        out[(flavor, res)] = parse_quantity(text, f"usage.{key}")
+    return out
+
+
+def creation_time(obj: Mapping[str, Any]) -> datetime | None:
+    text = wl.meta(obj).get("creationTimestamp")
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+class QueueingState:
+    """See the module docstring."""
+
+    def __init__(self, *, starvation_seconds: float, max_attempts_per_pass: int) -> None:
+        self.catalog = Catalog()
+        self.queues = Queues(self.catalog, starvation_seconds=starvation_seconds,
+                             max_attempts_per_pass=max_attempts_per_pass)
+        self.seq = 0
+        self.capacity_version = -1
+        self.cordoned: frozenset[str] = frozenset()
+        """The capacity book's version at the last pass (see ``CapacityBook.version``)."""
+        self.shown: dict[str, tuple[str, datetime]] = {}
+        """uid -> (reason, when) last written to the Job for a waiting Workload."""
+
+    # --- claim --------------------------------------------------------------------------------
+
+    def claim_columns(self, obj: Mapping[str, Any], cols: Mapping[str, Any], now: datetime) -> dict[str, Any]:
+        """Priority (Kueue's rule), queue time (creationTimestamp) and claim order of a new Workload."""
+        self.seq += 1
+        job_labels = wl.meta(obj).get("labels") or {}
+        classes = [str(p["priorityClassName"]) for p in cols.get("podsets") or [] if p.get("priorityClassName")]
+        priority, source = self.catalog.priority(job_labels if isinstance(job_labels, Mapping) else {}, classes)
+        return {"priority": priority, "priority_source": source[:253], "queue_seq": self.seq,
+                "queued_at": creation_time(obj) or now}
+
+    # --- rows <-> queues ----------------------------------------------------------------------
+
+    def entry(self, row: Mapping[str, Any], obj: Mapping[str, Any], need: Need) -> Entry:
+        try:
+            placement = api.placement_of(wl.meta(obj).get("annotations"))
+        except Invalid as exc:
+            log.warning("%s/%s: %s; its cluster annotations are ignored", row["namespace"], row["name"], exc)
+            placement = api.Placement()
+        excluded = tuple(row.get("excluded") or ())
+        if row.get("pinned"):
+            placement = api.Placement(frozenset({row["pinned"]}), placement.exclude, placement.selector)
+        queued = row.get("queued_at") or row["created_at"]
+        return Entry(uid=row["uid"], namespace=row["namespace"], name=row["name"], queue=row["queue"],
+                     priority=int(row["priority"]), queued_at=queued.timestamp(), seq=int(row.get("queue_seq") or 0),
+                     need=need, placement=placement, excluded=excluded)
+
+    def sync(self, rows: Iterable[Mapping[str, Any]], cache: Mapping[str, Mapping[str, Any]],
+             needs: dict[str, Need]) -> None:
+        """Bring queue membership and quota in line with these (just written) rows."""
+        for row in rows:
+            uid = row["uid"]
+            state = row["state"]
+            if state == "pending" and not row["suspended"]:
+                self.queues.release(uid)
+                obj = cache.get(uid)
+                if obj is None:
+                    continue  # intake has not listed it since start-up; it will come with its Job
+                old = self.queues.entries.get(uid)
+                if (old is not None and old.priority == row["priority"] and old.queue == row["queue"]
+                        and old.excluded == tuple(row.get("excluded") or ())
+                        and old.placement.pin == (frozenset({row["pinned"]}) if row.get("pinned") else old.placement.pin)):
+                    continue
+                need = needs.get(uid)
+                if need is None:
+                    need = needs[uid] = wl.need_of(row["kind"], row["podsets"])
+                self.queues.add(self.entry(row, obj, need))
+            elif state in HOLDING:
+                self.queues.discard(uid)
+                if uid not in self.queues.admitted and row.get("cluster_queue") and row.get("usage"):
+                    self.queues.hold_quota(Admitted(uid, row["cluster_queue"], usage_from_json(row["usage"]),
+                                                    int(row["priority"]), row.get("flavors") or {}))
+            else:
+                self.queues.discard(uid)
+                self.queues.release(uid)
+                self.shown.pop(uid, None)
+
+    async def rebuild(self, s: AsyncSession, cache: Mapping[str, Mapping[str, Any]], needs: dict[str, Need]) -> None:
+        """Quota held and pending Workloads read back from SQL (start-up, or after a failed batch)."""
+        w = m.workloads
+        self.queues.entries.clear()
+        self.queues.admitted.clear()
+        self.queues.refresh()
+        self.seq = int((await s.execute(sa.select(sa.func.max(w.c.queue_seq)))).scalar() or 0)
+        held = await s.execute(sa.select(w.c.uid, w.c.cluster_queue, w.c.usage, w.c.priority, w.c.flavors)
+                               .where(w.c.state.in_(HOLDING), w.c.cluster_queue.is_not(None)))
+        for r in held:
+            if r.usage:
+                self.queues.hold_quota(Admitted(r.uid, r.cluster_queue, usage_from_json(r.usage), r.priority,
+                                                r.flavors or {}))
+        if cache:
+            pending = await s.execute(sa.select(w).where(w.c.state == "pending", w.c.suspended.is_(False)))
+            self.sync([dict(r._mapping) for r in pending], cache, needs)
+
+    def schedule(self, views: list[ClusterView], *, now: datetime, timeout: float) -> PassResult:
+        return self.queues.schedule(views, now=now, timeout=timeout)

@@ -1,0 +1,91 @@
+"""Reads the queueing objects from the manager cluster with informers and keeps the catalog current.
+
+One task per object type: the five Kueue kinds (``kueue.x-k8s.io``, the preferred served version
+of ``v1beta2`` / ``v1beta1``), ``scheduling.k8s.io/v1`` PriorityClasses and Namespaces (their
+labels, for ``namespaceSelector``). A type that is not served (no Kueue CRDs installed) is
+checked again every ``recheck_seconds``. Every change goes into the :class:`Catalog` and wakes
+the engine for a placement round. The catalog is ``ready`` once every type has been listed (or
+found missing): until then the scheduler admits nothing, so a restarting dispatcher never takes
+a moment without ClusterQueues for open mode.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from dispatcher.queueing.api import GROUP, VERSIONS
+from dispatcher.queueing.catalog import Catalog
+from federation.clock import Clock
+from federation.errors import Temporary
+from federation.kube import NAMESPACES, Kube, Resource
+
+log = logging.getLogger("dispatcher.queueing")
+
+KUEUE_KINDS = (("resourceflavors", "ResourceFlavor", False), ("clusterqueues", "ClusterQueue", False),
+               ("localqueues", "LocalQueue", True), ("cohorts", "Cohort", False),
+               ("workloadpriorityclasses", "WorkloadPriorityClass", False))
+PRIORITY_CLASSES = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
+
+
+def kueue_resource(plural: str, kind: str, namespaced: bool, version: str = VERSIONS[0]) -> Resource:
+    return Resource(GROUP, version, plural, kind, namespaced=namespaced)
+
+
+class QueueWatcher:
+    """See the module docstring. ``wake`` is called after every change (puts a Tick in the engine)."""
+
+    def __init__(self, kube: Kube, catalog: Catalog, clock: Clock, wake: Callable[[], None], *,
+                 recheck_seconds: float) -> None:
+        self.kube = kube
+        self.catalog = catalog
+        self.clock = clock
+        self.wake = wake
+        self.recheck_seconds = recheck_seconds
+        self.types: list[tuple[str, list[Resource]]] = [
+            (kind, [kueue_resource(plural, kind, ns, v) for v in VERSIONS]) for plural, kind, ns in KUEUE_KINDS]
+        self.types += [("PriorityClass", [PRIORITY_CLASSES]), ("Namespace", [NAMESPACES])]
+        self._pending = {kind for kind, _ in self.types}
+        catalog.ready = False
+
+    def _listed(self, kind: str) -> None:
+        self._pending.discard(kind)
+        if not self._pending and not self.catalog.ready:
+            self.catalog.ready = True
+            log.info("queueing objects listed: %d ClusterQueues, %d LocalQueues, %d ResourceFlavors%s",
+                     len(self.catalog.cluster_queues), len(self.catalog.local_queues), len(self.catalog.flavors),
+                     " (open mode: no ClusterQueue, Jobs need no quota)" if self.catalog.open else "")
+            self.wake()
+
+    async def _served(self, candidates: list[Resource]) -> Resource | None:
+        for res in candidates:
+            try:
+                if await self.kube.served(res):
+                    return res
+            except Temporary as exc:
+                log.warning("discovery of %s failed: %s", res.plural, exc)
+        return None
+
+    async def watch(self, kind: str) -> None:
+        candidates = dict(self.types)[kind]
+        res = await self._served(candidates)
+        first = True
+        while res is None:
+            if first:
+                log.info("%s is not served by the manager cluster; checking every %gs", kind, self.recheck_seconds)
+                self._listed(kind)
+                first = False
+            await self.clock.sleep(self.recheck_seconds)
+            res = await self._served(candidates)
+        listing = await self.kube.list(res)
+        for obj in listing.items:
+            self.catalog.apply(kind, obj)
+        self._listed(kind)
+        self.wake()
+        async for event in self.kube.informer(res):
+            self.catalog.apply(kind, event.object, deleted=event.type == "DELETED")
+            self.wake()
+
+    def kinds(self) -> list[str]:
+        return [kind for kind, _ in self.types]
+

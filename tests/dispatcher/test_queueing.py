@@ -1,0 +1,152 @@
+"""Queueing through the running dispatcher: order, the pending cap, priority classes, quota, restart.
+
+The first three tests are the defects issue 11 names; each fails on the dispatcher before queueing
+(order by uid within a claim batch, only the first ``batch_size * 4`` pending rows looked at,
+priority always 0).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+from typing import Any
+
+from dispatcher.db import models as m
+from federation import labels
+from federation.kinds.crds import load_crds
+from federation.kube import CRDS, Kube, Resource
+from tests.dispatcher.harness import (
+    PYTORCHJOBS,
+    FakeAgent,
+    capacity,
+    eventually,
+    pytorchjob,
+    running,
+    settings,
+)
+from tests.dispatcher.test_flow import cond, rows
+
+KUEUE = "kueue.x-k8s.io"
+FLAVORS = Resource(KUEUE, "v1beta2", "resourceflavors", "ResourceFlavor", namespaced=False)
+CQS = Resource(KUEUE, "v1beta2", "clusterqueues", "ClusterQueue", namespaced=False)
+LQS = Resource(KUEUE, "v1beta2", "localqueues", "LocalQueue")
+WPCS = Resource(KUEUE, "v1beta2", "workloadpriorityclasses", "WorkloadPriorityClass", namespaced=False)
+PCS = Resource("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", namespaced=False)
+
+
+async def install_kueue(kube: Kube) -> None:
+    for crd in load_crds():
+        if crd["spec"]["group"] == KUEUE:
+            await kube.create(CRDS, copy.deepcopy(crd))
+    await eventually(lambda: kube.served(LQS), what="Kueue CRDs served")
+
+
+def labelled(job: dict[str, Any], **extra: str) -> dict[str, Any]:
+    job["metadata"].setdefault("labels", {}).update(extra)
+    return job
+
+
+async def placed_names(url: str) -> set[str]:
+    return {r.name for r in await rows(url, m.workloads) if r.state in ("placed", "running")}
+
+
+async def test_same_batch_claims_are_placed_in_creation_order(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    names = [f"job-{i}" for i in range(10, 30)]
+    for name in names:  # all there before the dispatcher starts: claimed in one batch
+        await kube.create(PYTORCHJOBS, pytorchjob(name, workers=0), "default")
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with FakeAgent("w1", mqtt_url, topic_root, cap=capacity(cpu="5")), running(s):
+        await eventually(lambda: _count(db_url, 5), what="five placed")
+        await asyncio.sleep(0.3)
+        assert await placed_names(db_url) == set(names[:5])
+
+
+async def _count(url: str, n: int) -> bool:
+    return len(await placed_names(url)) >= n
+
+
+async def test_every_pending_workload_is_considered_not_only_the_first_batch(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root, batch_size=5)   # the old round read 4 * 5 rows
+    for i in range(25):
+        await kube.create(PYTORCHJOBS, pytorchjob(f"gpu-{i:02d}", workers=0, gpu=1), "default")
+    await kube.create(PYTORCHJOBS, pytorchjob("small", workers=0), "default")
+    async with FakeAgent("w1", mqtt_url, topic_root), running(s):   # no GPUs anywhere
+        await eventually(lambda: _has(db_url, "small"), what="the CPU job placed behind 25 GPU jobs")
+
+
+async def _has(url: str, name: str) -> bool:
+    return name in await placed_names(url)
+
+
+async def test_priority_from_workload_priority_class_then_pod_priority_class(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    await install_kueue(kube)
+    await kube.create(WPCS, {"apiVersion": f"{KUEUE}/v1beta2", "kind": "WorkloadPriorityClass",
+                             "metadata": {"name": "urgent"}, "value": 1000})
+    await kube.create(PCS, {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass",
+                            "metadata": {"name": "high"}, "value": 100})
+    plain = pytorchjob("plain", workers=0)
+    high = pytorchjob("high", workers=0)
+    high["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["priorityClassName"] = "high"
+    urgent = labelled(pytorchjob("urgent", workers=0), **{"kueue.x-k8s.io/priority-class": "urgent"})
+    for job in (plain, high, urgent):
+        await kube.create(PYTORCHJOBS, job, "default")
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with FakeAgent("w1", mqtt_url, topic_root, cap=capacity(cpu="1")), running(s):
+        await eventually(lambda: _count(db_url, 1), what="one placed")
+        by_name = {r.name: r for r in await rows(db_url, m.workloads)}
+        assert {n: r.priority for n, r in by_name.items()} == {"plain": 0, "high": 100, "urgent": 1000}
+        assert by_name["urgent"].priority_source == "WorkloadPriorityClass urgent"
+        assert await placed_names(db_url) == {"urgent"}   # created last, placed first
+
+
+def _cq(name: str, cpu: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": f"{KUEUE}/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name},
+            "spec": {"namespaceSelector": {}, "resourceGroups": [{"coveredResources": ["cpu", "memory"], "flavors": [
+                {"name": "default", "resources": [{"name": "cpu", "nominalQuota": cpu},
+                                                  {"name": "memory", "nominalQuota": "100Gi"}]}]}], **spec}}
+
+
+async def test_quota_holds_a_team_and_frees_when_a_job_finishes_and_survives_a_restart(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    await install_kueue(kube)
+    await kube.create(FLAVORS, {"apiVersion": f"{KUEUE}/v1beta2", "kind": "ResourceFlavor",
+                                "metadata": {"name": "default"}})
+    await kube.create(CQS, _cq("team-a", "2"))
+    await kube.create(LQS, {"apiVersion": f"{KUEUE}/v1beta2", "kind": "LocalQueue",
+                            "metadata": {"name": "team-a", "namespace": "default"}, "spec": {"clusterQueue": "team-a"}},
+                      "default")
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with FakeAgent("w1", mqtt_url, topic_root) as agent:
+        async with running(s):
+            for i in range(3):
+                await kube.create(PYTORCHJOBS, labelled(pytorchjob(f"a{i}", workers=0), **{labels.QUEUE_NAME: "team-a"}),
+                                  "default")
+            await kube.create(PYTORCHJOBS, pytorchjob("unqueued", workers=0), "default")
+            await eventually(lambda: _count(db_url, 2), what="two placed")
+
+            async def pending_reason(name: str, type_: str) -> Any:
+                c = cond(await kube.get(PYTORCHJOBS, name, "default"), type_)
+                return c if c and c["status"] == "False" else None
+            c = await eventually(lambda: pending_reason("a2", labels.CONDITION_QUOTA_RESERVED), what="a2 waits for quota")
+            assert c["message"] == ("couldn't assign flavors to pod set master: insufficient unused quota for cpu in "
+                                    "flavor default, 1 more needed")
+            c = await eventually(lambda: pending_reason("unqueued", labels.CONDITION_QUOTA_RESERVED),
+                                 what="no LocalQueue")
+            assert c["message"] == "LocalQueue default/default does not exist"
+            a0 = await kube.get(PYTORCHJOBS, "a0", "default")
+            reserved = cond(a0, labels.CONDITION_QUOTA_RESERVED)
+            assert reserved is not None and reserved["status"] == "True"
+            assert reserved["message"] == "Quota reserved in ClusterQueue team-a (master: cpu=default, memory=default)"
+            rs = {r.name: r for r in await rows(db_url, m.workloads)}
+            assert rs["a0"].cluster_queue == "team-a" and rs["a0"].usage == {"default/cpu": "1", "default/memory": "1Gi"}
+        # a restarted dispatcher reads the quota held back from SQL: a2 still waits
+        async with running(s):
+            await asyncio.sleep(1.0)
+            assert await placed_names(db_url) == {"a0", "a1"}
+            place = next(p for p in agent.places() if p.job.name == "a0")
+            await agent.status(place, {"conditions": [{"type": "Succeeded", "status": "True"}]}, finished="Succeeded")
+            await eventually(lambda: _has(db_url, "a2"), what="a2 placed once a0 finished")
