@@ -57,7 +57,7 @@ async def test_same_batch_claims_are_placed_in_creation_order(
     for name in names:  # all there before the dispatcher starts: claimed in one batch
         await kube.create(PYTORCHJOBS, pytorchjob(name, workers=0), "default")
     s = settings(manager, db_url, mqtt_url, topic_root)
-    async with FakeAgent("w1", mqtt_url, topic_root, cap=capacity(cpu="5")), running(s):
+    async with FakeAgent("worker-1", mqtt_url, topic_root, cap=capacity(cpu="5")), running(s):
         await eventually(lambda: _count(db_url, 5), what="five placed")
         await asyncio.sleep(0.3)
         assert await placed_names(db_url) == set(names[:5])
@@ -73,7 +73,7 @@ async def test_every_pending_workload_is_considered_not_only_the_first_batch(
     for i in range(25):
         await kube.create(PYTORCHJOBS, pytorchjob(f"gpu-{i:02d}", workers=0, gpu=1), "default")
     await kube.create(PYTORCHJOBS, pytorchjob("small", workers=0), "default")
-    async with FakeAgent("w1", mqtt_url, topic_root), running(s):   # no GPUs anywhere
+    async with FakeAgent("worker-1", mqtt_url, topic_root), running(s):   # no GPUs anywhere
         await eventually(lambda: _has(db_url, "small"), what="the CPU job placed behind 25 GPU jobs")
 
 
@@ -95,7 +95,7 @@ async def test_priority_from_workload_priority_class_then_pod_priority_class(
     for job in (plain, high, urgent):
         await kube.create(PYTORCHJOBS, job, "default")
     s = settings(manager, db_url, mqtt_url, topic_root)
-    async with FakeAgent("w1", mqtt_url, topic_root, cap=capacity(cpu="1")), running(s):
+    async with FakeAgent("worker-1", mqtt_url, topic_root, cap=capacity(cpu="1")), running(s):
         await eventually(lambda: _count(db_url, 1), what="one placed")
         by_name = {r.name: r for r in await rows(db_url, m.workloads)}
         assert {n: r.priority for n, r in by_name.items()} == {"plain": 0, "high": 100, "urgent": 1000}
@@ -120,7 +120,7 @@ async def test_quota_holds_a_team_and_frees_when_a_job_finishes_and_survives_a_r
                             "metadata": {"name": "team-a", "namespace": "default"}, "spec": {"clusterQueue": "team-a"}},
                       "default")
     s = settings(manager, db_url, mqtt_url, topic_root)
-    async with FakeAgent("w1", mqtt_url, topic_root) as agent:
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent:
         async with running(s):
             for i in range(3):
                 await kube.create(PYTORCHJOBS, labelled(pytorchjob(f"a{i}", workers=0), **{labels.QUEUE_NAME: "team-a"}),
