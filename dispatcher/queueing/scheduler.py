@@ -58,6 +58,7 @@ class Entry:
     need: Need
     placement: api.Placement = ANYWHERE
     excluded: tuple[str, ...] = ()       # clusters that rejected it permanently
+    pinned: str | None = None            # an admin's pin (``mkctl workloads pin``)
     cq: str | None = None    # resolved ClusterQueue (OPEN in open mode), None: cannot queue
     step: str = "queued"     # what holds it: queued, queue, stopped, quota, placement
     reason: str = ""

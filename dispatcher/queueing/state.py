@@ -94,7 +94,7 @@ class QueueingState:
         queued = row.get("queued_at") or row["created_at"]
         return Entry(uid=row["uid"], namespace=row["namespace"], name=row["name"], queue=row["queue"],
                      priority=int(row["priority"]), queued_at=queued.timestamp(), seq=int(row.get("queue_seq") or 0),
-                     need=need, placement=placement, excluded=excluded)
+                     need=need, placement=placement, excluded=excluded, pinned=row.get("pinned"))
 
     def sync(self, rows: Iterable[Mapping[str, Any]], cache: Mapping[str, Mapping[str, Any]],
              needs: dict[str, Need]) -> None:
@@ -110,7 +110,7 @@ class QueueingState:
                 old = self.queues.entries.get(uid)
                 if (old is not None and old.priority == row["priority"] and old.queue == row["queue"]
                         and old.excluded == tuple(row.get("excluded") or ())
-                        and old.placement.pin == (frozenset({row["pinned"]}) if row.get("pinned") else old.placement.pin)):
+                        and old.pinned == row.get("pinned")):
                     continue
                 need = needs.get(uid)
                 if need is None:
