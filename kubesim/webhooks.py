@@ -149,20 +149,10 @@ class Webhooks:
         a.options = {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1",
                      **{k: v for k, v in options.items() if k in ("propagationPolicy", "gracePeriodSeconds",
                                                                  "preconditions")}}
-        for _cfg, w in self._matching(MWC, a):
-            name = w.get("name", "")
-            try:
-                if not self._conditions_pass(w, a):
-                    continue
-                resp = await self._call(w, a)
-            except CallError as e:
-                if w.get("failurePolicy") == "Ignore":
-                    log.warning("kubesim: ignoring failed webhook %s: %s", name, e)
-                    continue
-                raise internal_error(f'failed calling webhook "{name}": {e}') from None
-            warnings += [str(x) for x in resp.get("warnings") or ()]
-            if not resp.get("allowed"):
-                raise denied(name, resp.get("status"))
+        for rec in self.store.list_recs(MWC):
+            for w in rec.obj().get("webhooks") or ():
+                if self._called_and_matched(w, a):
+                    await self._mutate_one(w, a, warnings)  # on DELETE there is no object to patch
         await self._validate(a, warnings)
         return warnings
 
@@ -205,37 +195,61 @@ class Webhooks:
     # -------------------------------------------------------------- mutating
 
     async def _mutate(self, a: Attributes, warnings: list[str]) -> dict[str, Any]:
+        """Mutating webhooks in order, each matched against the object as the ones before it left it; those
+        with ``reinvocationPolicy: IfNeeded`` run once more if a later webhook changed the object."""
         obj = a.obj
         assert obj is not None
-        for _cfg, w in self._matching(MWC, a):
-            name = w.get("name", "")
+        hooks = [w for rec in self.store.list_recs(MWC) for w in rec.obj().get("webhooks") or ()]
+        called: list[tuple[int, dict[str, Any]]] = []  # (index, object after the call) of IfNeeded hooks
+        for i, w in enumerate(hooks):
+            if self._called_and_matched(w, a):
+                obj = await self._mutate_one(w, a, warnings) or obj
+                if w.get("reinvocationPolicy") == "IfNeeded":
+                    called.append((i, obj))
+        again = [hooks[i] for i, seen in called if seen != obj]
+        for w in again:
+            if self._called_and_matched(w, a):
+                obj = await self._mutate_one(w, a, warnings) or obj
+        return obj
+
+    def _called_and_matched(self, w: dict[str, Any], a: Attributes) -> bool:
+        if not self.store.admission.matcher.matches(w, a, "rules"):
+            return False
+        try:
+            return self._conditions_pass(w, a)
+        except CallError as e:
+            if w.get("failurePolicy") == "Ignore":
+                return False
+            raise internal_error(f'failed calling webhook "{w.get("name", "")}": {e}') from None
+
+    async def _mutate_one(self, w: dict[str, Any], a: Attributes, warnings: list[str]) -> dict[str, Any] | None:
+        obj = a.obj
+        name = w.get("name", "")
+        try:
+            resp = await self._call(w, a)
+        except CallError as e:
+            if w.get("failurePolicy") == "Ignore":
+                log.warning("kubesim: ignoring failed webhook %s: %s", name, e)
+                return obj
+            raise internal_error(f'failed calling webhook "{name}": {e}') from None
+        warnings += [str(x) for x in resp.get("warnings") or ()]
+        if not resp.get("allowed"):
+            raise denied(name, resp.get("status"))
+        patch = resp.get("patch")
+        if patch and obj is not None:  # a DELETE has no object to patch: kubesim ignores the patch
+            if resp.get("patchType") != "JSONPatch":
+                raise internal_error(f'failed calling webhook "{name}": received invalid webhook response: '
+                                     f'expected patchType "JSONPatch", got "{resp.get("patchType")}"')
             try:
-                if not self._conditions_pass(w, a):
-                    continue
-                resp = await self._call(w, a)
-            except CallError as e:
-                if w.get("failurePolicy") == "Ignore":
-                    log.warning("kubesim: ignoring failed webhook %s: %s", name, e)
-                    continue
-                raise internal_error(f'failed calling webhook "{name}": {e}') from None
-            warnings += [str(x) for x in resp.get("warnings") or ()]
-            if not resp.get("allowed"):
-                raise denied(name, resp.get("status"))
-            patch = resp.get("patch")
-            if patch:
-                if resp.get("patchType") != "JSONPatch":
-                    raise internal_error(f'failed calling webhook "{name}": received invalid webhook response: '
-                                         f'expected patchType "JSONPatch", got "{resp.get("patchType")}"')
-                try:
-                    ops = orjson.loads(base64.b64decode(patch))
-                    obj = json_patch(obj, ops)
-                except ApiError as e:
-                    raise internal_error(e.message) from None
-                except Exception as e:
-                    raise internal_error(f"error decoding patch from webhook {name}: {e}") from None
-                if not isinstance(obj, dict):
-                    raise internal_error(f'webhook "{name}" patched the object into a non-object')
-                a.obj = obj
+                ops = orjson.loads(base64.b64decode(patch))
+                obj = json_patch(obj, ops)
+            except ApiError as e:
+                raise internal_error(e.message) from None
+            except Exception as e:
+                raise internal_error(f"error decoding patch from webhook {name}: {e}") from None
+            if not isinstance(obj, dict):
+                raise internal_error(f'webhook "{name}" patched the object into a non-object')
+            a.obj = obj
         return obj
 
     # -------------------------------------------------------------- validating

@@ -55,6 +55,16 @@ class Hook:
             ops = [] if labels else [{"op": "add", "path": "/metadata/labels", "value": {}}]
             ops.append({"op": "add", "path": "/metadata/labels/mutated-by", "value": "hook"})
             resp.update(patchType="JSONPatch", patch=_patch(ops), warnings=["mutated by the test hook"])
+        elif path == "/reinvoke":
+            meta = obj.get("metadata") or {}
+            seen = str(len(meta.get("labels") or {}))
+            notes = meta.get("annotations")
+            if notes is None:
+                ops = [{"op": "add", "path": "/metadata/annotations", "value": {"kubesim.mkd.dev/labels-seen": seen}}]
+            else:
+                op = "replace" if "kubesim.mkd.dev/labels-seen" in notes else "add"
+                ops = [{"op": op, "path": "/metadata/annotations/kubesim.mkd.dev~1labels-seen", "value": seen}]
+            resp.update(patchType="JSONPatch", patch=_patch(ops))
         elif path == "/managedby":
             ops = [{"op": "add", "path": "/spec/runPolicy/managedBy", "value": "kueue.x-k8s.io/multikueue"}]
             resp.update(patchType="JSONPatch", patch=_patch(ops))
@@ -207,6 +217,24 @@ def test_mutating_and_validating_webhooks(api: client.ApiClient, ns: str, hooks:
     v1.create_namespaced_config_map("default", {"metadata": {"name": f"plain-{tag}"}, "data": {"a": "1", "b": "2"}})
     v1.delete_namespaced_config_map(f"plain-{tag}", "default")
     assert len(hook.paths()) == before
+
+
+def test_reinvocation_if_needed(api: client.ApiClient, ns: str, hooks: Any,
+                                hook_server: tuple[Hook, int, str]) -> None:
+    """A webhook with reinvocationPolicy IfNeeded runs again when a later webhook changed the object."""
+    ar, tag = hooks
+    hook, port, ca = hook_server
+    ar.create_mutating_webhook_configuration({"metadata": {"name": f"a-{tag}"}, "webhooks": [
+        webhook("reinvoke.kubesim.mkd.dev", url_config(port, "/reinvoke", ca), ["configmaps"], ["CREATE"],
+                namespaceSelector=ON, reinvocationPolicy="IfNeeded")]})
+    ar.create_mutating_webhook_configuration({"metadata": {"name": f"b-{tag}"}, "webhooks": [
+        webhook("mutate.kubesim.mkd.dev", url_config(port, "/mutate", ca), ["configmaps"], ["CREATE"],
+                namespaceSelector=ON)]})
+    before = hook.paths().count("/reinvoke")
+    cm = client.CoreV1Api(api).create_namespaced_config_map(ns, {"metadata": {"name": "r"}})
+    assert cm.metadata.labels == {"mutated-by": "hook"}
+    assert cm.metadata.annotations == {"kubesim.mkd.dev/labels-seen": "1"}  # the second call saw the label
+    assert hook.paths().count("/reinvoke") == before + 2
 
 
 def test_webhook_rules_operations_and_object_selector(api: client.ApiClient, ns: str, hooks: Any,
