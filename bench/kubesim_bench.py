@@ -230,8 +230,10 @@ def main() -> None:
             kc = srv.kubeconfig
             client.CoreV1Api(new_client(kc)).create_namespace({"metadata": {"name": NS}})
             print(f"server pid {srv.proc.pid}, idle RSS {srv.rss_mb():.0f} MB")
+            cpu0 = sum(srv.ps.cpu_times()[:2])
             r1 = creates_per_second(kc, 1, one, "one")
-            print(f"pod creates/s, 1 thread : {r1:7.0f}  ({one} pods)")
+            pod_ms = (sum(srv.ps.cpu_times()[:2]) - cpu0) * 1000 / one
+            print(f"pod creates/s, 1 thread : {r1:7.0f}  ({one} pods), server {pod_ms:.2f} CPU-ms each")
             r8 = creates_per_second(kc, 8, eight, "eight")
             print(f"pod creates/s, 8 threads: {r8:7.0f}  ({8 * eight} pods)")
             cr_n = 300 if args.quick else 2000
