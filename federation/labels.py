@@ -47,6 +47,9 @@ OWNER_UID = f"{PREFIX}/owner-uid"
 the agent's reconcilers list a job's children without scanning the namespace."""
 SPEC_VERSION_ANNOTATION = f"{PREFIX}/spec-version"
 """Annotation: the spec version last applied from a place Command (decimal)."""
+CREATED_BY = f"{PREFIX}/created-by"
+"""Annotation on the worker Job and on every child the agent creates: the origin whose agent made it.
+A child controlled by a stamped Job without it was made by another controller (``worker_agent.foreign``)."""
 MANAGER_NAMESPACE_ANNOTATION = f"{PREFIX}/manager-namespace"
 MANAGER_NAME_ANNOTATION = f"{PREFIX}/manager-name"
 

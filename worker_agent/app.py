@@ -29,6 +29,7 @@ from federation.mqtt import LinkHealth, MqttLink, Will
 from federation.tasks import Supervisor
 from worker_agent.apply import ApplyLoop, JobKey
 from worker_agent.cache import ObjectCache, key_of, kind_resource
+from worker_agent.foreign import created_by, foreign_owner
 from worker_agent.identity import AgentIdentity
 from worker_agent.inbox import Inbox
 from worker_agent.reconcilers.base import Reconciler
@@ -81,7 +82,8 @@ class Agent:
         self.caches.setdefault(NODES.plural, ObjectCache(NODES.plural))
         self.meter = CapacityMeter(self.caches[NODES.plural], self.caches[PODS.plural])
         self.apply = ApplyLoop(self.kube, {}, {}, self.caches, self.clock,
-                               concurrency=self.settings.concurrency, on_status=self._own_status)
+                               concurrency=self.settings.concurrency, on_status=self._own_status,
+                               origin=self.settings.origin)
         self.inbox = Inbox(self.kube, self.caches, self.reporter, origin=self.settings.origin, kinds={},
                            delegate=self.delegated, create_namespaces=self.settings.create_namespaces)
         await self.adopt_served()
@@ -170,12 +172,28 @@ class Agent:
             obj = event.object
             if event.type == "DELETED":
                 cache.delete_event(obj)
-            elif not cache.upsert(obj):
-                continue
+            else:
+                self._check_foreign(obj)  # before upsert, which shrinks obj to its header
+                if not cache.upsert(obj):
+                    continue
             if plural in (PODS.plural, NODES.plural):
                 self.capacity_changed.set()
             if plural != NODES.plural:
                 self.apply.enqueue_owner(obj, self.by_uid)
+
+    def _check_foreign(self, child: dict[str, Any]) -> None:
+        """A child another controller made for a copy the agent runs: refuse that job (worker_agent.foreign)."""
+        assert self.apply is not None and self.inbox is not None
+        run_here = {name for name, r in self.apply.reconcilers.items() if r.children}
+        key = foreign_owner(child, self.by_uid, run_here=run_here)
+        if key is None or key in self.apply.refused:
+            return
+        job = self.caches[self.job_resources[key[0]].plural].get(key[1:])
+        if job is None or created_by(job) != self.settings.origin:
+            return  # a copy made before the agent stamped its objects is not judged
+        self.apply.refused.add(key)
+        self.apply.forget(key)
+        self.inbox.refuse_foreign(self.kinds[key[0]], job, child)
 
     # --- MQTT ---------------------------------------------------------------------------------
     def _heartbeat(self, capacity: Capacity, online: bool = True) -> Heartbeat:

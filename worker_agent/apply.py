@@ -18,6 +18,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from federation import labels
 from federation.clock import Clock
 from federation.errors import AlreadyExists, Conflict, FederationError, NotFound, Permanent, Temporary
 from federation.kube import Kube, Resource
@@ -46,8 +47,13 @@ class ApplyLoop:
 
     def __init__(self, kube: Kube, reconcilers: Mapping[str, Reconciler], resources: Mapping[str, Resource],
                  caches: Mapping[str, ObjectCache], clock: Clock, *, concurrency: int = 16,
-                 component: str = COMPONENT, on_status: Callable[[str, dict[str, Any]], None] | None = None) -> None:
+                 component: str = COMPONENT, on_status: Callable[[str, dict[str, Any]], None] | None = None,
+                 origin: str = "") -> None:
         self.kube = kube
+        self.origin = origin
+        """Stamped as ``mkd.dev/created-by`` on every child created or updated (see ``worker_agent.foreign``)."""
+        self.refused: set[JobKey] = set()
+        """Jobs another controller reconciles too: never reconciled here again."""
         self.reconcilers = dict(reconcilers)
         self.resources = dict(resources)
         """JobKind name -> its Resource."""
@@ -68,7 +74,7 @@ class ApplyLoop:
 
     # --- queueing ---------------------------------------------------------------------------
     def enqueue(self, key: JobKey) -> None:
-        if key[0] not in self.reconcilers:
+        if key[0] not in self.reconcilers or key in self.refused:
             return
         if key in self._running:
             self._dirty.add(key)
@@ -173,7 +179,7 @@ class ApplyLoop:
 
     async def reconcile(self, key: JobKey) -> float | None:
         """One pass; returns a retry delay when the pass was cut short."""
-        observed = self.observe(key)
+        observed = self.observe(key) if key not in self.refused else None
         if observed is None:
             return None
         self.passes += 1
@@ -205,6 +211,7 @@ class ApplyLoop:
                 elif isinstance(result, BaseException):
                     raise result
         for res, body in plan.updates:
+            self._stamp(body)
             updated = await self.kube.replace(res, body, ns)
             self.caches[res.plural].upsert(updated)
         retry: float | None = None
@@ -263,10 +270,16 @@ class ApplyLoop:
         refs = meta.setdefault("ownerReferences", [])
         if not any(r.get("uid") == owner["uid"] for r in refs):
             refs.append(owner)
+        self._stamp(body)
         created = await self.kube.create(res, body, ns)
         cache = self.caches.get(res.plural)
         if cache is not None:
             cache.upsert(created)
+
+    def _stamp(self, body: dict[str, Any]) -> None:
+        if self.origin:
+            meta = body.setdefault("metadata", {})
+            meta["annotations"] = {**(meta.get("annotations") or {}), labels.CREATED_BY: self.origin}
 
     async def _write_status(self, res: Resource, job: dict[str, Any], status: dict[str, Any]) -> float | None:
         body = {**job, "status": status}

@@ -44,6 +44,7 @@ from federation.messages import (
     Resync,
     decode_command,
 )
+from worker_agent import foreign
 from worker_agent.cache import ObjectCache, kind_resource
 from worker_agent.reports import Reporter, job_ref, placement_of, spec_version_of
 
@@ -85,6 +86,8 @@ class Inbox:
         self.deleted: dict[str, tuple[int, int]] = {}
         """workload uid -> (attempt, epoch) of the last Delete applied (refuses late Places)."""
         self._locks: dict[str, asyncio.Lock] = {}
+        self.foreign: dict[str, str] = {}
+        """JobKind name -> why its jobs are refused here (another controller reconciles them too)."""
         self._known_namespaces: set[str] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self.highest_epoch = 0
@@ -140,7 +143,10 @@ class Inbox:
                 horizon = self._arrivals - 10_000
                 self.place_arrival = {u: a for u, a in self.place_arrival.items() if a > horizon}
         lock = self._locks.setdefault(key, asyncio.Lock())
-        task = asyncio.get_running_loop().create_task(self._handle(lock, key, command, arrival))
+        self._spawn(self._handle(lock, key, command, arrival))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -198,6 +204,9 @@ class Inbox:
             self.reporter.rejected(p, cmd.spec_version, "UnsupportedKind", exc.message)
             return
         kind = self.kinds.get(cmd.job.kind)
+        if kind is not None and kind.name in self.foreign:
+            self.reporter.rejected(p, cmd.spec_version, foreign.REASON, self.foreign[kind.name])
+            return
         if kind is None:
             self.reporter.rejected(p, cmd.spec_version, "KindNotServed",
                                    f"{cmd.job.kind} is not served by this cluster (its CRD is not installed); "
@@ -277,7 +286,7 @@ class Inbox:
         meta["name"] = cmd.job.name
         meta["namespace"] = cmd.job.namespace
         meta["annotations"] = {**(meta.get("annotations") or {}),
-                               labels.SPEC_VERSION_ANNOTATION: str(cmd.spec_version)}
+                               labels.SPEC_VERSION_ANNOTATION: str(cmd.spec_version), labels.CREATED_BY: self.origin}
         return body
 
     async def _update(self, kind: JobKind, cmd: Place, current: Applied) -> None:
@@ -324,6 +333,38 @@ class Inbox:
                 pass
         self._known_namespaces.add(ns)
         return True
+
+    # --- another controller on the same job --------------------------------------------------------
+    def refuse_foreign(self, kind: JobKind, job: Mapping[str, Any], child: Mapping[str, Any]) -> None:
+        """``child`` shows another controller runs ``job`` too (``worker_agent.foreign``): refuse the job
+        (in the background, in order with the workload's Commands) and every later one of its kind."""
+        meta, child_meta = job.get("metadata") or {}, child.get("metadata") or {}
+        text = foreign.message(kind.name, kind.controller, str(meta.get("namespace")), str(meta.get("name")),
+                               str(child.get("kind") or "an object"), str(child_meta.get("name")),
+                               self.reporter.cluster)
+        self.foreign.setdefault(kind.name, text)
+        placement = placement_of(job)
+        if placement is None:
+            return
+        key = placement.workload_uid
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        self._spawn(self._refuse(lock, kind, dict(job), placement, text))
+
+    async def _refuse(self, lock: asyncio.Lock, kind: JobKind, job: dict[str, Any], placement: PlacementKey,
+                      text: str) -> None:
+        async with lock:
+            log.error("%s", text)
+            self.reporter.rejected(placement, spec_version_of(job), foreign.REASON, text)
+            try:
+                await self.kube.event(job, type="Warning", reason=foreign.REASON, message=text, component="mkd-agent")
+            except FederationError as exc:
+                log.warning("could not record the %s Event: %s", foreign.REASON, exc)
+            applied = Applied.of(kind.name, job)
+            current = self.workloads.get(placement.workload_uid)
+            if applied is not None and (current is None or (current.attempt, current.epoch) == (applied.attempt,
+                                                                                                 applied.epoch)):
+                await self._delete_job(applied)
+                self.workloads.pop(placement.workload_uid, None)
 
     # --- Delete and Resync -------------------------------------------------------------------------
     async def _delete_job(self, applied: Applied) -> None:
