@@ -252,6 +252,13 @@ class Admission:
         """CRD rules, then policies; raises ApiError with the real server's Status."""
         if rt.group == GROUP and obj is not None and subresource is None:
             prepare_registration(rt, obj)
+        elif rt.key == RAW_CRD and obj is not None and subresource is None:
+            causes = []
+            for i, v in enumerate((obj.get("spec") or {}).get("versions") or ()):
+                schema = ((v or {}).get("schema") or {}).get("openAPIV3Schema")
+                causes += cel.rule_compile_causes(schema, f"spec.versions[{i}].schema.openAPIV3Schema")
+            if causes:
+                raise invalid(rt.kind, rt.group, (obj.get("metadata") or {}).get("name", ""), causes)
         if not rt.builtin and obj is not None:
             self._crd_rules(rt, obj, old)
         if self.store._objs.get(VAPB):

@@ -319,6 +319,53 @@ def _build(s: dict[str, Any]) -> Node | None:
     return node
 
 
+def _go_rule(r: dict[str, Any]) -> str:
+    """The rule as Go's %#v prints an apiextensions.ValidationRule (what the real server shows)."""
+    import orjson
+
+    def q(v: Any) -> str:
+        return orjson.dumps(str(v or "")).decode()
+
+    reason = "(*apiextensions.FieldValueErrorReason)(nil)" if r.get("reason") is None else \
+        "(*apiextensions.FieldValueErrorReason)(0xc000000000)"
+    opt = "(*bool)(nil)" if r.get("optionalOldSelf") is None else "(*bool)(0xc000000000)"
+    return (f"apiextensions.ValidationRule{{Rule:{q(r.get('rule'))}, Message:{q(r.get('message'))}, "
+            f"MessageExpression:{q(r.get('messageExpression'))}, Reason:{reason}, FieldPath:{q(r.get('fieldPath'))}, "
+            f"OptionalOldSelf:{opt}}}")
+
+
+def rule_compile_causes(schema: Any, path: str) -> list[dict[str, str]]:
+    """422 causes for CRD rules that do not compile, at the CRD's schema paths (checked when a CRD is written)."""
+    import orjson
+
+    out: list[dict[str, str]] = []
+    if not isinstance(schema, dict):
+        return out
+    for j, r in enumerate(schema.get("x-kubernetes-validations") or ()):
+        if not isinstance(r, dict):
+            continue
+        rp = f"{path}.x-kubernetes-validations[{j}]"
+        text = str(r.get("rule") or "")
+        try:
+            compile_expr(_optional_rule(text) if r.get("optionalOldSelf") else text,
+                         OPTIONAL_VARS if r.get("optionalOldSelf") else CRD_VARS)
+        except CompileError as e:
+            out.append({"reason": "FieldValueInvalid", "field": f"{rp}.rule",
+                        "message": f"Invalid value: {_go_rule(r)}: compilation failed: {e}"})
+        if r.get("messageExpression"):
+            try:
+                compile_expr(str(r["messageExpression"]), CRD_VARS)
+            except CompileError as e:
+                out.append({"reason": "FieldValueInvalid", "field": f"{rp}.messageExpression",
+                            "message": f"Invalid value: {orjson.dumps(str(r['messageExpression'])).decode()}: "
+                                       f"messageExpression compilation failed: {e}"})
+    for name, sub in (schema.get("properties") or {}).items():
+        out += rule_compile_causes(sub, f"{path}.properties[{name}]")
+    out += rule_compile_causes(schema.get("items"), f"{path}.items")
+    out += rule_compile_causes(schema.get("additionalProperties"), f"{path}.additionalProperties")
+    return out
+
+
 def _optional_rule(text: str) -> str:
     """A rule with ``optionalOldSelf: true`` sees ``oldSelf`` as an optional (none on create)."""
     return f"cel.bind(oldSelf, kubesimHasOld ? optional.of(kubesimOld) : optional.none(), ({text}))"

@@ -529,3 +529,18 @@ def test_policy_on_delete_sees_the_old_object(api: client.ApiClient, ns: str, po
         "denied request: protected config maps stay")
     v1.delete_namespaced_config_map("loose", ns)
     assert v1.read_namespaced_config_map("kept", ns).metadata.name == "kept"
+
+
+def test_crd_with_a_rule_that_does_not_compile_is_refused(api: client.ApiClient) -> None:
+    body = {"metadata": {"name": f"broken.{GIZMO_GROUP}"}, "spec": {
+        "group": GIZMO_GROUP, "scope": "Namespaced",
+        "names": {"plural": "broken", "singular": "broken", "kind": "Broken"},
+        "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+            "type": "object", "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                                                      "x-kubernetes-validations": [{"rule": "self.size( >"}]}}}}}]}}
+    st = refused(client.ApiextensionsV1Api(api).create_custom_resource_definition, body)
+    assert st["code"] == 422 and st["reason"] == "Invalid"
+    (c,) = st["details"]["causes"]
+    assert c["field"] == "spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule"
+    assert c["message"].startswith('Invalid value: apiextensions.ValidationRule{Rule:"self.size( >", Message:""')
+    assert "compilation failed: ERROR: <input>:1:" in c["message"]
