@@ -318,6 +318,15 @@ def summary(console: Console, top: Topology, progress: Progress, opts: DemoOptio
             console.print(f"  {p}", markup=False)
 
 
+def server_hints(api_url: str, token: str) -> list[str]:
+    """What to try against the running dispatcher's API (printed by ``--keep-running``)."""
+    mkctl = mkctl_command()
+    where = f"--server {api_url} --token {shlex.quote(token)}"
+    return [f"{mkctl} {cmd} {where}" for cmd in (
+        "workloads list", "workloads show other-controller", "clusters cordon worker-1", "clusters drain worker-2",
+        "events -w")]
+
+
 def inspect_hints(database_url: str, job: str) -> list[str]:
     """The commands the demo suggests, spelled so they run as printed from where the demo ran
     (``.venv/bin/mkctl`` after ``make demo``, which puts nothing on PATH)."""
@@ -329,13 +338,7 @@ def inspect_hints(database_url: str, job: str) -> list[str]:
 
 
 async def keep_running(console: Console, top: Topology) -> None:
-    info = top.describe()
-    console.print("\n[bold]still running[/] (Ctrl-C to stop). Kubeconfigs:")
-    for name, path in info["kubeconfigs"].items():
-        console.print(f"  {name:<9} {path}", markup=False)
-    console.print(f"  kubectl --kubeconfig {info['kubeconfigs'][MANAGER]} get pytorchjobs,jobs -A", markup=False)
-    console.print(f"  MQTT {info['mqtt_url']} (topic root {info['topic_root']}), database {info['database_url']}",
-                  markup=False)
+    print_running(console, top.describe())
     stop = asyncio.Event()
     from federation.tasks import install_signal_handlers
 
@@ -347,6 +350,23 @@ async def keep_running(console: Console, top: Topology) -> None:
                 await asyncio.wait_for(stop.wait(), timeout=1.0)
     finally:
         remove()
+
+
+def print_running(console: Console, info: Mapping[str, Any]) -> None:
+    """What ``--keep-running`` prints: kubeconfigs, broker and database, the dashboard URL and token."""
+    console.print("\n[bold]still running[/] (Ctrl-C to stop). Kubeconfigs:")
+    for name, path in info["kubeconfigs"].items():
+        console.print(f"  {name:<9} {path}", markup=False)
+    console.print(f"  kubectl --kubeconfig {info['kubeconfigs'][MANAGER]} get pytorchjobs,jobs -A", markup=False)
+    console.print(f"  MQTT {info['mqtt_url']} (topic root {info['topic_root']}), database {info['database_url']}",
+                  markup=False)
+    if info.get("dashboard_url"):
+        console.print("\n[bold]dashboard[/] (open in a browser; the token is stored in a cookie):", highlight=False)
+        console.print(f"  {info['dashboard_url']}", markup=False, highlight=False)
+        console.print(f"  token: {info['api_token']}", markup=False, highlight=False)
+        console.print("the API, with the same token (also: /metrics, /openapi.json, /healthz, /readyz):", markup=False)
+        for cmd in server_hints(info["api_url"], info["api_token"]):
+            console.print(f"  {cmd}", markup=False, highlight=False)
 
 
 def reset_state(state_dir: Path, *, own_database: bool) -> None:

@@ -16,6 +16,8 @@ import asyncio
 import contextlib
 import hashlib
 import logging
+import secrets
+import socket
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -95,6 +97,16 @@ class TopologyOptions:
     kubeconfigs: dict[str, Path] | None = None
     """Real clusters instead of kubesim: cluster name -> kubeconfig, ``manager`` plus the workers
     (the e2e suite's ``MKD_TEST_KUBECONFIGS``); ``workers`` is then ignored."""
+    api: bool = True
+    """Serve the dispatcher's admin API, dashboard and metrics on a free local port with a fresh token."""
+
+
+def _free_port() -> int:
+    """A port free now on 127.0.0.1 (the dispatcher binds it a moment later)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
 
 
 def build_settings(cls: type[BaseModel], values: Mapping[str, Any]) -> Any:
@@ -132,6 +144,9 @@ class Topology:
         # MQTT client ids must differ between federations sharing one broker (persistent sessions
         # are per client id), and stay stable across an agent's restart within one federation.
         self._tag = hashlib.sha1(self.options.topic_root.encode()).hexdigest()[:6]
+        self.api_port: int | None = _free_port() if self.options.api else None
+        self.api_token = secrets.token_urlsafe(18)
+        """The demo's static API token (printed with the dashboard's URL)."""
         from federation import signing
 
         # Every message is signed: one key pair for the dispatcher and one per agent, made per run;
@@ -250,6 +265,8 @@ class Topology:
             "placement_retry_seconds": 2.0,
             "capacity_settle_seconds": 1.0,
         }
+        if self.api_port is not None:
+            values.update(api_port=self.api_port, api_host="127.0.0.1", api_token=self.api_token)
         values.update(self.options.dispatcher_overrides)
         return build_settings(DispatcherSettings, values)
 
@@ -349,4 +366,11 @@ class Topology:
             "mqtt_url": self.mqtt_url,
             "topic_root": self.options.topic_root,
             "kubeconfigs": {name: str(self.kubeconfig(name)) for name in self.cluster_names},
+            "api_url": self.api_url,
+            "api_token": self.api_token if self.api_url else None,
+            "dashboard_url": f"{self.api_url}/?token={self.api_token}" if self.api_url else None,
         }
+
+    @property
+    def api_url(self) -> str | None:
+        return f"http://127.0.0.1:{self.api_port}" if self.api_port is not None else None

@@ -131,6 +131,7 @@ async def workloads_page(request: Request) -> Response:
     except HTTPException as exc:
         return login_page(str(exc.detail))
     error = ""
+    f: dbadmin.WorkloadFilter | None = None
     try:
         f = dbadmin.WorkloadFilter(namespace=values["namespace"] or None,
                                    kind=dbadmin.parse_kind(values["kind"], field_name="kind"),
@@ -138,10 +139,11 @@ async def workloads_page(request: Request) -> Response:
                                    state=dbadmin.parse_state(values["state"], field_name="state"),
                                    labels=dbadmin.parse_labels(values["label"], field_name="label"))
     except Invalid as exc:
-        error = exc.message
-        f = dbadmin.WorkloadFilter(namespace="\0")  # matches nothing; the error says why
-    async with routes.ctx_of(request).sessions() as s:
-        rows = [dict(r._mapping) for r in await dbadmin.list_workloads(s, f, limit=1000)]
+        error = exc.message  # shown above an empty table
+    rows: list[dict[str, Any]] = []
+    if f is not None:
+        async with routes.ctx_of(request).sessions() as s:
+            rows = [dict(r._mapping) for r in await dbadmin.list_workloads(s, f, limit=1000)]
     now = datetime.now(UTC)
     body_rows = [(
         esc(r["namespace"]),

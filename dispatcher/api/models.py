@@ -81,7 +81,8 @@ class WorkloadDetail(WorkloadItem):
     spec_version: int = 1
     excluded: list[str] = Field(default_factory=list)
     podsets: list[dict[str, Any]] = Field(default_factory=list)
-    conditions: list[dict[str, Any]] = Field(default_factory=list, description="mkd's conditions on the manager Job")
+    conditions: list[dict[str, Any]] = Field(default_factory=list, description="the manager Job's conditions (mkd's MultiCluster* and the mirrored worker's), "
+                                                    "as the dispatcher last saw them")
     placements: list[PlacementItem]
     events: list[EventItem]
     why: Why

@@ -1,0 +1,165 @@
+"""The dashboard in a real browser: headless Chromium (selenium + chromedriver) loads every page of the
+demo topology (kubesim manager + three workers, dispatcher with its API, three agents, the examples)
+and the test asserts on what the pages show.
+
+Skips, saying so, where Chromium or chromedriver is not installed (``make test`` installs them where
+it may: root and apt). ``MKD_UPDATE_SCREENSHOTS=1`` writes the README's screenshots to ``docs/``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import shutil
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mkctl import jobs
+from mkctl.demo import create_job, submit
+from mkctl.topology import Topology, TopologyOptions
+
+ROOT = Path(__file__).resolve().parents[2]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
+DRIVER = shutil.which("chromedriver")
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    if not CHROMIUM or not DRIVER:
+        pytest.skip("Chromium or chromedriver is not installed (apt-get install chromium chromium-driver; "
+                    "`make test` does it when run as root with apt): the dashboard's browser test did not run")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                "--window-size=1400,900", "--no-proxy-server"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+async def demo(tmp_path: Path, mqtt_url: str, database_url: str, topic_root: str) -> AsyncIterator[Topology]:
+    options = TopologyOptions(state_dir=tmp_path / "state", mqtt_url=mqtt_url, database_url=database_url,
+                              topic_root=topic_root, heartbeat_seconds=1.0, heartbeat_timeout_seconds=3.0,
+                              origin="mkd-ui")
+    async with Topology(options) as top:
+        await top.wait_for_clusters()
+        examples = jobs.load_examples()
+        await submit(top, examples)
+        # one sample that keeps running, so the clusters page has capacity in use to show
+        long = next(s for s in examples.samples if s.name == "pytorch-simple")
+        manifest = copy.deepcopy(long.manifest)
+        manifest["metadata"]["name"] = "long-runner"
+        for spec in manifest["spec"]["pytorchReplicaSpecs"].values():
+            spec["template"]["metadata"]["annotations"]["kubesim.mkd.dev/run-seconds"] = "600"
+        await create_job(top.manager, jobs.Sample(manifest, long.source, "Succeeded"))
+        yield top
+
+
+def shot(driver: Any, name: str) -> None:
+    target = ROOT / "docs" / f"dashboard-{name}.png" if os.environ.get("MKD_UPDATE_SCREENSHOTS") else None
+    if target is not None:
+        driver.save_screenshot(str(target))
+
+
+def wait_text(driver: Any, css: str, text: str, within: float = 30.0) -> str:
+    """The text of ``css`` once it contains ``text`` (the pages refresh themselves every few seconds)."""
+    from selenium.webdriver.common.by import By
+
+    deadline = time.monotonic() + within
+    seen = ""
+    while time.monotonic() < deadline:
+        try:
+            seen = driver.find_element(By.CSS_SELECTOR, css).text
+        except Exception:  # element replaced by a live refresh between find and read
+            seen = ""
+        if text in seen:
+            return str(seen)
+        time.sleep(0.25)
+    raise AssertionError(f"{css} never showed {text!r}; last: {seen!r}")
+
+
+@pytest.mark.slow
+async def test_every_page_in_a_real_browser(browser: Any, demo: Topology) -> None:
+    from selenium.webdriver.common.by import By
+
+    info = demo.describe()
+    base = info["api_url"]
+    assert base and info["api_token"]
+
+    def scenario() -> None:
+        # without the token: a sign-in page, not the data
+        browser.get(f"{base}/ui/workloads")
+        assert "Sign in" in browser.page_source and "pytorch-simple" not in browser.page_source
+        # the demo's printed URL stores the token and lands on the Workloads table
+        browser.get(info["dashboard_url"])
+        assert browser.current_url.endswith("/ui/workloads")
+        # clusters while the samples run: health and capacity bars that show the use
+        browser.get(f"{base}/ui/clusters")
+        text = wait_text(browser, "#cluster-rows", "worker-3")
+        assert "worker-1" in text and "online" in text and "nvidia.com/gpu" in text
+        deadline = time.monotonic() + 30
+        widths = "return [...document.querySelectorAll('.cap .bar span')].map(e => parseFloat(e.style.width))"
+        while not any(w > 0 for w in browser.execute_script(widths)):
+            assert time.monotonic() < deadline, "no capacity bar ever showed use"
+            time.sleep(0.2)
+        shot(browser, "clusters")
+        browser.get(f"{base}/ui/workloads")
+        wait_text(browser, "#workload-rows", "pytorch-simple")
+        wait_text(browser, "#workload-rows", "too-large")
+        rows = browser.find_elements(By.CSS_SELECTOR, "#workload-rows tr")
+        assert len(rows) >= 8
+        # live refresh: a job the table had not shown running shows up finished without a reload
+        wait_text(browser, "#workload-rows", "finished", within=60)
+        shot(browser, "workloads")
+        # filters
+        browser.get(f"{base}/ui/workloads?state=Pending")
+        text = wait_text(browser, "#workload-rows", "too-large")
+        assert "pytorch-simple" not in text
+        browser.get(f"{base}/ui/workloads?state=bogus")
+        assert "is not a Workload state" in browser.find_element(By.ID, "error").text
+        # one Workload: why it waits, placements, history
+        browser.get(f"{base}/ui/workloads")
+        wait_text(browser, "#workload-rows", "too-large")
+        browser.find_element(By.LINK_TEXT, "too-large").click()
+        why = browser.find_element(By.ID, "why").text
+        assert "why pending" in why and "nvidia.com/gpu" in why
+        browser.get(f"{base}/ui/workloads/default/pytorch-simple")
+        wait_text(browser, "#placement-rows", "worker-")
+        assert "claimed" in browser.find_element(By.ID, "event-rows").text
+        shot(browser, "workload")
+        # a Job mkd leaves alone says who manages it
+        browser.get(f"{base}/ui/workloads/default/other-controller")
+        assert "left to kubeflow.org/training-operator" in browser.find_element(By.ID, "why").text
+        # queues: usage per queue, and the truth about quotas
+        browser.get(f"{base}/ui/queues")
+        assert "Queues not configured" in browser.find_element(By.ID, "not-configured").text
+        assert "default" in browser.find_element(By.ID, "queue-rows").text
+        shot(browser, "queues")
+
+    await asyncio.to_thread(scenario)
+
+    # what `make demo DEMO_ARGS=--keep-running` prints: the URL just used, the token, API commands
+    from io import StringIO
+
+    from rich.console import Console
+
+    from mkctl.demo import print_running
+
+    out = StringIO()
+    print_running(Console(file=out, width=300, force_terminal=False), info)
+    printed = out.getvalue()
+    assert info["dashboard_url"] in printed and f"token: {info['api_token']}" in printed
+    assert f"--server {base} --token {info['api_token']}" in printed
