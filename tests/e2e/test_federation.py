@@ -11,6 +11,7 @@ import asyncio
 import copy
 import json
 import os
+import shlex
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -225,7 +226,7 @@ async def test_mkctl_demo_runs_to_the_end(tmp_path: Path, mqtt_url: str, databas
     assert proc.returncode == 0, text[-4000:]
     assert "every sample job reached its expected end" in text
     assert "too-large stays pending" in text and "other-controller was left alone" in text
-    assert f"mkctl placements list --database-url '{database_url}'" in text
+    assert f"workloads list --database-url {shlex.quote(database_url)}" in text  # runnable as printed (tests/admin)
     assert "\x1b[" not in text, "no terminal escapes when stdout is not a TTY"
 
     # The admin's view of the same run, from the database the demo left behind.
