@@ -153,6 +153,8 @@ class Dispatcher:
         watcher = self.queue_watcher
         for object_kind in watcher.kinds():
             sup.start(f"queues/{object_kind}", lambda k=object_kind: watcher.watch(k), restart=True)  # type: ignore[misc]
+        sup.start("queues/status", lambda: watcher.write_status(self.engine.queueing.queues, 2.0),  # type: ignore[union-attr]
+                  restart=True)
 
     async def run(self, stop: asyncio.Event) -> None:
         async with Supervisor(clock=self.clock) as sup:

@@ -308,6 +308,9 @@ def _explain(need: Need, clusters: Sequence[ClusterView], excluded: set[str]) ->
         amount = need.total[res]
         if amount <= 0 or res in OPTIONAL:
             continue
+        if not any(c.allocatable.get(res, ZERO) > 0 for c in clusters):
+            return (f"no cluster offers {res} at all (checked {', '.join(c.name for c in clusters)}); "
+                    f"it needs {q(amount, res)}{suffix}")
         most = max(clusters, key=lambda c: (c.free.get(res, ZERO), c.name))
         have = most.free.get(res, ZERO)
         if have < amount:

@@ -100,6 +100,12 @@ class PlacementRound(EngineCore):
         await q.add_placements(s, placements)
         for e in result.waiting:
             self._waiting(b, e)
+        for uid, cq in qs.routed():  # the ClusterQueue of each pending row: positions readable from SQL
+            if uid in b.w:
+                if b.w[uid].get("state") == "pending":
+                    b.set_w(uid, cluster_queue=cq)
+            else:
+                b.w_updates.setdefault(uid, {})["cluster_queue"] = cq
 
     def _admitted(self, b: Batch, row: dict[str, Any], a: Admission, cq: str | None) -> None:
         """QuotaReserved and Admitted on the Job, and the admission decision in the history."""
@@ -135,10 +141,9 @@ class PlacementRound(EngineCore):
             b.w_updates.setdefault(e.uid, {}).update(reason=e.reason, updated_at=b.now)
         row = {"uid": e.uid, "namespace": e.namespace, "name": e.name, "kind": e.need.kind}
         key = job_key(row)
+        b.event(e.uid, "pending", reason=e.word, message=e.reason)
         if e.step == "placement":
-            b.event(e.uid, "pending", reason="NoFittingCluster", message=e.reason)
             cond = wl.condition(labels.CONDITION_DISPATCHED, False, "NoFittingCluster", e.reason, b.now)
         else:
-            b.event(e.uid, "pending", reason="QuotaNotReserved", message=e.reason)
             cond = wl.condition(CONDITION_QUOTA_RESERVED, False, "Pending", e.reason, b.now)
         b.after.append(lambda key=key, cond=cond: self.writer.condition(key, cond))  # type: ignore[misc]

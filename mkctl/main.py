@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from mkctl import admin, demo, keys, services
+from mkctl import admin, demo, keys, queues, services
 from mkctl.errors import describe, print_error
 
 
@@ -81,6 +81,7 @@ def root(
 
 services.register(app)
 admin.register(app)
+queues.register(app)
 keys.register(app)
 demo.register(app)
 

@@ -62,6 +62,8 @@ class Entry:
     cq: str | None = None    # resolved ClusterQueue (OPEN in open mode), None: cannot queue
     step: str = "queued"     # what holds it: queued, queue, stopped, quota, placement
     reason: str = ""
+    word: str = ""           # the reason as one CamelCase word (LocalQueueDoesNotExist, ...)
+    stored_cq: str | None = None  # the ClusterQueue last written to its row
     set_aside: str = ""      # '' in the heap; 'quota' or 'capacity' while set aside
     set_aside_since: float | None = None
 
@@ -78,6 +80,8 @@ class Admitted:
     usage: dict[FR, Decimal]
     priority: int = 0
     flavors: dict[str, dict[str, str]] = field(default_factory=dict)
+    namespace: str = ""
+    queue: str = ""          # its LocalQueue
 
 
 @dataclass
@@ -146,7 +150,7 @@ class Queues:
         else:
             r = self.catalog.resolve(e.namespace, e.queue)
             if r.problem:
-                e.cq, e.step, e.reason = None, "queue", r.problem
+                e.cq, e.step, e.reason, e.word = None, "queue", r.problem, r.reason
                 self.aside.setdefault(None, {})[e.uid] = e
                 self._told.append(e)
                 return
@@ -154,7 +158,7 @@ class Queues:
             e.cq = r.cluster_queue.name
             stopped = self.catalog.stopped(r)
             if stopped:
-                e.step, e.reason = "stopped", stopped
+                e.step, e.reason, e.word = "stopped", stopped, "Stopped"
                 self.aside.setdefault(e.cq, {})[e.uid] = e
                 e.set_aside = "stopped"
                 self._told.append(e)
@@ -338,6 +342,7 @@ class Queues:
         step = "quota" if why == "quota" else "placement"
         if e.reason != text or e.step != step:
             e.reason, e.step = text, step
+            e.word = "QuotaNotReserved" if why == "quota" else "NoFittingCluster"
             result.waiting.append(e)
         if e.set_aside_since is None:
             e.set_aside_since = stamp
@@ -370,7 +375,7 @@ class Queues:
         self._pop(e)
         self.discard(e.uid)
         if cq is not None:
-            self.hold_quota(Admitted(e.uid, cq.name, dict(got.usage), e.priority, got.flavors))
+            self.hold_quota(Admitted(e.uid, cq.name, dict(got.usage), e.priority, got.flavors, e.namespace, e.queue))
         view = views[cluster]
         view.free = {k: view.free.get(k, ZERO) - v for k, v in need.total.items()} | {
             k: v for k, v in view.free.items() if k not in need.total}

@@ -92,9 +92,10 @@ class QueueingState:
         if row.get("pinned"):
             placement = api.Placement(frozenset({row["pinned"]}), placement.exclude, placement.selector)
         queued = row.get("queued_at") or row["created_at"]
+        stored = row.get("cluster_queue")
         return Entry(uid=row["uid"], namespace=row["namespace"], name=row["name"], queue=row["queue"],
                      priority=int(row["priority"]), queued_at=queued.timestamp(), seq=int(row.get("queue_seq") or 0),
-                     need=need, placement=placement, excluded=excluded, pinned=row.get("pinned"))
+                     need=need, placement=placement, excluded=excluded, pinned=row.get("pinned"), stored_cq=stored)
 
     def sync(self, rows: Iterable[Mapping[str, Any]], cache: Mapping[str, Mapping[str, Any]],
              needs: dict[str, Need]) -> None:
@@ -120,7 +121,8 @@ class QueueingState:
                 self.queues.discard(uid)
                 if uid not in self.queues.admitted and row.get("cluster_queue") and row.get("usage"):
                     self.queues.hold_quota(Admitted(uid, row["cluster_queue"], usage_from_json(row["usage"]),
-                                                    int(row["priority"]), row.get("flavors") or {}))
+                                                    int(row["priority"]), row.get("flavors") or {},
+                                                    row["namespace"], row["queue"]))
             else:
                 self.queues.discard(uid)
                 self.queues.release(uid)
@@ -133,15 +135,27 @@ class QueueingState:
         self.queues.admitted.clear()
         self.queues.refresh()
         self.seq = int((await s.execute(sa.select(sa.func.max(w.c.queue_seq)))).scalar() or 0)
-        held = await s.execute(sa.select(w.c.uid, w.c.cluster_queue, w.c.usage, w.c.priority, w.c.flavors)
+        held = await s.execute(sa.select(w.c.uid, w.c.cluster_queue, w.c.usage, w.c.priority, w.c.flavors,
+                                         w.c.namespace, w.c.queue)
                                .where(w.c.state.in_(HOLDING), w.c.cluster_queue.is_not(None)))
         for r in held:
             if r.usage:
                 self.queues.hold_quota(Admitted(r.uid, r.cluster_queue, usage_from_json(r.usage), r.priority,
-                                                r.flavors or {}))
+                                                r.flavors or {}, r.namespace, r.queue))
         if cache:
             pending = await s.execute(sa.select(w).where(w.c.state == "pending", w.c.suspended.is_(False)))
             self.sync([dict(r._mapping) for r in pending], cache, needs)
 
     def schedule(self, views: list[ClusterView], *, now: datetime, timeout: float) -> PassResult:
         return self.queues.schedule(views, now=now, timeout=timeout)
+
+    def routed(self) -> list[tuple[str, str | None]]:
+        """(uid, ClusterQueue) of pending Workloads whose row names another ClusterQueue (or none):
+        written by the placement round so positions can be read from SQL (``mkctl workloads pending``)."""
+        out = []
+        for e in self.queues.entries.values():
+            cq = e.cq or None
+            if cq != e.stored_cq:
+                e.stored_cq = cq
+                out.append((e.uid, cq))
+        return out

@@ -1,4 +1,4 @@
-"""Reads the queueing objects from the manager cluster with informers and keeps the catalog current.
+"""Reads the queueing objects from the manager cluster with informers and writes their status back.
 
 One task per object type: the five Kueue kinds (``kueue.x-k8s.io``, the preferred served version
 of ``v1beta2`` / ``v1beta1``), ``scheduling.k8s.io/v1`` PriorityClasses and Namespaces (their
@@ -6,18 +6,23 @@ labels, for ``namespaceSelector``). A type that is not served (no Kueue CRDs ins
 checked again every ``recheck_seconds``. Every change goes into the :class:`Catalog` and wakes
 the engine for a placement round. The catalog is ``ready`` once every type has been listed (or
 found missing): until then the scheduler admits nothing, so a restarting dispatcher never takes
-a moment without ClusterQueues for open mode.
+a moment without ClusterQueues for open mode. ``write_status`` keeps every ClusterQueue's and
+LocalQueue's ``status`` as Kueue writes it (pending / reserving / admitted counts, flavor
+reservation and usage, the ``Active`` condition), patching only what changed.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from typing import Any
 
 from dispatcher.queueing.api import GROUP, VERSIONS
 from dispatcher.queueing.catalog import Catalog
+from dispatcher.queueing.scheduler import Queues
+from dispatcher.queueing.views import cluster_queue_status, local_queue_status
 from federation.clock import Clock
-from federation.errors import Temporary
+from federation.errors import NotFound, Temporary
 from federation.kube import NAMESPACES, Kube, Resource
 
 log = logging.getLogger("dispatcher.queueing")
@@ -46,6 +51,8 @@ class QueueWatcher:
             (kind, [kueue_resource(plural, kind, ns, v) for v in VERSIONS]) for plural, kind, ns in KUEUE_KINDS]
         self.types += [("PriorityClass", [PRIORITY_CLASSES]), ("Namespace", [NAMESPACES])]
         self._pending = {kind for kind, _ in self.types}
+        self.served: dict[str, Resource] = {}
+        self._written: dict[tuple[str, str, str], dict[str, Any]] = {}
         catalog.ready = False
 
     def _listed(self, kind: str) -> None:
@@ -77,6 +84,7 @@ class QueueWatcher:
                 first = False
             await self.clock.sleep(self.recheck_seconds)
             res = await self._served(candidates)
+        self.served[kind] = res
         listing = await self.kube.list(res)
         for obj in listing.items:
             self.catalog.apply(kind, obj)
@@ -88,4 +96,44 @@ class QueueWatcher:
 
     def kinds(self) -> list[str]:
         return [kind for kind, _ in self.types]
+
+    async def write_status(self, queues: Queues, every: float) -> None:
+        """Every ``every`` seconds: each ClusterQueue's and LocalQueue's status, written when it changed."""
+        while True:
+            await self.clock.sleep(every)
+            if not self.catalog.ready:
+                continue
+            now = self.clock.now()
+            targets: list[tuple[str, str, str, dict[str, Any]]] = []
+            for name in list(self.catalog.cluster_queues):
+                targets.append(("ClusterQueue", "", name, cluster_queue_status(queues, name, now)))
+            for ns, name in list(self.catalog.local_queues):
+                targets.append(("LocalQueue", ns, name, local_queue_status(queues, ns, name, now)))
+            for kind, ns, name, status in targets:
+                res = self.served.get(kind)
+                key = (kind, ns, name)
+                old = self._written.get(key)
+                if res is None or (old is not None and _same(old, status)):
+                    continue
+                if old is not None:  # a condition keeps its transition time while its status holds
+                    for c, o in zip(status["conditions"], old["conditions"], strict=False):
+                        if c["status"] == o["status"]:
+                            c["lastTransitionTime"] = o["lastTransitionTime"]
+                try:
+                    await self.kube.patch(res, name, {"status": status}, ns or None, subresource="status")
+                except NotFound:
+                    continue
+                except Temporary as exc:
+                    log.warning("writing the status of %s %s failed: %s", kind, name, exc)
+                    continue
+                self._written[key] = status
+            for key in [k for k in self._written if (k[0] == "ClusterQueue" and k[2] not in self.catalog.cluster_queues)
+                        or (k[0] == "LocalQueue" and (k[1], k[2]) not in self.catalog.local_queues)]:
+                del self._written[key]
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    def strip(s: dict[str, Any]) -> dict[str, Any]:
+        return {**s, "conditions": [{k: v for k, v in c.items() if k != "lastTransitionTime"} for c in s["conditions"]]}
+    return strip(a) == strip(b)
 

@@ -12,7 +12,11 @@ import copy
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from dispatcher import db
 from dispatcher.db import models as m
+from dispatcher.queueing import views
 from federation import labels
 from federation.kinds.crds import load_crds
 from federation.kube import CRDS, Kube, Resource
@@ -143,6 +147,27 @@ async def test_quota_holds_a_team_and_frees_when_a_job_finishes_and_survives_a_r
             assert reserved["message"] == "Quota reserved in ClusterQueue team-a (master: cpu=default, memory=default)"
             rs = {r.name: r for r in await rows(db_url, m.workloads)}
             assert rs["a0"].cluster_queue == "team-a" and rs["a0"].usage == {"default/cpu": "1", "default/memory": "1Gi"}
+
+            # kubectl get clusterqueues / localqueues show real figures
+            async def cq_status() -> Any:
+                st = (await kube.get(CQS, "team-a")).get("status") or {}
+                return st if st.get("admittedWorkloads") == 2 and st.get("pendingWorkloads") == 1 else None
+            st = await eventually(cq_status, what="ClusterQueue status written")
+            assert st["flavorsUsage"] == [{"name": "default", "resources": [
+                {"name": "cpu", "total": "2", "borrowed": "0"}, {"name": "memory", "total": "2Gi", "borrowed": "0"}]}]
+            assert [(c["type"], c["status"], c["reason"]) for c in st["conditions"]] == [("Active", "True", "Ready")]
+            lq = (await kube.get(LQS, "team-a", "default")).get("status") or {}
+            assert lq["pendingWorkloads"] == 1 and lq["admittedWorkloads"] == 2
+
+            # the one answer to "why is a2 not running", and its position
+            answer = await _why(db_url, "default/a2")
+            assert answer["step"] == "quota" and "1 more needed" in answer["message"]
+            assert answer["position_in_cluster_queue"] == 1 and answer["cluster_queue"] == "team-a"
+            assert (await _why(db_url, "default/unqueued"))["step"] == "queue"
+            assert (await _why(db_url, "default/a0"))["step"] == "admitted"
+            pending = await _pending(db_url, "team-a")
+            assert [(p["name"], p["position_in_cluster_queue"], p["position_in_local_queue"]) for p in pending] == [
+                ("a2", 1, 1)]
         # a restarted dispatcher reads the quota held back from SQL: a2 still waits
         async with running(s):
             await asyncio.sleep(1.0)
@@ -150,3 +175,23 @@ async def test_quota_holds_a_team_and_frees_when_a_job_finishes_and_survives_a_r
             place = next(p for p in agent.places() if p.job.name == "a0")
             await agent.status(place, {"conditions": [{"type": "Succeeded", "status": "True"}]}, finished="Succeeded")
             await eventually(lambda: _has(db_url, "a2"), what="a2 placed once a0 finished")
+
+
+async def _why(url: str, ref: str) -> dict[str, Any]:
+    engine = db.make_engine(url)
+    try:
+        async with AsyncSession(engine) as session:
+            answer = await views.why_from_db(session, ref)
+            assert answer is not None
+            return answer
+    finally:
+        await engine.dispose()
+
+
+async def _pending(url: str, cq: str) -> list[dict[str, Any]]:
+    engine = db.make_engine(url)
+    try:
+        async with AsyncSession(engine) as session:
+            return await views.pending_from_db(session, cluster_queue=cq)
+    finally:
+        await engine.dispose()

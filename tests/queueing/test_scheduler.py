@@ -196,3 +196,9 @@ def test_without_the_rule_the_gang_starves() -> None:
         free = free - len(got) + 4
         q.capacity_changed()
     assert "gang" not in admitted   # the behaviour the rule exists to prevent
+
+
+def test_a_resource_no_cluster_offers_is_named() -> None:
+    gpu = need(cpu=1, extra={"nvidia.com/gpu": "2"})
+    decision = choose(gpu, [cluster("w1", node("n", 8)), cluster("w2", node("n", 8))], now=NOW, timeout=30)
+    assert decision.reason == "no cluster offers nvidia.com/gpu at all (checked w1, w2); it needs 2 nvidia.com/gpu"
