@@ -5,7 +5,8 @@ Custom resources get their CRD version's ``additionalPrinterColumns`` (JSONPath 
 ``date`` cells as a human-readable age; ``Age`` alone when a CRD declares none), as apiextensions-apiserver's
 tableconvertor does. Built-in kinds get the columns of pkg/printers/internalversion/printers.go (pods:
 Ready/Status/Restarts/Age, jobs: Status/Completions/Duration/Age, services, nodes, namespaces, configmaps,
-secrets, serviceaccounts, events, leases); any other kind gets the default Name / Created At table.
+secrets, serviceaccounts, events, leases, the admissionregistration kinds); any other kind gets the default
+Name / Created At table.
 ``includeObject`` (``None`` | ``Metadata``, the default | ``Object``) says what each row carries.
 """
 
@@ -450,7 +451,42 @@ BUILTIN: dict[str, tuple[list[dict[str, Any]], Callable[[dict[str, Any], float],
         [NAME_COL, col("Holder", desc="The holder of the lease"), AGE_COL],
         lambda o, now: [o["metadata"]["name"], (o.get("spec") or {}).get("holderIdentity") or "",
                         age(o["metadata"].get("creationTimestamp"), now)]),
+    "validatingadmissionpolicies.admissionregistration.k8s.io": (
+        [NAME_COL, col("Validations", "integer", "Validations indicates the number of validation rules defined in "
+                       "this configuration"),
+         col("ParamKind", desc="ParamKind specifies the kind of resources used to parameterize this policy"), AGE_COL],
+        lambda o, now: [o["metadata"]["name"], len((o.get("spec") or {}).get("validations") or []),
+                        _param_kind((o.get("spec") or {}).get("paramKind")),
+                        age(o["metadata"].get("creationTimestamp"), now)]),
+    "validatingadmissionpolicybindings.admissionregistration.k8s.io": (
+        [NAME_COL, col("PolicyName", desc="PolicyName indicates the policy definition which the policy binding binded "
+                       "to"),
+         col("ParamRef", desc="ParamRef indicates the param resource which sets the configration param"), AGE_COL],
+        lambda o, now: [o["metadata"]["name"], (o.get("spec") or {}).get("policyName", ""),
+                        _param_ref((o.get("spec") or {}).get("paramRef")),
+                        age(o["metadata"].get("creationTimestamp"), now)]),
+    "mutatingwebhookconfigurations.admissionregistration.k8s.io": (
+        [NAME_COL, col("Webhooks", "integer", "Webhooks indicates the number of webhooks included in this "
+                       "configuration"), AGE_COL],
+        lambda o, now: [o["metadata"]["name"], len(o.get("webhooks") or []),
+                        age(o["metadata"].get("creationTimestamp"), now)]),
+    "validatingwebhookconfigurations.admissionregistration.k8s.io": (
+        [NAME_COL, col("Webhooks", "integer", "Webhooks indicates the number of webhooks included in this "
+                       "configuration"), AGE_COL],
+        lambda o, now: [o["metadata"]["name"], len(o.get("webhooks") or []),
+                        age(o["metadata"].get("creationTimestamp"), now)]),
 }
+
+
+def _param_kind(pk: Any) -> str:
+    return f"{pk.get('apiVersion', '')}/{pk.get('kind', '')}" if isinstance(pk, dict) else "<unset>"
+
+
+def _param_ref(ref: Any) -> str:
+    if not isinstance(ref, dict):
+        return "<unset>"
+    name = ref.get("name") or "*"
+    return f"{ref['namespace']}/{name}" if ref.get("namespace") else f"*/{name}"
 
 DEFAULT_COLS = [NAME_COL, col("Created At", "date", "CreationTimestamp is a timestamp representing the server time "
                               "when this object was created. It is not guaranteed to be set in happens-before order "

@@ -314,6 +314,24 @@ def test_kubectl_apply_deploy_admission(api: client.ApiClient, mkd_policies: str
     assert {"mkd-managedby-immutable-spec", "mkd-managedby-immutable-runpolicy"} <= names
 
 
+def test_kubectl_get_admission_objects(kubeconfig: Path, mkd_policies: str) -> None:
+    kubectl = shutil.which("kubectl")
+    if not kubectl:
+        pytest.skip("kubectl is not installed")
+
+    def get(what: str) -> list[list[str]]:
+        out = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "get", what], capture_output=True,
+                             text=True, timeout=60, check=True).stdout
+        return [line.split() for line in out.splitlines()]
+
+    rows = get("validatingadmissionpolicies")
+    assert rows[0] == ["NAME", "VALIDATIONS", "PARAMKIND", "AGE"]
+    assert ["mkd-managedby-immutable-spec", "1", "<unset>"] in [r[:3] for r in rows[1:]]
+    rows = get("validatingadmissionpolicybindings")
+    assert rows[0] == ["NAME", "POLICYNAME", "PARAMREF", "AGE"]
+    assert ["mkd-managedby-immutable-spec", "mkd-managedby-immutable-spec", "<unset>"] in [r[:3] for r in rows[1:]]
+
+
 def test_policies_refuse_what_a_real_server_refuses(api: client.ApiClient, mkd_policies: str, ns: str) -> None:
     co = client.CustomObjectsApi(api)
     co.create_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", pytorchjob("pj"))
