@@ -188,18 +188,19 @@ class EngineCore:
         b.outbox.append({"id": row_id, "cluster": cluster, "topic": topic, "payload": payload, "workload_uid": uid,
                          "created_at": b.now})
 
-    def _reject(self, b: Batch, row: dict[str, Any], problems: list[Invalid], *, record: bool = True) -> None:
+    def _reject(self, b: Batch, row: dict[str, Any], problems: list[Invalid], *, record: bool = True,
+                reason: str = "InvalidJob") -> None:
         text = wl.problem_text(problems)
         if record:
             b.set_w(row["uid"], state="rejected", reason=text, updated_at=b.now)
-        b.event(row["uid"], "invalid", reason="InvalidJob", message=text)
+        b.event(row["uid"], "invalid", reason=reason, message=text)
         key = job_key(row)
-        cond = wl.condition(labels.CONDITION_REJECTED, True, "InvalidJob", text, b.now)
+        cond = wl.condition(labels.CONDITION_REJECTED, True, reason, text, b.now)
 
         def write() -> None:
             self.writer.condition(key, cond)
             for p in problems:
-                self.writer.event(key, "Warning", "InvalidJob", p.message)
+                self.writer.event(key, "Warning", reason, p.message)
         b.after.append(write)
 
     def _mark_accepted(self, b: Batch, row: dict[str, Any], p: dict[str, Any], cluster: str) -> None:

@@ -14,6 +14,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher import workload as wl
+from dispatcher.handover.safety import REASON as STARTED_ELSEWHERE
+from dispatcher.handover.safety import started_elsewhere
 from dispatcher.batch import Batch, JobChange, job_key
 from dispatcher.core import EDIT_REFUSED, SUSPENDED_REASON, EngineCore, oversize_problem
 from dispatcher.db import queries as q
@@ -55,6 +57,7 @@ class JobChanges(EngineCore):
         if not jobs:
             return
         claims: list[dict[str, Any]] = []
+        started: set[str] = set()
         for uid, ch in jobs.items():
             if uid in b.w:
                 self._change(b, b.w[uid], ch, described.get(uid))
@@ -62,6 +65,10 @@ class JobChanges(EngineCore):
             d = described.get(uid)
             if d is None or not uid:
                 continue
+            foreign = started_elsewhere(ch.obj)  # never take over a Job another controller started
+            if foreign is not None:
+                d = described[uid] = wl.Described(d.columns, None, [foreign])
+                started.add(uid)
             cols = {**d.columns, "created_at": b.now, "updated_at": b.now, "state": "pending"}
             cols.update(self.queueing.claim_columns(ch.obj, cols, b.now))
             if d.problems:
@@ -82,7 +89,8 @@ class JobChanges(EngineCore):
             b.w[uid] = cols
             b.event(uid, "claimed", message=f"{ch.kind.name} {cols['namespace']}/{cols['name']} claimed")
             if d.problems:
-                self._reject(b, cols, d.problems, record=False)
+                self._reject(b, cols, d.problems, record=False,
+                             reason=STARTED_ELSEWHERE if uid in started else "InvalidJob")
             else:
                 assert d.need is not None
                 self.needs[uid] = d.need

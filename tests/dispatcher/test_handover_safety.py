@@ -1,0 +1,63 @@
+"""Handover safety on the manager: mkd never takes over a Job another controller started.
+
+Where the admission policy is not installed (or an old operator ignores managedBy), a Job that another
+controller already runs can carry ``kueue.x-k8s.io/multikueue``. Claiming it would run it a second time
+and overwrite its status; mkd refuses it with a condition and an Event instead, and sends nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from dispatcher.handover.safety import started_elsewhere
+from federation import labels
+from federation.kube import EVENTS, Kube
+from tests.dispatcher.harness import PYTORCHJOBS, FakeAgent, eventually, pytorchjob, running, settings
+from tests.dispatcher.test_flow import cond
+
+RUNNING = {"startTime": "2026-11-24T03:00:00Z",
+           "conditions": [{"type": "Running", "status": "True", "reason": "PyTorchJobRunning",
+                           "message": "started by the training-operator",
+                           "lastTransitionTime": "2026-11-24T03:00:00Z"}],
+           "replicaStatuses": {"Master": {"active": 1}, "Worker": {"active": 1}}}
+
+
+async def test_a_started_job_flipped_to_multikueue_is_refused_not_run_twice(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    job = await kube.create(PYTORCHJOBS, pytorchjob("started", managed_by=labels.TRAINING_OPERATOR), "default")
+    await kube.replace(PYTORCHJOBS, {**job, "status": RUNNING}, "default", subresource="status")
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s):
+        await kube.patch(PYTORCHJOBS, "started", {"spec": {"runPolicy": {"managedBy": labels.MULTIKUEUE}}},
+                         "default")
+        # a fresh Job next to it is placed: the dispatcher is at work, not merely slow
+        await kube.create(PYTORCHJOBS, pytorchjob("fresh"), "default")
+        await eventually(lambda: [p for p in agent.places() if p.job.name == "fresh"], what="fresh Job placed")
+
+        async def refused() -> Any:
+            c = cond(await kube.get(PYTORCHJOBS, "started", "default"), labels.CONDITION_REJECTED)
+            return c if c and c["status"] == "True" else None
+        c = await eventually(refused, what="MultiClusterRejected on the started Job")
+        assert c["reason"] == "StartedByAnotherController"
+        assert "status.startTime" in c["message"]
+        await asyncio.sleep(0.5)
+        assert not [p for p in agent.places() if p.job.name == "started"], "a started Job was sent to a worker"
+        status = (await kube.get(PYTORCHJOBS, "started", "default"))["status"]
+        assert status["startTime"] == RUNNING["startTime"]
+        assert status["replicaStatuses"] == RUNNING["replicaStatuses"]
+        assert {"Running": "True"}.items() <= {x["type"]: x["status"] for x in status["conditions"]}.items()
+        events = (await kube.list(EVENTS, "default")).items
+        assert any(e.get("reason") == "StartedByAnotherController" and e["involvedObject"]["name"] == "started"
+                   and e["type"] == "Warning" for e in events)
+
+
+def test_what_counts_as_started() -> None:
+    assert started_elsewhere({}) is None
+    assert started_elsewhere({"status": {}}) is None
+    assert started_elsewhere({"status": {"replicaStatuses": {"Worker": {"active": 0}}}}) is None
+    for status in ({"startTime": "t"}, {"conditions": [{"type": "Created", "status": "True"}]},
+                   {"active": 2}, {"replicatedJobsStatus": [{"name": "w", "active": 1}]}):
+        problem = started_elsewhere({"status": status})
+        assert problem is not None and problem.field == "status", status
