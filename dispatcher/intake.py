@@ -13,6 +13,7 @@ events caused by mkd's own status writes are not.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -62,6 +63,17 @@ class Intake:
         self.kinds = kinds
         self.namespaces: list[str | None] = list(namespaces) or [None]
         self.recheck_seconds = recheck_seconds
+        # Narrowing --namespaces never orphans what mkd holds: the namespaces of Jobs it already claimed
+        # are still watched, for those Jobs only, until they end (their Workloads stop being live).
+        self.follow_only: set[str] = set()
+        if namespaces:
+            outside = collections.Counter(ns for ns in engine.namespace_of.values() if ns not in namespaces)
+            if outside:
+                self.follow_only = set(outside)
+                self.namespaces += sorted(outside)
+                log.info("following %d Jobs mkd already claimed outside --namespaces until they end "
+                         "(no new Job is claimed there): %s", sum(outside.values()),
+                         ", ".join(f"{ns} ({n})" for ns, n in sorted(outside.items())))
         self.ready = asyncio.Event()
         self._pending = {(k.name, ns) for k in kinds for ns in self.namespaces}
         self.watching: set[str] = set()
@@ -85,6 +97,8 @@ class Intake:
         present = []
         for obj in listing.items:
             present.append(wl.uid_of(obj))
+            if self._followed_only(namespace, obj):
+                continue
             if relevant(kind, self.engine, obj, False):
                 self.engine.inbox.put_nowait(JobChange(kind, obj))
         gone = self.engine.sync_kind(kind, present, namespace)
@@ -96,8 +110,14 @@ class Intake:
         log.info("watching %s in %s", kind.name, namespace or "all namespaces")
         async for event in self.kube.informer(res, namespace):
             deleted = event.type == "DELETED"
+            if self._followed_only(namespace, event.object):
+                continue
             if relevant(kind, self.engine, event.object, deleted):
                 self.engine.inbox.put_nowait(JobChange(kind, event.object, deleted=deleted))
+
+    def _followed_only(self, namespace: str | None, obj: Mapping[str, Any]) -> bool:
+        """A Job in a namespace watched only to follow what mkd already holds, that mkd does not hold."""
+        return namespace in self.follow_only and wl.uid_of(obj) not in self.engine.known
 
     async def _served(self, res: Any) -> bool:
         try:

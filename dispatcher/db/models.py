@@ -177,3 +177,35 @@ outbox = sa.Table(
     sa.Column("attempts", sa.Integer(), nullable=False, server_default="0"),
     sa.Index(None, "sent_at", "id"),
 )
+
+# Handover (dispatcher/handover): the Jobs of other controllers that a HandoverPolicy puts in scope, with
+# what mkd would have done with each (shadow), and the count of Jobs per controller, namespace and kind.
+handover_jobs = sa.Table(
+    "handover_jobs", metadata,
+    sa.Column("uid", sa.String(128), primary_key=True),
+    sa.Column("namespace", sa.String(253), nullable=False),
+    sa.Column("name", sa.String(253), nullable=False),
+    sa.Column("kind", sa.String(63), nullable=False),
+    sa.Column("controller", sa.String(317), nullable=False),
+    sa.Column("policy", sa.String(253), nullable=False),
+    sa.Column("mode", sa.String(16), nullable=False),
+    sa.Column("would_accept", sa.Boolean(), nullable=False),
+    sa.Column("reason", sa.Text(), nullable=False, server_default=""),
+    sa.Column("queue", sa.String(253), nullable=False, server_default=""),
+    sa.Column("cluster", sa.String(63), nullable=True),
+    sa.Column("warned", sa.Boolean(), nullable=False, server_default=sa.false()),
+    sa.Column("first_seen", UtcDateTime(), nullable=False),
+    sa.Column("last_seen", UtcDateTime(), nullable=False),
+    sa.Column("gone", sa.Boolean(), nullable=False, server_default=sa.false()),
+    sa.Index(None, "namespace", "kind"),
+)
+
+handover_counts = sa.Table(
+    "handover_counts", metadata,
+    sa.Column("namespace", sa.String(253), nullable=False),
+    sa.Column("kind", sa.String(63), nullable=False),
+    sa.Column("controller", sa.String(317), nullable=False),
+    sa.Column("jobs", sa.Integer(), nullable=False),
+    sa.Column("updated_at", UtcDateTime(), nullable=False),
+    sa.PrimaryKeyConstraint("namespace", "kind", "controller"),
+)

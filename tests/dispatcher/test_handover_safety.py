@@ -61,3 +61,27 @@ def test_what_counts_as_started() -> None:
                    {"active": 2}, {"replicatedJobsStatus": [{"name": "w", "active": 1}]}):
         problem = started_elsewhere({"status": status})
         assert problem is not None and problem.field == "status", status
+
+
+async def test_narrowing_namespaces_keeps_following_what_mkd_holds(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str,
+        caplog: Any) -> None:
+    from federation.kube import NAMESPACES
+    for ns in ("q-a", "q-b"):
+        await kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent:
+        async with running(settings(manager, db_url, mqtt_url, topic_root, namespaces=["q-a", "q-b"])):
+            await kube.create(PYTORCHJOBS, pytorchjob("held", namespace="q-b"), "q-b")
+            await eventually(lambda: [p for p in agent.places() if p.job.name == "held"], what="held Job placed")
+        caplog.set_level("INFO", logger="dispatcher.intake")
+        async with running(settings(manager, db_url, mqtt_url, topic_root, namespaces=["q-a"])):
+            # a new Job in q-b is no longer mkd's to claim ...
+            await kube.create(PYTORCHJOBS, pytorchjob("new-in-b", namespace="q-b"), "q-b")
+            # ... but deleting the Job mkd already placed there still reaches its worker copy
+            await kube.delete(PYTORCHJOBS, "held", "q-b")
+            held = agent.places()[0].placement.workload_uid
+            await eventually(lambda: [d for d in agent.deletes() if d.placement.workload_uid == held],
+                             what="Delete of the held Job after --namespaces narrowed")
+            assert not [p for p in agent.places() if p.job.name == "new-in-b"]
+        assert any("following 1 Jobs mkd already claimed outside --namespaces" in r.getMessage() and "q-b (1)"
+                   in r.getMessage() for r in caplog.records)
