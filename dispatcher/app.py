@@ -58,6 +58,7 @@ class Dispatcher:
         self.reports: ReportSubscriber | None = None
         self.supervisor: Supervisor | None = None
         self.http: Any = None
+        self.handover: Any = None
         self._engine_sql: Any = None
         self._switch_interval = sys.getswitchinterval()
 
@@ -84,6 +85,11 @@ class Dispatcher:
         self.publisher = Publisher(s, sessions, self.clock, self.engine.outbox_wake, client_id=f"{base}-out",
                                    fresh=self.engine.fresh, unanswered=self.engine.unanswered)
         self.reports = ReportSubscriber(s, self.engine, self.clock, client_id=f"{base}-in")
+        if s.handover.enabled:  # policies, counts, shadow records, the admission webhook (dispatcher/handover)
+            from dispatcher.handover.service import HandoverService
+
+            self.handover = HandoverService(self, sessions)
+            self.intake.observe = self.handover.book.observe
         if s.api_port is not None:  # the admin API, dashboard, /metrics and probes (dispatcher/api/)
             from dispatcher.api.service import HttpService
 
@@ -155,6 +161,8 @@ class Dispatcher:
             sup.start(f"queues/{object_kind}", lambda k=object_kind: watcher.watch(k), restart=True)  # type: ignore[misc]
         sup.start("queues/status", lambda: watcher.write_status(self.engine.queueing.queues, 2.0),  # type: ignore[union-attr]
                   restart=True)
+        if self.handover is not None:
+            self.handover.start_tasks(sup)
 
     async def run(self, stop: asyncio.Event) -> None:
         async with Supervisor(clock=self.clock) as sup:

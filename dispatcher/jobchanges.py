@@ -14,11 +14,11 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher import workload as wl
-from dispatcher.handover.safety import REASON as STARTED_ELSEWHERE
-from dispatcher.handover.safety import started_elsewhere
 from dispatcher.batch import Batch, JobChange, job_key
 from dispatcher.core import EDIT_REFUSED, SUSPENDED_REASON, EngineCore, oversize_problem
 from dispatcher.db import queries as q
+from dispatcher.handover.safety import REASON as STARTED_ELSEWHERE
+from dispatcher.handover.safety import started_elsewhere
 from federation import labels, messages
 from federation.errors import Invalid, NotFound
 

@@ -6,10 +6,42 @@ Environment variables carry the prefix ``MKD_DISPATCHER_``; nested groups use ``
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from federation.settings import KubeSettings, MqttSettings, SigningSettings
+
+
+class HandoverSettings(BaseModel):
+    """Gradual handover between controllers (dispatcher/handover, README "Handing jobs over")."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = True
+    """Read HandoverPolicies (when their CRD is installed), count Jobs per controller and keep shadow records.
+    Off: none of it, and the webhook routes nothing."""
+
+    webhook_port: int | None = Field(default=None, ge=0, le=65535)
+    """HTTPS port of the mutating admission webhook that sets managedBy on new Jobs a Route policy selects.
+    None: not served (deploy/ sets 9443). 0: any free port."""
+
+    webhook_host: str = "0.0.0.0"
+    """Address the webhook binds."""
+
+    webhook_cert_file: Path | None = None
+    """The webhook's TLS certificate (PEM), mounted from a Secret; required with webhook_port."""
+
+    webhook_key_file: Path | None = None
+    """The private key of webhook_cert_file (PEM)."""
+
+    flush_seconds: float = Field(default=5.0, gt=0)
+    """How often shadow records and Job counts are written to the database."""
+
+    extra_controllers: list[str] = Field(default_factory=list)
+    """managedBy values of controllers running on the manager beyond the kinds' own and MultiKueue;
+    a Job in a policy's scope with any other value gets one Warning Event."""
 
 
 class DispatcherSettings(BaseSettings):
@@ -134,6 +166,9 @@ class DispatcherSettings(BaseSettings):
     api_port: int | None = Field(default=None, ge=0, le=65535)
     """Port of the HTTP server: the admin API (``/api/v1``, OpenAPI at ``/openapi.json``), the dashboard,
     ``/metrics``, ``/healthz`` and ``/readyz``. None: not served (deploy/ sets 8080). 0: any free port."""
+
+    handover: HandoverSettings = Field(default_factory=HandoverSettings)
+    """Gradual handover between controllers: policies, the admission webhook, shadow records."""
 
     api_host: str = "0.0.0.0"
     """Address the HTTP server binds (``127.0.0.1`` to keep it local)."""

@@ -246,7 +246,12 @@ class Topology:
         from federation.kube import CRDS
 
         kube = self.kubes[cluster]
-        for crd in load_crds():
+        crds = load_crds()
+        if cluster == MANAGER:  # the HandoverPolicy CRD is the manager's only
+            from dispatcher.handover.crds import load_crd
+
+            crds.append(load_crd())
+        for crd in crds:
             with contextlib.suppress(AlreadyExists):
                 await kube.create(CRDS, crd)
 

@@ -65,14 +65,16 @@ def create_app(ctx: ApiContext, metrics: Any = None) -> FastAPI:
     return app
 
 
-async def serve(app: FastAPI, host: str, port: int, started: Any = None) -> None:
-    """Run ``app`` on uvicorn until cancelled; ``started(port)`` is called with the bound port."""
+async def serve(app: Any, host: str, port: int, started: Any = None, **tls: Any) -> None:
+    """Run ``app`` on uvicorn until cancelled; ``started(port)`` is called with the bound port.
+    ``tls``: uvicorn's ``ssl_certfile`` / ``ssl_keyfile`` (the admission webhook serves HTTPS only)."""
     import asyncio
     import contextlib
 
     import uvicorn
 
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off")
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
+                            **tls)
     server = uvicorn.Server(config)
     # the service's own handlers (staged shutdown) own SIGINT/SIGTERM: uvicorn must not take them over
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]

@@ -1,8 +1,8 @@
 """Handover: Jobs of other controllers in a HandoverPolicy's scope (shadow records), and Job counts per
 controller, namespace and kind.
 
-Revision ID: 0009
-Revises: 0003
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-11-24
 """
 
@@ -19,8 +19,8 @@ def UtcDateTime() -> sa.DateTime:
     return sa.DateTime(timezone=True)
 
 
-revision: str = "0009"
-down_revision: str | Sequence[str] | None = "0003"
+revision: str = "0005"
+down_revision: str | Sequence[str] | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

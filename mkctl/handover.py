@@ -1,0 +1,68 @@
+"""``mkctl handover status|report``: moving Jobs between controllers, as a platform team watches it.
+
+``status``: Jobs per controller (managedBy), namespace and kind on the manager, as the dispatcher last
+counted them. ``report``: for the Jobs of other controllers that a HandoverPolicy selects, what mkd would
+do with them: how many it would accept, why it would refuse the others, where they would run. Both read
+the dispatcher's database (``--database-url``).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from mkctl import output
+from mkctl.admin_source import with_session
+from mkctl.output import Column, OutputFormat
+from mkctl.services import DatabaseUrl, database_url_from
+
+app = typer.Typer(help="Hand Jobs over between controllers gradually: counts and the shadow report.",
+                  no_args_is_help=True)
+
+Output = Annotated[OutputFormat, typer.Option("-o", "--output", help="table, wide, json or yaml.",
+                                              case_sensitive=False)]
+Namespace = Annotated[str | None, typer.Option("--namespace", "-n", help="Only this namespace.")]
+
+STATUS_COLUMNS = [Column("NAMESPACE", "namespace"), Column("KIND", "kind"), Column("CONTROLLER", "controller"),
+                  Column("JOBS", "jobs"), Column("COUNTED", "updated_at", wide=True)]
+REPORT_COLUMNS = [Column("NAMESPACE", "namespace"), Column("KIND", "kind"), Column("JOBS", "jobs"),
+                  Column("MKD WOULD ACCEPT", "would_accept"), Column("REFUSE", "would_refuse"),
+                  Column("WOULD RUN ON", "would_run_on"), Column("CONTROLLERS", "controllers", wide=True),
+                  Column("POLICIES", "policies", wide=True), Column("WARNED", "warned", wide=True)]
+REFUSAL_COLUMNS = [Column("NAMESPACE", "namespace"), Column("KIND", "kind"), Column("JOBS", "jobs"),
+                   Column("WHY MKD WOULD REFUSE", "reason")]
+
+
+@app.command("status")
+def status(database_url: DatabaseUrl = None, namespace: Namespace = None,
+           output_format: Output = OutputFormat.table) -> None:
+    """Jobs per controller, namespace and kind on the manager cluster."""
+    from dispatcher.handover.queries import counts
+
+    rows = with_session(database_url_from(database_url), lambda s: counts(s, namespace))
+    typer.echo(output.render(rows, STATUS_COLUMNS, output_format, kind="HandoverStatus",
+                             empty="No Jobs counted yet (is the dispatcher running with handover enabled?)."))
+
+
+@app.command("report")
+def report(database_url: DatabaseUrl = None, namespace: Namespace = None,
+           output_format: Output = OutputFormat.table) -> None:
+    """Would it be safe to route these Jobs to mkd? What mkd would do with other controllers' Jobs."""
+    from dispatcher.handover.queries import report as shadow_report
+
+    rows = with_session(database_url_from(database_url), lambda s: shadow_report(s, namespace))
+    empty = ("No shadow records: no HandoverPolicy selects a Job of another controller yet "
+             "(kubectl get handoverpolicies).")
+    if output_format in (OutputFormat.json, OutputFormat.yaml) or not rows:
+        typer.echo(output.render(rows, REPORT_COLUMNS, output_format, kind="HandoverReport", empty=empty))
+        return
+    typer.echo(output.render(rows, REPORT_COLUMNS, output_format, kind="HandoverReport", empty=empty))
+    refusals = [{"namespace": r["namespace"], "kind": r["kind"], **x} for r in rows for x in r["refusals"]]
+    if refusals:
+        typer.echo("")
+        typer.echo(output.render(refusals, REFUSAL_COLUMNS, output_format))
+
+
+def register(root: typer.Typer) -> None:
+    root.add_typer(app, name="handover")
