@@ -78,7 +78,9 @@ def new_client(kc: Path) -> client.ApiClient:
     return config.new_client_from_config(str(kc))
 
 
-def creates_per_second(kc: Path, threads: int, per_thread: int, prefix: str) -> float:
+def creates_per_second(kc: Path, threads: int, per_thread: int, prefix: str,
+                       srv: Server | None = None) -> tuple[float, float]:
+    """Pod creates/s from ``threads`` client threads, and the server's CPU-ms per create (0 without ``srv``)."""
     clients = [client.CoreV1Api(new_client(kc)) for _ in range(threads)]
     barrier = threading.Barrier(threads + 1)
 
@@ -92,10 +94,62 @@ def creates_per_second(kc: Path, threads: int, per_thread: int, prefix: str) -> 
     for t in ts:
         t.start()
     barrier.wait()
+    cpu0 = sum(srv.ps.cpu_times()[:2]) if srv else 0.0
     start = time.perf_counter()
     for t in ts:
         t.join()
-    return threads * per_thread / (time.perf_counter() - start)
+    rate = threads * per_thread / (time.perf_counter() - start)
+    cpu_ms = (sum(srv.ps.cpu_times()[:2]) - cpu0) * 1000 / (threads * per_thread) if srv else 0.0
+    return rate, cpu_ms
+
+
+SCHEMA_GROUP = "bench.kubesim.mkd.dev"
+REPLICA_SCHEMA = {"type": "object", "properties": {
+    "replicas": {"type": "integer", "format": "int32", "minimum": 0},
+    "restartPolicy": {"type": "string", "enum": ["Always", "OnFailure", "Never", "ExitCode"], "default": "OnFailure"},
+    "template": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}
+TYPED_SCHEMA = {"type": "object", "properties": {
+    "apiVersion": {"type": "string"}, "kind": {"type": "string"}, "metadata": {"type": "object"},
+    "spec": {"type": "object", "required": ["pytorchReplicaSpecs"], "properties": {
+        "runPolicy": {"type": "object", "properties": {
+            "managedBy": {"type": "string", "enum": ["kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue"]},
+            "suspend": {"type": "boolean", "default": False},
+            "backoffLimit": {"type": "integer", "minimum": 0}}},
+        "pytorchReplicaSpecs": {"type": "object", "additionalProperties": REPLICA_SCHEMA}}},
+    "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}
+
+
+def schema_rates(srv: Server, n: int) -> dict[str, tuple[float, float]]:
+    """The cost of structural-schema work (prune, default, validate) alone: the same PyTorchJob-shaped body
+    created as a custom resource of a CRD that preserves unknown fields (no schema work) and of one with a
+    typed schema (enums, minimum, defaults in a map of replica specs), from one thread; rate and server
+    CPU-ms per create for each."""
+    api = new_client(srv.kubeconfig)
+    ext = client.ApiextensionsV1Api(api)
+    co = client.CustomObjectsApi(api)
+    out = {}
+    crds: list[tuple[str, dict[str, Any]]] = [
+        ("plainjobs", {"type": "object", "x-kubernetes-preserve-unknown-fields": True}), ("typedjobs", TYPED_SCHEMA)]
+    for plural, schema in crds:
+        kind = plural[:-1].capitalize()
+        ext.create_custom_resource_definition({"metadata": {"name": f"{plural}.{SCHEMA_GROUP}"}, "spec": {
+            "group": SCHEMA_GROUP, "scope": "Namespaced", "names": {"plural": plural, "kind": kind},
+            "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}]}})
+        while True:  # a freshly installed CRD takes a moment to be served
+            try:
+                co.list_namespaced_custom_object(SCHEMA_GROUP, "v1", NS, plural)
+                break
+            except client.ApiException:
+                time.sleep(0.1)
+        cpu0 = sum(srv.ps.cpu_times()[:2])
+        start = time.perf_counter()
+        for i in range(n):
+            body = pytorchjob(f"{plural}-{i}")
+            body["apiVersion"], body["kind"] = f"{SCHEMA_GROUP}/v1", kind
+            co.create_namespaced_custom_object(SCHEMA_GROUP, "v1", NS, plural, body)
+        rate = n / (time.perf_counter() - start)
+        out[plural] = (rate, (sum(srv.ps.cpu_times()[:2]) - cpu0) * 1000 / n)
+    return out
 
 
 def pytorchjob(name: str) -> dict[str, Any]:
@@ -230,12 +284,17 @@ def main() -> None:
             kc = srv.kubeconfig
             client.CoreV1Api(new_client(kc)).create_namespace({"metadata": {"name": NS}})
             print(f"server pid {srv.proc.pid}, idle RSS {srv.rss_mb():.0f} MB")
-            cpu0 = sum(srv.ps.cpu_times()[:2])
-            r1 = creates_per_second(kc, 1, one, "one")
-            pod_ms = (sum(srv.ps.cpu_times()[:2]) - cpu0) * 1000 / one
-            print(f"pod creates/s, 1 thread : {r1:7.0f}  ({one} pods), server {pod_ms:.2f} CPU-ms each")
-            r8 = creates_per_second(kc, 8, eight, "eight")
-            print(f"pod creates/s, 8 threads: {r8:7.0f}  ({8 * eight} pods)")
+            r1, ms1 = creates_per_second(kc, 1, one, "one", srv)
+            print(f"pod creates/s, 1 thread : {r1:7.0f}  ({one} pods), server {ms1:.2f} CPU-ms each: "
+                  f"{1000 / ms1:.0f}/s of server capacity ({'above' if 1000 / ms1 > 350 else 'BELOW'} a real "
+                  "apiserver's ~350 creates/s with one client thread)")
+            r8, ms8 = creates_per_second(kc, 8, eight, "eight", srv)
+            print(f"pod creates/s, 8 threads: {r8:7.0f}  ({8 * eight} pods), server {ms8:.2f} CPU-ms each")
+            sch = schema_rates(srv, 300 if args.quick else 1000)
+            (pr, pms), (tr, tms) = sch["plainjobs"], sch["typedjobs"]
+            print(f"custom resource creates/s, 1 thread: no schema work {pr:7.0f} ({pms:.2f} CPU-ms each), "
+                  f"typed structural schema {tr:7.0f} ({tms:.2f} CPU-ms each): prune + default + validate costs "
+                  f"{tms - pms:+.2f} CPU-ms per create")
             cr_n = 300 if args.quick else 2000
             c, u, c_ms, u_ms = admission_rates(srv, cr_n)
             verdict = "above" if c > 350 else "BELOW"
@@ -246,7 +305,7 @@ def main() -> None:
             kcfg = yaml.safe_load(kc.read_text())
             host = kcfg["clusters"][0]["cluster"]["server"]
             token = kcfg["users"][0]["user"]["token"]
-            have = one + 8 * eight
+            have = one + 8 * eight  # pods (the custom resources above are not pods)
             if list_n > have:
                 asyncio.run(bulk_create(host, token, 0, list_n - have))
                 have = list_n

@@ -81,7 +81,7 @@ def test_cluster_scoped_crd_and_removal(api: client.ApiClient) -> None:
             co.create_cluster_custom_object(group, "v1alpha1", "gizmos", {
                 "apiVersion": f"{group}/v1alpha1", "kind": "Gizmo", "metadata": {"name": "g1"}})
         except client.ApiException as e:
-            if e.status == 404:
+            if e.status in (404, 429, 503):  # not served yet; a real server may also throttle for a moment
                 return False
             raise
         return True
@@ -125,7 +125,7 @@ def _served(co: client.CustomObjectsApi, group: str, version: str) -> bool:
     try:
         co.list_namespaced_custom_object(group, version, "default", "things")
     except client.ApiException as e:
-        if e.status == 404:
+        if e.status in (404, 429, 503):  # not served yet; a real server may also throttle for a moment
             return False
         raise
     return True
