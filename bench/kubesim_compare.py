@@ -21,7 +21,7 @@ from pathlib import Path
 from kubernetes import client
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-import bench.kubesim_bench as kb  # noqa: E402
+import bench.kubesim_bench as kb
 
 ROOT = Path(__file__).resolve().parents[1]
 
