@@ -4,13 +4,14 @@
 
 The older kubesim is extracted with ``git archive`` into a temporary directory; each round measures the
 older server, then this one (``python -m kubesim`` in a child process, one client thread, 200 warm-up
-creates). On a shared machine the rates swing with the load; the server CPU-ms per create is the figure to
-compare.
+creates), then the in-process cost of ``Store.create_rec`` for a pod (no HTTP) of each. On a shared machine
+the rates swing with the load; the CPU figures are the ones to compare.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
 import tarfile
@@ -38,6 +39,32 @@ def measure(root: Path, n: int) -> tuple[float, float]:
             srv.close()
 
 
+IN_PROCESS = """
+import sys, time, orjson
+from kubesim.store import Store
+from kubesim.spec import ClusterSpec
+sys.path.append(sys.argv[1])
+from bench.kubesim_bench import pod_body
+st = Store(ClusterSpec("x", []))
+st.create("namespaces", {"metadata": {"name": "bench"}})
+raws = [orjson.dumps(pod_body(f"p{i}")) for i in range(6000)]
+for i, r in enumerate(raws):
+    if i == 1000:
+        t = time.process_time()
+    o = orjson.loads(r)
+    o["metadata"]["namespace"] = "bench"
+    st.create_rec("pods", o)
+print((time.process_time() - t) / 5000 * 1e6)
+"""
+
+
+def store_us(root: Path) -> float:
+    """CPU-µs per pod ``Store.create_rec`` (no HTTP) of the kubesim under ``root``, in a fresh interpreter."""
+    out = subprocess.run([sys.executable, "-c", IN_PROCESS, str(ROOT)], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(root)}).stdout
+    return float(out.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--before", required=True, help="the older commit")
@@ -58,6 +85,9 @@ def main() -> None:
                       f"{rate:6.0f}, server {ms:.3f} CPU-ms each", flush=True)
         b, a = min(figures["before"]), min(figures["after"])
         print(f"best server CPU-ms per pod create: before {b:.3f}, after {a:.3f} ({(a - b) / b * 100:+.0f} %)")
+        for _ in range(args.rounds):
+            print(f"in-process Store.create_rec per pod: before {store_us(Path(old)):.1f} CPU-µs, "
+                  f"after {store_us(ROOT):.1f} CPU-µs", flush=True)
 
 
 if __name__ == "__main__":
