@@ -84,6 +84,24 @@ class _Parts(Collector):
             writes.add_metric(["unchanged"], float(writer.unchanged))
             writes.add_metric(["failed"], float(writer.failures))
         yield from (lost, healed, stale, received, refused, reconnects, writes, unanswered)
+        handover = getattr(d, "handover", None)
+        if handover is not None:  # dispatcher/handover: who runs what, and what the webhook routed
+            jobs = GaugeMetricFamily("mkd_manager_jobs", "Jobs on the manager cluster by controller (their "
+                                     "managedBy; '<controller> (default)' when unset), namespace and kind",
+                                     labels=["namespace", "kind", "controller"])
+            for (ns, kind, controller), n in sorted(handover.book.counts().items()):
+                jobs.add_metric([ns, kind, controller], float(n))
+            routed = CounterMetricFamily("mkd_handover_routed", "New Jobs the admission webhook gave managedBy "
+                                         "kueue.x-k8s.io/multikueue, by kind and HandoverPolicy",
+                                         labels=["kind", "policy"])
+            for (kind, policy), n in sorted(handover.routed.items()):
+                routed.add_metric([kind, policy], float(n))
+            policies = GaugeMetricFamily("mkd_handover_policies", "HandoverPolicies in force by mode, and ignored "
+                                         "as invalid (mode=Invalid)", labels=["mode"])
+            for mode in ("Shadow", "Route", "Drain"):
+                policies.add_metric([mode], float(sum(1 for p in handover.book.policies.values() if p.mode == mode)))
+            policies.add_metric(["Invalid"], float(len(handover.book.policy_errors)))
+            yield from (jobs, routed, policies)
 
 
 class DispatcherMetrics:

@@ -188,12 +188,15 @@ async def test_actions_metrics_probes_and_mkctl_server(manager: Path, kube: Any,
                            "mkd_places_unanswered", "mkd_report_holes_lost_total", "mkd_report_resyncs_total",
                            "mkd_reports_received_total", "mkd_reports_refused_total", "mkd_mqtt_reconnects_total",
                            "mkd_kube_writes_total", "mkd_reports_stale_dropped_total", "mkd_admin_actions_total",
-                           "mkd_messages_refused_total", "process_cpu_seconds_total"):
+                           "mkd_messages_refused_total", "process_cpu_seconds_total", "mkd_manager_jobs",
+                           "mkd_handover_routed_total", "mkd_handover_policies"):
                 assert f"# TYPE {family.removesuffix('_total')}" in text, family
             assert 'mkd_cluster_allocatable{cluster="worker-1",resource="cpu",unit="core"} 64.0' in text
             assert 'mkd_cluster_allocatable{cluster="worker-2",resource="memory",unit="byte"} 2.74877906944e+11' \
                 in text  # 256Gi in bytes
             assert 'mkd_workloads{queue="default",state="running"}' in text
+            assert 'mkd_manager_jobs{controller="kueue.x-k8s.io/multikueue",kind="PyTorchJob",namespace="default"}' \
+                in text
             assert "mkd_admission_latency_seconds_count 2.0" in text
             assert 'mkd_admin_actions_total{result="ok",verb="drain"} 2.0' in text
 

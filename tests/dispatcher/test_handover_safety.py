@@ -85,3 +85,33 @@ async def test_narrowing_namespaces_keeps_following_what_mkd_holds(
             assert not [p for p in agent.places() if p.job.name == "new-in-b"]
         assert any("following 1 Jobs mkd already claimed outside --namespaces" in r.getMessage() and "q-b (1)"
                    in r.getMessage() for r in caplog.records)
+
+
+async def test_a_managedby_no_controller_claims_gets_one_warning(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    from dispatcher.handover.book import POLICIES
+    from dispatcher.handover.crds import load_crd
+    from federation.kube import CRDS
+
+    await kube.create(CRDS, load_crd())
+    await eventually(lambda: kube.served(POLICIES), what="HandoverPolicy served")
+    await kube.create(POLICIES, {"apiVersion": "handover.mkd.dev/v1alpha1", "kind": "HandoverPolicy",
+                                 "metadata": {"name": "everything"}, "spec": {"mode": "Shadow"}})
+    s = settings(manager, db_url, mqtt_url, topic_root, handover={"flush_seconds": 0.2})
+
+    async def warnings() -> list[dict[str, Any]]:
+        return [e for e in (await kube.list(EVENTS, "default")).items
+                if e.get("reason") == "UnknownController" and e["involvedObject"]["name"] == "orphan"]
+    async with running(s):
+        await kube.create(PYTORCHJOBS, pytorchjob("orphan", managed_by="example.com/other"), "default")
+        await kube.create(PYTORCHJOBS, pytorchjob("theirs", managed_by=labels.TRAINING_OPERATOR), "default")
+        found = await eventually(warnings, what="the UnknownController warning")
+        assert "example.com/other" in found[0]["message"] and found[0]["type"] == "Warning"
+        await asyncio.sleep(1.0)
+    async with running(s):  # a restart does not say it again
+        await asyncio.sleep(1.5)
+    assert len(await warnings()) == 1
+    theirs = [e for e in (await kube.list(EVENTS, "default")).items if e["involvedObject"]["name"] == "theirs"]
+    assert theirs == []  # a known controller's Job hears nothing from mkd
+    job = await kube.get(PYTORCHJOBS, "orphan", "default")
+    assert not (job.get("status") or {}).get("conditions")  # mkd wrote nothing to the Job itself
