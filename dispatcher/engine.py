@@ -202,7 +202,7 @@ class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, F
                           for row in b.outbox)
         for fn in b.after:
             fn()
-        jobevents.announce(self.writer, b.w, b.events)  # Events on the manager Jobs (dispatcher/jobevents.py)
+        jobevents.announce(self.writer, b.w, b.events, self.cache)  # Events on the manager Jobs (dispatcher/jobevents.py)
         if self.fresh:  # new Commands, or answers that freed the publisher's unanswered-Place budget
             self.outbox_wake.set()
         for type_, uid in b.notes:

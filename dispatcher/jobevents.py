@@ -26,14 +26,30 @@ EVENTS: Mapping[str, tuple[Literal["Normal", "Warning"], str]] = {
 """History event type → (Event type, Event reason) on the manager Job."""
 
 
-def announce(writer: Any, rows: Mapping[str, Mapping[str, Any]], history: Iterable[Mapping[str, Any]]) -> int:
-    """Queue an Event for each history row worth one; ``rows`` are the batch's Workloads by uid."""
+def _row_of(uid: str, rows: Mapping[str, Mapping[str, Any]],
+            jobs: Mapping[str, Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The Job's address from the batch's row, or from the engine's Job cache (a waiting Workload's
+    new reason is written without loading its row)."""
+    row = rows.get(uid)
+    if row is not None and row.get("name"):
+        return row
+    job = jobs.get(uid)
+    meta = job.get("metadata") if job else None
+    if not job or not isinstance(meta, Mapping) or not meta.get("name"):
+        return None
+    return {"uid": uid, "kind": job.get("kind"), "namespace": meta.get("namespace", ""), "name": meta["name"]}
+
+
+def announce(writer: Any, rows: Mapping[str, Mapping[str, Any]], history: Iterable[Mapping[str, Any]],
+             jobs: Mapping[str, Mapping[str, Any]] | None = None) -> int:
+    """Queue an Event for each history row worth one; ``rows`` are the batch's Workloads by uid,
+    ``jobs`` the engine's cache of manager Jobs by uid."""
     queued = 0
     for h in history:
         what = EVENTS.get(str(h.get("type")))
         uid = h.get("workload_uid")
-        row = rows.get(uid) if uid else None
-        if what is None or row is None or not row.get("name"):
+        row = _row_of(str(uid), rows, jobs or {}) if uid and what is not None else None
+        if what is None or row is None:
             continue
         type_, reason = what
         if h.get("type") == "pending" and h.get("reason"):

@@ -19,7 +19,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -281,15 +281,26 @@ class Kube:
             method, url, body=body, headers=headers, timeout=timeout, retries=False, preload_content=False)
         return response
 
+    on_call: Callable[[str, int], None] | None = None
+    """Called (from a worker thread) with the verb and HTTP status of every request; 0: no answer.
+    The services' metrics count API calls with it."""
+
     def _request_sync(self, method: str, path: str, query: list[tuple[str, str]] | None,
                       body: bytes | None, content_type: str | None, what: str) -> Any:
         with _guard(what):
             timeout = urllib3.Timeout(connect=self.settings.timeout, read=self.settings.timeout)
-            response = self._open_response(method, path, query, body, content_type, timeout)
+            try:
+                response = self._open_response(method, path, query, body, content_type, timeout)
+            except Exception:
+                if self.on_call is not None:
+                    self.on_call(method, 0)
+                raise
             try:
                 data = response.read()
             finally:
                 response.release_conn()
+            if self.on_call is not None:
+                self.on_call(method, response.status)
             if not 200 <= response.status < 300:
                 raise _error_for_status(response.status, data, dict(response.headers), what)
             return orjson.loads(data) if data else {}

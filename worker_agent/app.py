@@ -75,6 +75,8 @@ class Agent:
         self._unserved_logged: set[str] = set()
         self._watching: set[str] = set()
         self._watching_children: set[str] = set()
+        self.link_health: LinkHealth | None = None
+        self.metrics_server: Any = None
 
     async def discover(self) -> None:
         """Watch the kinds whose CRDs are served now (reconciled or delegated); the others are retried."""
@@ -210,7 +212,7 @@ class Agent:
         root = settings.mqtt.topic_root
         presence = topics.presence(settings.cluster_name, root)
         offline = encode(self._heartbeat(Capacity(), online=False))
-        health = LinkHealth(settings.mqtt, self.clock)
+        health = self.link_health = LinkHealth(settings.mqtt, self.clock)
         assert self.inbox is not None
         while True:
             # the will is sealed on the stream the link's Reports will carry: the dispatcher accepts an
@@ -272,7 +274,15 @@ class Agent:
         log.info("report epoch %d: this run numbers its Reports from %d", epoch, epoch << SHIFT | 1)
         await self.discover()
         assert self.apply is not None
+        if self.settings.metrics_port is not None:  # /metrics, /healthz, /readyz (worker_agent/metrics.py)
+            from worker_agent.metrics import MetricsServer
+
+            self.metrics_server = MetricsServer(self, self.settings.metrics_host, self.settings.metrics_port)
+            self.kube.on_call = self.metrics_server.metrics.api_call
+            self.apply.pass_observer = self.metrics_server.metrics.reconciled
         async with Supervisor() as sup:
+            if self.metrics_server is not None:
+                sup.start("metrics", self.metrics_server.run, restart=True)
             self._start_watchers(sup)
             sup.start("discovery", lambda: self.rediscover_loop(sup), restart=True)
             sup.start("apply", self.apply.run, restart=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -134,7 +135,20 @@ class ApplyLoop:
                     self._dirty.discard(key)
                     self.enqueue(key)
 
+    pass_observer: Callable[[str, float], None] | None = None
+    """Called with the job kind and seconds of every reconcile pass (the agent's metrics)."""
+
     async def _pass(self, key: JobKey) -> None:
+        if self.pass_observer is not None:
+            started = time.monotonic()
+            try:
+                await self._pass_once(key)
+            finally:
+                self.pass_observer(key[0], time.monotonic() - started)
+            return
+        await self._pass_once(key)
+
+    async def _pass_once(self, key: JobKey) -> None:
         try:
             retry = await self.reconcile(key)
         except Temporary as exc:

@@ -75,3 +75,10 @@ class AgentSettings(BaseSettings):
 
     def client_id(self) -> str:
         return self.mqtt.client_id or f"mkd-agent-{self.cluster_name}"
+
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    """Port of the agent's ``/metrics``, ``/healthz`` and ``/readyz`` (deploy/ sets 9090). None: not
+    served. 0: any free port."""
+
+    metrics_host: str = "0.0.0.0"
+    """Address the metrics port binds."""

@@ -15,8 +15,9 @@ from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 
 from dispatcher.api.routes import ApiContext, router
+from federation.httpserve import serve
 
-__all__ = ["ApiContext", "create_app"]
+__all__ = ["ApiContext", "create_app", "serve"]
 
 
 def create_app(ctx: ApiContext, metrics: Any = None) -> FastAPI:
@@ -63,33 +64,3 @@ def create_app(ctx: ApiContext, metrics: Any = None) -> FastAPI:
 
     register_dashboard(app)
     return app
-
-
-async def serve(app: Any, host: str, port: int, started: Any = None, **tls: Any) -> None:
-    """Run ``app`` on uvicorn until cancelled; ``started(port)`` is called with the bound port.
-    ``tls``: uvicorn's ``ssl_certfile`` / ``ssl_keyfile`` (the admission webhook serves HTTPS only)."""
-    import asyncio
-    import contextlib
-
-    import uvicorn
-
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False, lifespan="off",
-                            **tls)
-    server = uvicorn.Server(config)
-    # the service's own handlers (staged shutdown) own SIGINT/SIGTERM: uvicorn must not take them over
-    server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
-    task = asyncio.create_task(server.serve())
-    try:
-        while not server.started:
-            if task.done():
-                await task  # raises the bind error
-                return
-            await asyncio.sleep(0.02)
-        if started is not None:
-            sockets = [s for srv in server.servers for s in srv.sockets]
-            started(sockets[0].getsockname()[1] if sockets else port)
-        await task
-    finally:
-        server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(task, 5)

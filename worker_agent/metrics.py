@@ -1,0 +1,120 @@
+"""The agent's Prometheus metrics and probes, served on its own port (``metrics_port``).
+
+Every family of the agent is defined here, in one registry per Agent (``mkd_agent_`` prefix, units in
+names, ``_total`` counters): reconcile latency per job kind (every apply-loop pass), API calls to its
+worker cluster by verb and HTTP code (0: no answer), the objects it owns per resource (its informer
+caches: jobs it placed and their children), the MQTT link's reconnects, Commands taken, the
+heartbeat interval. Families kept in the process-wide default registry (``mkd_messages_refused_total``,
+the process's own figures) follow on the same page. ``/healthz`` answers while the event loop runs;
+``/readyz`` is 200 once discovery has run and the MQTT link is up, 503 naming what is missing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
+
+
+class _Parts(Collector):
+    def __init__(self, metrics: AgentMetrics) -> None:
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Any]:
+        agent = self.metrics.agent
+        owned = GaugeMetricFamily("mkd_agent_objects_owned", "Objects this agent's informers hold (its placed "
+                                  "jobs and their children; nodes and pods of the whole cluster)", labels=["resource"])
+        reconnects = CounterMetricFamily("mkd_agent_mqtt_reconnects", "MQTT reconnections after the first connect")
+        up = GaugeMetricFamily("mkd_agent_mqtt_connected", "1 while the MQTT link is up")
+        for plural, cache in sorted((getattr(agent, "caches", None) or {}).items()):
+            owned.add_metric([plural], float(len(cache)))
+        health = getattr(agent, "link_health", None)
+        reconnects.add_metric([], float(max(0, health.connects - 1)) if health is not None else 0.0)
+        connected = getattr(agent, "connected", None)
+        up.add_metric([], 1.0 if connected is not None and connected.is_set() else 0.0)
+        yield from (owned, reconnects, up)
+
+
+class AgentMetrics:
+    """The agent's registry; ``agent`` is read at scrape (caches, link health)."""
+
+    def __init__(self, agent: Any = None) -> None:
+        self.agent = agent
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.reconcile = Histogram("mkd_agent_reconcile_duration_seconds", "One apply-loop pass over a job",
+                                   ["kind"], buckets=RECONCILE_BUCKETS, registry=r)
+        self.api_calls = Counter("mkd_agent_api_calls", "Requests to the worker cluster's API server by verb and "
+                                 "HTTP code (0: no answer)", ["verb", "code"], registry=r)
+        r.register(_Parts(self))
+
+    def counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
+        """For other parts to add their families to the agent's page."""
+        return Counter(name, doc, list(labels), registry=self.registry)
+
+    def reconciled(self, kind: str, seconds: float) -> None:
+        self.reconcile.labels(kind).observe(seconds)
+
+    def api_call(self, verb: str, code: int) -> None:
+        self.api_calls.labels(verb, str(code)).inc()
+
+    def exposition(self) -> bytes:
+        from prometheus_client import REGISTRY
+
+        return generate_latest(self.registry) + generate_latest(REGISTRY)
+
+
+def create_app(metrics: AgentMetrics, ready: Any) -> Any:
+    """``/metrics``, ``/healthz`` and ``/readyz``; ``ready()`` returns None or what is missing."""
+    from prometheus_client import CONTENT_TYPE_LATEST
+    from starlette.applications import Starlette
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse, Response
+    from starlette.routing import Route
+
+    async def prometheus(request: Request) -> Response:
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def readyz(request: Request) -> Response:
+        missing = ready()
+        return PlainTextResponse(f"not ready: {missing}", status_code=503) if missing else PlainTextResponse("ok")
+
+    return Starlette(routes=[Route("/metrics", prometheus), Route("/healthz", healthz), Route("/readyz", readyz)])
+
+
+class MetricsServer:
+    """The agent's metrics port as a supervised task (``metrics``)."""
+
+    def __init__(self, agent: Any, host: str, port: int) -> None:
+        self.agent = agent
+        self.metrics = AgentMetrics(agent)
+        self.host = host
+        self.port = port
+        self.started = asyncio.Event()
+        self.app = create_app(self.metrics, self.missing)
+
+    def missing(self) -> str | None:
+        if getattr(self.agent, "apply", None) is None:
+            return "job kinds not discovered yet"
+        connected = getattr(self.agent, "connected", None)
+        if connected is None or not connected.is_set():
+            return "MQTT link not up"
+        return None
+
+    def _bound(self, port: int) -> None:
+        self.port = port
+        self.started.set()
+
+    async def run(self) -> None:
+        from federation.httpserve import serve
+
+        await serve(self.app, self.host, self.port, self._bound)
