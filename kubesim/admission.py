@@ -169,6 +169,12 @@ class Matcher:
         return {k: ns[k] for k in ("apiVersion", "kind", "metadata", "spec", "status") if k in ns} if ns else None
 
 
+def rules_match(spec: dict[str, Any], a: Attributes, rules_key: str = "rules") -> bool:
+    """The rules part of a webhook / matchConstraints alone (a cheap first filter)."""
+    equivalent = (spec.get("matchPolicy") or "Equivalent") == "Equivalent"
+    return any(_rule_matches(r, a, equivalent) for r in spec.get(rules_key) or ())
+
+
 def _names_match(rule: dict[str, Any], a: Attributes) -> bool:
     names = rule.get("resourceNames") or ()
     return not names or a.name in names

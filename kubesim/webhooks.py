@@ -33,7 +33,7 @@ import aiohttp
 import orjson
 
 from kubesim import cel
-from kubesim.admission import MWC, VWC, Attributes
+from kubesim.admission import MWC, VWC, Attributes, rules_match
 from kubesim.errors import ApiError, conflict
 from kubesim.patch import json_patch
 from kubesim.records import Rec
@@ -78,10 +78,24 @@ class Webhooks:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._ssl: dict[str, ssl.SSLContext] = {}
+        self._cache: dict[str, tuple[tuple[int, int], list[tuple[str, dict[str, Any]]]]] = {}
 
-    def configured(self) -> bool:
-        objs = self.store._objs
-        return bool(objs.get(MWC) or objs.get(VWC))
+    def configured(self, a: Attributes | None = None) -> bool:
+        """Whether some webhook configuration exists (and, given a request, whose rules name it)."""
+        hooks = self._hooks(MWC) + self._hooks(VWC)
+        if a is None or not hooks:
+            return bool(hooks)
+        return any(rules_match(w, a) for _cfg, w in hooks)
+
+    def _hooks(self, key: str) -> list[tuple[str, dict[str, Any]]]:
+        """(configuration name, webhook) in call order, parsed again only when a configuration changed."""
+        recs = self.store._objs.get(key, {}).get("", {})
+        sig = (len(recs), max((r.rv for r in recs.values()), default=0))
+        hit = self._cache.get(key)
+        if hit is None or hit[0] != sig:
+            hooks = [(name, w) for name in sorted(recs) for w in recs[name].obj().get("webhooks") or ()]
+            hit = self._cache[key] = (sig, hooks)
+        return hit[1]
 
     # -------------------------------------------------------------- the request flow
 
@@ -95,7 +109,7 @@ class Webhooks:
         """
         adm = self.store.admission
         adm.warnings = []
-        if not self.configured():
+        if not self.configured(a):
             try:
                 rec = direct()
             finally:
@@ -144,15 +158,14 @@ class Webhooks:
             adm.validate(a.rt, "DELETE", None, a.old, None, a.dry_run)
         finally:
             warnings = adm.take_warnings()
-        if not self.configured():
+        if not self.configured(a):
             return warnings
         a.options = {"kind": "DeleteOptions", "apiVersion": "meta.k8s.io/v1",
                      **{k: v for k, v in options.items() if k in ("propagationPolicy", "gracePeriodSeconds",
                                                                  "preconditions")}}
-        for rec in self.store.list_recs(MWC):
-            for w in rec.obj().get("webhooks") or ():
-                if self._called_and_matched(w, a):
-                    await self._mutate_one(w, a, warnings)  # on DELETE there is no object to patch
+        for _cfg, w in self._hooks(MWC):
+            if self._called_and_matched(w, a):
+                await self._mutate_one(w, a, warnings)  # on DELETE there is no object to patch
         await self._validate(a, warnings)
         return warnings
 
@@ -164,13 +177,7 @@ class Webhooks:
     # -------------------------------------------------------------- matching
 
     def _matching(self, key: str, a: Attributes) -> list[tuple[str, dict[str, Any]]]:
-        out = []
-        for rec in self.store.list_recs(key):  # sorted by name, like upstream's configuration order
-            cfg = rec.obj()
-            for w in cfg.get("webhooks") or ():
-                if self.store.admission.matcher.matches(w, a, "rules"):
-                    out.append((cfg["metadata"]["name"], w))
-        return out
+        return [(cfg, w) for cfg, w in self._hooks(key) if self.store.admission.matcher.matches(w, a, "rules")]
 
     def _conditions_pass(self, w: dict[str, Any], a: Attributes) -> bool:
         conds = w.get("matchConditions") or ()
@@ -199,7 +206,7 @@ class Webhooks:
         with ``reinvocationPolicy: IfNeeded`` run once more if a later webhook changed the object."""
         obj = a.obj
         assert obj is not None
-        hooks = [w for rec in self.store.list_recs(MWC) for w in rec.obj().get("webhooks") or ()]
+        hooks = [w for _cfg, w in self._hooks(MWC)]
         called: list[tuple[int, dict[str, Any]]] = []  # (index, object after the call) of IfNeeded hooks
         for i, w in enumerate(hooks):
             if self._called_and_matched(w, a):
