@@ -10,6 +10,8 @@ dispatcher-kill     kill -9 the dispatcher a random while after it got to work, 
 agent-kill          kill -9 one agent after another, restart each after 1-4 s
 broker-restart      restart the private Mosquitto (SIGTERM; the last one kill -9), down 1-3 s
 postgres-outage     the private PostgreSQL shut down immediately (SIGQUIT) for ``outage`` s, twice
+postgres-at-start   kill -9 the dispatcher and shut PostgreSQL down, start the dispatcher into the outage
+postgres-hang       the private PostgreSQL frozen (SIGSTOP, every process) for ``outage`` s
 partition           SIGSTOP one agent past the dispatcher's worker-lost timeout (re-placement), SIGCONT
 partition-net       cut one agent off the broker silently (its relay holds every byte), then heal
 failover            two dispatchers on one database; kill -9 one and keep it down, then the other
@@ -114,6 +116,15 @@ DISPATCHER_WORKING = "watching PyTorchJob"
 test its start-up (which takes seconds on a loaded machine)."""
 
 
+async def dispatchers_at_work(run: Run, within: float = 30.0) -> None:
+    """Until every running dispatcher logged that it watches the jobs (a fault during its start-up is
+    another scenario)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline and not all(  # noqa: ASYNC110
+            DISPATCHER_WORKING in d.log_since_start() for d in run.world.dispatchers if d.alive):
+        await asyncio.sleep(0.2)  # polled: the signal is a line in another process's log
+
+
 async def kill_dispatcher(run: Run) -> None:
     """kill -9 the dispatcher ``kills`` times, each time a random 0.5-``gap`` s after it got to work."""
     kills = max(1, run.size.kills)
@@ -165,11 +176,42 @@ async def postgres_outage(run: Run) -> None:
     assert pg is not None, "postgres-outage needs the private PostgreSQL"
     for i in range(run.size.outages):
         await run.until_submitted((i + 1) / (run.size.outages + 1))
+        await dispatchers_at_work(run)
         start = time.monotonic()
         await pg.crash()
         await asyncio.sleep(run.size.outage * (1 + i))
         await pg.start()
         run.fault(f"PostgreSQL down {time.monotonic() - start:.0f}s", start)
+
+
+async def postgres_at_start(run: Run) -> None:
+    """The dispatcher restarted while PostgreSQL goes down: it starts (or crash-loops) during the outage."""
+    pg = run.world.postgres
+    assert pg is not None, "postgres-at-start needs the private PostgreSQL"
+    await run.until_submitted(0.3)
+    await dispatchers_at_work(run)
+    start = time.monotonic()
+    for d in run.world.dispatchers:
+        d.kill()
+    await pg.crash()
+    for d in run.world.dispatchers:
+        d.start()
+    await asyncio.sleep(run.size.outage)
+    await pg.start()
+    run.fault(f"dispatcher restarted into a PostgreSQL outage of {time.monotonic() - start:.0f}s", start)
+
+
+async def postgres_hang(run: Run) -> None:
+    """PostgreSQL frozen (SIGSTOP to the postmaster and every backend): connections hang instead of failing."""
+    pg = run.world.postgres
+    assert pg is not None, "postgres-hang needs the private PostgreSQL"
+    await run.until_submitted(0.3)
+    await dispatchers_at_work(run)
+    start = time.monotonic()
+    pg.freeze()
+    await asyncio.sleep(run.size.outage)
+    pg.thaw()
+    run.fault(f"PostgreSQL frozen {time.monotonic() - start:.0f}s", start)
 
 
 def cut_seconds(run: Run) -> float:
@@ -226,6 +268,10 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
     Scenario("broker-restart", "Mosquitto restarted (and once killed) during the stream", restart_broker,
              mosquitto=True),
     Scenario("postgres-outage", "PostgreSQL shut down (immediate) for an outage, twice", postgres_outage,
+             postgres=True),
+    Scenario("postgres-at-start", "dispatcher killed and restarted into a PostgreSQL outage", postgres_at_start,
+             postgres=True),
+    Scenario("postgres-hang", "PostgreSQL frozen (SIGSTOP: connections hang) for an outage", postgres_hang,
              postgres=True),
     Scenario("partition", "agent frozen (SIGSTOP) past the worker-lost timeout, re-placement, SIGCONT",
              partition_agent, dispatcher={"worker_lost_timeout_seconds": 8.0}, run_seconds=25.0,

@@ -29,7 +29,8 @@ from bench.chaos.world import MANAGER, NAMESPACE, World, WorldOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
-SMALL = Size(jobs=24, rate=10.0, run_seconds=2.0, kills=2, outage=6.0, outages=1, failover_down=6.0, deadline=20.0,
+# The deadline only costs time when a job does not make it: generous, so a loaded machine is not a failure.
+SMALL = Size(jobs=24, rate=10.0, run_seconds=2.0, kills=2, outage=6.0, outages=1, failover_down=6.0, deadline=60.0,
              small=True)
 
 KNOWN = {
@@ -37,6 +38,8 @@ KNOWN = {
     # come off when the fixes land (strict=False so a fix landing first does not break `make test`).
     "partition": "issue 9 item 12: a job re-placed off a frozen agent runs on two clusters at once (no fencing)",
     "partition-net": "issue 9 item 12: a job re-placed off a cut-off agent runs on two clusters at once (no fencing)",
+    "postgres-at-start": "mkctl dispatcher exits 1 (ConnectionRefusedError) when PostgreSQL is down at start-up "
+                         "instead of waiting for it",
 }
 
 
@@ -65,8 +68,7 @@ async def eventually(probe: object, what: str, within: float = 20.0) -> None:
 async def test_a_job_live_on_two_workers_counts_as_run_twice(shared: Shared) -> None:
     """The counter of the main guarantee can fail: copies made by hand on two workers are caught."""
     name = "selfcheck-twice"
-    copy = manifest(name, 60)
-    copy["spec"]["runPolicy"]["managedBy"] = "example.com/nobody"  # no controller touches it
+    copy = manifest(name, 60)  # managedBy multikueue: no controller in a worker cluster touches it
     for w in ("worker-1", "worker-2"):
         await shared.obs.kubes[w].create(PYTORCHJOBS, copy, NAMESPACE)
     try:
@@ -95,7 +97,8 @@ async def test_a_job_nobody_claims_counts_as_lost(shared: Shared) -> None:
 
 # Ordered so that a scenario that leaves the federation broken (a defect) hurts as few others as possible.
 ORDER = ["dispatcher-kill", "agent-kill", "broker-restart", "failover", "partition", "partition-net",
-         "postgres-outage"]
+         "postgres-outage", "postgres-at-start"]
+"""Every scenario of bench/chaos but postgres-hang (bench only: it passes, and the suite's time is short)."""
 
 
 @pytest.mark.parametrize("name", [
