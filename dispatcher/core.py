@@ -99,6 +99,9 @@ class EngineCore:
         self._resent: dict[tuple[str, int], float] = {}
         self.batches = 0
         self._last_place = 0.0
+        self.last_heartbeat: dict[str, datetime] = {}
+        """Cluster -> last heartbeat recorded in the database (also by an earlier dispatcher): a lease
+        was granted with it. Clusters silent since this dispatcher started are judged by it."""
         self._edit_retry: dict[tuple[str, int], float] = {}
         """Placements whose agent refused a later Command for now: (uid, attempt) -> when to send it again."""
         self.namespace_of: dict[str, str] = {}
@@ -130,6 +133,9 @@ class EngineCore:
             for c in await q.load_clusters(s):
                 if c.lost_since is not None:
                     self.lost[c.name] = c.lost_since
+                if c.last_heartbeat is not None:
+                    # the lease granted with it bounds when that agent stops its Jobs, whoever granted it
+                    self.last_heartbeat[c.name] = c.last_heartbeat
             await self.queueing.rebuild(s, self.cache, self.needs)
 
     async def _flush(self, s: AsyncSession, b: Batch) -> None:

@@ -81,10 +81,27 @@ class DispatcherSettings(BaseSettings):
     """A Cluster whose last heartbeat is older than this is lost: nothing new is placed on it.
     30 s = three missed heartbeats at the agents' default 10 s interval."""
 
-    worker_lost_timeout_seconds: float | None = Field(default=None, gt=0)
-    """When set, Workloads on a Cluster lost for this long are placed again elsewhere (the old copy
-    is removed by the agent's Resync when it comes back). None (default): they wait for the Cluster,
-    because re-placing a running training job restarts it from its last checkpoint at best."""
+    worker_lost_timeout_seconds: float | None = Field(default=900.0, gt=0)
+    """Workloads an agent accepted on a Cluster lost for this long are placed again elsewhere, and never
+    before the agent's lease (``lease_seconds`` after the last heartbeat granted) plus
+    ``lease_margin_seconds`` is over: by then the cut-off agent has suspended its copies itself
+    (``worker_agent.lease``), so the Job never runs twice. 15 min, MultiKueue's default: a broker or
+    network outage of up to ``lease_seconds`` leaves training alone, and re-placing (a restart from
+    the last checkpoint at best) only happens for a Cluster that is really gone. None: wait forever."""
+
+    lease_seconds: float = Field(default=600.0, gt=0, le=86_400)
+    """Length of the lease each heartbeat renews (sent back as a Lease Command). An agent that hears
+    nothing for this long (minus its ``lease_stop_before_seconds``) suspends every Job it runs. 10 min:
+    longer than any routine outage of the broker or of this dispatcher (a standby takes over in seconds)."""
+
+    lease_margin_seconds: float = Field(default=300.0, ge=0)
+    """Added to the lease before a lost Cluster's Workloads are placed elsewhere: clock-rate skew
+    between the machines, the agent's watchdog period and a delayed suspension (pods terminating)."""
+
+    unaccepted_replace_seconds: float = Field(default=60.0, gt=0)
+    """A Place still unanswered on a Cluster lost for this long is placed elsewhere (the agent never
+    confirmed it, so it most likely never received it). The attempt gets a Delete that the agent
+    applies before anything else when it comes back, and a Resync deletes any copy it did make."""
 
     max_placement_attempts: int = Field(default=5, ge=1)
     """Placement attempts per Workload (rejections, lost clusters) before it is marked failed."""

@@ -52,6 +52,9 @@ CREATED_BY = f"{PREFIX}/created-by"
 A child controlled by a stamped Job without it was made by another controller (``worker_agent.foreign``)."""
 MANAGER_NAMESPACE_ANNOTATION = f"{PREFIX}/manager-namespace"
 MANAGER_NAME_ANNOTATION = f"{PREFIX}/manager-name"
+FENCED_ANNOTATION = f"{PREFIX}/fenced"
+"""On a worker Job the agent suspended because its lease ran out (worker_agent.lease); resumed when a
+Resync lists the Job again."""
 
 # --- condition types mkd writes on manager Jobs -----------------------------------------------
 CONDITION_DISPATCHED = "MultiClusterDispatched"

@@ -121,7 +121,21 @@ class Resync(_Message):
     """One of several parts when the whole is above the payload limit (``federation.chunks``)."""
 
 
-Command = Annotated[Place | Delete | Resync, Field(discriminator="type")]
+class Lease(_Message):
+    """The dispatcher renews an agent's lease: valid for ``seconds`` from when the agent SENT the
+    heartbeat stamped ``heartbeat_sent_at`` (the agent measures on its own monotonic clock, so neither
+    delivery delay nor clock offset lengthens it). An agent whose lease runs out stops its Jobs
+    (``worker_agent.lease``); the dispatcher re-places them only after the lease surely ended."""
+
+    type: Literal["lease"] = "lease"
+    cluster: Name
+    epoch: Counter
+    heartbeat_sent_at: datetime
+    seconds: float = Field(gt=0, le=86_400)
+    sent_at: datetime = Field(default_factory=now)
+
+
+Command = Annotated[Place | Delete | Resync | Lease, Field(discriminator="type")]
 
 # --- Reports --------------------------------------------------------------------------------
 
@@ -255,7 +269,7 @@ class Inventory(ReportBase):
 
 Report = Annotated[Accepted | Rejected | Status | Heartbeat | Inventory, Field(discriminator="type")]
 
-_COMMAND: TypeAdapter[Place | Delete | Resync] = TypeAdapter(Command)
+_COMMAND: TypeAdapter[Place | Delete | Resync | Lease] = TypeAdapter(Command)
 _REPORT: TypeAdapter[Accepted | Rejected | Status | Heartbeat | Inventory] = TypeAdapter(Report)
 
 
@@ -299,7 +313,7 @@ def _decode(payload: bytes, adapter: TypeAdapter[Any], what: str) -> Any:
         raise MessageRefused(f"{what} is malformed: {exc}") from None
 
 
-def decode_command(payload: bytes) -> Place | Delete | Resync:
+def decode_command(payload: bytes) -> Place | Delete | Resync | Lease:
     return _decode(payload, _COMMAND, "command")  # type: ignore[no-any-return]
 
 

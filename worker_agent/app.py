@@ -32,6 +32,7 @@ from worker_agent.cache import ObjectCache, key_of, kind_resource
 from worker_agent.foreign import created_by, foreign_owner
 from worker_agent.identity import AgentIdentity
 from worker_agent.inbox import Inbox
+from worker_agent.lease import LeaseKeeper
 from worker_agent.reconcilers.base import Reconciler
 from worker_agent.reconcilers.registry import reconcilers as all_reconcilers
 from worker_agent.reports import CapacityMeter, Outbox, Reporter, heartbeat, sleep_or
@@ -69,6 +70,8 @@ class Agent:
                                  settings.origin)
         self.apply: ApplyLoop | None = None
         self.inbox: Inbox | None = None
+        self.lease: LeaseKeeper | None = None
+        self._regained = asyncio.Event()
         self.capacity_changed = asyncio.Event()
         self.connected = asyncio.Event()
         self.meter: CapacityMeter | None = None
@@ -88,6 +91,11 @@ class Agent:
                                origin=self.settings.origin)
         self.inbox = Inbox(self.kube, self.caches, self.reporter, origin=self.settings.origin, kinds={},
                            delegate=self.delegated, create_namespaces=self.settings.create_namespaces)
+        self.lease = LeaseKeeper(self.kube, self.caches, self.inbox.kinds, origin=self.settings.origin,
+                                 clock=self.clock, startup_grace=self.settings.lease_startup_grace_seconds,
+                                 stop_before=self.settings.lease_stop_before_seconds,
+                                 on_regained=self._regained.set)
+        self.inbox.lease = self.lease
         await self.adopt_served()
 
     async def adopt_served(self) -> list[str]:
@@ -261,13 +269,25 @@ class Agent:
                 else self.meter.measure(snapshot)
             now = self.clock.monotonic()
             if capacity != last or now - last_sent >= interval:
-                self.outbox.put(presence, self._heartbeat(capacity), retain=True)
+                hb = self._heartbeat(capacity)
+                if self.lease is not None:
+                    self.lease.heartbeat_sent(hb)  # a renewal of the lease runs from now
+                self.outbox.put(presence, hb, retain=True)
                 last, last_sent = capacity, now
             self.capacity_changed.clear()
             await sleep_or(self.capacity_changed, max(0.0, interval - (self.clock.monotonic() - last_sent)))
             await asyncio.sleep(self.settings.capacity_debounce_seconds)
 
     # --- run ------------------------------------------------------------------------------------
+    async def _inventory_on_regain(self) -> None:
+        """A lease renewed after it ran out: an Inventory makes the dispatcher answer with a Resync, which
+        deletes what went elsewhere and resumes what it still expects here (worker_agent.lease)."""
+        while True:
+            await self._regained.wait()
+            self._regained.clear()
+            assert self.inbox is not None
+            self.reporter.inventory(await self.inbox.inventory_items(self.job_resources))
+
     async def run(self, stop: asyncio.Event) -> None:
         epoch = await take_epoch(self.kube, self.settings.namespace, self.settings.cluster_name, self.clock)
         self.reporter.seq = Sequencer(epoch)
@@ -290,6 +310,9 @@ class Agent:
                 sup.start(f"outbox-{i}", self.outbox.run_sender, restart=True)
             sup.start("mqtt", self.link_loop, restart=True)
             sup.start("heartbeat", self.heartbeat_loop, restart=True)
+            assert self.lease is not None
+            sup.start("lease", self.lease.run, restart=True)
+            sup.start("inventory-on-regain", self._inventory_on_regain, restart=True)
             flushed = asyncio.Event()
             sup.start("flush-on-stop", lambda: self._flush_after(stop, flushed))
             await sup.run_until_stopped(flushed)

@@ -38,6 +38,7 @@ from federation.kube import NAMESPACES, Kube, Resource
 from federation.messages import (
     Delete,
     InventoryItem,
+    Lease,
     MessageRefused,
     Place,
     PlacementKey,
@@ -46,6 +47,7 @@ from federation.messages import (
 )
 from worker_agent import foreign
 from worker_agent.cache import ObjectCache, kind_resource
+from worker_agent.lease import LeaseKeeper
 from worker_agent.reports import Reporter, job_ref, placement_of, spec_version_of
 
 log = logging.getLogger(__name__)
@@ -92,6 +94,8 @@ class Inbox:
         self._tasks: set[asyncio.Task[None]] = set()
         self.highest_epoch = 0
         self._arrivals = 0
+        self.lease: LeaseKeeper | None = None
+        """Fencing (worker_agent.lease): set by the agent; None in tests that do not fence."""
         self._resyncs = chunks.Assembler()
         self._resync_arrival: dict[str, int] = {}
         """chunk id -> arrival number of the first part of a Resync sent in parts."""
@@ -123,6 +127,10 @@ class Inbox:
             command = decode_command(payload)
         except MessageRefused as exc:
             log.warning("refused command: %s", exc)
+            return
+        if isinstance(command, Lease):
+            if self.lease is not None:
+                self.lease.granted(command)
             return
         key = command.placement.workload_uid if isinstance(command, Place | Delete) else "__resync__"
         self._arrivals += 1
@@ -211,6 +219,11 @@ class Inbox:
             self.reporter.rejected(p, cmd.spec_version, "KindNotServed",
                                    f"{cmd.job.kind} is not served by this cluster (its CRD is not installed); "
                                    "install the CRD or place the job elsewhere", permanent=False)
+            return
+        if self.lease is not None and not self.lease.holds():
+            self.reporter.rejected(p, cmd.spec_version, "LeaseExpired",
+                                   "this agent has no lease from the dispatcher (fenced): it starts nothing new",
+                                   permanent=False)
             return
         gone = self.deleted.get(uid)
         if gone is not None and (p.attempt, p.epoch) <= gone:
@@ -434,6 +447,8 @@ class Inbox:
                              applied.namespace, applied.name, placement.workload_uid, placement.attempt)
                     await self._delete_job(applied)
                     self.workloads.pop(placement.workload_uid, None)
+        if self.lease is not None:
+            await self.lease.resume(expected)
 
     async def inventory_items(self, resources: Mapping[str, Resource]) -> list[InventoryItem]:
         """What this agent runs, listed from the API server (complete even before the informers sync)."""

@@ -68,6 +68,15 @@ class AgentSettings(BaseSettings):
     concurrency: int = Field(default=16, ge=1, le=256)
     """Jobs reconciled at once (each job is always reconciled by one worker at a time)."""
 
+    lease_stop_before_seconds: float = Field(default=60.0, gt=0)
+    """Fencing (worker_agent.lease): suspend every Job this long before the dispatcher's lease runs out
+    unrenewed, so their pods are gone (terminationGracePeriod 30 s by default) before the lease ends.
+    Capped at a quarter of the lease."""
+
+    lease_startup_grace_seconds: float = Field(default=60.0, gt=0)
+    """At start the agent holds no lease: it keeps its Jobs this long for the first renewal to arrive
+    (one heartbeat round trip when the dispatcher is up), then fences them."""
+
     def kube_settings(self) -> KubeSettings:
         if self.kubeconfig is None:
             return self.kube

@@ -388,6 +388,11 @@ async def upsert_cluster(session: AsyncSession, row: Mapping[str, Any]) -> None:
     await session.execute(stmt)
 
 
+async def mark_cluster_lost(session: AsyncSession, name: str, since: datetime) -> None:
+    await session.execute(sa.update(clusters).where(clusters.c.name == name)
+                          .values(lost_since=since, updated_at=since))
+
+
 async def register_cluster(session: AsyncSession, name: str, public_key: str, now: datetime) -> bool:
     """Record ``name``'s public key (a new cluster, or a new key for a known one); True when it was new."""
     existed = (await session.execute(sa.select(clusters.c.name).where(clusters.c.name == name))).first()

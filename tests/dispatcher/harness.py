@@ -131,6 +131,7 @@ class FakeAgent:
         self.beat_every = beat_every
         self._beats: asyncio.Task[None] | None = None
         self.commands: list[messages.Place | messages.Delete | messages.Resync] = []
+        self.leases: list[messages.Lease] = []
         self.seq = 0
         self.link: MqttLink | None = None
         self._task: asyncio.Task[None] | None = None
@@ -198,6 +199,9 @@ class FakeAgent:
         assert self.link is not None
         async for msg in self.link.messages():
             cmd = messages.decode_command(keys.unseal(msg.payload))
+            if isinstance(cmd, messages.Lease):  # a renewal per heartbeat (fencing): kept apart
+                self.leases.append(cmd)
+                continue
             self.commands.append(cmd)
             self.received.set()
             if isinstance(cmd, messages.Place) and self.auto_accept:

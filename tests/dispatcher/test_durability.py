@@ -63,8 +63,9 @@ async def test_outbox_survives_a_crash_between_commit_and_publish(
         monkeypatch.setattr(outbox.Publisher, "drain_once", dead)
         async with running(s):
             job = await kube.create(PYTORCHJOBS, pytorchjob("durable"), "default")
-            await eventually(lambda: rows(db_url, m.outbox), what="the Place committed to the outbox")
-        (row,) = await rows(db_url, m.outbox)
+            await eventually(lambda: rows(db_url, m.outbox, workload_uid=job["metadata"]["uid"]),
+                             what="the Place committed to the outbox")
+        (row,) = await rows(db_url, m.outbox, workload_uid=job["metadata"]["uid"])
         assert row.sent_at is None and agent.commands == []
         monkeypatch.setattr(outbox.Publisher, "drain_once", real_drain)
         async with running(s):

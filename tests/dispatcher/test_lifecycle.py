@@ -153,7 +153,8 @@ async def test_inventory_gets_resync_and_missing_places(manager: Path, kube: Kub
 async def test_lost_cluster_gets_nothing_new_and_worker_lost_timeout_moves_its_workloads(
         manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
     s = settings(manager, db_url, mqtt_url, topic_root, heartbeat_timeout_seconds=1.0,
-                 worker_lost_timeout_seconds=1.0, placement_retry_seconds=0.3)
+                 worker_lost_timeout_seconds=1.0, placement_retry_seconds=0.3, lease_seconds=1.0,
+                 lease_margin_seconds=0.5)
     async with FakeAgent("worker-1", mqtt_url, topic_root, cap=capacity(cpu="64"), beat_every=0.2) as first, \
             FakeAgent("worker-2", mqtt_url, topic_root, cap=capacity(cpu="8"), beat_every=0.2) as second, \
             running(s):

@@ -1,0 +1,72 @@
+"""Fencing on the agent: without a lease renewal it suspends its Jobs before the lease ends, starts
+nothing new, and resumes only what the dispatcher's Resync still lists once a renewal comes back."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+from federation import labels
+from federation.messages import Heartbeat, Lease, Resync
+from tests.agent.conftest import CLUSTER, PYTORCHJOBS, AgentHarness, place
+from tests.agent.test_agent_inbox import forever
+
+
+def suspended(job: dict | None) -> bool:  # type: ignore[type-arg]
+    return bool(job and ((job.get("spec") or {}).get("runPolicy") or {}).get("suspend") is True)
+
+
+async def test_an_agent_without_renewals_suspends_its_jobs_and_resumes_only_what_a_resync_lists(
+        harness: AgentHarness) -> None:
+    await harness.stop_agent()
+    await harness.start_agent(lease_startup_grace_seconds=4.0, lease_stop_before_seconds=1.0,
+                              heartbeat_interval_seconds=0.5)
+    keep, gone_job = place(forever(), uid="wl-keep"), forever()
+    gone_job["metadata"]["name"] = "moved-away"
+    gone = place(gone_job, uid="wl-moved")
+    for cmd in (keep, gone):
+        await harness.send(cmd)
+        wanted = cmd.placement
+        await harness.wait_report(lambda r: r.type == "accepted" and r.placement == wanted)  # noqa: B023
+    # no dispatcher renews the lease: the start-up grace runs out and both are suspended, marked fenced
+    for name in ("pytorch-simple", "moved-away"):
+        for _ in range(100):
+            job = await harness.get(PYTORCHJOBS, name, "team-a")
+            if suspended(job):
+                break
+            await asyncio.sleep(0.1)
+        assert suspended(job) and job["metadata"]["annotations"][labels.FENCED_ANNOTATION] == "true"
+    # a fenced agent starts nothing new
+    late = forever()
+    late["metadata"]["name"] = "late"
+    await harness.send(place(late, uid="wl-late"))
+    refused = await harness.wait_report(lambda r: r.type == "rejected" and r.placement.workload_uid == "wl-late")
+    assert refused.reason == "LeaseExpired" and not refused.permanent
+    # the dispatcher is back: it renews the lease for a heartbeat; the agent asks for a Resync
+    hb = harness.heartbeats()[-1]
+    n = len(harness.reports)
+    await harness.send(Lease(cluster=CLUSTER, epoch=1, heartbeat_sent_at=hb.sent_at, seconds=60))
+    await harness.wait_report(lambda r: r.type == "inventory", after=n)
+    # the Resync lists only wl-keep (wl-moved went elsewhere meanwhile): one resumed, one deleted
+    await harness.send(Resync(cluster=CLUSTER, epoch=1, expected=[keep.placement]))
+    for _ in range(100):
+        job = await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a")
+        if job is not None and not suspended(job):
+            break
+        await asyncio.sleep(0.1)
+    assert job is not None and not suspended(job)
+    assert labels.FENCED_ANNOTATION not in (job["metadata"].get("annotations") or {})
+    await harness.wait_report(lambda r: r.type == "status" and r.gone and r.placement.workload_uid == "wl-moved")
+    assert await harness.get(PYTORCHJOBS, "late", "team-a") is None
+
+
+async def test_a_renewal_naming_an_unknown_heartbeat_changes_nothing(harness: AgentHarness) -> None:
+    assert harness.agent is not None and harness.agent.lease is not None
+    lease = harness.agent.lease
+    before = lease.until
+    assert not lease.granted(Lease(cluster=CLUSTER, epoch=1, heartbeat_sent_at=datetime(2020, 1, 1), seconds=600))
+    assert lease.until == before
+    hb = Heartbeat(cluster=CLUSTER)
+    lease.heartbeat_sent(hb)
+    assert lease.granted(Lease(cluster=CLUSTER, epoch=1, heartbeat_sent_at=hb.sent_at, seconds=600))
+    assert 590 < lease.remaining() <= 600 and lease.holds()

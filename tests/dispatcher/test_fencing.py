@@ -1,0 +1,75 @@
+"""Fencing on the dispatcher: each heartbeat renews the agent's lease; a lost cluster's accepted Jobs
+are placed elsewhere only once that lease (plus a margin) is surely over, its unanswered Places after
+a short timeout; every moved attempt gets a Delete, and a returning cluster a Resync."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from dispatcher.db import models as m
+from federation import messages
+from federation.kube import Kube
+from tests.dispatcher.harness import (
+    PYTORCHJOBS,
+    FakeAgent,
+    capacity,
+    eventually,
+    pytorchjob,
+    running,
+    settings,
+)
+from tests.dispatcher.test_flow import rows
+
+
+async def test_every_heartbeat_renews_the_lease_it_names(manager: Path, kube: Kube, db_url: str, mqtt_url: str,
+                                                        topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root, lease_seconds=42.0)
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s) as d:
+        await agent.heartbeat()
+        await eventually(lambda: agent.leases, what="a Lease for the heartbeat")
+    lease = agent.leases[0]
+    assert lease.seconds == 42.0 and lease.cluster == "worker-1"
+    assert d.engine is not None and lease.epoch == d.engine.epoch
+
+
+async def test_a_lost_cluster_keeps_its_jobs_until_its_lease_is_over_then_they_move_once(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root, heartbeat_timeout_seconds=1.0, worker_lost_timeout_seconds=0.5,
+                 lease_seconds=3.0, lease_margin_seconds=1.0, unaccepted_replace_seconds=1.0,
+                 placement_retry_seconds=0.3)
+    async with FakeAgent("worker-1", mqtt_url, topic_root, cap=capacity(cpu="64"), beat_every=0.2) as cut, \
+            FakeAgent("worker-2", mqtt_url, topic_root, cap=capacity(cpu="8"), beat_every=0.2) as other, \
+            running(s):
+        await kube.create(PYTORCHJOBS, pytorchjob("accepted"), "default")
+        await eventually(lambda: cut.places(), what="placed on the roomiest cluster")
+
+        async def accepted() -> bool:
+            return [p.state for p in await rows(db_url, m.placements)] == ["accepted"]
+        await eventually(accepted, what="accepted")
+        cut.auto_accept = False
+        await kube.create(PYTORCHJOBS, pytorchjob("unanswered"), "default")
+        await eventually(lambda: len(cut.places()) == 2, what="a second Place, never answered")
+        cut.stop_beating()  # cut off: no heartbeat, so no renewal either
+        t0 = asyncio.get_running_loop().time()
+        # the unanswered Place moves after the short timeout (lost after 1 s + 1 s)
+        await eventually(lambda: other.places(), within=10, what="the unanswered Place placed elsewhere")
+        moved_unanswered = asyncio.get_running_loop().time() - t0
+        assert [p.placement.attempt for p in other.places()] == [2]
+        # the accepted one waits for lease + margin after the last heartbeat (3 + 1 s), far past the
+        # worker-lost timeout (0.5 s)
+        await eventually(lambda: len(other.places()) == 2, within=15, what="the accepted Job moved")
+        moved_accepted = asyncio.get_running_loop().time() - t0
+        assert moved_accepted >= 4.0 - 0.3, f"moved {moved_accepted:.1f}s after the last heartbeat"
+        assert moved_unanswered < moved_accepted
+        # both attempts left on the cut-off cluster are fenced by a Delete it finds when it returns
+        await eventually(lambda: len(cut.deletes()) == 2, what="Deletes for both moved attempts")
+        n = len(cut.commands)
+        await cut.heartbeat()  # the cluster returns
+        await eventually(lambda: [c for c in cut.commands[n:] if isinstance(c, messages.Resync)],
+                         what="a Resync for the returning cluster")
+        resync = next(c for c in cut.commands[n:] if isinstance(c, messages.Resync))
+        assert resync.expected == []  # both went elsewhere: the agent deletes its copies
+    ps = sorted(await rows(db_url, m.placements), key=lambda p: (p.workload_uid, p.attempt))
+    assert sorted((p.cluster, p.state) for p in ps) == [("worker-1", "lost"), ("worker-1", "lost"),
+                                                         ("worker-2", "accepted"), ("worker-2", "accepted")]

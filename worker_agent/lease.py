@@ -1,0 +1,173 @@
+"""Fencing on the agent: hold a lease renewed by the dispatcher; stop the Jobs before it runs out.
+
+Every heartbeat the dispatcher handles is answered with a :class:`~federation.messages.Lease`
+naming that heartbeat (its ``sent_at``). The lease runs from the moment the agent *sent* that
+heartbeat, measured on the agent's monotonic clock, so a delayed grant or a clock offset between
+the machines never lengthens it. When no renewal arrives, the watchdog suspends every Job this
+agent placed (``JobKind.with_suspended`` via a merge patch, marked with ``mkd.dev/fenced``)
+``stop_before`` seconds before the lease ends, so the pods are gone by the time the dispatcher,
+which waits for the lease plus a margin after the last heartbeat it granted, places them elsewhere.
+A fenced agent creates nothing new (a Place is refused as temporary). When a grant arrives again
+the agent sends an Inventory; the dispatcher's Resync then deletes what was placed elsewhere
+meanwhile, and the Jobs it still lists are resumed (:meth:`LeaseKeeper.resume`).
+
+At start the agent has no grant: it keeps its Jobs for ``startup_grace`` seconds and fences them
+if no grant came by then. Limit: an agent process that is down cannot stop anything; a Deployment
+restarts it, and it fences within ``startup_grace`` of starting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime
+from typing import Any
+
+from federation import labels
+from federation.clock import Clock
+from federation.errors import FederationError, NotFound
+from federation.kinds.base import JobKind
+from federation.kube import Kube
+from federation.messages import Heartbeat, Lease
+from worker_agent.cache import ObjectCache, kind_resource
+from worker_agent.reports import placement_of
+
+log = logging.getLogger(__name__)
+
+
+def _nested(path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {path[-1]: value}
+    for key in reversed(path[:-1]):
+        out = {key: out}
+    return out
+
+
+class LeaseKeeper:
+    """The agent's side of fencing (see the module docstring)."""
+
+    def __init__(self, kube: Kube, caches: Mapping[str, ObjectCache], kinds: Mapping[str, JobKind], *,
+                 origin: str, clock: Clock, startup_grace: float, stop_before: float,
+                 on_regained: Callable[[], None] | None = None) -> None:
+        self.kube = kube
+        self.caches = caches
+        self.kinds = kinds  # the agent's live map: kinds adopted later are fenced too
+        self.origin = origin
+        self.clock = clock
+        self.stop_before = stop_before
+        self.on_regained = on_regained
+        self.until = clock.monotonic() + startup_grace + stop_before
+        """Monotonic time the lease ends (before any grant: Jobs are stopped after the start-up grace)."""
+        self.granted_once = False
+        self.fenced = False
+        self.fenced_jobs = 0
+        self._sent: OrderedDict[datetime, float] = OrderedDict()
+        self._changed = asyncio.Event()
+
+    # --- the lease ------------------------------------------------------------------------------
+
+    def heartbeat_sent(self, hb: Heartbeat) -> None:
+        """Called as a heartbeat is queued: a grant for it runs from now."""
+        self._sent[hb.sent_at] = self.clock.monotonic()
+        while len(self._sent) > 256:
+            self._sent.popitem(last=False)
+
+    def granted(self, lease: Lease) -> bool:
+        """A renewal; False when it names a heartbeat this agent does not know (then it changes nothing)."""
+        sent = self._sent.get(lease.heartbeat_sent_at)
+        if sent is None:
+            return False
+        until = sent + lease.seconds
+        self.stop_before = min(self.stop_before, lease.seconds / 4)  # a short lease (tests) still leaves time to run
+        if until <= self.until and self.granted_once:
+            return True
+        self.until = max(self.until, until) if self.granted_once else until
+        self.granted_once = True
+        self._changed.set()
+        if self.fenced and self.holds():
+            log.warning("lease renewed after it ran out; asking the dispatcher for a Resync before resuming")
+            self.fenced = False
+            if self.on_regained is not None:
+                self.on_regained()
+        return True
+
+    def holds(self) -> bool:
+        """Whether the agent may run and start Jobs now (the lease has more than ``stop_before`` left)."""
+        return self.clock.monotonic() < self.until - self.stop_before
+
+    def remaining(self) -> float:
+        return self.until - self.clock.monotonic()
+
+    async def run(self) -> None:
+        """The watchdog: fence every owned Job once the lease is about to run out."""
+        while True:
+            left = self.until - self.stop_before - self.clock.monotonic()
+            if left > 0 or self.fenced:
+                self._changed.clear()
+                wait = min(max(left, 0.05), 1.0) if not self.fenced else 1.0
+                try:
+                    await asyncio.wait_for(self._changed.wait(), timeout=wait)
+                except TimeoutError:
+                    pass
+                continue
+            self.fenced = True
+            n = await self.fence_all()
+            log.error("no lease renewal from the dispatcher: suspended %d Jobs before the lease ran out "
+                      "(they are resumed when a Resync lists them again)", n)
+
+    # --- stopping and resuming ------------------------------------------------------------------
+
+    def _owned(self) -> Iterable[tuple[JobKind, dict[str, Any]]]:
+        for kind in self.kinds.values():
+            cache = self.caches.get(kind_resource(kind).plural)
+            if cache is None:
+                continue
+            for key in cache.keys():
+                job = cache.get(key)
+                if job is None:
+                    continue
+                meta = job.get("metadata") or {}
+                if (meta.get("labels") or {}).get(labels.ORIGIN) == self.origin and placement_of(job) is not None:
+                    yield kind, job
+
+    async def fence_all(self) -> int:
+        done = 0
+        for kind, job in list(self._owned()):
+            meta = job.get("metadata") or {}
+            if kind.is_suspended(job) or kind.finished(job) is not None:
+                continue
+            patch = {"metadata": {"annotations": {labels.FENCED_ANNOTATION: "true"}},
+                     **_nested(kind.suspend_path, True)}  # type: ignore[attr-defined]
+            try:
+                await self.kube.patch(kind_resource(kind), meta["name"], patch, meta.get("namespace"))
+                done += 1
+            except NotFound:
+                continue
+            except FederationError as exc:  # keep going: every other Job must still stop
+                log.error("could not suspend %s %s/%s: %s", kind.name, meta.get("namespace"), meta.get("name"), exc)
+        self.fenced_jobs += done
+        return done
+
+    async def resume(self, expected: set[tuple[str, int]]) -> int:
+        """After a Resync: Jobs this agent fenced that the dispatcher still expects run again."""
+        if not self.holds():
+            return 0
+        done = 0
+        for kind, job in list(self._owned()):
+            meta = job.get("metadata") or {}
+            if (meta.get("annotations") or {}).get(labels.FENCED_ANNOTATION) != "true":
+                continue
+            p = placement_of(job)
+            if p is None or (p.workload_uid, p.attempt) not in expected:
+                continue
+            patch = {"metadata": {"annotations": {labels.FENCED_ANNOTATION: None}},
+                     **_nested(kind.suspend_path, False)}  # type: ignore[attr-defined]
+            try:
+                await self.kube.patch(kind_resource(kind), meta["name"], patch, meta.get("namespace"))
+                done += 1
+            except NotFound:
+                continue
+        if done:
+            log.info("lease held again: resumed %d Jobs the dispatcher still expects here", done)
+        return done
