@@ -349,6 +349,11 @@ class Kube:
             if not token:
                 return ListResult(items, resource_version)
 
+    async def review(self, res: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST a nameless, create-only review (TokenReview, SubjectAccessReview); the answer has its status."""
+        obj: dict[str, Any] = await self._request("POST", res.path(None), body=dict(body), what=f"create {res.kind}")
+        return obj
+
     async def create(self, res: Resource, body: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
         ns = namespace or _namespace_of(body)
         obj: dict[str, Any] = await self._request(

@@ -26,6 +26,7 @@ from kubesim.admission import Attributes
 from kubesim.audit import AuditLog
 from kubesim.errors import ApiError, not_found
 from kubesim.resources import ResourceType
+from kubesim.reviews import Reviews
 from kubesim.store import RETURNS_OBJECT, Rec, Store
 from kubesim.watch import Watcher, serve_watch
 from kubesim.webhooks import Webhooks, warning_headers
@@ -103,6 +104,8 @@ class ApiServer:
         self.address = "127.0.0.1:0"
         self.webhooks = Webhooks(store)
         self.audit = AuditLog()
+        self.reviews = Reviews(store)
+        """TokenReview / SubjectAccessReview (kubesim/reviews.py); ``reviews.add_token`` adds users."""
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self.audit.middleware])
@@ -164,6 +167,10 @@ class ApiServer:
                 return self._json({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": [
                     {"clientCIDR": "0.0.0.0/0", "serverAddress": self.address}]})
             group, version, rest = "", parts[1], parts[2:]
+        elif head == "apis" and len(parts) == 4 and self.reviews.handles(parts[1], parts[2], parts[3:]):
+            body = await self._body(request) if request.method == "POST" else {}
+            code, review = self.reviews.answer(request.method, parts[1], body)
+            return self._json(review, code)
         elif head == "apis":
             if len(parts) == 1:
                 return self._json({"kind": "APIGroupList", "apiVersion": "v1",

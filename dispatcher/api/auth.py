@@ -113,7 +113,7 @@ class Authenticator:
 
         res = Resource("authentication.k8s.io", "v1", "tokenreviews", "TokenReview", namespaced=False)
         try:
-            answer = await self.kube.create(res, {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            answer = await self.kube.review(res, {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
                                                   "spec": {"token": token}})
         except FederationError as exc:
             raise AuthError(503, f"cannot check the token with the manager cluster: {exc}") from None
@@ -136,7 +136,7 @@ class Authenticator:
                 "spec": {"user": user.name, "groups": list(user.groups), "resourceAttributes": attrs,
                          **({"uid": user.uid} if user.uid else {})}}
         try:
-            answer = await self.kube.create(res, body)
+            answer = await self.kube.review(res, body)
         except FederationError as exc:
             raise AuthError(503, f"cannot check access with the manager cluster: {exc}") from None
         return bool((answer.get("status") or {}).get("allowed"))

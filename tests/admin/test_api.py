@@ -203,3 +203,72 @@ async def test_actions_metrics_probes_and_mkctl_server(manager: Path, kube: Any,
 
 async def _ok(api: httpx.AsyncClient, path: str) -> bool:
     return (await api.get(path)).status_code == 200
+
+
+# --- RBAC decides: TokenReview + SubjectAccessReview against the manager cluster -------------------
+
+
+@pytest.fixture
+async def rbac_client(admin_db: str, tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient, dict[str, str]]]:
+    """The API (reads from the filled database, no engine) checking tokens with a kubesim manager where
+    alice may get jobs and cordon clusters.mkd.dev, bob may only get jobs in team-a, eve nothing."""
+    import kubesim
+    from federation.kube import Kube, Resource
+
+    spec = kubesim.ClusterSpec(name="manager", nodes=[kubesim.NodeSpec(name="m1")])
+    async with kubesim.serve_async([spec], tmp_path / "sim") as sim:
+        reviews = sim.cluster("manager").server.reviews
+        tokens = {"alice": "tok-alice", "bob": "tok-bob", "eve": "tok-eve"}
+        for user, token in tokens.items():
+            reviews.add_token(token, user)
+        rbac = "rbac.authorization.k8s.io"
+        roles = Resource(rbac, "v1", "clusterroles", "ClusterRole", namespaced=False)
+        crbs = Resource(rbac, "v1", "clusterrolebindings", "ClusterRoleBinding", namespaced=False)
+        rbs = Resource(rbac, "v1", "rolebindings", "RoleBinding")
+        async with Kube(sim.kubeconfig("manager")) as kube:
+            from federation.kube import NAMESPACES
+
+            await kube.create(NAMESPACES, {"metadata": {"name": "team-a"}})
+            await kube.create(roles, {"metadata": {"name": "mkd-admin"}, "rules": [
+                {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
+                {"apiGroups": ["mkd.dev"], "resources": ["clusters"], "verbs": ["cordon"]}]})
+            await kube.create(roles, {"metadata": {"name": "job-reader"}, "rules": [
+                {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]}]})
+            ref = {"apiGroup": rbac, "kind": "ClusterRole"}
+            await kube.create(crbs, {"metadata": {"name": "alice"}, "roleRef": {**ref, "name": "mkd-admin"},
+                                     "subjects": [{"kind": "User", "name": "alice", "apiGroup": rbac}]})
+            await kube.create(rbs, {"metadata": {"name": "bob", "namespace": "team-a"},
+                                    "roleRef": {**ref, "name": "job-reader"},
+                                    "subjects": [{"kind": "User", "name": "bob", "apiGroup": rbac}]}, "team-a")
+            engine = db.make_engine(admin_db)
+            ctx = ApiContext(sessions=db.sessionmaker(engine), auth=Authenticator(kube=kube, static_token=TOKEN),
+                             kube=kube)
+            transport = httpx.ASGITransport(app=create_app(ctx))
+            async with httpx.AsyncClient(transport=transport, base_url="http://api") as c:
+                yield c, tokens
+            await engine.dispose()
+
+
+async def test_rbac_on_the_manager_decides_who_reads_and_who_acts(
+        rbac_client: tuple[httpx.AsyncClient, dict[str, str]]) -> None:
+    client, tokens = rbac_client
+
+    def bearer(user: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {tokens[user]}"}
+
+    first = await client.get("/api/v1/workloads", headers=bearer("alice"))
+    assert first.status_code == 200, first.text
+    assert (await client.get("/api/v1/workloads", params={"namespace": "team-a"}, headers=bearer("bob"))
+            ).status_code == 200
+    everywhere = await client.get("/api/v1/workloads", headers=bearer("bob"))
+    assert everywhere.status_code == 403 and "user 'bob' may not get jobs.batch (all namespaces)" in \
+        everywhere.json()["detail"]
+    assert (await client.get("/api/v1/workloads/team-a/zeta", headers=bearer("bob"))).status_code == 200
+    assert (await client.get("/api/v1/workloads/team-a/zeta", headers=bearer("eve"))).status_code == 403
+    # acting: alice may cordon (this read-only server then says it has no engine), bob may not, nobody drains
+    assert (await client.post("/api/v1/clusters/worker-1/cordon", headers=bearer("alice"))).status_code == 503
+    denied = await client.post("/api/v1/clusters/worker-1/cordon", headers=bearer("bob"))
+    assert denied.status_code == 403 and "cordon clusters.mkd.dev/worker-1" in denied.json()["detail"]
+    assert (await client.post("/api/v1/clusters/worker-1/drain", headers=bearer("alice"))).status_code == 403
+    assert (await client.get("/api/v1/clusters", headers={"Authorization": "Bearer forged"})).status_code == 401
+    assert (await client.get("/api/v1/clusters", headers=AUTH)).status_code == 200  # the static token
