@@ -25,6 +25,7 @@ from dispatcher.db import queries as q
 from dispatcher.identity import Identity
 from dispatcher.kubewriter import KubeWriter
 from dispatcher.placement import CapacityBook, Need
+from dispatcher.policycheck import PolicyGate
 from dispatcher.queueing.state import QueueingState
 from dispatcher.settings import DispatcherSettings
 from dispatcher.streams import StreamBook
@@ -69,6 +70,8 @@ class EngineCore:
                  writer: KubeWriter, clock: Clock, *, cache: dict[str, dict[str, Any]] | None = None) -> None:
         self.settings = settings
         self.identity = Identity(settings)
+        self.policies = PolicyGate()
+        """The clusters' announced policies: a Job is not placed where it would be refused."""
         """The dispatcher's key (Commands are sealed as they are queued) and the clusters' keys."""
         self.sessions = sessions
         self.kube = kube

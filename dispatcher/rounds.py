@@ -23,6 +23,7 @@ from dispatcher import workload as wl
 from dispatcher.batch import Batch, job_key
 from dispatcher.core import EngineCore, oversize_problem
 from dispatcher.db import queries as q
+from dispatcher.policycheck import reason as policy_reason
 from dispatcher.queueing.scheduler import Admission, Entry
 from dispatcher.queueing.state import usage_to_json
 from federation import labels, messages
@@ -55,6 +56,7 @@ class PlacementRound(EngineCore):
             qs.capacity_version, qs.cordoned = self.book.version, cordoned
             qs.queues.capacity_changed()  # room may have grown: set-aside Workloads try again
         views = [v for v in self.book.views() if v.name not in cordoned]
+        self.policies.apply(qs.queues.entries, self.cache, self.book.heartbeats)  # clusters that would refuse
         result = qs.schedule(views, now=b.now, timeout=self.settings.heartbeat_timeout_seconds)
         if result.admitted:
             await self._load(s, b, [a.entry.uid for a in result.admitted])
@@ -131,19 +133,27 @@ class PlacementRound(EngineCore):
 
     def _waiting(self, b: Batch, e: Entry) -> None:
         """A Workload still waits, for a new reason: the reason on the row, in the history, on the Job."""
+        refused = self.policies.why(e.uid) if e.step == "placement" else {}
+        reason = policy_reason(refused, e.reason) if refused else e.reason
         old = self.queueing.shown.get(e.uid)
-        if old is not None and (old[0] == e.reason or self._same_story(e.reason, old[0], old[1], b.now)):
+        if old is not None and (old[0] == reason or self._same_story(reason, old[0], old[1], b.now)):
             return
-        self.queueing.shown[e.uid] = (e.reason, b.now)
+        self.queueing.shown[e.uid] = (reason, b.now)
         if e.uid in b.w:
-            b.set_w(e.uid, reason=e.reason, updated_at=b.now)
+            b.set_w(e.uid, reason=reason, updated_at=b.now)
         else:  # not loaded: only the columns written (the row's state is not this pass's to know)
-            b.w_updates.setdefault(e.uid, {}).update(reason=e.reason, updated_at=b.now)
+            b.w_updates.setdefault(e.uid, {}).update(reason=reason, updated_at=b.now)
         row = {"uid": e.uid, "namespace": e.namespace, "name": e.name, "kind": e.need.kind}
         key = job_key(row)
-        b.event(e.uid, "pending", reason=e.word, message=e.reason)
-        if e.step == "placement":
+        if refused:  # no cluster left but those whose policy refuses it: say which and why, on the Job
+            b.event(e.uid, "pending", reason="PolicyViolation", message=reason)
+            cond = wl.condition(labels.CONDITION_DISPATCHED, False, "PolicyViolation", reason, b.now)
+            b.after.append(lambda key=key, reason=reason: self.writer.event(  # type: ignore[misc]
+                key, "Warning", "PolicyViolation", reason))
+        elif e.step == "placement":
+            b.event(e.uid, "pending", reason=e.word, message=e.reason)
             cond = wl.condition(labels.CONDITION_DISPATCHED, False, "NoFittingCluster", e.reason, b.now)
         else:
+            b.event(e.uid, "pending", reason=e.word, message=e.reason)
             cond = wl.condition(CONDITION_QUOTA_RESERVED, False, "Pending", e.reason, b.now)
         b.after.append(lambda key=key, cond=cond: self.writer.condition(key, cond))  # type: ignore[misc]

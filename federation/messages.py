@@ -26,6 +26,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from federation.errors import Permanent
+from federation.policy import PolicySettings
 
 SCHEMA_VERSION: Final = 1
 MAX_PAYLOAD_BYTES = 1_048_576
@@ -245,6 +246,9 @@ class Heartbeat(ReportBase):
     kinds_delegated: dict[str, str] = Field(default_factory=dict)
     """JobKind name → the managedBy value of the operator the agent hands it to."""
     running: Counter = 0
+    policy: PolicySettings | None = None
+    """What the cluster lets placed Jobs do (``federation.policy``); the dispatcher skips a cluster whose
+    policy would refuse a Job. None: not announced (the agent still enforces its own)."""
     sent_at: datetime = Field(default_factory=now)
 
 

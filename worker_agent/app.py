@@ -33,6 +33,7 @@ from worker_agent.foreign import created_by, foreign_owner
 from worker_agent.identity import AgentIdentity
 from worker_agent.inbox import Inbox
 from worker_agent.lease import LeaseKeeper
+from worker_agent.policy import Policy
 from worker_agent.reconcilers.base import Reconciler
 from worker_agent.reconcilers.registry import reconcilers as all_reconcilers
 from worker_agent.reports import CapacityMeter, Outbox, Reporter, heartbeat, sleep_or
@@ -62,6 +63,8 @@ class Agent:
         self.child_resources: dict[str, Resource] = {PODS.plural: PODS, NODES.plural: NODES}
         self.caches: dict[str, ObjectCache] = {}
         self.by_uid: dict[str, JobKey] = {}
+        self.policy = settings.policy.model_copy(update={"agent_namespace": settings.namespace})
+        """The policy enforced and announced: the configured one, with the agent's own namespace always denied."""
         self.identity = AgentIdentity(settings)
         """The agent's key (every Report is sealed) and the dispatcher's (every Command is checked)."""
         self.outbox = Outbox(seal=self.identity.seal)
@@ -90,7 +93,8 @@ class Agent:
                                concurrency=self.settings.concurrency, on_status=self._own_status,
                                origin=self.settings.origin)
         self.inbox = Inbox(self.kube, self.caches, self.reporter, origin=self.settings.origin, kinds={},
-                           delegate=self.delegated, create_namespaces=self.settings.create_namespaces)
+                           delegate=self.delegated, create_namespaces=self.settings.create_namespaces,
+                           policy=Policy(self.policy))
         self.lease = LeaseKeeper(self.kube, self.caches, self.inbox.kinds, origin=self.settings.origin,
                                  clock=self.clock, startup_grace=self.settings.lease_startup_grace_seconds,
                                  stop_before=self.settings.lease_stop_before_seconds,
@@ -213,7 +217,7 @@ class Agent:
                                 cluster_labels=self.settings.cluster_labels,
                                 reconciled=[n for n in self.job_resources if n in self.reconcilers],
                                 delegated={n: v for n, v in self.delegated.items() if n in self.job_resources},
-                                running=running, online=online)
+                                running=running, online=online, policy=self.policy)
 
     async def link_loop(self) -> None:
         settings = self.settings

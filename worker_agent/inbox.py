@@ -48,6 +48,7 @@ from federation.messages import (
 from worker_agent import foreign
 from worker_agent.cache import ObjectCache, kind_resource
 from worker_agent.lease import LeaseKeeper
+from worker_agent.policy import Policy, PolicySettings, describe
 from worker_agent.reports import Reporter, job_ref, placement_of, spec_version_of
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,10 @@ class Applied:
 
 class Inbox:
     def __init__(self, kube: Kube, caches: Mapping[str, ObjectCache], reporter: Reporter, *, origin: str,
-                 kinds: Mapping[str, JobKind], delegate: Mapping[str, str], create_namespaces: bool) -> None:
+                 kinds: Mapping[str, JobKind], delegate: Mapping[str, str], create_namespaces: bool,
+                 policy: Policy | None = None) -> None:
+        self.policy = policy or Policy(PolicySettings())
+        """Where Jobs may land and what their pods may do (``worker_agent.policy``), checked before creating."""
         self.kube = kube
         self.caches = caches
         self.reporter = reporter
@@ -225,6 +229,13 @@ class Inbox:
                                    "this agent has no lease from the dispatcher (fenced): it starts nothing new",
                                    permanent=False)
             return
+        cmd = self._mapped(cmd)
+        violations = self.policy.check(cmd.manifest, cmd.job.namespace)
+        if violations:
+            self.reporter.rejected(p, cmd.spec_version, "PolicyViolation",
+                                   f"this cluster's policy refuses {cmd.job.kind} {cmd.job.namespace}/{cmd.job.name}: "
+                                   + describe(violations))
+            return
         gone = self.deleted.get(uid)
         if gone is not None and (p.attempt, p.epoch) <= gone:
             self.reporter.rejected(p, cmd.spec_version, "Deleted",
@@ -289,6 +300,15 @@ class Inbox:
         self.workloads[uid] = Applied(kind.name, ns, cmd.job.name, p.attempt, p.epoch, cmd.spec_version)
         self.reporter.accepted(p, cmd.spec_version)
 
+    def _mapped(self, cmd: Place) -> Place:
+        """The Place with the worker namespace the policy maps the manager namespace to."""
+        target = self.policy.target_namespace(cmd.job.namespace)
+        if target == cmd.job.namespace:
+            return cmd
+        meta = {**(cmd.manifest.get("metadata") or {}), "namespace": target}
+        return cmd.model_copy(update={"job": cmd.job.model_copy(update={"namespace": target}),
+                                      "manifest": {**cmd.manifest, "metadata": meta}})
+
     def _body(self, kind: JobKind, cmd: Place) -> dict[str, Any]:
         p = cmd.placement
         stamp = {labels.ORIGIN: self.origin, labels.WORKLOAD_UID: p.workload_uid,
@@ -341,7 +361,8 @@ class Inbox:
                 return False
             try:
                 await self.kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
-                                                    "metadata": {"name": ns}})
+                                                    "metadata": {"name": ns,
+                                                                 "labels": self.policy.namespace_labels()}})
             except AlreadyExists:
                 pass
         self._known_namespaces.add(ns)

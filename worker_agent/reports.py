@@ -44,6 +44,7 @@ from federation.messages import (
 )
 from federation.mqtt import MqttLink
 from federation.podset import Resources, add, format_resources, parse_resources, pod_requests, sub
+from federation.policy import PolicySettings
 from worker_agent.cache import ObjectCache
 from worker_agent.seq import Sequencer
 
@@ -309,10 +310,10 @@ def _node_free(node: Mapping[str, Any], free: Resources) -> NodeFree:
 
 def heartbeat(cluster: str, capacity: Capacity, *, version: str, interval: float,
               cluster_labels: Mapping[str, str], reconciled: list[str], delegated: Mapping[str, str],
-              running: int, online: bool = True) -> Heartbeat:
+              running: int, online: bool = True, policy: PolicySettings | None = None) -> Heartbeat:
     return Heartbeat(cluster=cluster, online=online, agent_version=version, interval_seconds=interval,
                      labels=dict(cluster_labels), capacity=capacity, kinds_reconciled=sorted(reconciled),
-                     kinds_delegated=dict(delegated), running=running)
+                     kinds_delegated=dict(delegated), running=running, policy=policy)
 
 
 async def sleep_or(event: asyncio.Event, seconds: float) -> None:

@@ -8,6 +8,7 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from federation.settings import KubeSettings, MqttSettings, SigningSettings
+from worker_agent.policy import PolicySettings
 
 
 class AgentSettings(BaseSettings):
@@ -54,6 +55,10 @@ class AgentSettings(BaseSettings):
     namespace: str = Field(default="mkd-system", min_length=1, max_length=63)
     """The agent's own namespace: it keeps its report epoch there (ConfigMap ``mkd-agent-<cluster>-epoch``,
     see ``worker_agent.seq``); created when missing. ``deploy/worker/agent.yaml`` runs the agent in it."""
+
+    policy: PolicySettings = Field(default_factory=PolicySettings)
+    """Where placed Jobs may land and what their pods may do (``worker_agent/policy.py``): namespace
+    mapping and deny list, allowed service accounts, the Pod Security level (baseline by default)."""
 
     create_namespaces: bool = True
     """Create a Job's namespace when missing. False: reject the placement (permanent=False) naming it."""

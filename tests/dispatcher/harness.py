@@ -136,6 +136,8 @@ class FakeAgent:
         self.link: MqttLink | None = None
         self._task: asyncio.Task[None] | None = None
         self.received = asyncio.Event()
+        self.policy: Any = None
+        """The worker policy this agent announces (``federation.policy.PolicySettings``); None: none."""
         self.signer = keys.Signer(name)
         """Reports leave sealed with this cluster's test key, as the real agent's do."""
 
@@ -176,7 +178,8 @@ class FakeAgent:
 
     async def heartbeat(self, online: bool = True) -> None:
         assert self.link is not None
-        hb = messages.Heartbeat(cluster=self.name, online=online, capacity=self.cap, agent_version="fake")
+        hb = messages.Heartbeat(cluster=self.name, online=online, capacity=self.cap, agent_version="fake",
+                                policy=self.policy)
         topic = topics.presence(self.name, self.root)
         await self.link.publish(topic, self.signer.seal(topic, messages.encode(hb)), retain=True)
 

@@ -38,13 +38,32 @@ def test_dispatcher_may_watch_every_kind_and_write_its_status() -> None:
 
 
 def test_agent_may_run_every_kind() -> None:
-    role = next(d for d in docs("worker/agent.yaml") if d["kind"] == "ClusterRole")
+    roles = [d for d in docs("worker/agent.yaml") if d["kind"] == "ClusterRole"]
+    role = {"rules": [rule for r in roles for rule in r["rules"]]}
     for kind in KINDS:
         for verb in ("create", "delete", "watch"):
             assert granted(role, kind.group, kind.plural, verb), (kind.name, verb)
         assert granted(role, kind.group, f"{kind.plural}/status", "update"), kind.name
     for resource in ("pods", "services", "configmaps", "secrets"):
         assert granted(role, "", resource, "create"), resource
+
+
+def test_agent_writes_only_where_placed_jobs_may_land() -> None:
+    """Issue 14: the agent's cluster-wide role reads; its write role is bound per allowed namespace only."""
+    agent = docs("worker/agent.yaml")
+    read = next(d for d in agent if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "mkd-agent")
+    for rule in read["rules"]:
+        assert not set(rule["verbs"]) & {"create", "update", "patch", "delete"} or rule["resources"] == [], rule
+    cluster_bindings = [d["roleRef"]["name"] for d in agent if d["kind"] == "ClusterRoleBinding"]
+    assert cluster_bindings == ["mkd-agent"]
+    bound = [d for d in agent if d["kind"] == "RoleBinding" and d["roleRef"]["name"] == "mkd-agent-workloads"]
+    policy = next(d for d in agent if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "mkd-agent-policy")
+    allowed = yaml.safe_load(policy["data"]["MKD_AGENT_POLICY__ALLOWED_NAMESPACES"])
+    assert sorted(d["metadata"]["namespace"] for d in bound) == sorted(allowed)
+    own = [d for d in agent if d["kind"] == "Role"]
+    assert [(d["metadata"]["namespace"], r["resources"]) for d in own for r in d["rules"]] == \
+        [("mkd-system", ["configmaps"])], "in its own namespace the agent only keeps its epoch ConfigMap"
+    assert not {"kube-system", "mkd-system"} & set(allowed)
 
 
 def test_managedby_immutable_on_every_kind() -> None:
@@ -70,8 +89,12 @@ def test_settings_in_manifests_are_real_settings() -> None:
     for relative, cls in (("manager/dispatcher.yaml", dispatcher_settings_class()),
                           ("worker/agent.yaml", agent_settings_class())):
         known = {s.env for s in settings_of(cls)}
-        for doc in docs(relative):
-            if doc["kind"] in ("ConfigMap", "Secret"):
+        files = docs(relative)
+        env_from = {ref["name"] for d in files if d["kind"] == "Deployment"
+                    for c in d["spec"]["template"]["spec"]["containers"] for e in c.get("envFrom", [])
+                    for ref in (e.get("configMapRef"), e.get("secretRef")) if ref}
+        for doc in files:
+            if doc["kind"] in ("ConfigMap", "Secret") and doc["metadata"]["name"] in env_from:
                 values = doc.get("data") or doc.get("stringData") or {}
                 unknown = set(values) - known
                 assert not unknown, f"{relative}: {unknown} are not settings of {cls.__name__}"

@@ -75,6 +75,14 @@ def role_of(docs: list[dict[str, Any]], name: str) -> dict[str, Any]:
     return next(d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == name)
 
 
+def roles_of(docs: list[dict[str, Any]], prefix: str) -> dict[str, Any]:
+    """Every (Cluster)Role whose name starts with ``prefix``, as one role: the agent reads through
+    ``mkd-agent`` and writes through ``mkd-agent-workloads`` (bound per allowed namespace) and
+    ``mkd-agent-self`` (its own namespace)."""
+    return {"rules": [rule for d in docs if d["kind"] in ("ClusterRole", "Role")
+                      and d["metadata"]["name"].startswith(prefix) for rule in d["rules"]]}
+
+
 def _classes() -> dict[tuple[str, str], tuple[str, str]]:
     """The code treats every job kind alike (one JobKind protocol), and both runtime kinds alike; a call
     seen for one stands for all of them, so the comparison is made per class."""
@@ -200,7 +208,7 @@ async def test_cluster_roles_grant_what_the_services_call_and_nothing_more(feder
             "agent": set().union(*(federation.sim.cluster(w).server.audit.by("mkd-agent/")
                                    for w in federation.worker_names))}
     roles = {"dispatcher": role_of(render("production-manager"), "mkd-dispatcher"),
-             "agent": role_of(render("production-worker"), "mkd-agent")}
+             "agent": roles_of(render("production-worker"), "mkd-agent")}
     for service, role in roles.items():
         granted = grants(role)
         calls = {c for c in used[service] if not c[2].startswith("/")}  # discovery is open to everyone

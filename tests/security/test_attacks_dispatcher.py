@@ -7,10 +7,12 @@ genuine agent. The attacker is another client on the broker without that agent's
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from dispatcher.db import models as m
-from federation import messages, topics
-from federation.kube import Kube
+from federation import labels, messages, topics
+from federation.kube import EVENTS, Kube
+from federation.policy import PolicySettings
 from federation.refusals import count
 from tests.dispatcher.harness import (
     PYTORCHJOBS,
@@ -22,6 +24,7 @@ from tests.dispatcher.harness import (
     settings,
 )
 from tests.dispatcher.test_flow import rows
+from tests.dispatcher.test_lifecycle import condition
 from tests.security.attacks import BIG
 from tests.security.conftest import attacker
 
@@ -92,3 +95,38 @@ async def test_forged_offline_presence_does_not_lose_a_healthy_cluster(
         await eventually(lambda: count("unsigned") + count("stale_will") == refused + 1, what="refused")
         assert "worker-1" not in d.engine.lost
         assert d.engine.book.heartbeats["worker-1"].online
+
+
+def privileged(job: dict[str, Any]) -> dict[str, Any]:
+    for spec in job["spec"]["pytorchReplicaSpecs"].values():
+        pod = spec["template"]["spec"]
+        pod["hostPID"] = True
+        pod["containers"][0]["securityContext"] = {"privileged": True}
+    return job
+
+
+async def test_a_job_every_cluster_policy_refuses_is_never_placed_and_says_why(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    s = settings(manager, db_url, mqtt_url, topic_root, placement_retry_seconds=0.3)
+    strict = FakeAgent("worker-1", mqtt_url, topic_root)
+    strict.policy = PolicySettings()  # baseline
+    async with strict, running(s):
+        await kube.create(PYTORCHJOBS, privileged(pytorchjob("sneaky")), "default")
+        async def refused() -> Any:
+            c = await condition(kube, "sneaky", labels.CONDITION_DISPATCHED, "False")
+            return c if c and c["reason"] == "PolicyViolation" else None
+        c = await eventually(refused, what="MultiClusterDispatched=False, PolicyViolation")
+        assert "worker-1" in c["message"] and "spec.pytorchReplicaSpecs.Master.template.spec.hostPID" in c["message"]
+        assert ".containers[0].securityContext.privileged" in c["message"]
+
+        async def warning() -> Any:
+            return [e for e in (await kube.list(EVENTS, "default")).items
+                    if e.get("type") == "Warning" and e.get("reason") == "PolicyViolation"]
+        await eventually(warning, what="a PolicyViolation Event")
+        assert strict.places() == []
+        # a cluster whose policy allows it takes it
+        lenient = FakeAgent("worker-2", mqtt_url, topic_root)
+        lenient.policy = PolicySettings(pod_security="privileged")
+        async with lenient:
+            await eventually(lambda: lenient.places(), what="placed on the lenient cluster")
+        assert strict.places() == []

@@ -50,7 +50,6 @@ async def received(link: MqttLink, within: float = 0.7) -> list[tuple[str, bytes
     return got
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped broker config has no TLS, users or ACL yet (issue 14 step 5)")
 def test_shipped_service_is_cluster_ip_and_tls_only() -> None:
     docs = shipped()
     services = [d for k, d in docs.items() if k.startswith("Service/")]
@@ -59,7 +58,6 @@ def test_shipped_service_is_cluster_ip_and_tls_only() -> None:
     assert "allow_anonymous false" in conf and "listener 1883" not in conf and "acl_file" in conf
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped broker config has no TLS, users or ACL yet (issue 14 step 5)")
 async def test_anonymous_and_plaintext_clients_are_refused(broker: PrivateBroker) -> None:
     async with client(broker, "worker-1"):
         pass  # the genuine way in works
@@ -71,7 +69,6 @@ async def test_anonymous_and_plaintext_clients_are_refused(broker: PrivateBroker
             pass
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped broker config has no TLS, users or ACL yet (issue 14 step 5)")
 async def test_worker_1_cannot_read_worker_2_commands(broker: PrivateBroker) -> None:
     async with client(broker, "worker-1") as spy, client(broker, DISPATCHER) as dispatcher:
         try:
@@ -84,7 +81,6 @@ async def test_worker_1_cannot_read_worker_2_commands(broker: PrivateBroker) -> 
         assert all("worker-2" not in topic for topic, _ in got), got
 
 
-@pytest.mark.xfail(strict=True, reason="the shipped broker config has no TLS, users or ACL yet (issue 14 step 5)")
 async def test_worker_1_cannot_publish_as_worker_2(broker: PrivateBroker) -> None:
     async with client(broker, DISPATCHER) as dispatcher, client(broker, "worker-1") as impostor:
         await dispatcher.subscribe(f"{ROOT}/+/reports", f"{ROOT}/+/presence")

@@ -1,0 +1,96 @@
+"""Placement against the clusters' announced policies: a Job is not sent where it would be refused.
+
+:meth:`PolicyGate.apply` runs before each scheduling pass: every queued Workload's cluster exclusions
+(``dispatcher.queueing``'s per-Job constraints) get the clusters whose announced policy refuses it, on
+top of its own; :meth:`PolicyGate.why` tells the round why, for the Job's condition and Event.
+
+Every agent announces its policy in its heartbeat (``federation.policy``: namespace rules, allowed
+service accounts, Pod Security level) and enforces it before creating anything. The dispatcher
+checks a pending Job against each announced policy before placing it: a cluster whose policy
+refuses the Job is left out, and when that leaves no cluster the Job waits with the reason
+``PolicyViolation`` naming each cluster and field (condition ``MultiClusterDispatched=False`` and a
+Warning Event), before any placement. Results are cached per (Job generation, policy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from federation import messages
+from federation.policy import Policy, describe
+
+
+class PolicyGate:
+    def __init__(self) -> None:
+        self._policies: dict[str, Policy] = {}
+        self._cache: dict[tuple[str, int, str], str] = {}
+        self._base: dict[str, tuple[Any, Any]] = {}
+        """uid -> (the queue entry, its own placement constraints before any policy exclusion)."""
+        self._why: dict[str, dict[str, str]] = {}
+
+    def apply(self, entries: Mapping[str, Any], cache: Mapping[str, Mapping[str, Any]],
+              heartbeats: Mapping[str, messages.Heartbeat]) -> None:
+        """Exclude, per queued Workload, the clusters whose policy refuses it (its own constraints kept)."""
+        announced = {name: hb for name, hb in heartbeats.items() if hb.policy is not None}
+        texts = {name: hb.policy.model_dump_json() for name, hb in announced.items()}  # type: ignore[union-attr]
+        if len(self._base) > 2 * len(entries) + 1000:
+            self._base = {u: v for u, v in self._base.items() if u in entries}
+            self._why = {u: v for u, v in self._why.items() if u in entries}
+        for uid, e in entries.items():
+            base = self._base.get(uid)
+            if base is None or base[0] is not e:  # a new entry: its placement is its own
+                base = self._base[uid] = (e, e.placement)
+            obj = cache.get(uid)
+            refused = self.refusals(uid, obj, announced, texts) if announced and obj is not None else {}
+            own = base[1]
+            if refused:
+                e.placement = type(own)(own.pin, own.exclude | frozenset(refused), own.selector)
+                self._why[uid] = refused
+            else:
+                e.placement = own
+                self._why.pop(uid, None)
+
+    def why(self, uid: str) -> dict[str, str]:
+        """The clusters whose policy refuses the Workload, and why (empty: none)."""
+        return self._why.get(uid, {})
+
+    def _policy(self, text: str, hb: messages.Heartbeat) -> Policy:
+        policy = self._policies.get(text)
+        if policy is None:
+            assert hb.policy is not None
+            if len(self._policies) > 1000:
+                self._policies.clear()
+            policy = self._policies[text] = Policy(hb.policy)
+        return policy
+
+    def refusals(self, uid: str, job: Mapping[str, Any], heartbeats: Mapping[str, messages.Heartbeat],
+                 texts: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Cluster -> why its policy refuses ``job`` (clusters that accept it, or announce no policy, absent)."""
+        meta = job.get("metadata") or {}
+        generation = int(meta.get("generation") or 0)
+        out: dict[str, str] = {}
+        for name, hb in heartbeats.items():
+            if hb.policy is None:
+                continue
+            text = texts[name] if texts is not None else hb.policy.model_dump_json()
+            key = (uid, generation, text)
+            why = self._cache.get(key)
+            if why is None:
+                policy = self._policy(text, hb)
+                namespace = policy.target_namespace(str(meta.get("namespace") or "default"))
+                why = describe(policy.check(job, namespace))
+                if len(self._cache) > 100_000:
+                    self._cache.clear()
+                self._cache[key] = why
+            if why:
+                out[name] = why
+        return out
+
+
+def reason(refused: Mapping[str, str], other: str) -> str:
+    """The pending reason when policies left no cluster: each refusing cluster and its fields."""
+    parts = [f"the policy of {name} refuses it: {why}" for name, why in sorted(refused.items())]
+    if other:
+        parts.append(other)
+    return "; ".join(parts)
