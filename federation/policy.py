@@ -62,7 +62,8 @@ class PolicySettings(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     namespace_map: dict[str, str] = Field(default_factory=dict)
-    """Manager namespace -> worker namespace; an unlisted namespace keeps its name."""
+    """Manager namespace -> worker namespace; ``"*"`` maps every namespace not listed; otherwise an
+    unlisted namespace keeps its name."""
 
     denied_namespaces: list[str] = Field(default_factory=lambda: ["kube-system", "kube-public", "kube-node-lease"])
     """Worker namespaces no placed Job may land in (the agent's own namespace is always denied too)."""
@@ -99,7 +100,8 @@ class Policy:
         self.s = settings
 
     def target_namespace(self, manager_namespace: str) -> str:
-        return self.s.namespace_map.get(manager_namespace, manager_namespace)
+        """The worker namespace: the map's entry for it, else its ``"*"`` entry, else the same name."""
+        return self.s.namespace_map.get(manager_namespace, self.s.namespace_map.get("*", manager_namespace))
 
     def namespace_labels(self) -> dict[str, str]:
         """PSA labels for a namespace the agent creates."""

@@ -52,8 +52,9 @@ def test_agent_writes_only_where_placed_jobs_may_land() -> None:
     """Issue 14: the agent's cluster-wide role reads; its write role is bound per allowed namespace only."""
     agent = docs("worker/agent.yaml")
     read = next(d for d in agent if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "mkd-agent")
-    for rule in read["rules"]:
-        assert not set(rule["verbs"]) & {"create", "update", "patch", "delete"} or rule["resources"] == [], rule
+    for rule in read["rules"]:  # creating a namespace (create_namespaces) is the one cluster-wide write
+        writes = set(rule["verbs"]) & {"create", "update", "patch", "delete"}
+        assert not writes or (rule["resources"] == ["namespaces"] and writes == {"create"}), rule
     cluster_bindings = [d["roleRef"]["name"] for d in agent if d["kind"] == "ClusterRoleBinding"]
     assert cluster_bindings == ["mkd-agent"]
     bound = [d for d in agent if d["kind"] == "RoleBinding" and d["roleRef"]["name"] == "mkd-agent-workloads"]
@@ -64,6 +65,9 @@ def test_agent_writes_only_where_placed_jobs_may_land() -> None:
     assert [(d["metadata"]["namespace"], r["resources"]) for d in own for r in d["rules"]] == \
         [("mkd-system", ["configmaps"])], "in its own namespace the agent only keeps its epoch ConfigMap"
     assert not {"kube-system", "mkd-system"} & set(allowed)
+    namespaces = {d["metadata"]["name"]: d for d in agent if d["kind"] == "Namespace"}
+    for ns in allowed:
+        assert namespaces[ns]["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "baseline"
 
 
 def test_managedby_immutable_on_every_kind() -> None:

@@ -72,7 +72,8 @@ def test_namespaces_denied_allowed_and_mapped() -> None:
     sa = copy.deepcopy(job)
     sa["spec"]["template"]["spec"]["serviceAccountName"] = "builder"
     assert fields(sa, service_accounts=["trainer"]) == ["spec.template.spec.serviceAccountName"]
-    assert Policy(PolicySettings(namespace_map={"team-a": "batch"})).target_namespace("team-a") == "batch"
+    mapped = Policy(PolicySettings(namespace_map={"team-a": "batch", "*": "jobs"}))
+    assert [mapped.target_namespace(ns) for ns in ("team-a", "team-b")] == ["batch", "jobs"]
 
 
 async def test_the_agent_maps_namespaces_and_labels_those_it_creates(harness: AgentHarness) -> None:

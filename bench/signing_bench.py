@@ -1,0 +1,78 @@
+"""What signing costs per message: seal (dispatcher / agent) and open (receiver), next to encode and decode.
+
+    .venv/bin/python bench/signing_bench.py          # 5,000 of each
+
+Prints per-message CPU microseconds for a Place of a 2-replica PyTorchJob, a Status and a Heartbeat,
+and how much of the dispatcher's per-Job CPU (bench/RESULTS.md, dispatcher section) one seal and
+one open add. Results go in bench/RESULTS.md with the load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from federation import messages, signing
+
+
+def place() -> messages.Place:
+    def replica(n: int) -> dict[str, object]:
+        return {"replicas": n, "restartPolicy": "OnFailure", "template": {"spec": {"containers": [
+            {"name": "pytorch", "image": "example/train:1", "env": [{"name": f"E{i}", "value": "x" * 20}
+                                                                    for i in range(10)],
+             "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}]}}}
+    return messages.Place(placement=messages.PlacementKey(workload_uid="u" * 36, attempt=1, epoch=3), spec_version=1,
+                          job=messages.JobRef(kind="PyTorchJob", api_version="kubeflow.org/v1", namespace="default",
+                                              name="bench"),
+                          manifest={"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+                                    "metadata": {"name": "bench", "namespace": "default"},
+                                    "spec": {"pytorchReplicaSpecs": {"Master": replica(1), "Worker": replica(1)}}})
+
+
+def cpu_us(fn: object, n: int) -> float:
+    start = time.process_time()
+    for _ in range(n):
+        fn()  # type: ignore[operator]
+    return (time.process_time() - start) / n * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("-n", type=int, default=5000)
+    n = parser.parse_args().n
+    private, public = signing.generate()
+    sealer = signing.Sealer(signing.parse_private_key(private))
+    keys = [signing.parse_public_key(public)]
+    key = messages.PlacementKey(workload_uid="u" * 36, attempt=1, epoch=3)
+    samples = {
+        "Place": (messages.encode, messages.decode_command, place()),
+        "Status": (messages.encode, messages.decode_report,
+                   messages.Status(cluster="worker-1", placement=key, seq=1, status={"conditions": [
+                       {"type": "Running", "status": "True", "reason": "Running"}]})),
+        "Heartbeat": (messages.encode, messages.decode_report, messages.Heartbeat(cluster="worker-1")),
+    }
+    print(f"load average {os.getloadavg()[0]:.1f} / {os.getloadavg()[1]:.1f}; {n} messages each; CPU µs per message")
+    print(f"{'message':10} {'bytes':>6} {'encode':>8} {'seal':>8} {'open':>8} {'decode':>8}  seal+open vs encode+decode")
+    topic = "mkd/v1/worker-1/commands"
+    for name, (enc, dec, msg) in samples.items():
+        body = enc(msg)
+        counter = iter(range(1, 10**9))
+        wire = sealer.seal(topic, body, stream="s", n=0)
+        opener = signing.Opener()
+        t_enc = cpu_us(lambda msg=msg, enc=enc: enc(msg), n)
+        t_seal = cpu_us(lambda body=body, counter=counter: sealer.seal(topic, body, stream="s", n=next(counter)), n)
+        sealed = [sealer.seal(topic, body, stream="s", n=next(counter)) for _ in range(n)]
+        it = iter(sealed)
+        t_open = cpu_us(lambda opener=opener, it=it: opener.open(topic, next(it), keys), n)
+        t_dec = cpu_us(lambda body=body, dec=dec: dec(body), n)
+        print(f"{name:10} {len(wire):>6} {t_enc:>8.1f} {t_seal:>8.1f} {t_open:>8.1f} {t_dec:>8.1f}  "
+              f"{(t_seal + t_open) / (t_enc + t_dec):.1f}x")
+
+
+if __name__ == "__main__":
+    main()
