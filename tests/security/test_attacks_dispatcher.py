@@ -59,7 +59,7 @@ async def _is(db_url: str, name: str, state: str) -> bool:
 
 async def test_retained_fake_heartbeat_creates_no_ghost_cluster(
         manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
-    s = settings(manager, db_url, mqtt_url, topic_root)
+    s = settings(manager, db_url, mqtt_url, topic_root, cluster_keys_refresh_seconds=0.2)
     ghost = messages.Heartbeat(cluster="ghost", capacity=capacity(cpu="100000", gpu=1000), agent_version="evil")
     async with attacker(mqtt_url) as evil:
         await evil.publish(topics.presence("ghost", topic_root), messages.encode(ghost), retain=True)

@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -25,9 +24,10 @@ ROOT = "mkd/v1"
 DISPATCHER = "mkd-dispatcher"
 
 
-@pytest.fixture
-def broker(tmp_path: Path) -> PrivateBroker:
-    with private_mosquitto(tmp_path, [DISPATCHER, "worker-1", "worker-2"]) as b:
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> PrivateBroker:
+    """One private broker for the module (each test uses fresh clients on it)."""
+    with private_mosquitto(tmp_path_factory.mktemp("broker"), [DISPATCHER, "worker-1", "worker-2"]) as b:
         yield b  # type: ignore[misc]
 
 

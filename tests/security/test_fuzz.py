@@ -29,7 +29,7 @@ from worker_agent.settings import AgentSettings
 
 ROOT = "mkd/v1"
 CLUSTER = "worker-1"
-FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 def subscriber() -> ReportSubscriber:
