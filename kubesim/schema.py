@@ -6,8 +6,9 @@ update, patch and apply of a custom resource (and its ``/status``), in the real 
 1. **prune** unknown fields (kept under ``x-kubernetes-preserve-unknown-fields``; ``apiVersion``,
    ``kind`` and ``metadata`` at the root and in ``x-kubernetes-embedded-resource`` objects) and
    non-nullable ``null`` values; the pruned paths are what ``fieldValidation`` reports:
-   ``Strict`` -> 400 ``strict decoding error: unknown field "spec.foo"``, ``Warn`` (the server's
-   default) -> a ``Warning: 299`` header per field, ``Ignore`` -> nothing;
+   ``Strict`` -> 400 ``<Kind> in version "v1" cannot be handled as a <Kind>: strict decoding error:
+   unknown field "spec.foo"``, ``Warn`` (the server's default) -> a ``Warning: 299`` header per field,
+   ``Ignore`` -> nothing. Built-in kinds only get this step (kubesim.builtin_fields: typed decoding);
 2. **default** missing properties from ``default`` (recursively, defaults are themselves defaulted);
 3. **validate** like k8s.io/kube-openapi's SchemaValidator, with its messages
    (``spec.replicas in body should be greater than or equal to 0``), turned into field errors the way
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
 import math
 import re
 from collections.abc import Iterator
@@ -36,8 +38,11 @@ from typing import Any
 
 import orjson
 
+from kubesim import builtin_fields
 from kubesim.errors import ApiError, invalid
 from kubesim.resources import ResourceType
+
+log = logging.getLogger("kubesim.schema")
 
 Schema = dict[str, Any]
 Cause = dict[str, str]
@@ -50,6 +55,7 @@ class RequestScope:
     """Per-request options the store's pipeline reads, and the warnings it leaves for the response."""
 
     field_validation: str = "Warn"
+    method: str = "POST"
     warnings: list[str] = field(default_factory=list)
 
 
@@ -57,14 +63,14 @@ _SCOPE: ContextVar[RequestScope | None] = ContextVar("kubesim_request_scope", de
 
 
 @contextlib.contextmanager
-def request_scope(field_validation: str | None) -> Iterator[RequestScope]:
+def request_scope(field_validation: str | None, method: str = "POST") -> Iterator[RequestScope]:
     """Set for the duration of one API request; in-process writers (controllers) run without one."""
     directive = field_validation or "Warn"
     if directive not in FIELD_VALIDATION:
         # Upstream validates CreateOptions/UpdateOptions/PatchOptions.fieldValidation: 400 BadRequest.
         raise ApiError(400, "BadRequest", f'fieldValidation: Unsupported value: "{directive}": supported values: '
                        '"Ignore", "Strict", "Warn"')
-    scope = RequestScope(directive)
+    scope = RequestScope(directive, method)
     token = _SCOPE.set(scope)
     try:
         yield scope
@@ -82,6 +88,13 @@ def admit(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> 
     """Prune, default and validate a custom resource in place (the store's single hook; built-in kinds
     pass through). Raises 400 (Strict unknown fields) or 422 Invalid; records Warn-mode warnings on the
     request scope. The schema is the one of the object's served version (conversion is None)."""
+    scope = _SCOPE.get()
+    if rt.builtin:
+        # Typed decoding drops what the kind does not have (API requests only: kubesim's own controllers
+        # write through the store directly and are not clients).
+        if scope is not None:
+            _report_unknown(rt, obj, builtin_fields.unknown_fields(rt, obj), scope)
+        return
     if not rt.schemas:
         return
     av = obj.get("apiVersion") or ""
@@ -91,17 +104,28 @@ def admit(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> 
     kind, group = rt.kind, rt.group
     unknown: list[str] = []
     prune_root(obj, schema, unknown)
-    scope = _SCOPE.get()
-    if unknown and scope is not None:
-        if scope.field_validation == "Strict":
-            raise ApiError(400, "BadRequest", "strict decoding error: "
-                           + ", ".join(f'unknown field "{p}"' for p in unknown))
-        if scope.field_validation == "Warn":
-            scope.warnings.extend(f'unknown field "{p}"' for p in unknown)
+    if scope is not None:
+        _report_unknown(rt, obj, unknown, scope)
     apply_defaults(obj, schema)
     causes = validate(obj, schema, old)
     if causes:
         raise invalid(kind, group, (obj.get("metadata") or {}).get("name", ""), causes)
+
+
+def _report_unknown(rt: ResourceType, obj: dict[str, Any], unknown: list[str], scope: RequestScope) -> None:
+    """fieldValidation: Strict refuses (400, worded as the decoder's error), Warn warns, Ignore is silent."""
+    if not unknown:
+        return
+    log.info("kubesim: %s %s with unknown field(s) %s (fieldValidation=%s)", scope.method, rt.kind,
+             ", ".join(unknown), scope.field_validation)
+    if scope.field_validation == "Strict":
+        text = "strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in unknown)
+        if scope.method in ("POST", "PUT"):  # a decode failure of the request body (transformDecodeError)
+            version = (obj.get("apiVersion") or rt.api_version()).rpartition("/")[2]
+            text = f'{rt.kind} in version "{version}" cannot be handled as a {rt.kind}: {text}'
+        raise ApiError(400, "BadRequest", text)
+    if scope.field_validation == "Warn":
+        scope.warnings.extend(f'unknown field "{p}"' for p in unknown)
 
 
 # ---------------------------------------------------------------------------------------- pruning

@@ -136,7 +136,7 @@ class ApiServer:
             return error_response(ApiError(code, reason, "Internal error occurred: kubesim: injected fault",
                                            {"causes": [{"message": "kubesim: injected fault"}]}))
         try:
-            with schema.request_scope(request.query.get("fieldValidation")) as scope:
+            with schema.request_scope(request.query.get("fieldValidation"), request.method) as scope:
                 resp = await self._route(request)
             if scope.warnings and not resp.prepared:
                 for w in scope.warnings:  # one header per warning, as the real server writes them

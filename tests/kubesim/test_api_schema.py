@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -206,7 +207,8 @@ def test_field_validation_strict_refuses_and_ignore_is_silent(torchjobs: client.
     body = job("strict", bogus=1)
     st = refused(torchjobs, ns, copy.deepcopy(body), field_validation="Strict")
     assert st["code_seen"] == 400 and st["reason"] == "BadRequest"
-    assert st["message"] == 'strict decoding error: unknown field "spec.bogus"'
+    assert st["message"] == 'TorchJob in version "v1" cannot be handled as a TorchJob: strict decoding error: ' \
+                            'unknown field "spec.bogus"'
     body["metadata"]["name"] = "ignore"
     data, _, headers = torchjobs.create_namespaced_custom_object_with_http_info(
         GROUP, "v1", ns, "torchjobs", body, field_validation="Ignore")
@@ -304,3 +306,31 @@ def test_mkd_crds_default_trainjob_managed_by_and_refuse_foreign_pytorchjob_mana
     st = status_of(ei.value)
     assert ei.value.status == 422 and st["reason"] == "Invalid"
     assert st["details"]["causes"][0]["field"] == "spec.runPolicy.managedBy"
+
+
+def test_built_in_kinds_drop_unknown_fields_and_strict_refuses_them(api: client.ApiClient, ns: str) -> None:
+    """Typed decoding: a Pod field that does not exist is dropped (with a warning), or refused under Strict
+    (kubectl's default), with the path of the misspelt field."""
+    from kubernetes.dynamic import DynamicClient
+
+    from kubesim.testing import pod_body
+
+    pods = DynamicClient(api).resources.get(api_version="v1", kind="Pod")
+    body = pod_body("typo", schedulerName="kubesim-nobody")
+    body["spec"]["containers"][0]["imagePullPolciy"] = "Always"
+    body["spec"]["nodeSelectr"] = {"a": "b"}
+    # The raw request: the typed client would drop the unknown keys itself, the dynamic one has no
+    # fieldValidation parameter.
+    method, url, headers, data, _ = api.param_serialize(
+        "POST", f"/api/v1/namespaces/{ns}/pods", query_params=[("fieldValidation", "Strict")],
+        header_params={"Content-Type": "application/json", "Accept": "application/json"}, body=body,
+        auth_settings=["BearerToken"])
+    resp = api.call_api(method, url, header_params=headers, body=data)
+    resp.read()
+    assert resp.status == 400, resp.data
+    assert json.loads(resp.data)["message"] == (
+        'Pod in version "v1" cannot be handled as a Pod: strict decoding error: '
+        'unknown field "spec.containers[0].imagePullPolciy", unknown field "spec.nodeSelectr"')
+    created = pods.create(body=body, namespace=ns).to_dict()
+    assert "nodeSelectr" not in created["spec"] and "imagePullPolciy" not in created["spec"]["containers"][0]
+    assert created["spec"]["containers"][0]["imagePullPolicy"] == "IfNotPresent"  # defaulted, the typo gone
