@@ -73,9 +73,9 @@ class Answers(EngineCore):
             # stands, and placing the Workload again would run it twice
             log.info("stale Place for %s attempt %d refused by %s: %s", uid, p["attempt"], r.cluster, r.message)
             return
-        if p["state"] != "sent":
+        if p["state"] != "sent" and r.reason != messages.REJECTED_TWO_CONTROLLERS:
             self._command_refused(b, row, p, r, text)
-            return
+            return  # (TwoControllers: the agent deleted even an accepted copy, so it is placed elsewhere)
         b.set_p((uid, p["attempt"]), state="rejected", reason=text, finished_at=b.now)
         b.event(uid, "rejected", cluster=r.cluster, reason=r.reason, message=r.message)
         # Whatever the agent half-made before it refused must not outlive the refusal, and a late

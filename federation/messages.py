@@ -167,6 +167,11 @@ class Accepted(ReportBase):
     sent_at: datetime = Field(default_factory=now)
 
 
+REJECTED_TWO_CONTROLLERS = "TwoControllers"
+"""``Rejected.reason`` when another controller (an upstream operator) also ran the copy: the agent deleted it
+(``worker_agent.foreign``), so even after an Accepted the placement is over and goes elsewhere."""
+
+
 class Rejected(ReportBase):
     """The agent refused the placement. ``permanent`` False means another try on this cluster may work."""
 

@@ -19,9 +19,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from federation import labels
+from federation.messages import REJECTED_TWO_CONTROLLERS
 from worker_agent.apply import JobKey
 
-REASON = "TwoControllers"
+REASON = REJECTED_TWO_CONTROLLERS
 
 
 def created_by(obj: Mapping[str, Any]) -> str | None:

@@ -136,3 +136,29 @@ async def test_a_job_whose_managed_by_changed_loses_the_stale_running_condition(
         await eventually(lambda: rows(db_url, m.events, type="rejected"), what="history")
         st = (await kube.get(PYTORCHJOBS, "moved", "default")).get("status") or {}
         assert "Running" not in [c["type"] for c in st.get("conditions") or []]
+
+
+async def test_a_copy_refused_for_two_controllers_is_placed_elsewhere(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    """The agent found an upstream operator also running its copy, deleted the copy and said so
+    (``TwoControllers``, after it had accepted): the Workload goes elsewhere, never back there."""
+    from federation import messages
+    s = settings(manager, db_url, mqtt_url, topic_root, placement_retry_seconds=0.25)
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as w1, running(s):
+        await kube.create(PYTORCHJOBS, pytorchjob("twice"), "default")
+        (place,) = await eventually(lambda: w1.places(), what="Place on worker-1")
+
+        async def accepted() -> bool:
+            return [p.state for p in await rows(db_url, m.placements)] == ["accepted"]
+        await eventually(accepted, what="accepted")
+        async with FakeAgent("worker-2", mqtt_url, topic_root) as w2:
+            await w1.report(messages.Rejected(cluster="worker-1", placement=place.placement, spec_version=1,
+                                              seq=w1.next_seq(), reason=messages.REJECTED_TWO_CONTROLLERS,
+                                              message="another controller reconciles PyTorchJob", permanent=True))
+            await w1.status(place, {}, gone=True)  # the agent deleted its copy
+            await eventually(lambda: w2.places(), what="placed on worker-2")
+            (w,) = await rows(db_url, m.workloads)
+            assert w.excluded == ["worker-1"] and w.cluster == "worker-2"
+            first = [p for p in await rows(db_url, m.placements) if p.attempt == 1]
+            assert first[0].state == "rejected" and "TwoControllers" in first[0].reason
+        assert len(w1.places()) == 1
