@@ -260,19 +260,36 @@ async def queues_page(request: Request) -> Response:
         return login_page(str(exc.detail))
     from dispatcher.api.queues import queue_page
 
-    async with routes.ctx_of(request).sessions() as s:
-        queues = await queue_page(s)
+    ctx = routes.ctx_of(request)
+    async with ctx.sessions() as s:
+        queues = await queue_page(s, getattr(ctx.engine, "queueing", None))
     note = "" if queues.configured else (
         "<p class='note' id='not-configured'>Queues not configured: no quotas are set, so Workloads are placed in "
         "arrival order. The queue names below are the ones Jobs carry (kueue.x-k8s.io/queue-name).</p>")
+    from federation.podset import parse_quantity
+
     rows = []
     for q in queues.items:
-        quota = q.quota or {}
-        usage = ", ".join(f"{k}={v}" + (f" of {quota[k]}" if k in quota else "") for k, v in q.requests_admitted.items())
+        usage = ", ".join(f"{k}={v}" for k, v in q.requests_admitted.items())
         rows.append((f"<b>{esc(q.name)}</b>", " ".join(f"{badge(k)} {v}" for k, v in sorted(q.workloads.items())),
-                     esc(usage), esc(", ".join(f"{k}={v}" for k, v in quota.items()) if q.quota else "not configured")))
-    rendered = table(("queue", "workloads", "admitted requests", "quota"), rows, body_id="queue-rows")
-    return page("Queues", "queues", f"<h2>Queues</h2>{note}{rendered}")
+                     esc(usage)))
+    rendered = table(("queue", "workloads", "admitted requests"), [r[:3] for r in rows], body_id="queue-rows")
+    cq_rows = []
+    for cq in queues.cluster_queues:
+        bars = []
+        for key, total in cq.quota.items():
+            resource = key.split("/", 1)[1]
+            used = cq.usage.get(key, "0")
+            try:
+                share = _bar(parse_quantity(used, resource), parse_quantity(total, resource))
+            except (ValueError, Invalid, ArithmeticError):
+                share = ""
+            bars.append(f"<div class='cap' data-resource='{html.escape(key)}'>{share} {html.escape(key)}: "
+                        f"{html.escape(used)} of {html.escape(total)}</div>")
+        cq_rows.append((f"<b>{esc(cq.name)}</b>", esc(cq.cohort), esc(cq.pending), "".join(bars) or "-"))
+    cq_table = (f"<h2>ClusterQueues</h2>{table(('cluster queue', 'cohort', 'pending', 'usage against quota'), cq_rows, body_id='cluster-queue-rows')}"
+                if queues.configured else "")
+    return page("Queues", "queues", f"<h2>Queues</h2>{note}{rendered}{cq_table}")
 
 
 def register(app: FastAPI) -> None:

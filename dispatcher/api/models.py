@@ -115,9 +115,18 @@ class QueueItem(BaseModel):
     quota: dict[str, str] | None = Field(None, description="the queue's quota; None: queues not configured")
 
 
+class ClusterQueueItem(BaseModel):
+    name: str
+    cohort: str | None = None
+    quota: dict[str, str] = Field(description="nominal quota per flavor/resource")
+    usage: dict[str, str] = Field(description="quota held by admitted Workloads per flavor/resource")
+    pending: int = Field(0, description="Workloads waiting in this ClusterQueue's LocalQueues")
+
+
 class QueuePage(BaseModel):
     configured: bool = Field(description="False: no ClusterQueues / quotas configured, queue names only")
     items: list[QueueItem]
+    cluster_queues: list[ClusterQueueItem] = Field(default_factory=list)
 
 
 class ActionResult(BaseModel):

@@ -1,8 +1,8 @@
-"""The Queues view: every queue name Workloads carry, their Workloads per state and admitted requests.
-
-Quotas come from the queueing package (ClusterQueues, cohorts) once it is configured; until then
-``configured`` is False and the view says "queues not configured": queue names are recorded and
-Workloads are placed in arrival order.
+"""The Queues view: every queue name Workloads carry, their Workloads per state and admitted requests,
+and, once Kueue's ClusterQueues exist on the manager, each ClusterQueue's quota against the quota its
+admitted Workloads hold (read from the engine's queueing state, ``dispatcher/queueing``). Without any
+ClusterQueue ``configured`` is False and the view says "queues not configured": queue names are
+recorded and Workloads are admitted without quota.
 """
 
 from __future__ import annotations
@@ -19,7 +19,34 @@ from federation.errors import Invalid
 ADMITTED = ("placed", "running")
 
 
-async def queue_page(session: Any) -> m.QueuePage:
+def _fr(key: Any) -> str:
+    flavor, resource = key
+    return f"{flavor}/{resource}"
+
+
+def cluster_queues(queueing: Any, pending_by_queue: dict[str, int]) -> list[m.ClusterQueueItem]:
+    """Each ClusterQueue's nominal quota and held usage (flavor/resource), from the engine's quota tree."""
+    from federation.podset import format_quantity
+
+    catalog = getattr(queueing, "catalog", None)
+    tree = getattr(getattr(queueing, "queues", None), "tree", None)
+    if catalog is None or tree is None:
+        return []
+    local_to_cq = {name: lq.cluster_queue for (_, name), lq in catalog.local_queues.items()}
+    out = []
+    for name, cq in sorted(catalog.cluster_queues.items()):
+        node = tree.queues.get(name)
+        nominal = dict(node.nominal) if node is not None else {}
+        usage = dict(node.usage) if node is not None else {}
+        pending = sum(n for q, n in pending_by_queue.items() if local_to_cq.get(q) == name)
+        out.append(m.ClusterQueueItem(
+            name=name, cohort=cq.cohort, pending=pending,
+            quota={_fr(k): format_quantity(v, k[1]) for k, v in sorted(nominal.items())},
+            usage={_fr(k): format_quantity(v, k[1]) for k, v in sorted(usage.items()) if v}))
+    return out
+
+
+async def queue_page(session: Any, queueing: Any = None) -> m.QueuePage:
     from federation.podset import format_quantity, parse_quantity
 
     counts: dict[str, dict[str, int]] = {}
@@ -40,4 +67,8 @@ async def queue_page(session: Any) -> m.QueuePage:
                          requests_admitted={k: format_quantity(v, k) for k, v in sorted(admitted.get(q, {}).items())},
                          quota=None)
              for q in sorted(counts)]
-    return m.QueuePage(configured=False, items=items)
+    catalog = getattr(queueing, "catalog", None)
+    configured = bool(catalog is not None and catalog.cluster_queues)
+    pending = {q: c.get("pending", 0) for q, c in counts.items()}
+    return m.QueuePage(configured=configured, items=items,
+                       cluster_queues=cluster_queues(queueing, pending) if configured else [])

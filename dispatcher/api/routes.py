@@ -217,8 +217,9 @@ async def list_queues(request: Request, user: UserDep) -> m.QueuePage:
     await allow(request, user, read_access())
     from dispatcher.api.queues import queue_page
 
-    async with ctx_of(request).sessions() as s:
-        return await queue_page(s)
+    ctx = ctx_of(request)
+    async with ctx.sessions() as s:
+        return await queue_page(s, getattr(ctx.engine, "queueing", None))
 
 
 @router.get("/events", response_model=m.EventPage, summary="History rows across every Workload and Cluster")

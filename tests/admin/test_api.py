@@ -272,3 +272,35 @@ async def test_rbac_on_the_manager_decides_who_reads_and_who_acts(
     assert (await client.post("/api/v1/clusters/worker-1/drain", headers=bearer("alice"))).status_code == 403
     assert (await client.get("/api/v1/clusters", headers={"Authorization": "Bearer forged"})).status_code == 401
     assert (await client.get("/api/v1/clusters", headers=AUTH)).status_code == 200  # the static token
+
+
+# --- queues configured: ClusterQueue quota against what admitted Workloads hold -------------------
+
+
+async def test_queues_show_cluster_queue_quota_and_usage(admin_db: str) -> None:
+    from decimal import Decimal
+    from types import SimpleNamespace
+
+    from dispatcher.queueing.scheduler import Admitted
+    from dispatcher.queueing.state import QueueingState
+    from tests.queueing.builders import cq, flavor, lq
+
+    state = QueueingState(starvation_seconds=300, max_attempts_per_pass=100)
+    for obj in (flavor("default"), cq("research-cq", flavors={"default": {"cpu": "16", "memory": "64Gi"}},
+                                      cohort="lab"), lq("team-a", "research", "research-cq"),
+                lq("team-a", "default", "research-cq")):
+        state.catalog.apply(obj["kind"], obj)
+    state.queues.refresh()
+    state.queues.hold_quota(Admitted("a-uid", "research-cq", {("default", "cpu"): Decimal(4)}))
+    engine = db.make_engine(admin_db)
+    ctx = ApiContext(sessions=db.sessionmaker(engine), auth=Authenticator(static_token=TOKEN),
+                     engine=SimpleNamespace(queueing=state))
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(ctx)), base_url="http://api") as c:
+        page = (await c.get("/api/v1/queues", headers=AUTH)).json()
+        html = (await c.get("/ui/queues", headers=AUTH)).text
+    await engine.dispose()
+    assert page["configured"] is True
+    (research,) = page["cluster_queues"]
+    assert research == {"name": "research-cq", "cohort": "lab", "pending": 1,
+                        "quota": {"default/cpu": "16", "default/memory": "64Gi"}, "usage": {"default/cpu": "4"}}
+    assert "Queues not configured" not in html and "default/cpu: 4 of 16" in html and "research-cq" in html
