@@ -179,7 +179,7 @@ def _set_state(url: str, uid: str, state: str) -> None:
 
 def test_watch_prints_a_line_per_change(admin_db: str) -> None:
     thread = _later(1.2, lambda: _set_state(admin_db, "0-uid", "running"))
-    result = invoke("workloads", "list", "-w", "--watch-for", "3", "--database-url", admin_db)
+    result = invoke("workloads", "list", "-w", "--watch-for", "2.5", "--database-url", admin_db)
     thread.join()
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
@@ -220,7 +220,7 @@ def test_events_watch_prints_new_rows(admin_db: str) -> None:
         await engine.dispose()
 
     thread = _later(1.2, lambda: asyncio.run(add()))
-    result = invoke("events", "-w", "--watch-for", "3", "--database-url", admin_db)
+    result = invoke("events", "-w", "--watch-for", "2.5", "--database-url", admin_db)
     thread.join()
     assert result.output.splitlines()[-1].split()[1:4] == ["team-a", "alpha", "requeued"]
 
