@@ -103,6 +103,8 @@ def cluster_view(row: Mapping[str, Any], now: datetime | None = None) -> dict[st
     view = dict(row)
     health = cluster_health(row, now)
     view["health"] = f"{health},cordoned" if row.get("cordoned") else health
+    if row.get("refused"):  # a sender with no registered key (mkctl clusters refused), never a cluster
+        view["health"] = f"refused ({row['refused']})"
     capacity = row.get("capacity") or {}
     free = capacity.get("free", {}) if isinstance(capacity, Mapping) else {}
     view["cpu_free"] = free.get("cpu")

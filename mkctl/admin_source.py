@@ -111,15 +111,21 @@ class DatabaseSource:
     def clusters(self) -> list[dict[str, Any]]:
         from dispatcher.db import admin, queries
 
-        async def query(session: Any) -> tuple[list[Any], dict[str, int]]:
-            return list(await queries.list_clusters(session)), await admin.holding_per_cluster(session)
+        async def query(session: Any) -> tuple[list[Any], dict[str, int], list[Any]]:
+            return (list(await queries.list_clusters(session)), await admin.holding_per_cluster(session),
+                    await queries.list_refusals(session))
 
-        rows, running = with_session(self.url, query)
+        rows, running, refused = with_session(self.url, query)
         out = []
         for r in rows:
             view = as_dict(r)
             view["running"] = running.get(view["name"], 0)
             out.append(view)
+        known = {v["name"] for v in out}
+        for r in refused:  # senders with no registered key: shown, never created (issue 14)
+            if r.name not in known:
+                out.append({"name": r.name, "refused": f"{r.reason}, {r.count} messages", "last_heartbeat": r.last_at,
+                            "online": False, "running": 0})
         return out
 
     def events(self, *, ref: str | None = None, cluster: str | None = None, type_: str | None = None,

@@ -58,6 +58,8 @@ async def test_an_unregistered_cluster_is_refused_and_shown_then_heard_once_regi
         assert not [c for c in await rows(db_url, m.clusters) if c.name == "edge-7"]  # not created
         code, out = await asyncio.to_thread(mkctl, "clusters", "refused", "--database-url", db_url)
         assert code == 0 and "edge-7" in out and "unregistered" in out
+        code, out = await asyncio.to_thread(mkctl, "clusters", "list", "--database-url", db_url)
+        assert code == 0 and "edge-7" in out and "refused" in out
         code, _ = await asyncio.to_thread(mkctl, "clusters", "register", "edge-7", "--public-key",
                                           keys.public("edge-7"), "--database-url", db_url)
         assert code == 0

@@ -81,3 +81,14 @@ def test_keys_in_bad_shape_name_the_setting() -> None:
     private, public = signing.generate()
     key = signing.parse_private_key(private)
     assert signing.public_text(key.public_key()) == public
+
+
+def test_refusals_are_exported_as_mkd_messages_refused_total() -> None:
+    """Both services' /metrics carry the default registry, where the counter lives."""
+    from prometheus_client import REGISTRY, generate_latest
+
+    _, opener, keys, _ = setup()
+    with pytest.raises(Refused):
+        opener.open(TOPIC, body(), keys)  # type: ignore[arg-type]
+    text = generate_latest(REGISTRY).decode()
+    assert f'mkd_messages_refused_total{{reason="unsigned"}} {count("unsigned")}' in text
