@@ -69,12 +69,24 @@ def mosquitto_binary() -> str | None:
         (("/usr/sbin/mosquitto") if Path("/usr/sbin/mosquitto").exists() else None)
 
 
+def _user_exists(name: str) -> bool:
+    import pwd
+
+    try:
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
 def missing_binaries(*, postgres: bool = False, mosquitto: bool = False) -> str | None:
     """Why a scenario needing these backends cannot run here, or None."""
     missing = []
     if postgres and postgres_bindir() is None:
         missing.append("PostgreSQL server binaries (initdb, postgres; e.g. apt-get install postgresql; "
                        "or set MKD_CHAOS_PG_BINDIR)")
+    elif postgres and os.geteuid() == 0 and not _user_exists("postgres"):
+        missing.append("a 'postgres' user to run PostgreSQL as (it refuses to run as root)")
     if mosquitto and mosquitto_binary() is None:
         missing.append("mosquitto (apt-get install mosquitto; or set MKD_CHAOS_MOSQUITTO)")
     return "missing " + " and ".join(missing) if missing else None
