@@ -14,6 +14,7 @@ postgres-at-start   kill -9 the dispatcher and shut PostgreSQL down, start the d
 postgres-hang       the private PostgreSQL frozen (SIGSTOP, every process) for ``outage`` s
 partition           SIGSTOP one agent past the dispatcher's worker-lost timeout (re-placement), SIGCONT
 partition-net       cut one agent off the broker silently (its relay holds every byte), then heal
+lease-shortened     the dispatcher restarted with a short lease (agents keep the long one), then partition-net
 failover            two dispatchers on one database; kill -9 one and keep it down, then the other
 =================== ===========================================================================
 """
@@ -93,6 +94,8 @@ class Scenario:
     """Dispatcher settings this scenario runs with (on top of the World's)."""
     small_dispatcher: dict[str, Any] | None = None
     """The same at the test size (shorter timeouts); None: ``dispatcher``."""
+    prepare: FaultScript | None = None
+    """Runs before the stream starts (after the World is up with ``dispatcher`` settings)."""
     run_seconds: float | None = None
     """Overrides Size.run_seconds (the partition needs jobs running while the agent is frozen)."""
 
@@ -251,6 +254,15 @@ async def partition_network(run: Run) -> None:
     run.fault(f"network partition of agent {cluster} {time.monotonic() - start:.0f}s", start)
 
 
+async def shorten_lease(run: Run) -> None:
+    """Before the stream: the dispatcher restarted with a short lease while the agents hold the default
+    (long) one they were granted. The partition that follows must still not move anything before the lease
+    the agents hold is over."""
+    short = PARTITION_SMALL if run.size.small else PARTITION
+    run.world.reconfigure_dispatchers(short, fresh_agents=False)
+    await run.world.wait_online()
+
+
 async def failover(run: Run) -> None:
     """kill -9 dispatcher-0 and keep it down while dispatcher-1 carries on alone, then the other way round."""
     await run.until_submitted(0.15)
@@ -288,6 +300,8 @@ SCENARIOS: dict[str, Scenario] = {s.name: s for s in [
              partition_agent, dispatcher=PARTITION, run_seconds=25.0, small_dispatcher=PARTITION_SMALL),
     Scenario("partition-net", "agent cut off the broker silently past the worker-lost timeout, re-placement, heal",
              partition_network, dispatcher=PARTITION, run_seconds=25.0, small_dispatcher=PARTITION_SMALL),
+    Scenario("lease-shortened", "dispatcher restarted with a shorter lease, then partition-net", partition_network,
+             run_seconds=25.0, prepare=shorten_lease),
     Scenario("failover", "two dispatchers on one database; each killed and kept down in turn", failover,
              dispatchers=2),
 ]}
@@ -355,6 +369,8 @@ async def run_in(world: World, obs: Observer, scenario: Scenario, size: Size) ->
     while len(world.dispatchers) < scenario.dispatchers:
         extra.append(world.add_dispatcher(len(world.dispatchers)))
     run = Run(world, size, [])
+    if scenario.prepare is not None:
+        await scenario.prepare(run)
     started = time.monotonic()
     stream = asyncio.create_task(submit(obs, run, f"{scenario.name[:12]}-{uuid.uuid4().hex[:4]}", size.run_seconds))
     faults = asyncio.create_task(scenario.script(run))

@@ -281,8 +281,13 @@ class World:
         self.dispatchers.append(s)
         return s
 
-    def reconfigure_dispatchers(self, overrides: dict[str, Any]) -> bool:
-        """Restart the dispatchers (SIGTERM) with these settings overrides; False when they already run so."""
+    def reconfigure_dispatchers(self, overrides: dict[str, Any], *, fresh_agents: bool = True) -> bool:
+        """Restart the dispatchers (SIGTERM) with these settings overrides; False when they already run so.
+
+        ``fresh_agents``: restart the agents too, as a World of its own would have them (an agent keeps the
+        longest lease it was ever granted, so a dispatcher restarted with a shorter lease meets agents
+        that still hold the old one: the ``lease-shortened`` scenario, which passes False).
+        """
         if overrides == self.o.dispatcher:
             return False
         self.o.dispatcher = dict(overrides)
@@ -290,6 +295,10 @@ class World:
             s.terminate()
             s.argv = self._dispatcher_argv(i)
             s.start()
+        if fresh_agents:
+            for a in self.agents.values():
+                a.terminate()
+                a.start()
         return True
 
     def add_agent(self, cluster: str) -> Service:

@@ -37,6 +37,10 @@ SMALL = Size(jobs=24, rate=10.0, run_seconds=2.0, kills=2, outage=6.0, outages=1
 KNOWN = {
     # Scenarios that fail for a known, reported reason (a defect, or a limit of the design); not strict, so
     # a fix landing does not break `make test` (then the mark comes off).
+    "partition": "a frozen (SIGSTOPped) agent cannot fence or update its copies: they stay live on its cluster "
+                 "while the re-placed ones run (a limit of agent-side fencing; bench/chaos/README.md)",
+    "lease-shortened": "the dispatcher re-places after its own (new, shorter) lease_seconds while the agents "
+                       "still hold the longer lease granted before its restart",
     "postgres-at-start": "mkctl dispatcher exits 1 (ConnectionRefusedError) when PostgreSQL is down at start-up "
                          "instead of waiting for it",
 }
@@ -96,7 +100,7 @@ async def test_a_job_nobody_claims_counts_as_lost(shared: Shared) -> None:
 
 # Ordered so that a scenario that leaves the federation broken (a defect) hurts as few others as possible.
 ORDER = ["dispatcher-kill", "agent-kill", "broker-restart", "failover", "partition", "partition-net",
-         "postgres-outage", "postgres-at-start"]
+         "lease-shortened", "postgres-outage", "postgres-at-start"]
 """Every scenario of bench/chaos but postgres-hang (bench only: it passes, and the suite's time is short)."""
 
 
