@@ -32,6 +32,8 @@ from mkctl.demo import observe_all, submit
 from mkctl.topology import Topology
 from tests.e2e.conftest import NotYet, wait_for
 
+pytestmark = pytest.mark.kubesim_only("dry-runs the overlays on kubesim clusters and reads kubesim's audit log")
+
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = {"demo-manager": "manager", "production-manager": "manager",
             "demo-worker": "worker-1", "production-worker": "worker-1"}

@@ -29,7 +29,8 @@ from kubesim.testing import webhook_pki
 from mkctl.topology import Topology, TopologyOptions
 from tests.e2e.conftest import NotYet, wait_for
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.kubesim_only(
+    "the dispatcher's webhook listens on this machine's loopback, out of a real API server's reach")]
 
 NS = "team-h"
 PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")

@@ -26,6 +26,8 @@ from kubernetes.dynamic import DynamicClient
 
 from kubesim.testing import status_of, webhook_pki
 
+pytestmark = pytest.mark.kubesim_only("the webhook server listens on this machine's loopback, out of a real API server's reach")
+
 HOOK_NS = "hooks"  # the Service that fronts the webhook lives here: hooks.hooks.svc
 GROUP = "kubesim.mkd.dev"
 
