@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ from dispatcher.db.queries import list_clusters, list_placements, show_workload
 from dispatcher.engine import Engine, Tick
 from dispatcher.intake import Intake
 from dispatcher.kubewriter import KubeWriter
+from dispatcher.leader import Leadership
 from dispatcher.outbox import Publisher
 from dispatcher.queueing.watcher import QueueWatcher
 from dispatcher.reports import ReportSubscriber
@@ -60,6 +62,7 @@ class Dispatcher:
         self.http: Any = None
         self.handover: Any = None
         self._engine_sql: Any = None
+        self.leadership: Leadership | None = None
         self._switch_interval = sys.getswitchinterval()
 
     async def __aenter__(self) -> Dispatcher:
@@ -76,12 +79,13 @@ class Dispatcher:
         cache: dict[str, dict[str, Any]] = {}
         self.writer = KubeWriter(self.kube, cache, self.clock, workers=s.kube_writers)
         self.engine = Engine(s, sessions, self.kube, self.writer, self.clock, cache=cache)
-        await self.engine.start()
+        self.leadership = Leadership(s, self._engine_sql, self.clock)
         await self.engine.identity.refresh(sessions, self.clock.now())
         self._sessions = sessions
         self.intake = Intake(self.kube, self.engine, self.clock, kinds=self.kinds, namespaces=s.namespaces,
                              recheck_seconds=s.kind_recheck_seconds)
-        base = s.mqtt.client_id or f"mkd-dispatcher-{s.origin}"
+        # one id per replica: two replicas sharing one would knock each other off the broker
+        base = f"{s.mqtt.client_id or f'mkd-dispatcher-{s.origin}'}-{s.replica_id or socket.gethostname()}"[:200]
         self.publisher = Publisher(s, sessions, self.clock, self.engine.outbox_wake, client_id=f"{base}-out",
                                    fresh=self.engine.fresh, unanswered=self.engine.unanswered)
         self.reports = ReportSubscriber(s, self.engine, self.clock, client_id=f"{base}-in")
@@ -165,10 +169,23 @@ class Dispatcher:
             self.handover.start_tasks(sup)
 
     async def run(self, stop: asyncio.Event) -> None:
-        async with Supervisor(clock=self.clock) as sup:
-            self.supervisor = sup
-            self.start_tasks(sup)
-            await sup.run_until_stopped(stop)
+        """Stand by until this replica is the active one (dispatcher/leader.py), then take a fencing
+        epoch, rebuild from the database and run every task until ``stop``; a lost leadership is fatal
+        (the process exits and comes back as a standby)."""
+        assert self.engine is not None and self.leadership is not None
+        try:
+            if not await self.leadership.acquire(stop):
+                return
+            await self.engine.start()
+            assert self.intake is not None
+            self.intake.follow_claimed()  # what is claimed is known only now
+            async with Supervisor(clock=self.clock) as sup:
+                self.supervisor = sup
+                self.start_tasks(sup)
+                sup.start("leadership", self.leadership.hold)  # not restarted: losing it is fatal
+                await sup.run_until_stopped(stop)
+        finally:
+            await self.leadership.release()
 
 
 async def run(settings: DispatcherSettings, *, stop: asyncio.Event) -> None:

@@ -66,16 +66,24 @@ class Intake:
         # Narrowing --namespaces never orphans what mkd holds: the namespaces of Jobs it already claimed
         # are still watched, for those Jobs only, until they end (their Workloads stop being live).
         self.follow_only: set[str] = set()
-        if namespaces:
-            outside = collections.Counter(ns for ns in engine.namespace_of.values() if ns not in namespaces)
+        self._asked = list(namespaces)
+        self.ready = asyncio.Event()
+        self._pending: set[tuple[str, str | None]] = set()
+        self.follow_claimed()
+
+    def follow_claimed(self) -> None:
+        """Add the namespaces of claimed Jobs outside ``--namespaces``; call again once the engine has
+        rebuilt its view (a standby learns what is claimed only when it becomes the active one)."""
+        if self._asked:
+            outside = collections.Counter(ns for ns in self.engine.namespace_of.values()
+                                          if ns not in self._asked and ns not in self.follow_only)
             if outside:
-                self.follow_only = set(outside)
+                self.follow_only |= set(outside)
                 self.namespaces += sorted(outside)
                 log.info("following %d Jobs mkd already claimed outside --namespaces until they end "
                          "(no new Job is claimed there): %s", sum(outside.values()),
                          ", ".join(f"{ns} ({n})" for ns, n in sorted(outside.items())))
-        self.ready = asyncio.Event()
-        self._pending = {(k.name, ns) for k in kinds for ns in self.namespaces}
+        self._pending |= {(k.name, ns) for k in self.kinds for ns in self.namespaces}
         self.watching: set[str] = set()
         # Sees every event of every Job, mkd's or not (the handover book counts and shadows them).
         self.observe: Callable[[JobKind, Mapping[str, Any], bool], None] | None = None

@@ -74,6 +74,10 @@ class DispatcherSettings(BaseSettings):
     """Name of this federation, stamped as the origin label on every object placed on a worker; an
     agent's garbage collection only touches objects of its own origin."""
 
+    replica_id: str = Field(default="", max_length=100)
+    """This replica's name in its MQTT client ids (``<mqtt.client_id>-<replica_id>-in`` / ``-out``).
+    Empty: the host name (the pod name in Kubernetes), so replicas never share a broker session."""
+
     namespaces: list[str] = Field(default_factory=list)
     """Namespaces of the manager cluster to watch; empty: all namespaces."""
 
@@ -157,6 +161,15 @@ class DispatcherSettings(BaseSettings):
     parked_retry_max_seconds: float = Field(default=300.0, gt=0)
     """An item that fails on its own (not an outage) is recorded as an error on its Workload and Job,
     set aside and tried again with a backoff up to this cap; a newer change of the Job replaces it."""
+
+    leader_poll_seconds: float = Field(default=1.0, gt=0)
+    """Active / standby on PostgreSQL (dispatcher/leader.py): how often a standby tries to take the
+    leader lock and the active checks its session. A crashed active is replaced within about this long."""
+
+    leader_idle_timeout_seconds: float = Field(default=10.0, gt=0)
+    """PostgreSQL ends the active's lock session when it sent nothing for this long (a hung or frozen
+    process), so a standby takes over; well above ``leader_poll_seconds`` so a busy loop is not mistaken
+    for a hung one."""
 
     kind_recheck_seconds: float = Field(default=30.0, gt=0)
     """How often a JobKind whose CRD is not installed is checked again."""
