@@ -108,7 +108,7 @@ class FaultHandling(EngineCore):
             log.warning("could not record the error in the database: %r", record_exc)
             return
         if row is not None:
-            key = job_key(row._mapping)
+            key = job_key(dict(row._mapping))
             cond = wl.condition(labels.CONDITION_DISPATCHED, False, "InternalError", text, self.clock.now())
             self.writer.condition(key, cond)
             self.writer.event(key, "Warning", "InternalError", text)

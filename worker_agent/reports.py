@@ -104,7 +104,7 @@ class Outbox:
             try:
                 payload = encode(numbered(item[1], self.stream, self._n + 1))
             except MessageRefused as exc:  # can never be sent (above the payload limit): not a crash
-                log.error("dropping a %s Report that cannot be sent: %s", item[1].type, exc)
+                log.error("dropping a %s Report that cannot be sent: %s", type(item[1]).__name__, exc)
                 continue
             self._n += 1
             if self._seal is not None:
