@@ -29,7 +29,7 @@ from aiomqtt.exceptions import MqttConnectError
 
 from federation.clock import Clock
 from federation.errors import Permanent, Transport
-from federation.settings import MqttSettings
+from federation.settings import MqttSettings, check_mqtt_url
 
 log = logging.getLogger(__name__)
 # paho logs every packet at DEBUG and aiomqtt warns about "pending publish calls" above 10;
@@ -72,19 +72,14 @@ class BrokerAddress:
 
 def parse_url(settings: MqttSettings) -> BrokerAddress:
     """Split ``settings.url``; explicit ``username`` / ``password`` settings win over the URL's."""
-    parts = urlsplit(settings.url)
-    if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl"):
-        raise Permanent(f"MQTT url {settings.url!r}: scheme must be mqtt:// or mqtts://", reason="BadSettings")
-    tls = parts.scheme in ("mqtts", "ssl")
     try:
-        port = parts.port or (8883 if tls else 1883)
-    except ValueError:
-        raise Permanent(f"MQTT url {settings.url!r}: bad port", reason="BadSettings") from None
-    if not parts.hostname:
-        raise Permanent(f"MQTT url {settings.url!r}: no host", reason="BadSettings")
+        host, port, tls = check_mqtt_url(settings.url)
+    except ValueError as exc:
+        raise Permanent(str(exc), reason="BadSettings") from None
+    parts = urlsplit(settings.url)
     username = settings.username or (unquote(parts.username) if parts.username else None)
     password = settings.password or (unquote(parts.password) if parts.password else None)
-    return BrokerAddress(parts.hostname, port, tls, username, password)
+    return BrokerAddress(host, port, tls, username, password)
 
 
 def _tls_context(settings: MqttSettings) -> ssl.SSLContext:

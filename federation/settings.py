@@ -8,8 +8,27 @@ passed explicitly, and no module globals.
 from __future__ import annotations
 
 from pathlib import Path
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+MQTT_SCHEMES = ("mqtt", "mqtts", "tcp", "ssl")
+
+
+def check_mqtt_url(url: str) -> tuple[str, int, bool]:
+    """(host, port, tls) of a broker URL, or ValueError naming what is wrong and the fix. The one check
+    of the URL: at settings time (a service with a bad URL refuses to start) and in ``federation.mqtt``."""
+    parts = urlsplit(url)
+    if parts.scheme not in MQTT_SCHEMES:
+        raise ValueError(f"MQTT url {url!r}: the scheme must be mqtt:// or mqtts:// (got {parts.scheme or 'none'!r})")
+    tls = parts.scheme in ("mqtts", "ssl")
+    try:
+        port = parts.port or (8883 if tls else 1883)
+    except ValueError:
+        raise ValueError(f"MQTT url {url!r}: the port must be a number from 1 to 65535") from None
+    if not parts.hostname:
+        raise ValueError(f"MQTT url {url!r}: no host; write mqtt://host:1883")
+    return parts.hostname, port, tls
 
 
 class MqttSettings(BaseModel):
@@ -20,6 +39,12 @@ class MqttSettings(BaseModel):
     url: str = "mqtt://127.0.0.1:1883"
     """``mqtt://host:port`` or ``mqtts://host:port`` (TLS); ``user:password@`` is allowed in the URL.
     Default: a broker on this machine, what a development setup runs."""
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        check_mqtt_url(value)
+        return value
 
     topic_root: str = "mkd/v1"
     """Prefix of every topic; change it so several federations (or test runs) share one broker."""

@@ -1,8 +1,10 @@
 """Named long-lived tasks with an owner and a staged shutdown; the only place that creates them.
 
 ``Supervisor`` starts each task under a name; a task that fails is logged the moment it fails and
-either restarted with capped backoff (``restart=True``) or treated as fatal: ``run_until_stopped``
-returns early and re-raises it. Shutdown is staged: every task is cancelled, stragglers (tasks
+either restarted with capped backoff (``restart=True``, the one :class:`~federation.retry.Backoff`,
+reset once a run lasted longer than the cap) or treated as fatal: ``run_until_stopped`` returns early
+and re-raises it. A :class:`~federation.errors.Permanent` error (a bad setting, refused credentials)
+is always fatal, logged in one line: retrying it forever with a traceback per attempt helps nobody. Shutdown is staged: every task is cancelled, stragglers (tasks
 that swallow the cancellation or clean up slowly) get ``grace`` seconds, are then cancelled again
 and named in the log, and the first task error is re-raised, not swallowed.
 ``install_signal_handlers`` turns SIGTERM / SIGINT into setting the stop event.
@@ -18,6 +20,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 from federation.clock import Clock, SystemClock
+from federation.errors import Permanent
+from federation.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +75,7 @@ class Supervisor:
         self.tasks[name] = TaskInfo(name, restart, task)
 
     async def _run(self, name: str, factory: Factory, restart: bool) -> None:
-        failures = 0
+        backoff = Backoff(self.restart_initial, self.restart_max)
         while True:
             started = self.clock.monotonic()
             try:
@@ -84,15 +88,21 @@ class Supervisor:
                 info = self.tasks.get(name)
                 if info is not None:
                     info.last_error = exc
+                if isinstance(exc, Permanent):  # a bad setting, refused credentials: retrying cannot help
+                    log.error("task %s: %s", name, exc)  # one line; the service stops and says it
+                    self._errors.append((name, exc))
+                    assert self._fatal is not None
+                    self._fatal.set()
+                    return
                 if not restart:
                     log.error("task %s failed", name, exc_info=exc)
                     self._errors.append((name, exc))
                     assert self._fatal is not None
                     self._fatal.set()
                     return
-                # A task that ran for a while before failing starts its backoff afresh.
-                failures = 1 if self.clock.monotonic() - started > self.restart_max else failures + 1
-                delay = min(self.restart_max, self.restart_initial * 2 ** min(failures - 1, 30))
+                if self.clock.monotonic() - started > self.restart_max:
+                    backoff.succeeded()  # a task that ran for a while before failing starts afresh
+                delay = backoff.failed()
                 log.warning("task %s failed (%s: %s); restarting in %.1fs", name, type(exc).__name__, exc, delay,
                             exc_info=exc)
                 if info is not None:

@@ -366,3 +366,14 @@ def test_demo_observes_pending_running_finished_and_untouched() -> None:
     touched = {**other.manifest, "metadata": {**other.manifest["metadata"], "labels": {"mkd.dev/origin": "x"}}}
     assert observe(other, touched).state == "Touched"
     assert observe(mine, None).state == "Missing"
+
+
+@pytest.mark.parametrize("url,what", [("ftp://127.0.0.1:1883", "scheme"), ("mqtt://127.0.0.1:99999", "port")])
+@pytest.mark.parametrize("service", [["dispatcher"], ["agent", "--cluster-name", "w1"]])
+def test_a_bad_mqtt_url_stops_a_service_with_one_line_and_a_nonzero_code(
+        service: list[str], url: str, what: str, tmp_path: Path) -> None:
+    result = runner.invoke(app, [*service, "--mqtt-url", url], env={"MKD_DISPATCHER_DATABASE_URL":
+                                                                     f"sqlite+aiosqlite:///{tmp_path}/x.db"})
+    assert result.exit_code != 0
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and what in lines[0] and "Traceback" not in result.output, result.output

@@ -16,6 +16,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
+from pydantic import ValidationError
 
 from federation.clock import FakeClock
 from federation.embedded_broker import EmbeddedBroker
@@ -170,8 +171,11 @@ def test_parse_url() -> None:
     b = parse_url(MqttSettings(url="mqtt://h", username="u", password="pw"))
     assert (b.port, b.tls, b.username, b.password) == (1883, False, "u", "pw")
     assert parse_url(MqttSettings(url="mqtts://h")).port == 8883
-    with pytest.raises(Permanent, match="scheme"):
-        parse_url(MqttSettings(url="http://h"))
+    for bad, what in (("http://h", "scheme"), ("mqtt://h:99999", "port"), ("mqtt://", "no host")):
+        with pytest.raises(ValidationError, match=what):  # refused when the settings are read
+            MqttSettings(url=bad)
+        with pytest.raises(Permanent, match=what):  # and by the link, for settings built unchecked
+            parse_url(MqttSettings.model_construct(url=bad))
 
 
 async def test_tls_files_missing_is_permanent() -> None:

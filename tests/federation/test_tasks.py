@@ -198,3 +198,22 @@ async def test_fake_clock_sleep_wakes_only_on_advance() -> None:
     with pytest.raises(ValueError):
         clock.advance(-1)
     assert SystemClock().now().tzinfo is UTC
+
+
+async def test_a_permanent_error_stops_the_service_in_one_line_instead_of_restarting_forever(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from federation.errors import Permanent
+
+    runs = 0
+
+    async def misconfigured() -> None:
+        nonlocal runs
+        runs += 1
+        raise Permanent("MQTT url 'ftp://h': the scheme must be mqtt:// or mqtts://", reason="BadSettings")
+    with pytest.raises(Permanent, match="scheme"):
+        async with Supervisor() as sup:
+            sup.start("mqtt", misconfigured, restart=True)
+            await sup.run_until_stopped(asyncio.Event())
+    assert runs == 1  # not retried
+    lines = [r for r in caplog.records if r.name == "federation.tasks" and "scheme" in r.getMessage()]
+    assert len(lines) == 1 and lines[0].exc_info is None  # one line, no traceback
