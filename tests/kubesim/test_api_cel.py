@@ -85,20 +85,21 @@ def _gizmo_schema() -> dict[str, Any]:
                 "numProcPerNode": {"x-kubernetes-int-or-string": True, "x-kubernetes-validations": [
                     {"rule": "self > 0 || self in ['auto', 'cpu', 'gpu']",
                      "message": "NumProcPerNode must be equal to auto, cpu, gpu, or int value"}]},
-                "order": {"type": "array", "items": {"type": "integer"},
+                # Bounded sizes keep the rules within a real server's estimated cost budget.
+                "order": {"type": "array", "items": {"type": "integer"}, "maxItems": 16,
                           "x-kubernetes-validations": [{"rule": "self.isSorted()", "message": "order must be sorted"}]},
                 "runtimeRef": {"type": "object", "properties": {"name": {"type": "string"}},
                                "x-kubernetes-validations": [{"rule": "self == oldSelf",
                                                              "message": "runtimeRef is immutable"}]},
                 "containers": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
-                               "items": {"type": "object", "properties": {
+                               "items": {"type": "object", "required": ["name"], "properties": {
                                    "name": {"type": "string"},
                                    "image": {"type": "string", "x-kubernetes-validations": [
                                        {"rule": "self == oldSelf", "message": "image is immutable"}]}}}},
                 "size": {"type": "integer", "x-kubernetes-validations": [
                     {"rule": "oldSelf.hasValue() ? self >= oldSelf.value() : self <= 5", "optionalOldSelf": True,
                      "message": "size starts at most 5 and only grows"}]},
-                "label": {"type": "string", "x-kubernetes-validations": [
+                "label": {"type": "string", "maxLength": 64, "x-kubernetes-validations": [
                     {"rule": "self.lowerAscii() == self && self.split('-').size() <= 3"}]},
             }},
     }, "x-kubernetes-validations": [
