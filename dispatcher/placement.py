@@ -169,23 +169,31 @@ def node_allows(ps: PodSetDemand, node: NodeView) -> bool:
 def fit_nodes(need: Need, nodes: Sequence[NodeView]) -> str | None:
     """Place every pod of every PodSet onto ``nodes`` at once (largest pods first, first fit, on a
     scratch copy of the free figures). None when they all fit, else what the first misfit lacks."""
-    free = [dict(n.free) for n in nodes]
+    used: dict[int, dict[str, Decimal]] = {}   # copies of the nodes a pod went to (the rest untouched)
     order = sorted(need.podsets, key=lambda p: sorted(((k, -v) for k, v in p.requests.items())))
     order = sorted(order, key=lambda p: -sum((v for k, v in p.requests.items() if k not in OPTIONAL), ZERO))
     for ps in order:
         wanted = {k: v for k, v in ps.requests.items() if v > 0}
-        allowed = [i for i, n in enumerate(nodes) if node_allows(ps, n)]
-        if not allowed:
-            return f"no node matches the {ps.name} pods' node selector, affinity and tolerations"
+        plain = not ps.node_selector and not ps.affinity
+        start = 0  # the pods of a PodSet are identical: a node one of them did not fit, no later one fits
         for n in range(ps.count):
-            for i in allowed:
-                f = free[i]
+            for i in range(start, len(nodes)):
+                node = nodes[i]
+                if not (plain and not node.taints) and not node_allows(ps, node):
+                    continue
+                f = used.get(i) or node.free
                 if all(f.get(k, ZERO if k not in OPTIONAL else v) >= v for k, v in wanted.items()):
+                    g = used.setdefault(i, dict(node.free))
                     for k, v in wanted.items():
-                        if k in f:
-                            f[k] -= v
+                        if k in g:
+                            g[k] -= v
+                    start = i
                     break
             else:
+                allowed = [i for i, node in enumerate(nodes) if node_allows(ps, node)]
+                if not allowed:
+                    return f"no node matches the {ps.name} pods' node selector, affinity and tolerations"
+                free = {i: used.get(i) or nodes[i].free for i in allowed}
                 best = max(allowed, key=lambda i: min((free[i].get(k, ZERO) / v for k, v in wanted.items()
                                                        if k not in OPTIONAL), default=ZERO))
                 lack = {k: v - free[best].get(k, ZERO) for k, v in wanted.items()
@@ -269,18 +277,26 @@ def choose(need: Need, clusters: Iterable[ClusterView], *, now: datetime, timeou
     best: tuple[tuple[Decimal, Decimal], str] | None = None
     fit: list[str] = []
     no_room: list[str] = []
+    roomy: list[tuple[tuple[Decimal, Decimal], ClusterView]] = []
     for cluster in by_kind:
         wanted = _relevant(need.total, cluster)
         missing = shortfall(wanted, cluster.free)
-        misfit = None if missing else _node_misfit(need, cluster)
-        if missing or misfit is not None:
-            no_room.append(cluster.name + (f" (lacks {', '.join(q(v, k) for k, v in sorted(missing.items()))})"
-                                           if missing else f" ({misfit})"))
+        if missing:
+            no_room.append(f"{cluster.name} (lacks {', '.join(q(v, k) for k, v in sorted(missing.items()))})")
             continue
-        fit.append(cluster.name)
-        score = _score(wanted, cluster)
-        if best is None or score > best[0]:
+        roomy.append((_score(wanted, cluster), cluster))
+    # the pod-by-pod fit is the costly check: roomiest first, and only until one cluster passes it
+    roomy.sort(key=lambda sc: (-sc[0][0], -sc[0][1], sc[1].name))
+    for score, cluster in roomy:
+        if best is None:
+            misfit = _node_misfit(need, cluster)
+            if misfit is not None:
+                no_room.append(f"{cluster.name} ({misfit})")
+                continue
             best = (score, cluster.name)
+        fit.append(cluster.name)
+    fit.sort()
+    no_room.sort()
     if best is not None:
         return Decision(best[1], _why(best, fit, no_room, set(c.name for c in live) - {c.name for c in by_kind}))
     return Decision(None, _explain(need, by_kind, excluded))
@@ -431,27 +447,37 @@ class CapacityBook:
 def subtract_from_nodes(nodes: list[NodeView], total: Resources, need: Need | None = None) -> list[NodeView]:
     """Nodes minus placements the agent's figures do not show yet. With the Workload's PodSets the
     pods are put where ``fit_nodes`` would put them; without (a reservation rebuilt from SQL) the
-    total is taken from the roomiest nodes first: either way the cluster's sum stays right."""
-    free = [dict(n.free) for n in nodes]
+    total is taken from the roomiest nodes first: either way the cluster's sum stays right. Only the
+    nodes touched are copied."""
+    touched: dict[int, dict[str, Decimal]] = {}
     if need is not None and need.podsets:
         for ps in need.podsets:
             wanted = {k: v for k, v in ps.requests.items() if v > 0}
+            start = 0
             for _ in range(ps.count):
-                for i, n in enumerate(nodes):
-                    f = free[i]
+                for i in range(start, len(nodes)):
+                    n = nodes[i]
+                    f = touched.get(i) or n.free
                     if node_allows(ps, n) and all(f.get(k, v) >= v for k, v in wanted.items()):
+                        g = touched.setdefault(i, dict(n.free))
                         for k, v in wanted.items():
-                            if k in f:
-                                f[k] -= v
+                            if k in g:
+                                g[k] -= v
+                        start = i
                         break
     else:
         for res, amount in total.items():
             left = amount
-            for i in sorted(range(len(nodes)), key=lambda i: -free[i].get(res, ZERO)):
+            for i in sorted(range(len(nodes)), key=lambda i: -(touched.get(i) or nodes[i].free).get(res, ZERO)):
                 if left <= 0:
                     break
-                take = min(left, max(free[i].get(res, ZERO), ZERO))
-                if res in free[i]:
-                    free[i][res] -= take
+                f = touched.get(i) or nodes[i].free
+                take = min(left, max(f.get(res, ZERO), ZERO))
+                if res in f:
+                    touched.setdefault(i, dict(nodes[i].free))[res] -= take
                 left -= take
-    return [NodeView(n.name, n.labels, n.taints, f) for n, f in zip(nodes, free, strict=True)]
+    out = list(nodes)
+    for i, free in touched.items():
+        n = nodes[i]
+        out[i] = NodeView(n.name, n.labels, n.taints, free)
+    return out

@@ -254,6 +254,8 @@ class Queues:
                 del self.holds[cluster]
         done: set[str] = set()
         reserved: list[tuple[str, dict[FR, Decimal]]] = []
+        starving = [e for es in self.aside.values() for e in es.values()
+                    if e.set_aside == "capacity" and self._starving(e, stamp)]
         while result.attempts < self.max_attempts:
             heads = []
             for queue in list(self.heaps):
@@ -262,9 +264,8 @@ class Queues:
                 head = self._head(queue)
                 if head is not None:
                     heads.append(head)
-            heads.extend(e for es in self.aside.values() for e in es.values()
-                         if e.set_aside == "capacity" and e.uid not in done and self._starving(e, stamp)
-                         and e.cq not in blocked)
+            heads.extend(e for e in starving if e.uid not in done and e.cq not in blocked
+                         and e.set_aside == "capacity" and self.entries.get(e.uid) is e)
             if not heads:
                 break
             tried = []
