@@ -187,6 +187,9 @@ class EngineCore:
                     attempt: int, cluster: str, spec_version: int) -> None:
         cmd = wl.place_command(kind, obj, origin=self.settings.origin, attempt=attempt, epoch=self.epoch,
                                spec_version=spec_version, now=b.now)
+        scheduling = self.queueing.pod_scheduling(row["uid"])  # the flavors' nodeSelector / tolerations
+        if scheduling:
+            cmd = cmd.model_copy(update={"pod_scheduling": scheduling})
         self._queue(b, cluster, row["uid"], cmd)
         b.place_keys[b.outbox[-1]["id"]] = (row["uid"], attempt)
 

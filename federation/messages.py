@@ -75,6 +75,14 @@ class PlacementKey(BaseModel):
 # --- Commands -------------------------------------------------------------------------------
 
 
+class PodScheduling(BaseModel):
+    """What the quota reservation's ResourceFlavors add to one PodSet's pods (Kueue stamps the same)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[dict[str, str]] = Field(default_factory=list)
+
+
 class Place(_Message):
     """Create or update the Job on the worker. ``manifest`` is the object prepared by the JobKind."""
 
@@ -84,6 +92,8 @@ class Place(_Message):
     job: JobRef
     manifest: dict[str, Any]
     sent_at: datetime = Field(default_factory=now)
+    pod_scheduling: dict[str, PodScheduling] = Field(default_factory=dict)
+    """PodSet name -> its flavors' nodeSelector and tolerations; the agent stamps them on the pod templates."""
 
 
 class Delete(_Message):

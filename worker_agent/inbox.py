@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from federation import chunks, labels
+from federation import chunks, flavorstamp, labels
 from federation.errors import (
     AlreadyExists,
     Conflict,
@@ -315,6 +315,7 @@ class Inbox:
                  labels.PLACEMENT_ATTEMPT: str(p.attempt), labels.EPOCH: str(p.epoch),
                  labels.JOB_KIND: kind.name}
         body = kind.prepare_for_worker(cmd.manifest, stamp=stamp, managed_by=self.delegate.get(kind.name))
+        flavorstamp.stamp(body, cmd.pod_scheduling)  # the quota's flavors: nodeSelector, tolerations
         meta = body.setdefault("metadata", {})
         meta["name"] = cmd.job.name
         meta["namespace"] = cmd.job.namespace

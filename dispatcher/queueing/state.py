@@ -26,6 +26,7 @@ from dispatcher.queueing import api
 from dispatcher.queueing.catalog import Catalog
 from dispatcher.queueing.quota import FR
 from dispatcher.queueing.scheduler import Admitted, Entry, PassResult, Queues
+from federation import messages
 from federation.errors import Invalid
 from federation.podset import format_quantity, parse_quantity
 
@@ -148,6 +149,25 @@ class QueueingState:
 
     def schedule(self, views: list[ClusterView], *, now: datetime, timeout: float) -> PassResult:
         return self.queues.schedule(views, now=now, timeout=timeout)
+
+    def pod_scheduling(self, uid: str) -> dict[str, messages.PodScheduling]:
+        """Per PodSet, what its reserved flavors add to the pods (sent in every Place of this Workload)."""
+        held = self.queues.admitted.get(uid)
+        if held is None or not held.flavors:
+            return {}
+        out = {}
+        for podset, by_resource in held.flavors.items():
+            selector: dict[str, str] = {}
+            tolerations: list[dict[str, str]] = []
+            for name in sorted(set(by_resource.values())):
+                flavor = self.catalog.flavors.get(name)
+                if flavor is None:
+                    continue
+                selector.update(flavor.node_labels)
+                tolerations += [t.as_dict() for t in flavor.tolerations if t.as_dict() not in tolerations]
+            if selector or tolerations:
+                out[podset] = messages.PodScheduling(node_selector=selector, tolerations=tolerations)
+        return out
 
     def routed(self) -> list[tuple[str, str | None]]:
         """(uid, ClusterQueue) of pending Workloads whose row names another ClusterQueue (or none):

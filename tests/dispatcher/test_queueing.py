@@ -43,7 +43,7 @@ async def install_kueue(kube: Kube) -> None:
     for crd in load_crds():
         if crd["spec"]["group"] == KUEUE:
             await kube.create(CRDS, copy.deepcopy(crd))
-    await eventually(lambda: kube.served(LQS), what="Kueue CRDs served")
+    await eventually(lambda: kube.served(LQS), what="Kueue CRDs served", within=30)
 
 
 def labelled(job: dict[str, Any], **extra: str) -> dict[str, Any]:
@@ -62,7 +62,7 @@ async def test_same_batch_claims_are_placed_in_creation_order(
         await kube.create(PYTORCHJOBS, pytorchjob(name, workers=0), "default")
     s = settings(manager, db_url, mqtt_url, topic_root)
     async with FakeAgent("worker-1", mqtt_url, topic_root, cap=capacity(cpu="5")), running(s):
-        await eventually(lambda: _count(db_url, 5), what="five placed")
+        await eventually(lambda: _count(db_url, 5), what="five placed", within=30)
         await asyncio.sleep(0.3)
         assert await placed_names(db_url) == set(names[:5])
 
@@ -78,7 +78,7 @@ async def test_every_pending_workload_is_considered_not_only_the_first_batch(
         await kube.create(PYTORCHJOBS, pytorchjob(f"gpu-{i:02d}", workers=0, gpu=1), "default")
     await kube.create(PYTORCHJOBS, pytorchjob("small", workers=0), "default")
     async with FakeAgent("worker-1", mqtt_url, topic_root), running(s):   # no GPUs anywhere
-        await eventually(lambda: _has(db_url, "small"), what="the CPU job placed behind 25 GPU jobs")
+        await eventually(lambda: _has(db_url, "small"), what="the CPU job placed behind 25 GPU jobs", within=30)
 
 
 async def _has(url: str, name: str) -> bool:
@@ -100,7 +100,7 @@ async def test_priority_from_workload_priority_class_then_pod_priority_class(
         await kube.create(PYTORCHJOBS, job, "default")
     s = settings(manager, db_url, mqtt_url, topic_root)
     async with FakeAgent("worker-1", mqtt_url, topic_root, cap=capacity(cpu="1")), running(s):
-        await eventually(lambda: _count(db_url, 1), what="one placed")
+        await eventually(lambda: _count(db_url, 1), what="one placed", within=30)
         by_name = {r.name: r for r in await rows(db_url, m.workloads)}
         assert {n: r.priority for n, r in by_name.items()} == {"plain": 0, "high": 100, "urgent": 1000}
         assert by_name["urgent"].priority_source == "WorkloadPriorityClass urgent"
@@ -118,7 +118,9 @@ async def test_quota_holds_a_team_and_frees_when_a_job_finishes_and_survives_a_r
         manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
     await install_kueue(kube)
     await kube.create(FLAVORS, {"apiVersion": f"{KUEUE}/v1beta2", "kind": "ResourceFlavor",
-                                "metadata": {"name": "default"}})
+                                "metadata": {"name": "default"},
+                                "spec": {"nodeLabels": {"pool": "general"},
+                                         "tolerations": [{"key": "team", "operator": "Exists"}]}})
     await kube.create(CQS, _cq("team-a", "2"))
     await kube.create(LQS, {"apiVersion": f"{KUEUE}/v1beta2", "kind": "LocalQueue",
                             "metadata": {"name": "team-a", "namespace": "default"}, "spec": {"clusterQueue": "team-a"}},
@@ -130,17 +132,20 @@ async def test_quota_holds_a_team_and_frees_when_a_job_finishes_and_survives_a_r
                 await kube.create(PYTORCHJOBS, labelled(pytorchjob(f"a{i}", workers=0), **{labels.QUEUE_NAME: "team-a"}),
                                   "default")
             await kube.create(PYTORCHJOBS, pytorchjob("unqueued", workers=0), "default")
-            await eventually(lambda: _count(db_url, 2), what="two placed")
+            await eventually(lambda: _count(db_url, 2), what="two placed", within=30)
 
             async def pending_reason(name: str, type_: str) -> Any:
                 c = cond(await kube.get(PYTORCHJOBS, name, "default"), type_)
                 return c if c and c["status"] == "False" else None
-            c = await eventually(lambda: pending_reason("a2", labels.CONDITION_QUOTA_RESERVED), what="a2 waits for quota")
+            c = await eventually(lambda: pending_reason("a2", labels.CONDITION_QUOTA_RESERVED), what="a2 waits for quota", within=30)
             assert c["message"] == ("couldn't assign flavors to pod set master: insufficient unused quota for cpu in "
                                     "flavor default, 1 more needed")
             c = await eventually(lambda: pending_reason("unqueued", labels.CONDITION_QUOTA_RESERVED),
-                                 what="no LocalQueue")
+                                 what="no LocalQueue", within=30)
             assert c["message"] == "LocalQueue default/default does not exist"
+            place = next(p for p in agent.places() if p.job.name == "a0")
+            assert {k: v.model_dump() for k, v in place.pod_scheduling.items()} == {"master": {
+                "node_selector": {"pool": "general"}, "tolerations": [{"key": "team", "operator": "Exists"}]}}
             a0 = await kube.get(PYTORCHJOBS, "a0", "default")
             reserved = cond(a0, labels.CONDITION_QUOTA_RESERVED)
             assert reserved is not None and reserved["status"] == "True"
@@ -152,7 +157,7 @@ async def test_quota_holds_a_team_and_frees_when_a_job_finishes_and_survives_a_r
             async def cq_status() -> Any:
                 st = (await kube.get(CQS, "team-a")).get("status") or {}
                 return st if st.get("admittedWorkloads") == 2 and st.get("pendingWorkloads") == 1 else None
-            st = await eventually(cq_status, what="ClusterQueue status written")
+            st = await eventually(cq_status, what="ClusterQueue status written", within=30)
             assert st["flavorsUsage"] == [{"name": "default", "resources": [
                 {"name": "cpu", "total": "2", "borrowed": "0"}, {"name": "memory", "total": "2Gi", "borrowed": "0"}]}]
             assert [(c["type"], c["status"], c["reason"]) for c in st["conditions"]] == [("Active", "True", "Ready")]
@@ -174,7 +179,7 @@ async def test_quota_holds_a_team_and_frees_when_a_job_finishes_and_survives_a_r
             assert await placed_names(db_url) == {"a0", "a1"}
             place = next(p for p in agent.places() if p.job.name == "a0")
             await agent.status(place, {"conditions": [{"type": "Succeeded", "status": "True"}]}, finished="Succeeded")
-            await eventually(lambda: _has(db_url, "a2"), what="a2 placed once a0 finished")
+            await eventually(lambda: _has(db_url, "a2"), what="a2 placed once a0 finished", within=30)
 
 
 async def _why(url: str, ref: str) -> dict[str, Any]:
