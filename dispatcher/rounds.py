@@ -24,11 +24,17 @@ from dispatcher.batch import Batch, job_key
 from dispatcher.core import EngineCore, oversize_problem
 from dispatcher.db import queries as q
 from dispatcher.policycheck import reason as policy_reason
-from dispatcher.queueing.scheduler import Admission, Entry
+from dispatcher.queueing.scheduler import Admission, Entry, Eviction
 from dispatcher.queueing.state import usage_to_json
 from federation import labels, messages
 from federation.kinds.registry import by_name
-from federation.labels import CONDITION_ADMITTED, CONDITION_QUOTA_RESERVED
+from federation.labels import (
+    CONDITION_ADMITTED,
+    CONDITION_EVICTED,
+    CONDITION_PREEMPTED,
+    CONDITION_QUOTA_RESERVED,
+    CONDITION_REQUEUED,
+)
 
 _DIGITS = re.compile(r"(?<![-\w])[0-9.]+[a-zA-Z]*")  # figures, not the digits in cluster names
 
@@ -58,8 +64,10 @@ class PlacementRound(EngineCore):
         views = [v for v in self.book.views() if v.name not in cordoned]
         self.policies.apply(qs.queues.entries, self.cache, self.book.heartbeats)  # clusters that would refuse
         result = qs.schedule(views, now=b.now, timeout=self.settings.heartbeat_timeout_seconds)
-        if result.admitted:
-            await self._load(s, b, [a.entry.uid for a in result.admitted])
+        if result.admitted or result.evicted:
+            await self._load(s, b, [a.entry.uid for a in result.admitted] + [v.uid for v in result.evicted])
+        for v in result.evicted:
+            self._evict(b, v)
         chosen = [a for a in result.admitted if a.entry.uid in b.w and b.w[a.entry.uid]["state"] == "pending"]
         by_cluster: dict[str, list[str]] = {}
         for a in chosen:
@@ -108,6 +116,33 @@ class PlacementRound(EngineCore):
                     b.set_w(uid, cluster_queue=cq)
             else:
                 b.w_updates.setdefault(uid, {})["cluster_queue"] = cq
+
+    def _evict(self, b: Batch, v: Eviction) -> None:
+        """A preempted Workload: its worker copy deleted by its agent, back to its queue with the eviction
+        time as queue time, ``Evicted`` / ``Preempted`` on the Job naming the preemptor, history kept."""
+        row = b.w.get(v.uid)
+        if row is None or row["state"] not in ("placed", "running"):
+            return
+        uid = row["uid"]
+        self._send_delete(b, row, f"preempted: {v.message}")
+        b.set_w(uid, state="pending", reason=v.message, cluster=None, queued_at=b.now, usage=None,
+                updated_at=b.now)
+        b.event(uid, "evicted", cluster=row.get("cluster"), reason="Preempted", message=v.message)
+        key = job_key(row)
+        now = b.now
+        conds = [wl.condition(CONDITION_EVICTED, True, "Preempted", v.message, now),
+                 wl.condition(CONDITION_PREEMPTED, True, v.reason, v.message, now),
+                 wl.condition(CONDITION_QUOTA_RESERVED, False, "Preempted", v.message, now),
+                 wl.condition(CONDITION_ADMITTED, False, "Preempted", v.message, now),
+                 wl.condition(CONDITION_REQUEUED, True, "Preempted", "requeued after the eviction", now),
+                 wl.condition(labels.CONDITION_DISPATCHED, False, "Preempted", v.message, now)]
+
+        def write() -> None:
+            for c in conds:
+                self.writer.condition(key, c)
+            self.writer.event(key, "Normal", "Preempted", v.message)
+        b.after.append(write)
+        b.placement_due = True
 
     def _admitted(self, b: Batch, row: dict[str, Any], a: Admission, cq: str | None) -> None:
         """QuotaReserved and Admitted on the Job, and the admission decision in the history."""

@@ -35,7 +35,7 @@ from dispatcher.placement import (
     eligible,
     subtract_from_nodes,
 )
-from dispatcher.queueing import api
+from dispatcher.queueing import api, preemption
 from dispatcher.queueing.catalog import Catalog
 from dispatcher.queueing.flavors import Assignment, assign, with_flavors
 from dispatcher.queueing.quota import FR, ZERO, QuotaTree
@@ -82,6 +82,9 @@ class Admitted:
     flavors: dict[str, dict[str, str]] = field(default_factory=dict)
     namespace: str = ""
     queue: str = ""          # its LocalQueue
+    queued_at: float = 0.0
+    admitted_at: float = 0.0
+    cluster: str | None = None
 
 
 @dataclass
@@ -95,10 +98,21 @@ class Admission:
     borrows: bool
 
 
+@dataclass(frozen=True)
+class Eviction:
+    """An admitted Workload preempted for ``preemptor`` (its quota is already released)."""
+
+    uid: str
+    preemptor: Entry
+    reason: str     # Kueue's reason word: InClusterQueue, InCohortReclamation, InCohortReclaimWhileBorrowing
+    message: str
+
+
 @dataclass
 class PassResult:
     admitted: list[Admission] = field(default_factory=list)
     waiting: list[Entry] = field(default_factory=list)      # entries whose reason changed this pass
+    evicted: list[Eviction] = field(default_factory=list)
     attempts: int = 0
 
 
@@ -118,6 +132,7 @@ class Queues:
         self.holds: dict[str, str] = {}          # cluster -> uid of the starving head holding it
         self.tree = QuotaTree(catalog)
         self._generation = catalog.generation
+        self._stamp = 0.0
         self._told: list[Entry] = []   # held before any pass (queue missing, stopped): reported by the next pass
 
     # --- membership ------------------------------------------------------------------------------
@@ -248,6 +263,7 @@ class Queues:
         result.waiting.extend(e for e in self._told if self.entries.get(e.uid) is e and e.step in ("queue", "stopped"))
         self._told.clear()
         stamp = now.timestamp()
+        self._stamp = stamp
         blocked: set[str | None] = set()
         for cluster in list(self.holds):
             if cluster not in views:
@@ -281,8 +297,11 @@ class Queues:
                     continue
                 result.attempts += 1
                 if isinstance(got, str):
-                    progress |= self._wait(e, "quota", got, stamp, cq, blocked, result)
                     done.add(e.uid)
+                    if cq is not None and self._preempt(e, cq, result):
+                        progress = True   # victims evicted: their quota is free, the preemptor goes next pass
+                        continue
+                    progress |= self._wait(e, "quota", got, stamp, cq, blocked, result)
                     continue
                 root = self.tree.root_of(cq.name) if cq is not None and cq.cohort else None
                 if borrows and root is not None and root in borrowed_in:
@@ -315,6 +334,60 @@ class Queues:
         for cq_name, usage in reserved:
             self.tree.remove(cq_name, usage)
         return result
+
+    def _preempt(self, e: Entry, cq: api.ClusterQueue, result: PassResult) -> bool:
+        """Evict a minimal set of admitted Workloads so ``e`` gets its quota (see ``preemption``)."""
+        pol = cq.preemption
+        if pol.within_cluster_queue == "Never" and pol.reclaim_within_cohort == "Never" \
+                and pol.borrow_within_cohort == "Never":
+            return False
+        within_nominal = self._within_nominal(e, cq)
+        items = [(a.uid, a.cq, a.priority, a.queued_at, a.admitted_at, a.cluster) for a in self.admitted.values()]
+        cands = preemption.candidates(cq, e.priority, e.queued_at, within_nominal, items, self.tree)
+        if not cands:
+            return False
+
+        def fits() -> bool:
+            return isinstance(assign(cq, e.need, self.tree, self.catalog), Assignment)
+
+        def usage_of(uid: str) -> tuple[str, dict[FR, Decimal]]:
+            return self.admitted[uid].cq, self.admitted[uid].usage
+        best: list[str] | None = None
+        for cluster in sorted({c[5] or "" for c in cands}):
+            found = preemption.minimal_set([c[0] for c in cands if (c[5] or "") == cluster], usage_of, self.tree, fits)
+            if found is not None and (best is None or len(found) < len(best)):
+                best = found
+        if best is None:  # no single cluster's Workloads free enough: a set across clusters
+            best = preemption.minimal_set([c[0] for c in cands], usage_of, self.tree, fits)
+        if best is None:
+            return False
+        who = f"{e.namespace}/{e.name}"
+        for uid in best:
+            a = self.admitted[uid]
+            if a.cq == cq.name:
+                word, why = "InClusterQueue", "prioritization in the ClusterQueue"
+            elif within_nominal:
+                word, why = "InCohortReclamation", "reclamation within the cohort"
+            else:
+                word, why = "InCohortReclaimWhileBorrowing", "reclamation within the cohort while borrowing"
+            result.evicted.append(Eviction(uid, e, word, f"Preempted to accommodate a workload ({who}, UID: {e.uid}) "
+                                                           f"due to {why}"))
+            self.release(uid)
+        e.reason, e.step, e.word = (f"preempting {len(best)} admitted Workload(s) to get quota in ClusterQueue "
+                                    f"{cq.name}", "quota", "Preempting")
+        result.waiting.append(e)
+        return True
+
+    def _within_nominal(self, e: Entry, cq: api.ClusterQueue) -> bool:
+        """Whether ``e`` alone fits the ClusterQueue's nominal quota in some flavor of each group."""
+        for res, amount in e.need.total.items():
+            if amount <= 0 or res == "pods":
+                continue
+            group = cq.group_of(res)
+            if group is None or not any(fq.resources.get(res) is not None and fq.resources[res].nominal >= amount
+                                        for fq in group.flavors):
+                return False
+        return True
 
     def _quota_still_fits(self, cq: api.ClusterQueue, got: Assignment) -> bool:
         return all(self.tree.available(cq.name, fr) >= amount for fr, amount in got.usage.items())
@@ -376,7 +449,8 @@ class Queues:
         self._pop(e)
         self.discard(e.uid)
         if cq is not None:
-            self.hold_quota(Admitted(e.uid, cq.name, dict(got.usage), e.priority, got.flavors, e.namespace, e.queue))
+            self.hold_quota(Admitted(e.uid, cq.name, dict(got.usage), e.priority, got.flavors, e.namespace, e.queue,
+                                     e.queued_at, self._stamp, cluster))
         view = views[cluster]
         view.free = {k: view.free.get(k, ZERO) - v for k, v in need.total.items()} | {
             k: v for k, v in view.free.items() if k not in need.total}

@@ -46,6 +46,10 @@ def usage_from_json(data: Mapping[str, str] | None) -> dict[FR, Decimal]:
     return out
 
 
+def _ts(value: datetime | None) -> float:
+    return value.timestamp() if value is not None else 0.0
+
+
 def creation_time(obj: Mapping[str, Any]) -> datetime | None:
     text = wl.meta(obj).get("creationTimestamp")
     if not isinstance(text, str):
@@ -123,7 +127,8 @@ class QueueingState:
                 if uid not in self.queues.admitted and row.get("cluster_queue") and row.get("usage"):
                     self.queues.hold_quota(Admitted(uid, row["cluster_queue"], usage_from_json(row["usage"]),
                                                     int(row["priority"]), row.get("flavors") or {},
-                                                    row["namespace"], row["queue"]))
+                                                    row["namespace"], row["queue"], _ts(row.get("queued_at")),
+                                                    _ts(row.get("reserved_at")), row.get("cluster")))
             else:
                 self.queues.discard(uid)
                 self.queues.release(uid)
@@ -137,12 +142,13 @@ class QueueingState:
         self.queues.refresh()
         self.seq = int((await s.execute(sa.select(sa.func.max(w.c.queue_seq)))).scalar() or 0)
         held = await s.execute(sa.select(w.c.uid, w.c.cluster_queue, w.c.usage, w.c.priority, w.c.flavors,
-                                         w.c.namespace, w.c.queue)
+                                         w.c.namespace, w.c.queue, w.c.queued_at, w.c.reserved_at, w.c.cluster)
                                .where(w.c.state.in_(HOLDING), w.c.cluster_queue.is_not(None)))
         for r in held:
             if r.usage:
                 self.queues.hold_quota(Admitted(r.uid, r.cluster_queue, usage_from_json(r.usage), r.priority,
-                                                r.flavors or {}, r.namespace, r.queue))
+                                                r.flavors or {}, r.namespace, r.queue, _ts(r.queued_at),
+                                                _ts(r.reserved_at), r.cluster))
         if cache:
             pending = await s.execute(sa.select(w).where(w.c.state == "pending", w.c.suspended.is_(False)))
             self.sync([dict(r._mapping) for r in pending], cache, needs)
