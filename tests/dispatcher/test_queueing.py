@@ -200,3 +200,35 @@ async def _pending(url: str, cq: str) -> list[dict[str, Any]]:
             return await views.pending_from_db(session, cluster_queue=cq)
     finally:
         await engine.dispose()
+
+
+async def test_a_higher_priority_job_preempts_and_the_victim_is_requeued_with_its_history(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    await install_kueue(kube)
+    await kube.create(FLAVORS, {"apiVersion": f"{KUEUE}/v1beta2", "kind": "ResourceFlavor",
+                                "metadata": {"name": "default"}})
+    await kube.create(CQS, _cq("team-a", "1", preemption={"withinClusterQueue": "LowerPriority"}))
+    await kube.create(LQS, {"apiVersion": f"{KUEUE}/v1beta2", "kind": "LocalQueue",
+                            "metadata": {"name": "team-a", "namespace": "default"}, "spec": {"clusterQueue": "team-a"}},
+                      "default")
+    await kube.create(WPCS, {"apiVersion": f"{KUEUE}/v1beta2", "kind": "WorkloadPriorityClass",
+                             "metadata": {"name": "urgent"}, "value": 1000})
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s):
+        await kube.create(PYTORCHJOBS, labelled(pytorchjob("low", workers=0), **{labels.QUEUE_NAME: "team-a"}),
+                          "default")
+        await eventually(lambda: _has(db_url, "low"), what="low placed", within=30)
+        await kube.create(PYTORCHJOBS, labelled(pytorchjob("high", workers=0), **{
+            labels.QUEUE_NAME: "team-a", "kueue.x-k8s.io/priority-class": "urgent"}), "default")
+        await eventually(lambda: _has(db_url, "high"), what="high placed after preempting low", within=30)
+        assert any(d.job.name == "low" for d in agent.deletes())     # the worker copy is deleted by its agent
+
+        async def preempted() -> Any:
+            c = cond(await kube.get(PYTORCHJOBS, "low", "default"), labels.CONDITION_PREEMPTED)
+            return c if c and c["status"] == "True" else None
+        c = await eventually(preempted, what="Preempted on the victim", within=30)
+        assert c["reason"] == "InClusterQueue" and "default/high" in c["message"]
+        low = {r.name: r for r in await rows(db_url, m.workloads)}["low"]
+        assert low.state == "pending" and low.queued_at > low.created_at    # back in its queue at the eviction time
+        types = [e.type for e in await rows(db_url, m.events, workload_uid=low.uid)]
+        assert types[:1] == ["claimed"] and "placed" in types and "evicted" in types   # its history kept
