@@ -62,6 +62,10 @@ class PlacementRound(EngineCore):
             qs.capacity_version, qs.cordoned = self.book.version, cordoned
             qs.queues.capacity_changed()  # room may have grown: set-aside Workloads try again
         views = [v for v in self.book.views() if v.name not in cordoned]
+        for uid, priority, source in qs.reprice():  # claimed before the priority classes were listed
+            b.w_updates.setdefault(uid, {}).update(priority=priority, priority_source=source[:253])
+            if uid in b.w:
+                b.w[uid].update(priority=priority, priority_source=source[:253])
         self.policies.apply(qs.queues.entries, self.cache, self.book.heartbeats)  # clusters that would refuse
         result = qs.schedule(views, now=b.now, timeout=self.settings.heartbeat_timeout_seconds)
         if result.admitted or result.evicted:

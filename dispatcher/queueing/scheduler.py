@@ -59,6 +59,8 @@ class Entry:
     placement: api.Placement = ANYWHERE
     excluded: tuple[str, ...] = ()       # clusters that rejected it permanently
     pinned: str | None = None            # an admin's pin (``mkctl workloads pin``)
+    priority_inputs: tuple[str, tuple[str, ...]] | None = None
+    """(WorkloadPriorityClass label, pods' PriorityClass names) while the priority awaits the catalog."""
     cq: str | None = None    # resolved ClusterQueue (OPEN in open mode), None: cannot queue
     step: str = "queued"     # what holds it: queued, queue, stopped, quota, placement
     reason: str = ""

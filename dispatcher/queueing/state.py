@@ -32,6 +32,8 @@ from federation.podset import format_quantity, parse_quantity
 
 log = logging.getLogger("dispatcher.queueing")
 HOLDING = ("placed", "running")
+UNRESOLVED = "?"
+"""priority_source of a Workload claimed before the priority classes were listed."""
 
 
 def usage_to_json(usage: Mapping[FR, Decimal]) -> dict[str, str]:
@@ -81,6 +83,9 @@ class QueueingState:
         self.seq += 1
         job_labels = wl.meta(obj).get("labels") or {}
         classes = [str(p["priorityClassName"]) for p in cols.get("podsets") or [] if p.get("priorityClassName")]
+        if not self.catalog.ready:  # the priority classes are not listed yet: resolved by the first pass
+            return {"priority": 0, "priority_source": UNRESOLVED, "queue_seq": self.seq,
+                    "queued_at": creation_time(obj) or now}
         priority, source = self.catalog.priority(job_labels if isinstance(job_labels, Mapping) else {}, classes)
         return {"priority": priority, "priority_source": source[:253], "queue_seq": self.seq,
                 "queued_at": creation_time(obj) or now}
@@ -98,7 +103,12 @@ class QueueingState:
             placement = api.Placement(frozenset({row["pinned"]}), placement.exclude, placement.selector)
         queued = row.get("queued_at") or row["created_at"]
         stored = row.get("cluster_queue")
-        return Entry(uid=row["uid"], namespace=row["namespace"], name=row["name"], queue=row["queue"],
+        inputs = None
+        if row.get("priority_source") == UNRESOLVED:
+            label = (wl.meta(obj).get("labels") or {}).get(api.PRIORITY_CLASS_LABEL)
+            inputs = (str(label or ""), tuple(str(p["priorityClassName"]) for p in row.get("podsets") or []
+                                              if p.get("priorityClassName")))
+        return Entry(priority_inputs=inputs, uid=row["uid"], namespace=row["namespace"], name=row["name"], queue=row["queue"],
                      priority=int(row["priority"]), queued_at=queued.timestamp(), seq=int(row.get("queue_seq") or 0),
                      need=need, placement=placement, excluded=excluded, pinned=row.get("pinned"), stored_cq=stored)
 
@@ -173,6 +183,22 @@ class QueueingState:
                 tolerations += [t.as_dict() for t in flavor.tolerations if t.as_dict() not in tolerations]
             if selector or tolerations:
                 out[podset] = messages.PodScheduling(node_selector=selector, tolerations=tolerations)
+        return out
+
+    def reprice(self) -> list[tuple[str, int, str]]:
+        """Priorities of Workloads claimed before the catalog was ready, now that it is: (uid, value,
+        source) to write to their rows; their queue order changes accordingly."""
+        if not self.catalog.ready:
+            return []
+        out = []
+        for e in [e for e in self.queues.entries.values() if e.priority_inputs is not None]:
+            label, classes = e.priority_inputs or ("", ())
+            value, source = self.catalog.priority({api.PRIORITY_CLASS_LABEL: label} if label else {}, classes)
+            e.priority_inputs = None
+            if value != e.priority:
+                e.priority = value
+                self.queues.add(e)   # re-routed at its new place in the order
+            out.append((e.uid, value, source))
         return out
 
     def routed(self) -> list[tuple[str, str | None]]:

@@ -50,6 +50,7 @@ def test_reclaim_within_cohort_takes_back_lent_quota() -> None:
     assert run(q, W)[0] == ["b1", "b2"]                      # b borrows all of a's quota
     q.add(entry("a1", need(cpu=3), queue="qa", priority=0, at=2))
     admitted, evicted = run(q, W)
+    assert admitted == []
     assert sorted(evicted) == [("uid-b1", "InCohortReclamation"), ("uid-b2", "InCohortReclamation")]
     assert run(q, W)[0] == ["a1"]
 
