@@ -265,13 +265,12 @@ def _admission_docs() -> list[dict[str, Any]]:
 
 
 def _apply_admission(api: client.ApiClient, kubeconfig: Path) -> str:
-    """``kubectl apply -k deploy/admission/`` (``-f`` without a kustomization.yaml there) when kubectl is
-    installed, else the same objects by the client."""
+    """``kubectl apply -f deploy/admission/`` (its ``Kustomization`` file, for ``-k``, is not a .yaml file
+    and ``-f`` skips it) when kubectl is installed, else the same objects by the client."""
     kubectl = shutil.which("kubectl")
     folder = REPO / "deploy" / "admission"
     if kubectl:
-        how = "-k" if (folder / "kustomization.yaml").exists() else "-f"
-        out = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "apply", how, str(folder)],
+        out = subprocess.run([kubectl, "--kubeconfig", str(kubeconfig), "apply", "-f", str(folder)],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         return out.stdout

@@ -3,7 +3,7 @@
 One ``apiextensions.k8s.io/v1`` YAML file per CRD in this directory: structural schemas that keep
 unknown fields under ``spec`` and ``status``, the status subresource, the upstream printer columns,
 and a schema for managedBy (allowed values, immutable). Install them with
-``kubectl apply -k deploy/crds`` (every CRD mkd needs; ``kustomization.yaml`` here lists these files)
+``kubectl apply -k deploy/crds`` (every CRD mkd needs; ``Kustomization`` here lists these files; ``kubectl apply -f`` on this folder ignores it)
 or :func:`load_crds` plus ``federation.kube``.
 """
 
