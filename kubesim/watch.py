@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from aiohttp import web
 
+from kubesim import printing
 from kubesim.errors import ApiError
 from kubesim.records import Rec
 from kubesim.resources import ResourceType
@@ -62,8 +63,17 @@ async def serve_watch(server: ApiServer, request: web.Request, t: Target, name: 
             return False
         return not (freq and not fields_match(freq, rec))
 
+    as_table = printing.wants_table(request.headers.get("Accept", ""))
+    include_object = q.get("includeObject", "Metadata")
+
     def line(etype: str, rec: Rec) -> bytes:
-        return b'{"type":"' + etype.encode() + b'","object":' + server.render(rec, t) + b"}\n"
+        body = server.render(rec, t)
+        if as_table:
+            # kubectl get -w: each event carries a one-row Table (column definitions included every time;
+            # kubectl prints the header once as long as they do not change).
+            body = orjson.dumps(printing.table(rt, t.version, [orjson.loads(body)], {"resourceVersion": str(rec.rv)},
+                                               include_object))
+        return b'{"type":"' + etype.encode() + b'","object":' + body + b"}\n"
 
     def on_event(etype: str, res: str, rec: Rec, old: Rec | None) -> None:
         if res != rt.key:

@@ -142,3 +142,30 @@ def test_kubectl_get_prints_the_crd_columns(api: client.ApiClient, pytorchjobs: 
     lines = [line.split() for line in out.stdout.splitlines()]
     assert lines[0] == ["NAMESPACE", "NAME", "STATE", "AGE"]
     assert [ns, "shown", "Created"] in [line[:3] for line in lines[1:]]
+
+
+def test_watch_as_table_sends_one_row_tables(api: client.ApiClient, ns: str) -> None:
+    """``kubectl get -w``: the watch events of an as=Table request carry Tables, one row each."""
+    v1 = client.CoreV1Api(api)
+    rv = v1.list_namespaced_config_map(ns).metadata.resource_version
+    v1.create_namespaced_config_map(ns, {"metadata": {"name": "watched"}, "data": {"k": "v"}})
+    method, url, headers, body, _ = api.param_serialize(
+        "GET", f"/api/v1/namespaces/{ns}/configmaps",
+        query_params=[("watch", "true"), ("resourceVersion", rv), ("timeoutSeconds", "5")],
+        header_params={"Accept": TABLE}, auth_settings=["BearerToken"])
+    resp = api.call_api(method, url, header_params=headers, body=body, _request_timeout=30)
+    first = None
+    for raw_line in resp.response.stream(amt=None):
+        for part in raw_line.splitlines():
+            if part.strip():
+                event = json.loads(part)
+                if event["object"].get("kind") == "Table" and event["object"]["rows"] and \
+                        event["object"]["rows"][0]["cells"][0] == "watched":
+                    first = event
+                    break
+        if first:
+            break
+    resp.response.release_conn()
+    assert first is not None and first["type"] == "ADDED"
+    assert columns(first["object"]) == ["Name", "Data", "Age"]
+    assert first["object"]["rows"][0]["cells"][1] == 1
