@@ -112,6 +112,24 @@ def admit(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> 
         raise invalid(kind, group, (obj.get("metadata") or {}).get("name", ""), causes)
 
 
+def decode(rt: ResourceType, obj: dict[str, Any]) -> None:
+    """What a real server does to a custom resource while decoding the request, before admission: prune
+    unknown fields (reported per fieldValidation) and apply the schema's defaults. Mutating webhooks see
+    the result; :func:`admit` prunes and defaults again afterwards (what a webhook added) and validates."""
+    if rt.builtin or not rt.schemas:
+        return
+    av = obj.get("apiVersion") or ""
+    schema = rt.schemas.get(av.rpartition("/")[2]) or rt.schemas.get(rt.storage_version)
+    if schema is None:
+        return
+    unknown: list[str] = []
+    prune_root(obj, schema, unknown)
+    scope = _SCOPE.get()
+    if scope is not None:
+        _report_unknown(rt, obj, unknown, scope)
+    apply_defaults(obj, schema)
+
+
 def _report_unknown(rt: ResourceType, obj: dict[str, Any], unknown: list[str], scope: RequestScope) -> None:
     """fieldValidation: Strict refuses (400, worded as the decoder's error), Warn warns, Ignore is silent."""
     if not unknown:

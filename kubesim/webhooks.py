@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import orjson
 
-from kubesim import cel
+from kubesim import cel, schema
 from kubesim.admission import MWC, VWC, Attributes, rules_match
 from kubesim.errors import ApiError, conflict
 from kubesim.patch import json_patch
@@ -119,6 +119,8 @@ class Webhooks:
             warnings: list[str] = []
             old_rec, obj = build()
             obj = orjson.loads(orjson.dumps(obj))
+            if not a.subresource:  # decoded as a real server decodes: pruned and defaulted before admission
+                schema.decode(a.rt, obj)
             a.old = old_rec.obj() if old_rec is not None else None
             a.obj = obj
             obj = await self._mutate(a, warnings)

@@ -405,3 +405,32 @@ def test_webhook_configuration_validation(api: client.ApiClient, hooks: Any) -> 
     assert fields["webhooks[0].admissionReviewVersions"] == "Required value: must specify one of v1, v1beta1"
     assert fields["webhooks[0].clientConfig.url"] == ('Invalid value: "http://127.0.0.1:1/x": \'https\' is the only '
                                                       "allowed URL scheme")
+
+
+def test_mutating_webhooks_see_the_schema_defaults(api: client.ApiClient, ns: str, hooks: Any,
+                                                   hook_server: tuple[Hook, int, str]) -> None:
+    """A real server prunes and defaults a custom resource while decoding the request, before admission:
+    TrainJob's CRD defaults spec.managedBy, so a webhook sees it filled in (and unknown fields gone)."""
+    from federation.kinds.crds import load_crds
+    from kubesim.testing import eventually
+
+    ar, tag = hooks
+    hook, port, ca = hook_server
+    ext = client.ApiextensionsV1Api(api)
+    crd = next(c for c in load_crds() if c["metadata"]["name"] == "trainjobs.trainer.kubeflow.org")
+    try:
+        ext.create_custom_resource_definition(crd)
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+    eventually(lambda: any(c.type == "Established" for c in
+                           (ext.read_custom_resource_definition(crd["metadata"]["name"]).status.conditions or [])))
+    ar.create_mutating_webhook_configuration({"metadata": {"name": f"d-{tag}"}, "webhooks": [
+        webhook("defaults.kubesim.mkd.dev", url_config(port, "/observe", ca), ["trainjobs"], ["CREATE"],
+                group="trainer.kubeflow.org", version="*", namespaceSelector=ON)]})
+    co = client.CustomObjectsApi(api)
+    body = {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "defaulted"},
+            "spec": {"runtimeRef": {"name": "torch-distributed"}}}
+    co.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", ns, "trainjobs", body)
+    seen = hook.last("/observe")["object"]
+    assert seen["spec"]["managedBy"] == "trainer.kubeflow.org/trainjob-controller"
