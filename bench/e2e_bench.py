@@ -11,9 +11,20 @@ process, and SQLite — the output says so). This process only creates the jobs 
 Per job (1 Master + 1 Worker, pods running for an hour so they stay Running):
   leg 1 = created on the manager → Running on its worker (claim, place, outbox, MQTT, agent, pods)
   leg 2 = Running on the worker → Running mirrored on the manager (status Report, mirror write)
-jobs/s = N / (last Running on the manager − first creation). In the same run, the **floor**: the same
-N objects written straight into the worker clusters with the same client and concurrency (create
-only), the rate no federation could beat. Goal: end-to-end ≥ 0.8 × floor and ≥ 150 jobs/s.
+jobs/s = N / (last Running on the manager − first creation). In the same run, after the dispatcher
+and the agents are stopped, the **floor**: the same work with no federation. One client (this
+process, the same ``federation.kube.Kube``, the same concurrency) does per job the Kubernetes writes
+the federation causes, and the user's create: create the job on the manager, create its worker copy
+(``prepare_for_worker``) on a worker, create the Services and Pods the agent's PyTorchJob reconciler
+renders for it (1 Master + 1 Worker: 2 Services, 2 Pods, with owner references), one status write on
+the worker job (status subresource, Running) and one on the manager job (merge patch, the mirror).
+Goal (issue 15): end to end ≥ 0.5 × floor and ≥ 150 jobs/s.
+
+Also printed: CPU-ms per job for each process (dispatcher, agents, kubesims, Mosquitto, the
+PostgreSQL backends serving this run's database, the benchmark) in each phase, and per-stage
+timestamps for every job (from the dispatcher's tables and the benchmark's watches: see
+``bench/e2e_measure.STAGES``) as p50/p99, so the table shows where jobs wait. ``--py-spy`` records
+the dispatcher and one agent during the end-to-end phase and prints their top frames.
 """
 
 from __future__ import annotations
@@ -35,9 +46,11 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.e2e_measure import collapsed_top, cpu_lines, pct, stage_table  # noqa: E402
 from federation import labels, signing  # noqa: E402
 from federation.errors import AlreadyExists  # noqa: E402
 from federation.kinds.crds import load_crds  # noqa: E402
+from federation.kinds.registry import by_name  # noqa: E402
 from federation.kube import CRDS, NAMESPACES, Kube, Resource  # noqa: E402
 from federation.settings import KubeSettings  # noqa: E402
 
@@ -114,16 +127,19 @@ class Processes:
         while line := await proc.stdout.readline():
             log.write(line.decode())
 
-    def cpu_seconds(self) -> dict[str, float]:
-        """CPU time (user + system) each process has used so far: where the two cores went."""
-        import psutil
+    def pids(self, names: tuple[str, ...] | None = None) -> dict[str, int]:
+        return {name: proc.pid for name, proc in self.procs if names is None or name in names}
 
-        out: dict[str, float] = {}
-        for name, proc in self.procs:
-            with contextlib.suppress(psutil.Error):
-                times = psutil.Process(proc.pid).cpu_times()
-                out[name] = times.user + times.system
-        return out
+    async def stop_some(self, names: tuple[str, ...]) -> None:
+        """Stop these processes (by their own pid), e.g. the federation before the floor runs."""
+        chosen = [proc for name, proc in self.procs if name in names and proc.returncode is None]
+        for proc in chosen:
+            proc.terminate()
+        for proc in chosen:
+            try:
+                await asyncio.wait_for(proc.wait(), timeout=15)
+            except TimeoutError:
+                proc.kill()
 
     def check(self) -> None:
         for name, proc in self.procs:
@@ -139,6 +155,104 @@ class Processes:
                 await asyncio.wait_for(proc.wait(), timeout=15)
             except TimeoutError:
                 proc.kill()
+
+
+class CpuMeter:
+    """CPU seconds (user + system, all threads) that each tracked process used since it was tracked.
+
+    Sampled again at every ``sample()``: a process that exits keeps its last reading. Processes
+    first seen after ``start()`` (PostgreSQL backends the dispatcher opens later) count from zero.
+    """
+
+    def __init__(self) -> None:
+        self.base: dict[int, float] = {}
+        self.last: dict[int, float] = {}
+        self.label: dict[int, str] = {}
+        self.started = False
+
+    @staticmethod
+    def _read(pid: int) -> float | None:
+        import psutil
+
+        try:
+            t = psutil.Process(pid).cpu_times()
+        except psutil.Error:
+            return None
+        return float(t.user + t.system)
+
+    def track(self, label: str, pid: int) -> None:
+        if pid in self.label:
+            return
+        now = self._read(pid)
+        if now is None:
+            return
+        self.label[pid] = label
+        self.base[pid] = now if not self.started else 0.0
+        self.last[pid] = now
+
+    def start(self) -> None:
+        self.started = True
+
+    def sample(self) -> None:
+        for pid in self.label:
+            now = self._read(pid)
+            if now is not None:
+                self.last[pid] = now
+
+    def used(self) -> dict[str, float]:
+        self.sample()
+        out: dict[str, float] = {}
+        for pid, label in self.label.items():
+            out[label] = out.get(label, 0.0) + max(0.0, self.last[pid] - self.base[pid])
+        return out
+
+
+def listener_pid(port: int) -> int | None:
+    """The pid listening on 127.0.0.1:``port`` (the shared Mosquitto), or None when not visible."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        for c in psutil.net_connections(kind="tcp"):
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid:
+                return int(c.pid)
+    return None
+
+
+async def meter(procs: Processes, database: str | None, mosquitto: bool) -> CpuMeter:
+    """A CpuMeter over the run's processes, this one, the shared Mosquitto and this database's backends."""
+    m = CpuMeter()
+    for name, pid in procs.pids().items():
+        m.track(name, pid)
+    m.track("bench (this process)", os.getpid())
+    broker = listener_pid(1883) if mosquitto else None
+    if broker is not None:
+        m.track("mosquitto (shared: others' traffic too)", broker)
+    if database:
+        await track_backends(m, database)
+    m.start()
+    return m
+
+
+async def track_backends(m: CpuMeter, database: str) -> None:
+    import asyncpg
+
+    with contextlib.suppress(Exception):
+        conn = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test")
+        try:
+            rows = await conn.fetch("SELECT pid FROM pg_stat_activity WHERE datname = $1", database)
+        finally:
+            await conn.close()
+        for r in rows:
+            m.track("postgresql (this run's backends)", int(r["pid"]))
+
+
+async def keep_sampling(m: CpuMeter, database: str | None) -> None:
+    """Every second: new backends of this run's database, and fresh readings (backends come and go)."""
+    while True:
+        await asyncio.sleep(1.0)
+        if database:
+            await track_backends(m, database)
+        m.sample()
 
 
 async def start_kubesim(procs: Processes, name: str, state: Path, nodes: int) -> Path:
@@ -169,7 +283,7 @@ async def follow(kube: Kube, namespace: str, into: dict[str, float], expected: i
     async for event in kube.informer(PYTORCHJOBS, namespace):
         name = event.object["metadata"]["name"]
         if name not in into and running(event.object):
-            into[name] = time.monotonic()
+            into[name] = time.time()
             if done is not None and len(into) >= expected:
                 done.set()
 
@@ -185,18 +299,115 @@ async def create_all(kube_for: Any, manifests: list[dict[str, Any]], created: di
             m = queue.get_nowait()
             kube = kube_for(m)
             await kube.create(PYTORCHJOBS, m, m["metadata"]["namespace"])
-            created[m["metadata"]["name"]] = time.monotonic()
+            created[m["metadata"]["name"]] = time.time()
 
     started = time.monotonic()
     await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
     return time.monotonic() - started
 
 
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+async def dispatcher_stamps(database_url: str, namespace: str) -> dict[str, dict[str, float]]:
+    """Per stage, job name -> wall-clock time, from the dispatcher's tables (read after the run)."""
+    import sqlalchemy as sa
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+    from dispatcher.db import make_engine
+    from dispatcher.db.models import events, outbox, placements, workloads
+
+    engine = make_engine(database_url)
+    out: dict[str, dict[str, float]] = {k: {} for k in ("claimed", "placed", "queued", "published", "accepted",
+                                                        "reported")}
+    try:
+        async with AsyncSession(engine) as session:
+            names = {r.uid: r.name for r in (await session.execute(
+                sa.select(workloads.c.uid, workloads.c.name).where(workloads.c.namespace == namespace))).all()}
+            for etype, key in (("claimed", "claimed"), ("placed", "placed"), ("running", "reported")):
+                rows = await session.execute(
+                    sa.select(events.c.workload_uid, sa.func.min(events.c.at))
+                    .where(events.c.type == etype).group_by(events.c.workload_uid))
+                for uid, at in rows.all():
+                    if uid in names and at is not None:
+                        out[key][names[uid]] = at.timestamp()
+            rows = await session.execute(
+                sa.select(outbox.c.workload_uid, sa.func.min(outbox.c.created_at), sa.func.min(outbox.c.sent_at))
+                .where(outbox.c.workload_uid.is_not(None)).group_by(outbox.c.workload_uid))
+            for row in rows.all():
+                uid, queued, sent = tuple(row)
+                if uid in names:
+                    if queued is not None:
+                        out["queued"][names[uid]] = queued.timestamp()
+                    if sent is not None:
+                        out["published"][names[uid]] = sent.timestamp()
+            rows = await session.execute(
+                sa.select(placements.c.workload_uid, sa.func.min(placements.c.accepted_at))
+                .group_by(placements.c.workload_uid))
+            for uid, accepted in rows.all():
+                if uid in names and accepted is not None:
+                    out["accepted"][names[uid]] = accepted.timestamp()
+    finally:
+        await engine.dispose()
+    return out
+
+
+async def floor_run(kubes: dict[str, Kube], n: int) -> tuple[float, int]:
+    """The same work with no federation: per job the user's create and the writes mkd causes.
+
+    Returns (elapsed seconds, Kubernetes writes made). The worker copy, its children and its status
+    are what ``prepare_for_worker`` and the agent's own PyTorchJob reconciler produce; no dispatcher
+    or agent is running (they are stopped before this), so nothing else touches these objects.
+    """
+    from datetime import UTC, datetime
+
+    from federation.kube import PODS, SERVICES
+    from worker_agent.reconcilers import conditions as cond
+    from worker_agent.reconcilers.base import Observed
+    from worker_agent.reconcilers.pytorch import PyTorchJobReconciler
+
+    kind = by_name("PyTorchJob")
+    rec = PyTorchJobReconciler()
+    writes = 0
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(n):
+        queue.put_nowait(i)
+
+    async def one(i: int) -> None:
+        nonlocal writes
+        name = f"floor-{i:05d}"
+        manager, worker = kubes["manager"], kubes[WORKERS[i % len(WORKERS)]]
+        on_manager = await manager.create(PYTORCHJOBS, job(name, FLOOR_NAMESPACE, labels.MULTIKUEUE), FLOOR_NAMESPACE)
+        uid = on_manager["metadata"]["uid"]
+        stamp = {labels.ORIGIN: "bench-floor", labels.WORKLOAD_UID: uid, labels.PLACEMENT_ATTEMPT: "1",
+                 labels.EPOCH: "1", labels.JOB_KIND: kind.name}
+        body = kind.prepare_for_worker(on_manager, stamp=stamp, managed_by=None)
+        copy_ = await worker.create(PYTORCHJOBS, body, FLOOR_NAMESPACE)
+        plan = rec.render(Observed(job=copy_, children={}, now=datetime.now(UTC)))
+        owner = {"apiVersion": copy_["apiVersion"], "kind": copy_["kind"], "name": name,
+                 "uid": copy_["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
+        for res, child in plan.creates:
+            assert res in (PODS, SERVICES), res
+            child.setdefault("metadata", {})["ownerReferences"] = [owner]
+            await worker.create(res, child, FLOOR_NAMESPACE)
+        status = dict(plan.status or {})
+        for entry in (status.get("replicaStatuses") or {}).values():
+            entry["active"] = 1
+        cond.set_condition(status, cond.RUNNING, "True", rec.reason("Running"),
+                           f"PyTorchJob {name} is running.", datetime.now(UTC))
+        written = await worker.replace(PYTORCHJOBS, {**copy_, "status": status}, FLOOR_NAMESPACE,
+                                       subresource="status")
+        await manager.patch(PYTORCHJOBS, name, {"status": written.get("status")}, FLOOR_NAMESPACE,
+                            subresource="status")
+        writes += 4 + len(plan.creates)
+
+    async def worker_loop() -> None:
+        while not queue.empty():
+            await one(queue.get_nowait())
+
+    started = time.monotonic()
+    await asyncio.gather(*(worker_loop() for _ in range(CONCURRENCY)))
+    return time.monotonic() - started, writes
+
+
+FEDERATION = ("dispatcher", *(f"agent-{w}" for w in WORKERS))
 
 
 @dataclass
@@ -205,36 +416,50 @@ class Result:
     e2e_rate: float
     create_rate: float
     floor_rate: float
-    leg1: list[float]
-    leg2: list[float]
-    total: list[float]
+    floor_writes: int
+    stamps: dict[str, dict[str, float]]
     backends: str
     placed: dict[str, int]
     cpu: dict[str, float]
     wall: float
+    floor_cpu: dict[str, float]
+    floor_wall: float
     missing: str
+    load: tuple[str, str] = ("", "")
+    profiles: dict[str, list[tuple[str, int, int]]] = field(default_factory=dict)
 
     def lines(self) -> list[str]:
         ratio = self.e2e_rate / self.floor_rate if self.floor_rate else float("nan")
         out = [f"N = {self.n} PyTorchJobs (1 master + 1 worker) across {len(WORKERS)} workers; {self.backends}",
+               f"  load average before: {self.load[0]}; after: {self.load[1]}",
                f"  end to end     {self.e2e_rate:8.1f} jobs/s  (created on manager -> Running mirrored on manager)",
                f"  creation       {self.create_rate:8.1f} jobs/s  (manager API, {CONCURRENCY} in flight)",
-               f"  floor          {self.floor_rate:8.1f} jobs/s  (same objects straight into the workers)",
-               f"  ratio          {ratio:8.2f} x floor  (goal >= 0.8, and >= 150 jobs/s)",
+               f"  floor          {self.floor_rate:8.1f} jobs/s  (same work, one client, {CONCURRENCY} jobs in flight:"
+               f" {self.floor_writes / max(self.n, 1):.0f} writes/job)",
+               f"  ratio          {ratio:8.2f} x floor  (goal >= 0.5 x floor, and >= 150 jobs/s)",
                f"  placed         {', '.join(f'{k}: {v}' for k, v in sorted(self.placed.items()))}"]
         if self.missing:
             out.append(f"  {self.missing}")
-        busy = sorted(self.cpu.items(), key=lambda kv: -kv[1])
-        out.append(f"  CPU seconds during the end-to-end phase ({self.wall:.0f} s wall, 2 cores): "
-                   + ", ".join(f"{k} {v:.0f}" for k, v in busy))
-        for name, leg in (("leg 1 manager->worker Running", self.leg1), ("leg 2 worker->manager mirror", self.leg2),
-                          ("total", self.total)):
+        out.append(f"  CPU during the end-to-end phase ({self.wall:.1f} s wall), per process:")
+        out += cpu_lines(self.cpu, self.n, self.wall, federation=FEDERATION)
+        out.append(f"  CPU during the floor ({self.floor_wall:.1f} s wall; dispatcher and agents stopped):")
+        out += cpu_lines(self.floor_cpu, self.n, self.floor_wall, federation=FEDERATION)
+        out.append("  stages (wall clock of this machine; dispatcher rows have its clock, watches this one's):")
+        out += stage_table(self.stamps)
+        legs = {"leg 1 manager->worker Running": ("created", "worker_running"),
+                "leg 2 worker->manager mirror": ("worker_running", "mirrored"), "total": ("created", "mirrored")}
+        for name, (a, b) in legs.items():
+            leg = [max(0.0, t - self.stamps[a][k]) for k, t in self.stamps[b].items() if k in self.stamps[a]]
             out.append(f"  {name:<30} p50 {pct(leg, 0.5) * 1000:8.0f} ms   p99 {pct(leg, 0.99) * 1000:8.0f} ms"
                        f"   max {max(leg, default=float('nan')) * 1000:8.0f} ms")
+        for proc, top in self.profiles.items():
+            out.append(f"  py-spy top {len(top)} frames of {proc} (own samples; samples on stack):")
+            out += [f"    {own:6d} {anywhere:6d}  {frame}" for frame, own, anywhere in top] or ["    (no samples)"]
         return out
 
 
-async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent_args: list[str]) -> Result:
+async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent_args: list[str],
+              py_spy: bool = False) -> Result:
     logs = state / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     procs = Processes(logs)
@@ -249,6 +474,7 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
             from federation.embedded_broker import EmbeddedBroker
 
             mqtt_url = (await stack.enter_async_context(EmbeddedBroker())).url
+        dbname: str | None = None
         if use_postgres:
             import asyncpg
 
@@ -305,7 +531,10 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
                                                times.all_on_manager))]
         watchers += [asyncio.create_task(follow(kubes[w], NAMESPACE, times.on_worker, n)) for w in WORKERS]
         manifests = [job(f"job-{i:05d}", NAMESPACE, labels.MULTIKUEUE) for i in range(n)]
-        cpu_before = procs.cpu_seconds()
+        load_before = uptime()
+        cpu = await meter(procs, dbname, use_mosquitto)
+        sampler = asyncio.create_task(keep_sampling(cpu, dbname))
+        spies = await start_py_spy(procs, logs) if py_spy else {}
         started = time.monotonic()
         create_seconds = await create_all(lambda _: kubes["manager"], manifests, times.created)
         deadline = time.monotonic() + max(120.0, n / 10)
@@ -315,13 +544,13 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(times.all_on_manager.wait(), timeout=1.0)
+        wall = time.monotonic() - started
+        sampler.cancel()
+        used = cpu.used()
+        profiles = await stop_py_spy(spies)
+        load_after = uptime()
         for t in watchers:
             t.cancel()
-        wall = time.monotonic() - started
-        cpu_after = procs.cpu_seconds()
-        cpu = {k: cpu_after[k] - cpu_before.get(k, 0.0) for k in cpu_after}
-        self_cpu = os.times()
-        cpu["bench (this process, whole run)"] = self_cpu.user + self_cpu.system
         first = min(times.created.values())
         e2e_rate = len(times.on_manager) / (max(times.on_manager.values(), default=first + 1) - first)
         missing = ""
@@ -330,22 +559,59 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
             listed = (await kubes["manager"].list(PYTORCHJOBS, NAMESPACE)).items
             running_now = sum(1 for j in listed if running(j))
             missing = (f"INCOMPLETE: {n - len(times.on_manager)} of {n} never seen Running on the manager within "
-                       f"{deadline - started:.0f} s ({len(times.on_worker)} were Running on workers; a fresh list "
+                       f"{wall:.0f} s ({len(times.on_worker)} were Running on workers; a fresh list "
                        f"of the manager finds {running_now} Running)")
-        keys = [k for k in times.created if k in times.on_worker and k in times.on_manager]
-        leg1 = [times.on_worker[k] - times.created[k] for k in keys]
-        leg2 = [max(0.0, times.on_manager[k] - times.on_worker[k]) for k in keys]
-        total = [times.on_manager[k] - times.created[k] for k in keys]
+        stamps = {"created": times.created, **await dispatcher_stamps(database_url, NAMESPACE),
+                  "worker_running": times.on_worker, "mirrored": times.on_manager}
         placed = {w: len((await kubes[w].list(PYTORCHJOBS, NAMESPACE)).items) for w in WORKERS}
 
-        # --- the floor: same objects, same client, straight into the workers ---
-        floor = [job(f"floor-{i:05d}", FLOOR_NAMESPACE, labels.TRAINING_OPERATOR) for i in range(n)]
-        floor_seconds = await create_all(lambda m: kubes[WORKERS[int(m["metadata"]["name"][6:]) % 3]], floor, {})
-        return Result(n, e2e_rate, n / create_seconds, n / floor_seconds, leg1, leg2, total, backends, placed,
-                      cpu, wall, missing)
+        # --- the floor: the same work with no federation (dispatcher and agents stopped first) ---
+        await procs.stop_some(FEDERATION)
+        floor_cpu = await meter(procs, None, use_mosquitto)
+        floor_seconds, floor_writes = await floor_run(kubes, n)
+        floor_used = floor_cpu.used()
+        return Result(n, e2e_rate, n / create_seconds, n / floor_seconds, floor_writes, stamps, backends, placed,
+                      used, wall, floor_used, floor_seconds, missing, (load_before, load_after), profiles)
     finally:
         await procs.stop()
         await stack.aclose()
+
+
+def uptime() -> str:
+    """The load averages (1, 5, 15 min) as ``uptime`` prints them."""
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f}, {five:.2f}, {fifteen:.2f}"
+
+
+async def start_py_spy(procs: Processes, logs: Path) -> dict[str, tuple[asyncio.subprocess.Process, Path]]:
+    """py-spy record (collapsed stacks) of the dispatcher and one agent; empty when py-spy is not installed."""
+    exe = Path(sys.executable).with_name("py-spy")
+    if not exe.exists():
+        print("py-spy not installed in this environment: no profile", flush=True)
+        return {}
+    out: dict[str, tuple[asyncio.subprocess.Process, Path]] = {}
+    for name, pid in procs.pids(("dispatcher", f"agent-{WORKERS[0]}")).items():
+        path = logs / f"py-spy-{name}.txt"
+        proc = await asyncio.create_subprocess_exec(
+            str(exe), "record", "--pid", str(pid), "--format", "raw", "--rate", "50", "--nonblocking",
+            "--output", str(path), stdout=asyncio.subprocess.DEVNULL, stderr=(logs / f"py-spy-{name}.log").open("w"))
+        out[name] = (proc, path)
+    return out
+
+
+async def stop_py_spy(spies: dict[str, tuple[asyncio.subprocess.Process, Path]]) -> dict[str, list[tuple[str, int, int]]]:
+    import signal
+
+    tops: dict[str, list[tuple[str, int, int]]] = {}
+    for name, (proc, path) in spies.items():
+        if proc.returncode is None:
+            proc.send_signal(signal.SIGINT)  # py-spy writes its file on SIGINT
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=30)
+        except TimeoutError:
+            proc.kill()
+        tops[name] = collapsed_top(path) if path.exists() else []
+    return tops
 
 
 async def wait_clusters_online(database_url: str, procs: Processes, within: float = 60.0) -> None:
@@ -409,6 +675,8 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=4, help="nodes per worker cluster")
     parser.add_argument("--write-results", action="store_true", help="update bench/RESULTS.md")
     parser.add_argument("--dispatcher-args", default="", help="extra mkctl dispatcher flags (one string)")
+    parser.add_argument("--py-spy", action="store_true",
+                        help="record the dispatcher and one agent with py-spy during the end-to-end phase")
     parser.add_argument("--agent-args", default="", help="extra mkctl agent flags (one string)")
     args = parser.parse_args()
     import logging
@@ -419,7 +687,7 @@ def main() -> None:
     results = []
     for n in args.n or [1000]:
         result = asyncio.run(run(n, args.state_dir / f"n{n}-{uuid.uuid4().hex[:4]}", args.nodes,
-                                 args.dispatcher_args.split(), args.agent_args.split()))
+                                 args.dispatcher_args.split(), args.agent_args.split(), args.py_spy))
         print("\n".join(result.lines()), flush=True)
         results.append(result)
     if args.write_results:

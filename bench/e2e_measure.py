@@ -1,0 +1,91 @@
+"""Pure helpers of ``bench/e2e_bench.py``: percentiles, the per-stage table, CPU-ms per job, py-spy tops.
+
+Nothing here starts a process or talks to a cluster, so ``tests/test_bench_measure.py`` checks it fast.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+
+
+def pct(values: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) by nearest rank (ceil(q * n)); NaN for no values."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[min(len(ordered), rank) - 1]
+
+
+STAGES: tuple[tuple[str, str], ...] = (
+    ("created", "created on the manager (bench: create call returned)"),
+    ("claimed", "claimed (dispatcher event 'claimed')"),
+    ("placed", "placed (dispatcher event 'placed')"),
+    ("queued", "Place queued (outbox.created_at)"),
+    ("published", "Place published (outbox.sent_at)"),
+    ("accepted", "accepted (placements.accepted_at)"),
+    ("worker_running", "Running on the worker (bench watch)"),
+    ("reported", "first Report with startTime (dispatcher event 'running')"),
+    ("mirrored", "Running mirrored on the manager (bench watch)"),
+)
+"""(key, meaning) in the order a job passes them; every time is wall-clock seconds (time.time())."""
+
+
+def stage_table(stamps: Mapping[str, Mapping[str, float]], stages: Sequence[tuple[str, str]] = STAGES) -> list[str]:
+    """Per stage: how many jobs have it, p50/p99 since ``created`` and p50/p99 of the step from the stage before.
+
+    ``stamps`` maps stage key -> job -> time. A step is measured only over jobs that have both stages;
+    a negative step (the stages are recorded by different processes, and the 'running' event can come
+    before the bench's watch sees Running) is kept as it is, so the table shows the overlap.
+    """
+    created = stamps.get(stages[0][0], {})
+    out = [f"  {'stage':<58} {'jobs':>5}  {'since created p50':>17} {'p99':>8}  {'step p50':>9} {'p99':>8}"]
+    previous: Mapping[str, float] | None = None
+    for key, meaning in stages:
+        at = stamps.get(key, {})
+        since = [t - created[j] for j, t in at.items() if j in created]
+        step = [t - previous[j] for j, t in at.items() if j in previous] if previous is not None else []
+        out.append(f"  {meaning:<58} {len(at):>5}  {_ms(pct(since, 0.5)):>17} {_ms(pct(since, 0.99)):>8}"
+                   f"  {_ms(pct(step, 0.5)):>9} {_ms(pct(step, 0.99)):>8}")
+        if at:
+            previous = at
+    return out
+
+
+def _ms(seconds: float) -> str:
+    return "-" if math.isnan(seconds) else f"{seconds * 1000:.0f} ms"
+
+
+def cpu_lines(used: Mapping[str, float], jobs: int, wall: float, *, federation: Iterable[str]) -> list[str]:
+    """CPU seconds and CPU-ms per job for each process, the total, and the federation's own sum."""
+    fed = set(federation)
+    out = [f"    {'process':<44} {'CPU s':>7} {'ms/job':>8}"]
+    for name, seconds in sorted(used.items(), key=lambda kv: -kv[1]):
+        out.append(f"    {name:<44} {seconds:>7.2f} {seconds * 1000 / max(jobs, 1):>8.2f}")
+    total = sum(used.values())
+    own = sum(v for k, v in used.items() if k in fed)
+    out.append(f"    {'total':<44} {total:>7.2f} {total * 1000 / max(jobs, 1):>8.2f}"
+               f"   ({wall:.1f} s wall x 2 cores = {2 * wall:.0f} CPU-s offered)")
+    out.append(f"    {'dispatcher + agents':<44} {own:>7.2f} {own * 1000 / max(jobs, 1):>8.2f}   (goal <= 8 ms/job)")
+    return out
+
+
+def collapsed_top(path: Path, top: int = 20) -> list[tuple[str, int, int]]:
+    """py-spy ``--format raw`` (collapsed stacks, ``frame;frame;... count``): the ``top`` frames by own samples.
+
+    Returns (frame, own samples, samples where it is anywhere on the stack), most own samples first.
+    """
+    own: Counter[str] = Counter()
+    anywhere: Counter[str] = Counter()
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        frames = stack.split(";")
+        own[frames[-1]] += int(count)
+        for frame in set(frames):
+            anywhere[frame] += int(count)
+    return [(frame, n, anywhere[frame]) for frame, n in own.most_common(top)]

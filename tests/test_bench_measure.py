@@ -1,0 +1,54 @@
+"""The end-to-end benchmark's pure helpers (bench/e2e_measure.py): no process, no cluster, no timing."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from bench.e2e_measure import collapsed_top, cpu_lines, pct, stage_table
+
+
+def test_pct_is_nearest_rank() -> None:
+    values = [float(v) for v in range(1, 101)]  # 1..100
+    assert pct(values, 0.5) == 50.0
+    assert pct(values, 0.99) == 99.0
+    assert pct(values, 1.0) == 100.0
+    assert pct([3.0, 1.0, 2.0], 0.0) == 1.0
+    assert pct([7.0], 0.99) == 7.0
+    assert math.isnan(pct([], 0.5))
+
+
+def test_stage_table_measures_from_created_and_from_the_stage_before() -> None:
+    stages = (("created", "created"), ("placed", "placed"), ("never", "never recorded"), ("done", "done"))
+    stamps = {
+        "created": {"a": 100.0, "b": 100.0},
+        "placed": {"a": 100.5, "b": 101.0},
+        "done": {"a": 102.5},  # b never finished: counted in no percentile of this stage
+    }
+    head, created, placed, never, done = stage_table(stamps, stages)
+    assert "since created p50" in head
+    assert created.split()[1:3] == ["2", "0"]
+    assert placed.split() == ["placed", "2", "500", "ms", "1000", "ms", "500", "ms", "1000", "ms"]
+    assert never.split()[-5:] == ["0", "-", "-", "-", "-"]
+    # the step skips a stage nobody reached and is measured from the last stage that has times
+    assert done.split() == ["done", "1", "2500", "ms", "2500", "ms", "2000", "ms", "2000", "ms"]
+
+
+def test_cpu_lines_per_job_and_the_federation_sum() -> None:
+    used = {"dispatcher": 2.0, "agent-w1": 1.0, "kubesim-w1": 3.0}
+    lines = cpu_lines(used, 1000, 10.0, federation=("dispatcher", "agent-w1"))
+    assert lines[1].split() == ["kubesim-w1", "3.00", "3.00"]  # busiest first
+    total = next(line for line in lines if line.split()[0] == "total")
+    assert total.split()[1:3] == ["6.00", "6.00"]
+    own = next(line for line in lines if line.strip().startswith("dispatcher + agents"))
+    assert own.split()[3:5] == ["3.00", "3.00"]
+
+
+def test_collapsed_top_counts_own_and_anywhere_samples(tmp_path: Path) -> None:
+    raw = tmp_path / "spy.txt"
+    raw.write_text("main (a.py:1);f (a.py:2);g (a.py:3) 5\n"
+                   "main (a.py:1);g (a.py:3) 2\n"
+                   "main (a.py:1);f (a.py:2) 4\n"
+                   "garbage line\n", encoding="utf-8")
+    top = collapsed_top(raw, top=2)
+    assert top == [("g (a.py:3)", 7, 7), ("f (a.py:2)", 4, 9)]
