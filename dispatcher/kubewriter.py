@@ -22,6 +22,7 @@ from dispatcher.workload import MKD_CONDITIONS, merge_patch, merge_status
 from federation.clock import Clock
 from federation.errors import FederationError, NotFound, Temporary
 from federation.kinds.registry import by_name
+from federation.retry import capped
 
 log = logging.getLogger(__name__)
 COMPONENT = "mkd-dispatcher"
@@ -108,7 +109,9 @@ class KubeWriter:
     # --- the workers --------------------------------------------------------------------------
 
     async def run(self) -> None:
-        await asyncio.gather(*(self._work() for _ in range(self.workers)))
+        async with asyncio.TaskGroup() as group:  # one worker failing stops the others (restarted together)
+            for _ in range(self.workers):
+                group.create_task(self._work())
 
     async def _work(self) -> None:
         while True:
@@ -124,7 +127,8 @@ class KubeWriter:
                 self.failures += 1
                 log.warning("writing manager Job %s/%s failed (%s); retrying", todo.key.namespace,
                             todo.key.name, exc)
-                await self.clock.sleep(min(30.0, max(exc.delay, 0.2 * 2 ** min(todo.tries, 8))))
+                # capped low: after a manager API outage the writes catch up within seconds
+                await self.clock.sleep(capped(todo.tries, 0.2, 5.0, exc.delay))
                 self._requeue(todo)
             except NotFound:
                 self.forget(uid)

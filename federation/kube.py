@@ -45,6 +45,7 @@ from federation.errors import (
     Permanent,
     Transport,
 )
+from federation.retry import capped
 from federation.settings import KubeSettings
 
 log = logging.getLogger(__name__)
@@ -556,7 +557,8 @@ class _Informer:
     """
 
     BACKOFF_INITIAL = 0.2
-    BACKOFF_MAX = 30.0
+    BACKOFF_MAX = 5.0
+    """Capped low: after an API-server outage the informer is back within seconds (one client per kind)."""
 
     def __init__(self, kube: Kube, res: Resource, namespace: str | None, label_selector: str | None) -> None:
         self.kube = kube
@@ -569,9 +571,8 @@ class _Informer:
 
     async def _backoff(self, exc: FederationError) -> None:
         self.failures += 1
-        delay = min(self.BACKOFF_MAX, self.BACKOFF_INITIAL * 2 ** min(self.failures - 1, 20))
-        if isinstance(exc, Transport):
-            delay = max(delay, min(exc.delay, self.BACKOFF_MAX))
+        delay = capped(self.failures, self.BACKOFF_INITIAL, self.BACKOFF_MAX,
+                       exc.delay if isinstance(exc, Transport) else 0.0)
         log.warning("%s informer: %s; retrying in %.1fs", self.res.plural, exc, delay)
         await self.kube.clock.sleep(delay)
 
@@ -624,6 +625,7 @@ class _Informer:
                     await self._backoff(exc)
                     continue
                 need_list = False
+                self.failures = 0  # listed: the next failure starts from the initial delay again
                 for event in events:
                     yield event
             stream = self.kube._start_watch(self.res, self.namespace, self.label_selector, self.resource_version)

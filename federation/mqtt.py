@@ -29,6 +29,7 @@ from aiomqtt.exceptions import MqttConnectError
 
 from federation.clock import Clock
 from federation.errors import Permanent, Transport
+from federation.retry import capped
 from federation.settings import MqttSettings, check_mqtt_url
 
 log = logging.getLogger(__name__)
@@ -151,9 +152,7 @@ class LinkHealth:
 
     def base_delay(self) -> float:
         """``initial × 2^(attempts-1)``, capped; 0 before any failure."""
-        if self.failed_attempts == 0:
-            return 0.0
-        return float(min(self.cap, self.initial * 2 ** min(self.failed_attempts - 1, 62)))
+        return capped(self.failed_attempts, self.initial, self.cap)
 
     def next_delay(self) -> float:
         """The base delay less up to ``jitter`` of it, so peers that lost one broker do not return in step."""

@@ -17,6 +17,14 @@ import random
 from federation.clock import Clock
 
 
+def capped(failures: int, initial: float, cap: float, hint: float = 0.0) -> float:
+    """The un-jittered delay after ``failures`` failures (0 before any), at least ``hint``, at most ``cap``:
+    for loops that count failures per item themselves (a queue of Jobs, a Command retried in place)."""
+    if failures <= 0:
+        return min(hint, cap) if hint > 0 else 0.0
+    return float(max(min(cap, initial * 2 ** min(failures - 1, 62)), min(hint, cap)))
+
+
 class Backoff:
     """Delay policy for one retrying loop (see the module docstring)."""
 
@@ -33,9 +41,7 @@ class Backoff:
 
     def base_delay(self) -> float:
         """``initial × 2^(failures-1)``, capped; 0 before any failure."""
-        if self.failures == 0:
-            return 0.0
-        return float(min(self.cap, self.initial * 2 ** min(self.failures - 1, 62)))
+        return capped(self.failures, self.initial, self.cap)
 
     def next_delay(self, hint: float = 0.0) -> float:
         """The current delay less up to ``jitter`` of it, but at least ``hint`` (capped)."""

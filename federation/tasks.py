@@ -8,6 +8,12 @@ is always fatal, logged in one line: retrying it forever with a traceback per at
 that swallow the cancellation or clean up slowly) get ``grace`` seconds, are then cancelled again
 and named in the log, and the first task error is re-raised, not swallowed.
 ``install_signal_handlers`` turns SIGTERM / SIGINT into setting the stop event.
+
+Every long-lived coroutine runs as a Supervisor task. A pool of workers inside one task (the kube
+writer's, the agent's apply loop) is an ``asyncio.TaskGroup``, so one failing worker stops the pool
+and the Supervisor restarts it whole, never leaving orphans. Short-lived per-item tasks (one Command
+being applied, one QoS 1 publish in flight, one requeue timer) belong to the object of the task that
+made them, which tracks and cancels them.
 """
 
 from __future__ import annotations

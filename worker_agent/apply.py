@@ -23,6 +23,7 @@ from federation import labels
 from federation.clock import Clock
 from federation.errors import AlreadyExists, Conflict, FederationError, NotFound, Permanent, Temporary
 from federation.kube import Kube, Resource
+from federation.retry import capped
 from worker_agent.cache import Key, ObjectCache, rv_of
 from worker_agent.reconcilers.base import Observed, Plan, Reconciler
 
@@ -117,7 +118,9 @@ class ApplyLoop:
     async def run(self) -> None:
         """Run the worker pool until cancelled."""
         try:
-            await asyncio.gather(*(self._worker() for _ in range(self.concurrency)))
+            async with asyncio.TaskGroup() as group:  # one worker failing stops the others (restarted together)
+                for _ in range(self.concurrency):
+                    group.create_task(self._worker())
         finally:
             for _, task in self._timers.values():
                 task.cancel()
@@ -172,10 +175,10 @@ class ApplyLoop:
     def _retry(self, key: JobKey, delay: float, exc: BaseException | None) -> None:
         n = self._failures.get(key, 0) + 1
         self._failures[key] = n
-        backoff = min(BACKOFF_INITIAL * 2 ** (n - 1), BACKOFF_MAX)
+        wait = capped(n, BACKOFF_INITIAL, BACKOFF_MAX, delay)
         if exc is not None:
-            log.info("reconcile %s/%s/%s: %s; retrying in %.2fs", *key, exc, max(delay, backoff))
-        self.enqueue_after(key, max(delay, backoff))
+            log.info("reconcile %s/%s/%s: %s; retrying in %.2fs", *key, exc, wait)
+        self.enqueue_after(key, wait)
 
     # --- one pass -------------------------------------------------------------------------------
     def observe(self, key: JobKey) -> Observed | None:

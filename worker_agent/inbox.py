@@ -45,6 +45,7 @@ from federation.messages import (
     Resync,
     decode_command,
 )
+from federation.retry import capped
 from worker_agent import foreign
 from worker_agent.cache import ObjectCache, kind_resource
 from worker_agent.lease import LeaseKeeper
@@ -178,7 +179,7 @@ class Inbox:
                     if attempt == 4:
                         self._gave_up(command, f"the worker cluster kept failing: {exc}")
                     else:
-                        await asyncio.sleep(min(exc.delay or 0.2 * 2 ** attempt, 5.0))
+                        await asyncio.sleep(capped(attempt + 1, 0.2, 5.0, exc.delay))
                 except Exception as exc:
                     log.exception("command %s for %s failed", command.type, key)
                     self._gave_up(command, f"{type(exc).__name__}: {exc}")
