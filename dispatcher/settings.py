@@ -186,6 +186,12 @@ class DispatcherSettings(BaseSettings):
     comes closest: nothing queued after it is placed there until it fits. Kueue has no such rule;
     without it a stream of small jobs can starve a large gang forever."""
 
+    fair_sharing: bool = False
+    """Fair sharing (Kueue's, off by default as there): across ClusterQueues of a cohort, admit first
+    from the one whose weighted dominant resource share (usage above nominal quota over what the
+    cohort can lend, divided by ``fairSharing.weight``) would be lowest after the admission.
+    Preemption for fair sharing is not built: ``reclaimWithinCohort`` etc. still apply."""
+
     max_admissions_per_pass: int = Field(default=2000, ge=1)
     """Admission attempts in one scheduling pass at most (each pending Workload is still considered:
     the pass goes on where it stopped at the next round)."""

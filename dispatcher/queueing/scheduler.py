@@ -122,8 +122,10 @@ class Queues:
     """Pending Workloads per ClusterQueue and the quota held by admitted ones; see the module docstring."""
 
     def __init__(self, catalog: Catalog, *, starvation_seconds: float = 300.0,
-                 max_attempts_per_pass: int = 2000, policy: PlacementPolicy = choose) -> None:
+                 max_attempts_per_pass: int = 2000, policy: PlacementPolicy = choose,
+                 fair_sharing: bool = False) -> None:
         self.catalog = catalog
+        self.fair_sharing = fair_sharing
         self.starvation_seconds = starvation_seconds
         self.max_attempts = max_attempts_per_pass
         self.policy = policy
@@ -291,7 +293,11 @@ class Queues:
                 spec = self.catalog.cluster_queues.get(e.cq) if e.cq else None
                 got: Assignment | str = Assignment() if spec is None else assign(spec, e.need, self.tree, self.catalog)
                 tried.append((isinstance(got, Assignment) and got.borrows, e, spec, got))
-            tried.sort(key=lambda t: (not self._starving(t[1], stamp), t[0], t[1].key()))
+            if self.fair_sharing:  # lower weighted dominant share (after this admission) first
+                tried.sort(key=lambda t: (not self._starving(t[1], stamp), self._share_after(t[2], t[3]),
+                                          t[1].key()))
+            else:
+                tried.sort(key=lambda t: (not self._starving(t[1], stamp), t[0], t[1].key()))
             progress = False
             borrowed_in: set[str] = set()
             for borrows, e, cq, got in tried:
@@ -379,6 +385,31 @@ class Queues:
                                     f"{cq.name}", "quota", "Preempting")
         result.waiting.append(e)
         return True
+
+    def share(self, cq: str, extra: Mapping[FR, Decimal] | None = None) -> Decimal:
+        """Fair sharing's dominant resource share of a ClusterQueue: the largest, over flavor and
+        resource, of its usage above nominal quota divided by what its cohort can lend of it, divided
+        by its ``fairSharing.weight``. Weight 0: any borrowing counts as infinite (it only gets what
+        nobody else asks for)."""
+        node = self.tree.queues.get(cq)
+        spec = self.catalog.cluster_queues.get(cq)
+        if node is None or spec is None or node.parent is None:
+            return ZERO
+        root = node.root()
+        worst = ZERO
+        for fr in set(node.usage) | set(extra or {}):
+            above = node.usage.get(fr, ZERO) + (extra or {}).get(fr, ZERO) - node.nominal.get(fr, ZERO)
+            lendable = root.subtree.get(fr, ZERO)
+            if above > 0 and lendable > 0:
+                worst = max(worst, above / lendable)
+        if spec.weight <= 0:
+            return Decimal("Infinity") if worst > 0 else ZERO
+        return worst / spec.weight
+
+    def _share_after(self, cq: api.ClusterQueue | None, got: Assignment | str) -> Decimal:
+        if cq is None:
+            return ZERO
+        return self.share(cq.name, got.usage if isinstance(got, Assignment) else None)
 
     def _within_nominal(self, e: Entry, cq: api.ClusterQueue) -> bool:
         """Whether ``e`` alone fits the ClusterQueue's nominal quota in some flavor of each group."""

@@ -65,10 +65,10 @@ def creation_time(obj: Mapping[str, Any]) -> datetime | None:
 class QueueingState:
     """See the module docstring."""
 
-    def __init__(self, *, starvation_seconds: float, max_attempts_per_pass: int) -> None:
+    def __init__(self, *, starvation_seconds: float, max_attempts_per_pass: int, fair_sharing: bool = False) -> None:
         self.catalog = Catalog()
         self.queues = Queues(self.catalog, starvation_seconds=starvation_seconds,
-                             max_attempts_per_pass=max_attempts_per_pass)
+                             max_attempts_per_pass=max_attempts_per_pass, fair_sharing=fair_sharing)
         self.seq = 0
         self.capacity_version = -1
         self.cordoned: frozenset[str] = frozenset()
