@@ -14,6 +14,17 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from federation.settings import KubeSettings, MqttSettings, SigningSettings
 
 
+class FairSharingSettings(BaseModel):
+    """Fair sharing between the ClusterQueues of a cohort (Kueue's configuration ``fairSharing``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enable: bool = False
+    """Admit first from the ClusterQueue whose weighted dominant resource share (usage above nominal
+    quota over what the cohort can lend, divided by ``fairSharing.weight``) would be lowest after the
+    admission. Preemption for fair sharing is not built: the three classic policies still apply."""
+
+
 class HandoverSettings(BaseModel):
     """Gradual handover between controllers (dispatcher/handover, README "Handing jobs over")."""
 
@@ -186,11 +197,8 @@ class DispatcherSettings(BaseSettings):
     comes closest: nothing queued after it is placed there until it fits. Kueue has no such rule;
     without it a stream of small jobs can starve a large gang forever."""
 
-    fair_sharing: bool = False
-    """Fair sharing (Kueue's, off by default as there): across ClusterQueues of a cohort, admit first
-    from the one whose weighted dominant resource share (usage above nominal quota over what the
-    cohort can lend, divided by ``fairSharing.weight``) would be lowest after the admission.
-    Preemption for fair sharing is not built: ``reclaimWithinCohort`` etc. still apply."""
+    fair_sharing: FairSharingSettings = Field(default_factory=lambda: FairSharingSettings())
+    """Kueue's fair sharing (its configuration's ``fairSharing.enable``), off by default as there."""
 
     max_admissions_per_pass: int = Field(default=2000, ge=1)
     """Admission attempts in one scheduling pass at most (each pending Workload is still considered:
