@@ -173,9 +173,12 @@ async def workload_page(request: Request, namespace: str, name: str) -> Response
     except HTTPException as exc:
         return login_page(str(exc.detail))
     ctx = routes.ctx_of(request)
+    from dispatcher.queueing.views import why_from_db
+
     async with ctx.sessions() as s:
         uid = await dbadmin.find_workload_uid(s, f"{namespace}/{name}")
         found = await queries.show_workload(s, uid) if uid else None
+        queued = await why_from_db(s, uid) if uid else None
     if found is None:
         message = f"no workload {namespace}/{name}"
         if ctx.kube is not None:
@@ -189,7 +192,11 @@ async def workload_page(request: Request, namespace: str, name: str) -> Response
     w = dict(found.workload._mapping)
     placements = [dict(p._mapping) for p in found.placements]
     current = next((p for p in placements if p["attempt"] == w["attempt"]), None)
-    why = routes.why_of(w, current)
+    why = routes.why_of(w, current, queued)
+    where = "".join(f" · {label} {value}" for label, value in (
+        ("held at step", why.step), ("ClusterQueue", why.cluster_queue),
+        ("position in ClusterQueue", why.position_in_cluster_queue),
+        ("in LocalQueue", why.position_in_local_queue)) if value)
     now = datetime.now(UTC)
     facts = {"kind": esc(w["kind"]), "queue": esc(w["queue"]), "state": badge(w["state"]), "cluster": esc(w["cluster"]),
              "attempt": esc(w["attempt"]), "pinned": esc(w.get("pinned")), "suspended": esc(w["suspended"]),
@@ -209,7 +216,8 @@ async def workload_page(request: Request, namespace: str, name: str) -> Response
                     [(age(e.at, now), esc(e.type), esc(e.cluster), esc(e.reason), esc(e.message))
                      for e in found.events], body_id="event-rows")
     body = (f"<h2>{html.escape(namespace)}/{html.escape(name)}</h2>"
-            f"<p class='note' id='why'><b>why {html.escape(why.state)}:</b> {html.escape(why.answer)}</p>{dl}"
+            f"<p class='note' id='why'><b>why {html.escape(why.state)}:</b> {html.escape(why.answer)}"
+            f"<span class='muted'>{html.escape(where)}</span></p>{dl}"
             f"<h2>Conditions</h2>{cond_table}<h2>Placements</h2>{p_table}<h2>History</h2>{e_table}")
     return page(f"{namespace}/{name}", "workloads", body)
 

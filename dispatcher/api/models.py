@@ -73,6 +73,11 @@ class Why(BaseModel):
 
     state: str
     answer: str
+    step: str | None = Field(None, description="what holds a pending one: queue, quota, placement, suspended "
+                                               "(dispatcher.queueing.views)")
+    cluster_queue: str | None = None
+    position_in_cluster_queue: int | None = None
+    position_in_local_queue: int | None = None
 
 
 class WorkloadDetail(WorkloadItem):

@@ -101,7 +101,15 @@ def cluster_item(row: Mapping[str, Any], running: int, now: datetime) -> m.Clust
                          free=free, used=_used(allocatable, free), running=running)
 
 
-def why_of(workload: Mapping[str, Any], current: Mapping[str, Any] | None) -> m.Why:
+def why_of(workload: Mapping[str, Any], current: Mapping[str, Any] | None,
+           queued: Mapping[str, Any] | None = None) -> m.Why:
+    """The "why" answer: for a pending Workload the queueing package's (which step holds it, its
+    positions), for a placed one why its cluster won, else its reason."""
+    if queued is not None and workload["state"] == "pending":
+        return m.Why(state="pending", answer=str(queued.get("message") or ""), step=queued.get("step"),
+                     cluster_queue=queued.get("cluster_queue"),
+                     position_in_cluster_queue=queued.get("position_in_cluster_queue"),
+                     position_in_local_queue=queued.get("position_in_local_queue"))
     state = str(workload["state"])
     reason = str(workload.get("reason") or "")
     if state == "pending":
@@ -115,7 +123,7 @@ def why_of(workload: Mapping[str, Any], current: Mapping[str, Any] | None) -> m.
         answer = f"on {current['cluster']} (attempt {current['attempt']}): {current.get('reason') or 'placed'}"
     else:
         answer = reason or state
-    return m.Why(state=state, answer=answer)
+    return m.Why(state=state, answer=answer, cluster_queue=workload.get("cluster_queue"))
 
 
 def _mkd_conditions(ctx: ApiContext, uid: str) -> list[dict[str, Any]]:
@@ -173,9 +181,12 @@ async def _find(request: Request, namespace: str, name: str) -> str:
 async def get_workload(request: Request, user: UserDep, namespace: str, name: str) -> m.WorkloadDetail:
     await allow(request, user, read_access(namespace))
     uid = await _find(request, namespace, name)
+    from dispatcher.queueing.views import why_from_db
+
     async with ctx_of(request).sessions() as s:
         found = await queries.show_workload(s, uid)
         rows = await dbadmin.list_workloads(s, dbadmin.WorkloadFilter(namespace=namespace, name=name), limit=50)
+        queued = await why_from_db(s, uid)
     assert found is not None
     w = dict(found.workload._mapping)
     summary = next((dict(r._mapping) for r in rows if r.uid == uid), {})
@@ -184,7 +195,7 @@ async def get_workload(request: Request, user: UserDep, namespace: str, name: st
     events = [m.EventItem(**dict(e._mapping), namespace=namespace, name=name, kind=w["kind"]) for e in found.events]
     return m.WorkloadDetail(**{**w, **{k: summary.get(k) for k in ("placement_state", "epoch") if summary}},
                             placements=[m.PlacementItem(**p) for p in placements], events=events,
-                            conditions=_mkd_conditions(ctx_of(request), uid), why=why_of(w, current))
+                            conditions=_mkd_conditions(ctx_of(request), uid), why=why_of(w, current, queued))
 
 
 @router.get("/jobs/{namespace}/{name}/owner", response_model=m.Owner,
