@@ -73,7 +73,7 @@ class Why(BaseModel):
 
     state: str
     answer: str
-    step: str | None = Field(None, description="what holds a pending one: queue, quota, placement, suspended "
+    step: str | None = Field(default=None, description="what holds a pending one: queue, quota, placement, suspended "
                                                "(dispatcher.queueing.views)")
     cluster_queue: str | None = None
     position_in_cluster_queue: int | None = None
@@ -106,7 +106,7 @@ class ClusterItem(BaseModel):
     allocatable: dict[str, str] = Field(default_factory=dict)
     free: dict[str, str] = Field(default_factory=dict)
     used: dict[str, str] = Field(default_factory=dict, description="allocatable minus free, per resource")
-    running: int = Field(0, description="placements holding the cluster now (accepted or running)")
+    running: int = Field(default=0, description="placements holding the cluster now (accepted or running)")
 
 
 class ClusterPage(BaseModel):
@@ -117,7 +117,7 @@ class QueueItem(BaseModel):
     name: str
     workloads: dict[str, int] = Field(description="Workloads in this queue per state")
     requests_admitted: dict[str, str] = Field(description="summed requests of placed and running Workloads")
-    quota: dict[str, str] | None = Field(None, description="the queue's quota; None: queues not configured")
+    quota: dict[str, str] | None = Field(default=None, description="the queue's quota; None: queues not configured")
 
 
 class ClusterQueueItem(BaseModel):
@@ -125,7 +125,7 @@ class ClusterQueueItem(BaseModel):
     cohort: str | None = None
     quota: dict[str, str] = Field(description="nominal quota per flavor/resource")
     usage: dict[str, str] = Field(description="quota held by admitted Workloads per flavor/resource")
-    pending: int = Field(0, description="Workloads waiting in this ClusterQueue's LocalQueues")
+    pending: int = Field(default=0, description="Workloads waiting in this ClusterQueue's LocalQueues")
 
 
 class QueuePage(BaseModel):
@@ -139,7 +139,7 @@ class ActionResult(BaseModel):
 
 
 class PinBody(BaseModel):
-    cluster: str | None = Field(None, description="the cluster to pin to; null removes the pin")
+    cluster: str | None = Field(default=None, description="the cluster to pin to; null removes the pin")
 
 
 class Owner(BaseModel):
