@@ -177,6 +177,15 @@ async def test_actions_metrics_probes_and_mkctl_server(manager: Path, kube: Any,
             bad = await asyncio.to_thread(mkctl, "workloads", "list", "--state", "bogus", *server)
             assert bad.exit_code == 2
 
+            # a Job mkd leaves alone: the API asks the manager cluster who manages it
+            await kube.create(PYTORCHJOBS, pytorchjob("foreign", managed_by="kubeflow.org/training-operator"),
+                              "default")
+            owner = (await api.get("/api/v1/jobs/default/foreign/owner")).json()
+            assert "left to kubeflow.org/training-operator" in owner["message"]
+            assert (await api.get("/api/v1/jobs/default/nothing/owner")).status_code == 404
+            shown = await asyncio.to_thread(mkctl, "workloads", "show", "foreign", *server)
+            assert shown.exit_code == 1 and "left to kubeflow.org/training-operator" in shown.output
+
             # metrics: every family, and figures that follow what happened
             await w1.report(messages.Accepted(cluster="worker-1", placement=w1.places()[0].placement,
                                               spec_version=1, seq=w1.next_seq()))
