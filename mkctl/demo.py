@@ -66,8 +66,29 @@ async def submit(top: Topology, examples: Examples) -> None:
             where: str | None = runtime["metadata"].get("namespace", "default") if namespaced else None
             with contextlib.suppress(AlreadyExists):
                 await kube.create(res, runtime, where)
+    for obj in examples.queue_objects:  # Kueue's objects, before the Jobs that name them
+        plural = obj["kind"].lower() + ("es" if obj["kind"].endswith("s") else "s")
+        group, _, version = obj["apiVersion"].partition("/")
+        res = Resource(group, version, plural, obj["kind"], obj["kind"] == "LocalQueue")
+        with contextlib.suppress(AlreadyExists):
+            await top.manager.create(res, obj, obj["metadata"].get("namespace"))
+    later = []
     for sample in examples.samples:
-        await create_job(top.manager, sample)
+        delay = (sample.manifest["metadata"].get("annotations") or {}).get(SUBMIT_AFTER_ANNOTATION)
+        if delay:  # shown as submitted later (a preemptor arriving while others run)
+            later.append(asyncio.create_task(_submit_later(top.manager, sample, float(delay))))
+        else:
+            await create_job(top.manager, sample)
+    _LATER.extend(later)
+
+
+_LATER: list[asyncio.Task[Any]] = []
+SUBMIT_AFTER_ANNOTATION = "mkd.dev/demo-submit-after"
+
+
+async def _submit_later(kube: Any, sample: Sample, seconds: float) -> None:
+    await asyncio.sleep(seconds)
+    await create_job(kube, sample)
 
 
 async def create_job(kube: Any, sample: Sample) -> dict[str, Any]:

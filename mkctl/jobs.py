@@ -71,6 +71,8 @@ class Examples:
     runtimes: list[dict[str, Any]] = field(default_factory=list)
     namespaces: set[str] = field(default_factory=set)
     skipped: list[str] = field(default_factory=list)
+    queue_objects: list[dict[str, Any]] = field(default_factory=list)
+    """Kueue objects (ResourceFlavor, ClusterQueue, LocalQueue, ...) the demo installs on the manager."""
 
 
 def _kind_of(manifest: Mapping[str, Any]) -> Any:
@@ -107,6 +109,10 @@ def load_examples(root: Path | None = None, sets: Iterable[str] = DEMO_SETS) -> 
             kind = str(doc.get("kind", ""))
             if kind in RUNTIME_KINDS:
                 found.runtimes.append(doc)
+            elif str(doc.get("apiVersion", "")).startswith("kueue.x-k8s.io/"):
+                found.queue_objects.append(doc)
+                if doc.get("metadata", {}).get("namespace"):
+                    found.namespaces.add(str(doc["metadata"]["namespace"]))
             elif kind == "Namespace":
                 found.namespaces.add(str(doc["metadata"]["name"]))
             elif _kind_of(doc) is not None:
