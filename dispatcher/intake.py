@@ -69,6 +69,7 @@ class Intake:
         self._asked = list(namespaces)
         self.ready = asyncio.Event()
         self._pending: set[tuple[str, str | None]] = set()
+        self.watching: set[str] = set()
         # Sees every event of every Job, mkd's or not (the handover book counts and shadows them); set
         # once here, not in follow_claimed, which runs again when the engine has rebuilt its view.
         self.observe: Callable[[JobKind, Mapping[str, Any], bool], None] | None = None
@@ -87,7 +88,6 @@ class Intake:
                          "(no new Job is claimed there): %s", sum(outside.values()),
                          ", ".join(f"{ns} ({n})" for ns, n in sorted(outside.items())))
         self._pending |= {(k.name, ns) for k in self.kinds for ns in self.namespaces}
-        self.watching: set[str] = set()
 
     def _listed(self, kind: JobKind, namespace: str | None) -> None:
         self._pending.discard((kind.name, namespace))

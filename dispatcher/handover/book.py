@@ -239,6 +239,8 @@ class HandoverBook:
         job_labels = {str(k): str(v) for k, v in (md.get("labels") or {}).items()}
         chosen = self._selecting(kind.name, namespace, job_labels)
         if chosen is None:
+            log.debug("handover: %s %s/%s is in no policy's scope (namespace labels %s)", kind.name, namespace,
+                      name, self.namespace_labels.get(namespace))
             return None
         controller = controller_of(kind, obj)
         warned = wl.uid_of(obj) in self._warned

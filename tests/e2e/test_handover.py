@@ -180,6 +180,18 @@ async def test_the_handover_guide(handover: tuple[Topology, TrivialOperator, int
     db = top.database_url
     routed: dict[str, str | None] = {}
 
+    async def online(session: Any) -> list[str]:
+        import sqlalchemy as sa
+
+        from dispatcher.db.models import clusters
+        result = await session.execute(sa.select(clusters.c.name).where(clusters.c.online))
+        return list(result.scalars())
+
+    async def every_cluster_heard() -> bool | NotYet:  # the shadow's "would run on" needs their capacity
+        names = await query(db, online)
+        return True if len(names) == len(top.worker_names) else NotYet(f"online: {names}")
+    await wait_for(every_cluster_heard, "every worker's heartbeat", top=top)
+
     # 1. Shadow: nothing moves; the report says what mkd would do.
     await _set_policy(m, policy("Shadow"))
     await asyncio.sleep(1.0)  # the dispatcher's informer has the policy
