@@ -584,7 +584,11 @@ def uptime() -> str:
 
 
 async def start_py_spy(procs: Processes, logs: Path) -> dict[str, tuple[asyncio.subprocess.Process, Path]]:
-    """py-spy record (collapsed stacks) of the dispatcher and one agent; empty when py-spy is not installed."""
+    """py-spy record (collapsed stacks) of the dispatcher and one agent; empty when py-spy is not installed.
+
+    ``--gil``: only the thread holding the GIL is sampled, i.e. where Python CPU goes; without it the
+    threads blocked in socket reads (watches, urllib3 responses) fill the top of the table.
+    """
     exe = Path(sys.executable).with_name("py-spy")
     if not exe.exists():
         print("py-spy not installed in this environment: no profile", flush=True)
@@ -593,7 +597,7 @@ async def start_py_spy(procs: Processes, logs: Path) -> dict[str, tuple[asyncio.
     for name, pid in procs.pids(("dispatcher", f"agent-{WORKERS[0]}")).items():
         path = logs / f"py-spy-{name}.txt"
         proc = await asyncio.create_subprocess_exec(
-            str(exe), "record", "--pid", str(pid), "--format", "raw", "--rate", "50", "--nonblocking",
+            str(exe), "record", "--pid", str(pid), "--format", "raw", "--rate", "50", "--nonblocking", "--gil",
             "--output", str(path), stdout=asyncio.subprocess.DEVNULL, stderr=(logs / f"py-spy-{name}.log").open("w"))
         out[name] = (proc, path)
     return out
