@@ -32,6 +32,9 @@ class ClusterHealth(EngineCore):
             self._queue(b, hb.cluster, "", messages.Lease(cluster=hb.cluster, epoch=self.epoch,
                                                           heartbeat_sent_at=hb.sent_at,
                                                           seconds=self.settings.lease_seconds, sent_at=b.now))
+            end = item.received_at + timedelta(seconds=self.settings.lease_seconds)
+            earlier = self.lease_until.get(hb.cluster)
+            self.lease_until[hb.cluster] = max(end, earlier) if earlier is not None else end
         if hb.online and (old is None or not old.online or lost):
             self.lost.pop(hb.cluster, None)
             b.event(None, "cluster_online", cluster=hb.cluster, message=f"agent {hb.agent_version} online")
@@ -44,7 +47,8 @@ class ClusterHealth(EngineCore):
             "name": hb.cluster, "labels": dict(hb.labels), "capacity": hb.capacity.model_dump(),
             "kinds": sorted({*hb.kinds_reconciled, *hb.kinds_delegated}), "online": hb.online,
             "agent_version": hb.agent_version[:64], "interval_seconds": hb.interval_seconds,
-            "last_heartbeat": item.received_at, "lost_since": self.lost.get(hb.cluster), "updated_at": b.now})
+            "last_heartbeat": item.received_at, "lost_since": self.lost.get(hb.cluster), "updated_at": b.now,
+            "lease_until": self.lease_until.get(hb.cluster)})
 
     async def _check_clusters(self, s: AsyncSession, b: Batch) -> None:
         timeout = timedelta(seconds=self.settings.heartbeat_timeout_seconds)
@@ -86,5 +90,8 @@ class ClusterHealth(EngineCore):
             return False
         known = [d for d in (self.book.received.get(name), self.last_heartbeat.get(name)) if d is not None]
         granted = max(known) if known else b.now
-        over = granted + timedelta(seconds=self.settings.lease_seconds + self.settings.lease_margin_seconds)
+        ends = [granted + timedelta(seconds=self.settings.lease_seconds)]
+        if name in self.lease_until:  # a longer lease granted earlier (by a dispatcher set up differently)
+            ends.append(self.lease_until[name])
+        over = max(ends) + timedelta(seconds=self.settings.lease_margin_seconds)
         return b.now >= over

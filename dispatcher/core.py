@@ -105,6 +105,8 @@ class EngineCore:
         self.last_heartbeat: dict[str, datetime] = {}
         """Cluster -> last heartbeat recorded in the database (also by an earlier dispatcher): a lease
         was granted with it. Clusters silent since this dispatcher started are judged by it."""
+        self.lease_until: dict[str, datetime] = {}
+        """Cluster -> the latest end of any lease granted to its agent (recorded in SQL, across restarts)."""
         self._edit_retry: dict[tuple[str, int], float] = {}
         """Placements whose agent refused a later Command for now: (uid, attempt) -> when to send it again."""
         self.namespace_of: dict[str, str] = {}
@@ -140,6 +142,8 @@ class EngineCore:
                 if c.last_heartbeat is not None:
                     # the lease granted with it bounds when that agent stops its Jobs, whoever granted it
                     self.last_heartbeat[c.name] = c.last_heartbeat
+                if c.lease_until is not None:
+                    self.lease_until[c.name] = c.lease_until
             await self.queueing.rebuild(s, self.cache, self.needs)
 
     async def _flush(self, s: AsyncSession, b: Batch) -> None:

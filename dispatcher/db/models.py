@@ -78,6 +78,7 @@ clusters = sa.Table(
     sa.Column("interval_seconds", sa.Float(), nullable=False, server_default="10"),
     sa.Column("last_heartbeat", UtcDateTime(), nullable=True),
     sa.Column("lost_since", UtcDateTime(), nullable=True),
+    sa.Column("lease_until", UtcDateTime(), nullable=True),  # latest end of a lease granted (fencing)
     sa.Column("updated_at", UtcDateTime(), nullable=False),
     sa.Column("cordoned", sa.Boolean(), nullable=False, server_default=sa.false()),
     sa.Column("public_key", sa.String(128), nullable=True),

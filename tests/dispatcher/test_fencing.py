@@ -73,3 +73,25 @@ async def test_a_lost_cluster_keeps_its_jobs_until_its_lease_is_over_then_they_m
     ps = sorted(await rows(db_url, m.placements), key=lambda p: (p.workload_uid, p.attempt))
     assert sorted((p.cluster, p.state) for p in ps) == [("worker-1", "lost"), ("worker-1", "lost"),
                                                          ("worker-2", "accepted"), ("worker-2", "accepted")]
+
+
+async def test_a_dispatcher_restarted_with_a_shorter_lease_waits_for_the_longer_one_it_granted_before(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    long = settings(manager, db_url, mqtt_url, topic_root, heartbeat_timeout_seconds=1.0,
+                    worker_lost_timeout_seconds=0.5, lease_seconds=60.0, lease_margin_seconds=1.0,
+                    placement_retry_seconds=0.3)
+    short = long.model_copy(update={"lease_seconds": 1.0})
+    async with FakeAgent("worker-1", mqtt_url, topic_root, cap=capacity(cpu="64"), beat_every=0.2) as cut, \
+            FakeAgent("worker-2", mqtt_url, topic_root, cap=capacity(cpu="8"), beat_every=0.2) as other:
+        async with running(long):
+            await kube.create(PYTORCHJOBS, pytorchjob("held"), "default")
+
+            async def accepted() -> bool:
+                return [p.state for p in await rows(db_url, m.placements)] == ["accepted"]
+            await eventually(accepted, what="accepted under the 60 s lease")
+        cut.stop_beating()  # cut off right as the dispatcher restarts with a 1 s lease
+        async with running(short):
+            await asyncio.sleep(6)  # far past 1 s + margin, well inside the 60 s the agent was granted
+            assert other.places() == []
+    (p,) = await rows(db_url, m.placements)
+    assert p.state == "accepted"
