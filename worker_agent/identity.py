@@ -2,10 +2,11 @@
 
 Every Report, heartbeat and will message leaves sealed with the agent's private key; the
 dispatcher knows the cluster by the public half. A Command is carried out only when it is sealed by
-one of ``dispatcher_public_keys``, within the clock window, not seen before, and not sealed before
-the current link came up (less ``clock_skew_seconds``): a replay recorded earlier is refused even
-after the agent restarted and forgot what it had seen. Nothing is lost by that rule: the
-dispatcher answers every link's Inventory with a fresh Resync and re-sends the Places the agent lacks.
+one of ``dispatcher_public_keys``, within the clock window, not seen before, and, Deletes excepted,
+not sealed before the current link came up (less ``clock_skew_seconds``): a replay recorded earlier
+is refused even after the agent restarted and forgot what it had seen. Nothing is lost by that rule:
+the dispatcher answers every link's Inventory with a fresh Resync and re-sends the Places the agent
+lacks. A Delete applies whenever it was sealed (see ``_is_delete``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import logging
 
 from federation.errors import Invalid
+from federation.messages import MessageRefused, decode_command
+from federation.refusals import refused
 from federation.signing import Opener, Refused, Sealer, load_private_key, parse_public_key
 from worker_agent.settings import AgentSettings
 
@@ -41,9 +44,25 @@ class AgentIdentity:
     def open_command(self, topic: str, payload: bytes, linked_at_ms: int) -> bytes | None:
         """The Command's own bytes, or None when refused (logged and counted by reason)."""
         try:
-            return self.opener.open(topic, payload, self.dispatcher_keys,
-                                    not_before_ms=linked_at_ms - self.skew_ms).body
+            opened = self.opener.open(topic, payload, self.dispatcher_keys)
         except Refused as exc:
             self.refused += 1
             log.warning("refused command on %s (%s): %s", topic, exc.why, exc.message)
             return None
+        if opened.t < linked_at_ms - self.skew_ms and not self._is_delete(opened.body):
+            self.refused += 1
+            refused("expired")
+            log.warning("refused command on %s (expired): sealed before this link came up (a replay, or a "
+                        "Command the dispatcher sends again on its own)", topic)
+            return None
+        return opened.body
+
+    @staticmethod
+    def _is_delete(body: bytes) -> bool:
+        """A Delete applies whenever it was sealed: carried out again it removes only what the dispatcher
+        already decided to remove, and the fencing Deletes queued while the cluster was cut off must
+        apply before anything it suspended resumes."""
+        try:
+            return decode_command(body).type == "delete"
+        except MessageRefused:
+            return False

@@ -129,3 +129,18 @@ async def test_a_manager_users_privileged_job_in_the_agents_namespace_is_rejecte
                   "spec.template.spec.serviceAccountName"):
         assert field in refused.message, field
     assert await harness.get(JOBS, "sneaky", "team-a") is None
+
+
+async def test_a_delete_queued_while_the_agent_was_away_still_applies(harness: AgentHarness) -> None:
+    """Commands sealed before the link came up are refused, Deletes excepted: the dispatcher's fencing
+    Deletes wait in the broker for a cut-off agent and must land when it returns."""
+    cmd = await running_job(harness, "fenced")
+    await harness.stop_agent()
+    await harness.send(Delete(placement=cmd.placement, job=cmd.job, reason="moved elsewhere"))
+    await asyncio.sleep(0.1)  # sealed well before the new link, whatever the skew setting
+    await harness.start_agent(signing=harness.settings.signing.model_copy(update={"clock_skew_seconds": 0}))
+    for _ in range(200):
+        if await harness.get(JOBS, "fenced", "team-a") is None:
+            break
+        await asyncio.sleep(0.05)
+    assert await harness.get(JOBS, "fenced", "team-a") is None
