@@ -72,7 +72,8 @@ async def test_narrowing_namespaces_keeps_following_what_mkd_holds(
     async with FakeAgent("worker-1", mqtt_url, topic_root) as agent:
         async with running(settings(manager, db_url, mqtt_url, topic_root, namespaces=["q-a", "q-b"])):
             await kube.create(PYTORCHJOBS, pytorchjob("held", namespace="q-b"), "q-b")
-            await eventually(lambda: [p for p in agent.places() if p.job.name == "held"], what="held Job placed")
+            await eventually(lambda: [p for p in agent.places() if p.job.name == "held"], what="held Job placed",
+                             within=30)
         caplog.set_level("INFO", logger="dispatcher.intake")
         async with running(settings(manager, db_url, mqtt_url, topic_root, namespaces=["q-a"])):
             # a new Job in q-b is no longer mkd's to claim ...
@@ -81,7 +82,7 @@ async def test_narrowing_namespaces_keeps_following_what_mkd_holds(
             await kube.delete(PYTORCHJOBS, "held", "q-b")
             held = agent.places()[0].placement.workload_uid
             await eventually(lambda: [d for d in agent.deletes() if d.placement.workload_uid == held],
-                             what="Delete of the held Job after --namespaces narrowed")
+                             what="Delete of the held Job after --namespaces narrowed", within=30)
             assert not [p for p in agent.places() if p.job.name == "new-in-b"]
         assert any("following 1 Jobs mkd already claimed outside --namespaces" in r.getMessage() and "q-b (1)"
                    in r.getMessage() for r in caplog.records)

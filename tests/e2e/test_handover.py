@@ -207,7 +207,7 @@ async def test_the_handover_guide(handover: tuple[Topology, TrivialOperator, int
     row = await wait_for(shadow_report, "the shadow report for team-h", top=top)
     assert row["would_accept"] == 6 and row["would_refuse"] == 1
     assert "container with name pytorch" in row["refusals"][0]["reason"]
-    assert row["would_run_on"].startswith("worker-")
+    assert "worker-" in row["would_run_on"], row  # a cluster has room for these small Jobs
     await wait_for(lambda: _all_succeeded(top, [*shadowed, "shadow-bad"]), "shadowed Jobs run by their operator",
                    top=top)
 
