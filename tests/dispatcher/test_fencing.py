@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from dispatcher.db import models as m
 from federation import messages
 from federation.kube import Kube
@@ -70,11 +72,17 @@ async def test_a_lost_cluster_keeps_its_jobs_until_its_lease_is_over_then_they_m
                          what="a Resync for the returning cluster")
         resync = next(c for c in cut.commands[n:] if isinstance(c, messages.Resync))
         assert resync.expected == []  # both went elsewhere: the agent deletes its copies
+
+        async def both_accepted_there() -> bool:
+            return len([p for p in await rows(db_url, m.placements)
+                        if p.cluster == "worker-2" and p.state == "accepted"]) == 2
+        await eventually(both_accepted_there, what="both accepted on worker-2")
     ps = sorted(await rows(db_url, m.placements), key=lambda p: (p.workload_uid, p.attempt))
     assert sorted((p.cluster, p.state) for p in ps) == [("worker-1", "lost"), ("worker-1", "lost"),
                                                          ("worker-2", "accepted"), ("worker-2", "accepted")]
 
 
+@pytest.mark.slow  # waits 6 s on purpose: nothing may move in that time
 async def test_a_dispatcher_restarted_with_a_shorter_lease_waits_for_the_longer_one_it_granted_before(
         manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
     long = settings(manager, db_url, mqtt_url, topic_root, heartbeat_timeout_seconds=1.0,
