@@ -198,7 +198,8 @@ class EngineCore:
         self._queue(b, cluster, row["uid"], cmd)
         b.place_keys[b.outbox[-1]["id"]] = (row["uid"], attempt)
 
-    def _queue(self, b: Batch, cluster: str, uid: str, cmd: messages.Place | messages.Delete | messages.Resync) -> None:
+    def _queue(self, b: Batch, cluster: str, uid: str,
+               cmd: messages.Place | messages.Delete | messages.Resync | messages.Lease) -> None:
         row_id = self.outbox_ids.next()
         topic = topics.commands(cluster, self.settings.mqtt.topic_root)
         payload = self.identity.seal(topic, messages.encode(cmd), epoch=self.epoch, n=row_id)
