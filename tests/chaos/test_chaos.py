@@ -4,7 +4,8 @@ One federation (kubesim, a private Mosquitto or the embedded broker in a process
 PostgreSQL or SQLite, a dispatcher, three agents) is shared by the module to keep start-up cheap;
 each scenario streams its own jobs through it, hurts it, waits for the end and counts from the
 clusters and the database (see ``bench/chaos/observe.py``). Each asserts 0 lost, 0 run twice at once,
-0 stuck, and no service exiting by itself. The first two tests prove the counting itself can fail: a job live on two workers is seen
+0 stuck, and no service exiting by itself; two scenarios with a reported cause (``KNOWN_TWICE``,
+``KNOWN_CRASH``) mark themselves xfail for that one figure only, after asserting every other. The first two tests prove the counting itself can fail: a job live on two workers is seen
 as run twice, a job nobody claims is counted lost.
 
 Scenarios needing a backend that is not installed skip and say which; the others fall back
@@ -34,15 +35,15 @@ pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 SMALL = Size(jobs=24, rate=10.0, run_seconds=2.0, kills=2, outage=6.0, outages=1, failover_down=6.0, deadline=60.0,
              small=True)
 
-KNOWN = {
-    # Scenarios that fail for a known, reported reason (a defect, or a limit of the design); not strict, so
-    # a fix landing does not break `make test` (then the mark comes off).
+KNOWN_TWICE = {
+    # Reported limits: the test still fails on anything else (lost, stuck, crashes), and marks itself
+    # xfail only for this one figure, so it keeps failing for any other reason.
     "partition": "a frozen (SIGSTOPped) agent cannot fence or update its copies: they stay live on its cluster "
                  "while the re-placed ones run (a limit of agent-side fencing; bench/chaos/README.md)",
-    "lease-shortened": "the dispatcher re-places after its own (new, shorter) lease_seconds while the agents "
-                       "still hold the longer lease granted before its restart",
+}
+KNOWN_CRASH = {
     "postgres-at-start": "mkctl dispatcher exits 1 (ConnectionRefusedError) when PostgreSQL is down at start-up "
-                         "instead of waiting for it",
+                         "instead of waiting for it (reported to reliable)",
 }
 
 
@@ -100,12 +101,13 @@ async def test_a_job_nobody_claims_counts_as_lost(shared: Shared) -> None:
 
 # Ordered so that a scenario that leaves the federation broken (a defect) hurts as few others as possible.
 ORDER = ["dispatcher-kill", "agent-kill", "broker-restart", "failover", "partition", "partition-net",
-         "lease-shortened", "postgres-outage", "postgres-at-start"]
-"""Every scenario of bench/chaos but postgres-hang (bench only: it passes, and the suite's time is short)."""
+         "postgres-outage", "postgres-at-start"]
+"""Every scenario of bench/chaos but two, to keep the suite short: postgres-hang (it passes) and
+lease-shortened (at this size its jobs end before the window it probes; its figures are in
+bench/RESULTS.md)."""
 
 
-@pytest.mark.parametrize("name", [
-    pytest.param(n, marks=pytest.mark.xfail(reason=KNOWN[n], strict=False)) if n in KNOWN else n for n in ORDER])
+@pytest.mark.parametrize("name", ORDER)
 async def test_scenario(shared: Shared, name: str) -> None:
     scenario = SCENARIOS[name]
     if (why := scenario.skip_reason()) is not None:
@@ -116,6 +118,11 @@ async def test_scenario(shared: Shared, name: str) -> None:
     report = "\n".join(figure_lines(figures, replace(SMALL, run_seconds=scenario.run_seconds_for(SMALL))))
     print(report)
     assert figures.submitted == SMALL.jobs, report
-    assert (figures.lost, figures.twice, figures.stuck) == (0, 0, 0), report
+    assert (figures.lost, figures.stuck) == (0, 0), report
+    if figures.twice and name in KNOWN_TWICE and not figures.crashes:
+        pytest.xfail(f"{KNOWN_TWICE[name]}: {figures.twice} jobs")
+    assert figures.twice == 0, report
     # The runner restarts a service that exits by itself at once; Kubernetes would back off for minutes.
+    if figures.crashes and name in KNOWN_CRASH:
+        pytest.xfail(f"{KNOWN_CRASH[name]}: {figures.crashes} exits")
     assert figures.crashes == 0, report
