@@ -42,6 +42,9 @@ KNOWN_TWICE = {
                  "while the re-placed ones run (a limit of agent-side fencing; bench/chaos/README.md)",
 }
 KNOWN_CRASH = {
+    "postgres-outage": "the dispatcher exits 1 when PostgreSQL answers 'the database system is starting up' "
+                       "after an outage: dispatcher.db.transient() does not see asyncpg's CannotConnectNowError "
+                       "behind SQLAlchemy's adapter error, so the leadership task fails (reported to reliable)",
     "postgres-at-start": "mkctl dispatcher exits 1 (ConnectionRefusedError) when PostgreSQL is down at start-up "
                          "instead of waiting for it (reported to reliable)",
 }
