@@ -17,6 +17,7 @@ by milliseconds, so an unconfirmed overlap is reported apart, as ``brief``).
 - ``nowhere``: the database has it placed or running but no worker holds a copy;
 - ``failed``: the manager shows Failed or MultiClusterRejected (the jobs here always exit 0);
 - ``pending``: the database has it waiting for a placement;
+- ``suspended``: its only copies are suspended (an agent fenced them, and nothing resumed them);
 - ``running``: a worker still runs it.
 
 **lost** = not claimed + never mirrored + nowhere + failed (nothing will bring these to their end),
@@ -314,6 +315,8 @@ class Observer:
                 what = "never mirrored"
             elif any(live_copy(c) for c in copies.values()):
                 what = "running"
+            elif any(((c.get("spec") or {}).get("runPolicy") or {}).get("suspend") for c in copies.values()):
+                what = "suspended"  # fenced, or suspended by mkd, and not resumed
             elif str(row.get("state")) == "pending":
                 what = "pending"
             else:
