@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import logging
 import os
 import platform
@@ -121,6 +122,8 @@ def main() -> int:
                         help="failover: seconds each dispatcher stays killed")
     parser.add_argument("--deadline", type=float, default=120.0,
                         help="seconds after the last fault by which every job must be Succeeded")
+    parser.add_argument("--dispatcher-set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override a dispatcher setting in every scenario (e.g. lease_seconds=20)")
     parser.add_argument("--root", type=Path, help="where the federations live (default: a temp dir, kept)")
     parser.add_argument("--write-results", action="store_true", help="write the figures into bench/RESULTS.md")
     parser.add_argument("--label", default="latest", help="section of RESULTS.md to write (e.g. before, after)")
@@ -149,6 +152,12 @@ def main() -> int:
     errors = 0
     for name in names:
         scenario = SCENARIOS[name]
+        if args.dispatcher_set:
+            extra = dict(kv.split("=", 1) for kv in args.dispatcher_set)
+            scenario = dataclasses.replace(scenario, dispatcher={**scenario.dispatcher, **extra},
+                                           small_dispatcher=None)
+            if name == names[0]:
+                header.append(f"Dispatcher settings overridden: {extra}.")
         if (why := scenario.skip_reason()) is not None:
             print(f"scenario {name}: SKIPPED ({why})", flush=True)
             details.append(f"scenario {name}: SKIPPED ({why})")
