@@ -28,6 +28,17 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 
 
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: the child gets SIGKILL when the runner dies, so a killed test run leaves no federation behind
+    (the children run in sessions of their own, out of reach of the runner's process group)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -134,7 +145,8 @@ class Service:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=str(REPO),
                                          env={**os.environ, "PYTHONUNBUFFERED": "1", **self.env},
                                          start_new_session=True, user=self.user, group=self.user,
-                                         extra_groups=[] if self.user else None)
+                                         extra_groups=[] if self.user else None,
+                                         preexec_fn=_die_with_parent if sys.platform == "linux" else None)
         self.starts += 1
         self.frozen = False
         self.held = False
@@ -259,7 +271,9 @@ class PrivateMosquitto:
             "max_queued_messages 100000",
             "max_inflight_messages 1000",
             "log_type error", "log_type warning", "log_type notice",
-            "log_dest stdout", "",
+            "log_dest stdout",
+            # As root it would switch to user "mosquitto", which also drops the die-with-the-runner signal.
+            *(["user root"] if os.geteuid() == 0 else []), "",
         ]))
         self.service = Service("mosquitto", [binary, "-c", str(conf)], logs)
 
