@@ -76,6 +76,11 @@ def transient(exc: BaseException) -> bool:
         if exc.connection_invalidated or isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError):
             return True
         return exc.orig is not None and exc.orig is not exc and transient(exc.orig)
+    # SQLAlchemy's asyncpg adapter raises its own exception with the driver's as the cause
+    # ("the database system is starting up" is asyncpg's CannotConnectNowError behind it).
+    cause = exc.__cause__
+    if cause is not None and cause is not exc and transient(cause):
+        return True
     if isinstance(exc, sa_exc.DisconnectionError | sa_exc.TimeoutError | OSError | TimeoutError | ConnectionError):
         return True
     import asyncpg  # its own errors for a lost connection and a server shutting down or starting
