@@ -4,8 +4,8 @@ One federation (kubesim, a private Mosquitto or the embedded broker in a process
 PostgreSQL or SQLite, a dispatcher, three agents) is shared by the module to keep start-up cheap;
 each scenario streams its own jobs through it, hurts it, waits for the end and counts from the
 clusters and the database (see ``bench/chaos/observe.py``). Each asserts 0 lost, 0 run twice at once,
-0 stuck, and no service exiting by itself; two scenarios with a reported cause (``KNOWN_TWICE``,
-``KNOWN_CRASH``) mark themselves xfail for that one figure only, after asserting every other. The first two tests prove the counting itself can fail: a job live on two workers is seen
+0 stuck, and no service exiting by itself; scenarios with a reported cause (``KNOWN_TWICE``,
+``KNOWN_STUCK``, ``KNOWN_CRASH``) mark themselves xfail for that one figure only, after asserting the others. The first two tests prove the counting itself can fail: a job live on two workers is seen
 as run twice, a job nobody claims is counted lost.
 
 Scenarios needing a backend that is not installed skip and say which; the others fall back
@@ -41,10 +41,16 @@ KNOWN_TWICE = {
     "partition": "a frozen (SIGSTOPped) agent cannot fence or update its copies: they stay live on its cluster "
                  "while the re-placed ones run (a limit of agent-side fencing; bench/chaos/README.md)",
 }
+KNOWN_STUCK = {
+    "partition-net": "an agent that fenced its Jobs when its lease ran out during the partition does not always "
+                     "resume them once the link heals and the lease is granted again (issue 9, open: the "
+                     "resume waits for a Resync listing them; bench/RESULTS.md, chaos after)",
+}
 KNOWN_CRASH = {
     "postgres-outage": "the dispatcher exits 1 when PostgreSQL answers 'the database system is starting up' "
                        "after an outage: dispatcher.db.transient() does not see asyncpg's CannotConnectNowError "
-                       "behind SQLAlchemy's adapter error, so the leadership task fails (reported to reliable)",
+                       "behind SQLAlchemy's adapter error, so the leadership task fails (transient() follows the "
+                       "cause now, tests/dispatcher/test_transient.py; kept until a chaos run confirms it)",
     "postgres-at-start": "mkctl dispatcher exits 1 (ConnectionRefusedError) when PostgreSQL is down at start-up "
                          "instead of waiting for it (reported to reliable)",
 }
@@ -121,7 +127,10 @@ async def test_scenario(shared: Shared, name: str) -> None:
     report = "\n".join(figure_lines(figures, replace(SMALL, run_seconds=scenario.run_seconds_for(SMALL))))
     print(report)
     assert figures.submitted == SMALL.jobs, report
-    assert (figures.lost, figures.stuck) == (0, 0), report
+    assert figures.lost == 0, report
+    if figures.stuck and name in KNOWN_STUCK and not figures.crashes and not figures.twice:
+        pytest.xfail(f"{KNOWN_STUCK[name]}: {figures.stuck} jobs")
+    assert figures.stuck == 0, report
     if figures.twice and name in KNOWN_TWICE and not figures.crashes:
         pytest.xfail(f"{KNOWN_TWICE[name]}: {figures.twice} jobs")
     assert figures.twice == 0, report
