@@ -164,6 +164,22 @@ def url_config(port: int, path: str, ca: str) -> dict[str, Any]:
     return {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca}
 
 
+def install_crd(api: client.ApiClient, name: str) -> None:
+    """One of mkd's CRDs (federation/kinds/crds), installed once per cluster and Established."""
+    from federation.kinds.crds import load_crds
+    from kubesim.testing import eventually
+
+    ext = client.ApiextensionsV1Api(api)
+    crd = next(c for c in load_crds() if c["metadata"]["name"] == name)
+    try:
+        ext.create_custom_resource_definition(crd)
+    except client.ApiException as e:
+        if e.status != 409:
+            raise
+    eventually(lambda: any(c.type == "Established" for c in
+                           (ext.read_custom_resource_definition(name).status.conditions or [])))
+
+
 def refused(fn: Any, *args: Any, **kw: Any) -> dict[str, Any]:
     with pytest.raises(client.ApiException) as ei:
         fn(*args, **kw)
@@ -342,20 +358,9 @@ def test_service_client_config(api: client.ApiClient, ns: str, hooks: Any,
 def test_mutating_webhook_on_a_custom_resource(api: client.ApiClient, ns: str, hooks: Any,
                                                hook_server: tuple[Hook, int, str]) -> None:
     """What the handover work needs: a webhook that sets managedBy on PyTorchJobs, for create and apply."""
-    from federation.kinds.crds import load_crds
-    from kubesim.testing import eventually
-
     ar, tag = hooks
     hook, port, ca = hook_server
-    ext = client.ApiextensionsV1Api(api)
-    crd = next(c for c in load_crds() if c["metadata"]["name"] == "pytorchjobs.kubeflow.org")
-    try:
-        ext.create_custom_resource_definition(crd)
-    except client.ApiException as e:
-        if e.status != 409:
-            raise
-    eventually(lambda: any(c.type == "Established" for c in
-                           (ext.read_custom_resource_definition(crd["metadata"]["name"]).status.conditions or [])))
+    install_crd(api, "pytorchjobs.kubeflow.org")
     ar.create_mutating_webhook_configuration({"metadata": {"name": f"m-{tag}"}, "webhooks": [
         webhook("managedby.kubesim.mkd.dev", url_config(port, "/managedby", ca), ["pytorchjobs"], ["CREATE"],
                 group="kubeflow.org", version="*", namespaceSelector=ON)]})
@@ -411,20 +416,9 @@ def test_mutating_webhooks_see_the_schema_defaults(api: client.ApiClient, ns: st
                                                    hook_server: tuple[Hook, int, str]) -> None:
     """A real server prunes and defaults a custom resource while decoding the request, before admission:
     TrainJob's CRD defaults spec.managedBy, so a webhook sees it filled in (and unknown fields gone)."""
-    from federation.kinds.crds import load_crds
-    from kubesim.testing import eventually
-
     ar, tag = hooks
     hook, port, ca = hook_server
-    ext = client.ApiextensionsV1Api(api)
-    crd = next(c for c in load_crds() if c["metadata"]["name"] == "trainjobs.trainer.kubeflow.org")
-    try:
-        ext.create_custom_resource_definition(crd)
-    except client.ApiException as e:
-        if e.status != 409:
-            raise
-    eventually(lambda: any(c.type == "Established" for c in
-                           (ext.read_custom_resource_definition(crd["metadata"]["name"]).status.conditions or [])))
+    install_crd(api, "trainjobs.trainer.kubeflow.org")
     ar.create_mutating_webhook_configuration({"metadata": {"name": f"d-{tag}"}, "webhooks": [
         webhook("defaults.kubesim.mkd.dev", url_config(port, "/observe", ca), ["trainjobs"], ["CREATE"],
                 group="trainer.kubeflow.org", version="*", namespaceSelector=ON)]})
