@@ -61,6 +61,8 @@ class LeaseKeeper:
         """Monotonic time the lease ends (before any grant: Jobs are stopped after the start-up grace)."""
         self.granted_once = False
         self.fenced = False
+        self.resume_failed = False
+        """A Resync came while the lease was out: the next renewal asks for another one."""
         self.fenced_jobs = 0
         self._sent: OrderedDict[datetime, float] = OrderedDict()
         self._changed = asyncio.Event()
@@ -80,14 +82,16 @@ class LeaseKeeper:
             return False
         until = sent + lease.seconds
         self.stop_before = min(self.stop_before, lease.seconds / 4)  # a short lease (tests) still leaves time to run
-        if until <= self.until and self.granted_once:
-            return True
-        self.until = max(self.until, until) if self.granted_once else until
-        self.granted_once = True
-        self._changed.set()
-        if self.fenced and self.holds():
+        if until > self.until or not self.granted_once:
+            self.until = max(self.until, until) if self.granted_once else until
+            self.granted_once = True
+            self._changed.set()
+        # Ask for a Resync when the lease comes back after fencing, and again when the Resync that answered
+        # came too late to resume anything (the lease had run out again): fenced Jobs are never left behind.
+        if (self.fenced or self.resume_failed) and self.holds():
             log.warning("lease renewed after it ran out; asking the dispatcher for a Resync before resuming")
             self.fenced = False
+            self.resume_failed = False
             if self.on_regained is not None:
                 self.on_regained()
         return True
@@ -152,6 +156,7 @@ class LeaseKeeper:
     async def resume(self, expected: set[tuple[str, int]]) -> int:
         """After a Resync: Jobs this agent fenced that the dispatcher still expects run again."""
         if not self.holds():
+            self.resume_failed = True
             return 0
         done = 0
         for kind, job in list(self._owned()):

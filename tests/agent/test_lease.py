@@ -70,3 +70,33 @@ async def test_a_renewal_naming_an_unknown_heartbeat_changes_nothing(harness: Ag
     lease.heartbeat_sent(hb)
     assert lease.granted(Lease(cluster=CLUSTER, epoch=1, heartbeat_sent_at=hb.sent_at, seconds=600))
     assert 590 < lease.remaining() <= 600 and lease.holds()
+
+
+async def test_a_resync_that_comes_after_the_lease_ran_out_again_is_asked_for_again() -> None:
+    """The chaos suite's partition-net left Jobs suspended for good: the lease came back, the agent asked
+    for a Resync, but by the time it arrived the (short, loaded) lease was over again, so nothing was
+    resumed, and a later renewal never asked again. Every renewal must ask while a resume is owed."""
+    from federation.clock import FakeClock
+    from worker_agent.lease import LeaseKeeper
+
+    clock = FakeClock()
+    asked: list[float] = []
+    keeper = LeaseKeeper(None, {}, {}, origin="mkd", clock=clock, startup_grace=1.0, stop_before=1.0,  # type: ignore[arg-type]
+                         on_regained=lambda: asked.append(clock.monotonic()))
+
+    def renew(seconds: float) -> None:
+        hb = Heartbeat(cluster=CLUSTER, sent_at=clock.now())
+        keeper.heartbeat_sent(hb)
+        assert keeper.granted(Lease(cluster=CLUSTER, epoch=1, heartbeat_sent_at=hb.sent_at, seconds=seconds))
+
+    clock._elapsed = 5.0  # the start-up grace ran out; the watchdog fenced every Job
+    keeper.fenced = True
+    renew(4.0)
+    assert len(asked) == 1  # regained: asks for a Resync
+    clock._elapsed = 20.0  # the Resync arrives after that lease already ran out
+    assert await keeper.resume(set()) == 0
+    renew(4.0)
+    assert len(asked) == 2, "a renewal after a resume that could not run must ask for a Resync again"
+    assert await keeper.resume(set()) == 0  # held now: the owed resume is done (nothing was fenced here)
+    renew(4.0)
+    assert len(asked) == 2  # nothing owed any more

@@ -42,9 +42,10 @@ KNOWN_TWICE = {
                  "while the re-placed ones run (a limit of agent-side fencing; bench/chaos/README.md)",
 }
 KNOWN_STUCK = {
-    "partition-net": "an agent that fenced its Jobs when its lease ran out during the partition does not always "
-                     "resume them once the link heals and the lease is granted again (issue 9, open: the "
-                     "resume waits for a Resync listing them; bench/RESULTS.md, chaos after)",
+    "partition-net": "an agent that fenced its Jobs when its lease ran out during the partition does not resume "
+                     "them before the deadline: after the link heals its MQTT publishes time out and the dead "
+                     "link is noticed only about 60 s later (its informers' watches end at the same moment, as "
+                     "if its loop were blocked), so no renewal or Resync reaches it in time (issue 9, open)",
 }
 KNOWN_CRASH = {
     "postgres-outage": "the dispatcher exits 1 when PostgreSQL answers 'the database system is starting up' "
