@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kubesim.admission import selector_matches
 from kubesim.kinds import bad_value, cause, default_pod_spec, required, validate_pod_spec
 
 DEPLOY_KINDS = (
@@ -33,19 +34,6 @@ def prepare_deploy_kind(key: str, obj: dict[str, Any], old: dict[str, Any] | Non
     if key in ("rolebindings.rbac.authorization.k8s.io", "clusterrolebindings.rbac.authorization.k8s.io"):
         return _binding(obj, old, cluster=key.startswith("cluster"))
     return _claim(obj, old)
-
-
-def _labels_match(selector: dict[str, Any], labels: dict[str, Any]) -> bool:
-    for k, v in (selector.get("matchLabels") or {}).items():
-        if labels.get(k) != v:
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        present = key in labels
-        if (op == "In" and labels.get(key) not in values) or (op == "NotIn" and present and labels[key] in values) \
-                or (op == "Exists" and not present) or (op == "DoesNotExist" and present):
-            return False
-    return True
 
 
 def _deployment(obj: dict[str, Any]) -> list[dict[str, str]]:
@@ -78,7 +66,7 @@ def _deployment(obj: dict[str, Any]) -> list[dict[str, str]]:
         causes.append(required("spec.selector"))
     elif not labels:
         causes.append(required("spec.template.metadata.labels"))
-    elif not _labels_match(selector, labels):
+    elif not selector_matches(selector, labels):
         shown = "map[" + " ".join(f"{k}:{v}" for k, v in sorted(labels.items())) + "]"
         causes.append(cause("spec.template.metadata.labels",
                             f'Invalid value: {{"{shown}"}}: `selector` does not match template `labels`'))

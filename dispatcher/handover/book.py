@@ -198,14 +198,15 @@ class HandoverBook:
                 rows.append(row)
         gone, self._gone = self._gone, set()
         async with self.sessions() as s, s.begin():
-            for row in rows:
-                exists = (await s.execute(sa.select(handover_jobs.c.uid).where(
-                    handover_jobs.c.uid == row["uid"]))).first()
-                if exists:
+            known = set((await s.execute(sa.select(handover_jobs.c.uid).where(
+                handover_jobs.c.uid.in_([r["uid"] for r in rows])))).scalars()) if rows else set()
+            fresh = [r for r in rows if r["uid"] not in known]
+            if fresh:
+                await s.execute(sa.insert(handover_jobs), fresh)
+            for row in rows:  # seen before a restart forgot it was recorded: refreshed, first_seen kept
+                if row["uid"] in known:
                     await s.execute(sa.update(handover_jobs).where(handover_jobs.c.uid == row["uid"]).values(
                         {k: v for k, v in row.items() if k not in ("uid", "first_seen")}))
-                else:
-                    await s.execute(sa.insert(handover_jobs).values(row))
             if gone:
                 await s.execute(sa.update(handover_jobs).where(handover_jobs.c.uid.in_(gone))
                                 .values(gone=True, last_seen=now))

@@ -23,6 +23,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dispatcher.queueing.api import Selector, parse_selector
 from federation.errors import Invalid
 
 GROUP = "handover.mkd.dev"
@@ -31,53 +32,6 @@ PLURAL = "handoverpolicies"
 KIND = "HandoverPolicy"
 MODES = ("Shadow", "Route", "Drain")
 Mode = Literal["Shadow", "Route", "Drain"]
-
-
-@dataclass(frozen=True)
-class Selector:
-    """A Kubernetes LabelSelector (matchLabels AND matchExpressions); the empty selector selects all."""
-
-    match_labels: tuple[tuple[str, str], ...] = ()
-    expressions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
-
-    def matches(self, labels: Mapping[str, str]) -> bool:
-        for key, value in self.match_labels:
-            if labels.get(key) != value:
-                return False
-        for key, op, values in self.expressions:
-            present = key in labels
-            if op == "In" and (not present or labels[key] not in values):
-                return False
-            if op == "NotIn" and present and labels[key] in values:
-                return False
-            if op == "Exists" and not present:
-                return False
-            if op == "DoesNotExist" and present:
-                return False
-        return True
-
-
-def parse_selector(raw: Any, where: str) -> Selector:
-    if raw is None:
-        return Selector()
-    if not isinstance(raw, Mapping):
-        raise Invalid(where, "must be a label selector (matchLabels, matchExpressions)",
-                      fix=f"write {where} as {{matchLabels: {{team: a}}}}")
-    labels = raw.get("matchLabels") or {}
-    if not isinstance(labels, Mapping):
-        raise Invalid(f"{where}.matchLabels", "must be a map of label to value", fix="e.g. {team: a}")
-    exprs = []
-    for i, e in enumerate(raw.get("matchExpressions") or []):
-        op = e.get("operator") if isinstance(e, Mapping) else None
-        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
-            raise Invalid(f"{where}.matchExpressions[{i}].operator", f"{op!r} is not an operator",
-                          fix="use In, NotIn, Exists or DoesNotExist")
-        values = tuple(str(v) for v in e.get("values") or [])
-        if op in ("In", "NotIn") and not values:
-            raise Invalid(f"{where}.matchExpressions[{i}].values", f"{op} needs at least one value",
-                          fix="list the values, or use Exists")
-        exprs.append((str(e.get("key", "")), str(op), values))
-    return Selector(tuple(sorted((str(k), str(v)) for k, v in labels.items())), tuple(exprs))
 
 
 @dataclass(frozen=True)
@@ -114,8 +68,8 @@ def parse(obj: Mapping[str, Any], known_kinds: Iterable[str]) -> Policy:
         if kind not in known:
             raise Invalid(f"spec.kinds[{i}]", f"{kind!r} is not a kind mkd supports",
                           fix=f"use one of {', '.join(sorted(known))}")
-    return Policy(name, mode, parse_selector(spec.get("namespaceSelector"), "spec.namespaceSelector"),
-                  parse_selector(spec.get("jobSelector"), "spec.jobSelector"), frozenset(kinds), percent)
+    return Policy(name, mode, parse_selector(spec.get("namespaceSelector"), "spec.namespaceSelector") or Selector(),
+                  parse_selector(spec.get("jobSelector"), "spec.jobSelector") or Selector(), frozenset(kinds), percent)
 
 
 def bucket(namespace: str, name: str) -> int:

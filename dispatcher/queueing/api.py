@@ -255,7 +255,11 @@ def parse_selector(value: Any, where: str) -> Selector | None:
         e = _map(e, f"{where}.matchExpressions[{i}]")
         op = _enum(e.get("operator"), ("In", "NotIn", "Exists", "DoesNotExist"),
                    f"{where}.matchExpressions[{i}].operator", "In")
-        exprs.append((str(e.get("key") or ""), op, tuple(str(v) for v in _list(e.get("values"), "values"))))
+        values = tuple(str(v) for v in _list(e.get("values"), f"{where}.matchExpressions[{i}].values"))
+        if op in ("In", "NotIn") and not values:  # as metav1 validation refuses it
+            raise Invalid(f"{where}.matchExpressions[{i}].values", f"{op} needs at least one value",
+                          fix="list the values, or use Exists")
+        exprs.append((str(e.get("key") or ""), op, values))
     return Selector({str(k): str(v) for k, v in _map(value.get("matchLabels"), f"{where}.matchLabels").items()},
                     tuple(exprs))
 
