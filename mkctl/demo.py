@@ -1,12 +1,16 @@
 """``mkctl demo``: the whole federation in one process, the sample jobs submitted, their placements shown live.
 
 Builds the :class:`~mkctl.topology.Topology` (kubesim manager + three workers, broker, database,
-dispatcher, agents), installs the TrainJob runtimes and submits the jobs of ``examples/`` to the
-manager cluster, then refreshes a table of placements — job, kind, queue, cluster, state, reason,
-elapsed — until every job reached its expected end (finished, pending with a reason, or left alone
-because another controller owns it) or ``--timeout`` passes. A terminal gets a live rich table;
-anything else (CI) gets one plain line per change. Ends with a summary and the ``mkctl`` commands
-to look at what happened; exits 0 only when every job ended as expected.
+dispatcher, agents), installs the TrainJob runtimes and Kueue's queue objects of ``demo/queues/``
+(two ClusterQueues in a cohort, one borrowing, a third for the other samples, a LocalQueue per team
+namespace, two WorkloadPriorityClasses) and submits the jobs of ``examples/`` and ``demo/queues/`` to
+the manager cluster, then refreshes a table of placements — job, kind, queue, cluster, state,
+reason, elapsed — with a line per ClusterQueue (usage, borrowed) and the queueing events (a
+preemption, a borrow; :mod:`mkctl.demoqueues`) until every job reached its expected end (finished,
+pending with a reason, or left alone because another controller owns it) or ``--timeout`` passes. A
+terminal gets a live rich table; anything else (CI) gets one plain line per change. Ends with a
+summary and the ``mkctl`` commands to look at what happened; exits 0 only when every job ended as
+expected and, with the queue set, a borrow and a preemption were shown.
 """
 
 from __future__ import annotations
@@ -21,18 +25,19 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
 from mkctl import jobs as samples_mod
 from mkctl.admin import mkctl_command
+from mkctl.demoqueues import BORROWS, PREEMPTED, QueuePanel, read_cluster_queues
 from mkctl.errors import EXIT_UNFINISHED, CommandFailed
 from mkctl.jobs import Examples, Observation, Sample
 from mkctl.output import Column, duration, table
@@ -48,9 +53,9 @@ STATE_STYLE = {"Succeeded": "green", "Failed": "red", "Rejected": "red", "Runnin
 # --- submitting ------------------------------------------------------------------------------------
 
 
-async def submit(top: Topology, examples: Examples) -> None:
+async def submit(top: Topology, examples: Examples) -> dict[str, str]:
     """Namespaces and runtimes into every cluster (the dispatcher and agents both read runtimes),
-    then the jobs into the manager cluster only."""
+    then the jobs into the manager cluster only. Returns the jobs submitted later, each with when."""
     from federation.errors import AlreadyExists
     from federation.kube import NAMESPACES, Resource
 
@@ -73,21 +78,55 @@ async def submit(top: Topology, examples: Examples) -> None:
         with contextlib.suppress(AlreadyExists):
             await top.manager.create(res, obj, obj["metadata"].get("namespace"))
     later = []
+    when: dict[str, str] = {}
+    by_key = {s.key: s for s in examples.samples}
     for sample in examples.samples:
-        delay = (sample.manifest["metadata"].get("annotations") or {}).get(SUBMIT_AFTER_ANNOTATION)
-        if delay:  # shown as submitted later (a preemptor arriving while others run)
+        annotations = sample.manifest["metadata"].get("annotations") or {}
+        delay = annotations.get(SUBMIT_AFTER_ANNOTATION)
+        after = [k.strip() for k in str(annotations.get(SUBMIT_WHEN_ADMITTED_ANNOTATION) or "").split(",") if k.strip()]
+        if after:  # a preemptor arriving once the Workloads it will meet hold their quota
+            unknown = [k for k in after if k not in by_key]
+            if unknown:
+                raise CommandFailed(f"{sample.source}: {SUBMIT_WHEN_ADMITTED_ANNOTATION} names {', '.join(unknown)}, "
+                                    "which the demo does not submit; name jobs of the same set")
+            later.append(asyncio.create_task(_submit_when_admitted(top.manager, sample, [by_key[k] for k in after])))
+            when[sample.key] = f"submitted once {', '.join(after)} hold their quota"
+        elif delay:  # shown as submitted later
             later.append(asyncio.create_task(_submit_later(top.manager, sample, float(delay))))
+            when[sample.key] = f"submitted {delay}s after the others"
         else:
             await create_job(top.manager, sample)
     _LATER.extend(later)
+    return when
 
 
 _LATER: list[asyncio.Task[Any]] = []
 SUBMIT_AFTER_ANNOTATION = "mkd.dev/demo-submit-after"
+"""Seconds after the others a demo job is submitted."""
+SUBMIT_WHEN_ADMITTED_ANNOTATION = "mkd.dev/demo-submit-when-admitted"
+"""``ns/name,...``: a demo job is submitted once these Jobs hold their quota (``QuotaReserved=True``)."""
+ADMITTED_WAIT_SECONDS = 60.0
+"""How long a job waits for those before it is submitted anyway (the demo then says what it lacked)."""
 
 
 async def _submit_later(kube: Any, sample: Sample, seconds: float) -> None:
     await asyncio.sleep(seconds)
+    await create_job(kube, sample)
+
+
+async def _submit_when_admitted(kube: Any, sample: Sample, others: Sequence[Sample]) -> None:
+    deadline = time.monotonic() + ADMITTED_WAIT_SECONDS
+    waiting = list(others)
+    while time.monotonic() < deadline:
+        jobs = await asyncio.gather(*(read_job(kube, s) for s in waiting))
+        waiting = [s for s, j in zip(waiting, jobs, strict=True)
+                   if ((samples_mod.condition(j, "QuotaReserved") or {}) if j else {}).get("status") != "True"]
+        if not waiting:
+            break
+        await asyncio.sleep(0.5)
+    else:
+        log.warning("%s submitted although %s do not hold their quota after %gs", sample.key,
+                    ", ".join(s.key for s in waiting), ADMITTED_WAIT_SECONDS)
     await create_job(kube, sample)
 
 
@@ -117,9 +156,14 @@ async def read_job(kube: Any, sample: Sample) -> dict[str, Any] | None:
         return None
 
 
-async def observe_all(kube: Any, samples: Sequence[Sample]) -> dict[str, Observation]:
+async def read_all(kube: Any, samples: Sequence[Sample]) -> dict[str, dict[str, Any] | None]:
     jobs = await asyncio.gather(*(read_job(kube, s) for s in samples))
-    return {s.key: samples_mod.observe(s, j) for s, j in zip(samples, jobs, strict=True)}
+    return {s.key: j for s, j in zip(samples, jobs, strict=True)}
+
+
+async def observe_all(kube: Any, samples: Sequence[Sample]) -> dict[str, Observation]:
+    jobs = await read_all(kube, samples)
+    return {s.key: samples_mod.observe(s, jobs[s.key]) for s in samples}
 
 
 # --- the database's view (optional: cluster names and reasons as the dispatcher recorded them) ------
@@ -174,11 +218,43 @@ class Progress:
     samples: list[Sample]
     observed: dict[str, Observation]
     started: float
+    queues: QueuePanel = field(default_factory=QueuePanel)
+    later: dict[str, str] = field(default_factory=dict)
+    """Jobs the demo submits later, with when (shown until they exist)."""
+
+    def observe(self, sample: Sample, job: Mapping[str, Any] | None) -> Observation:
+        obs = samples_mod.observe(sample, job)
+        if job is None and sample.key in self.later:
+            obs.state, obs.reason = "Waiting", self.later[sample.key]
+        return obs
 
     @property
     def done(self) -> int:
         return sum(1 for s in self.samples if s.key in self.observed
                    and samples_mod.reached(s, self.observed[s.key]))
+
+
+def render(progress: Progress) -> RenderableType:
+    """The live view: the jobs, then (with queues) a line per ClusterQueue and the queueing events."""
+    parts: list[RenderableType] = [render_table(progress)]
+    panel = progress.queues
+    if panel.lines:
+        cqs = Table(title="ClusterQueues (kubectl get clusterqueues)", title_justify="left")
+        for header in ("clusterqueue", "cohort", "pending", "admitted", "usage of nominal quota", "borrowed"):
+            cqs.add_column(header)
+        for q in panel.lines:
+            cqs.add_row(q.name, q.cohort or "-", str(q.pending), str(q.admitted), q.usage or "-",
+                        Text(q.borrowed, style="bold yellow") if q.borrowed else Text("-"))
+        parts.append(cqs)
+    if panel.events:
+        events = Table(title="queueing events", title_justify="left")
+        for header in ("at", "event", "job", "what happened"):
+            events.add_column(header, overflow="fold", max_width=90 if header == "what happened" else None)
+        for e in panel.events:
+            events.add_row(f"{e.at:.1f}s", Text(e.what, style="bold red" if e.what == PREEMPTED else "bold yellow"),
+                           e.job, e.message)
+        parts.append(events)
+    return Group(*parts)
 
 
 def render_table(progress: Progress) -> Table:
@@ -220,7 +296,7 @@ class View:
 
     def show(self, progress: Progress) -> None:
         if self.live is not None:
-            self.live.update(render_table(progress))
+            self.live.update(render(progress))
             return
         for sample in progress.samples:
             obs = progress.observed.get(sample.key)
@@ -233,6 +309,10 @@ class View:
                     f"{time.monotonic() - progress.started:6.1f}s  {sample.key:<36} {obs.kind:<11} "
                     f"queue={obs.queue:<8} cluster={obs.cluster or '-':<9} {obs.state:<10} {obs.reason}",
                     markup=False, highlight=False, soft_wrap=True)
+        lines, events = progress.queues.changes()
+        for line in [q.plain() for q in lines] + [e.plain() for e in events]:
+            self.console.print(f"{time.monotonic() - progress.started:6.1f}s  {line}",
+                               markup=False, highlight=False, soft_wrap=True)
 
 
 # --- the run ------------------------------------------------------------------------------------------
@@ -247,6 +327,9 @@ class DemoOptions:
     keep_running: bool
     examples: Path | None
     topic_root: str | None = None
+    queues: bool = True
+    """Install ``demo/queues/`` (ClusterQueues, LocalQueues, priority classes and its jobs) with the
+    default examples; False: open mode, every Job admitted without quota."""
 
 
 async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
@@ -255,6 +338,13 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
     if not examples.samples:
         raise CommandFailed(f"examples: no job manifests found under {opts.examples or samples_mod.examples_dir()}; "
                             "pass --examples DIR")
+    if opts.examples is None and opts.queues:
+        queue_set = samples_mod.queues_dir()
+        extra = samples_mod.load_examples(queue_set)
+        if not extra.queue_objects:
+            raise CommandFailed(f"queues: no Kueue objects found under {queue_set}; run from the source tree, or "
+                                "pass --no-queues to run without ClusterQueues (open mode)")
+        examples.add(extra)
     # kubesim keeps its clusters in memory, so every demo starts with empty ones; the SQLite file
     # of a previous run would describe jobs that no longer exist, so it goes too.
     reset_state(opts.state_dir, own_database=opts.database_url is None)
@@ -270,18 +360,22 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
                               topic_root=topic_root)
     async with Topology(options) as top:
         known = await top.wait_for_clusters()
+        queues = sum(1 for o in examples.queue_objects if o["kind"] == "ClusterQueue")
         console.print(f"federation up in {time.monotonic() - started:.1f}s (dispatcher knows "
                       f"{', '.join(sorted(known)) or 'no cluster yet'}); submitting {len(examples.samples)} "
-                      f"jobs and {len(examples.runtimes)} runtime(s) from examples/")
-        await submit(top, examples)
+                      f"jobs and {len(examples.runtimes)} runtime(s) from examples/"
+                      + (f", {queues} ClusterQueues and their LocalQueues from demo/queues/" if queues else
+                         " (open mode: no ClusterQueue)"))
+        later = await submit(top, examples)
         reader = PlacementReader(top.database_url)
-        progress = Progress(examples.samples, {}, time.monotonic())
+        progress = Progress(examples.samples, {}, time.monotonic(), later=later)
         problems: list[str] = []
         try:
             with View(console) as view:
                 problems = await follow(top, progress, reader, view, opts.timeout)
         finally:
             await reader.close()
+        problems += queue_problems(examples, progress.queues)
         summary(console, top, progress, opts, problems)
         if opts.keep_running:
             await keep_running(console, top)
@@ -293,18 +387,34 @@ async def follow(top: Topology, progress: Progress, reader: PlacementReader, vie
     deadline = time.monotonic() + limit
     while True:
         top.check_running()
-        observed = await observe_all(top.manager, progress.samples)
+        jobs, cluster_queues = await asyncio.gather(read_all(top.manager, progress.samples),
+                                                    read_cluster_queues(top.manager))
+        observed = {s.key: progress.observe(s, jobs[s.key]) for s in progress.samples}
         rows = await reader.rows()
         progress.observed = {k: merge(o, rows.get(k)) for k, o in observed.items()}
+        progress.queues.update(cluster_queues, jobs, time.monotonic() - progress.started)
         view.show(progress)
         if progress.done == len(progress.samples):
             return []
         settled = all(samples_mod.reached(s, progress.observed[s.key]) or samples_mod.final(progress.observed[s.key])
-                      for s in progress.samples)
+                      for s in progress.samples) and all(task.done() for task in _LATER)  # none still to submit
         if settled or time.monotonic() > deadline:
             return [f"{s.key} ({s.kind}) expected {s.expect}, is {o.state}" + (f": {o.reason}" if o.reason else "")
                     for s in progress.samples if not samples_mod.reached(s, o := progress.observed[s.key])]
         await asyncio.sleep(0.5)
+
+
+def queue_problems(examples: Examples, panel: QueuePanel) -> list[str]:
+    """With the queue set, the demo promises a borrow and a preemption: say so when one was not shown."""
+    if not any(o["kind"] == "ClusterQueue" for o in examples.queue_objects):
+        return []
+    wanted = {BORROWS: any(o["kind"] == "ClusterQueue" and any(
+                  r.get("borrowingLimit") is not None for g in (o.get("spec") or {}).get("resourceGroups") or []
+                  for f in g.get("flavors") or [] for r in f.get("resources") or []) for o in examples.queue_objects),
+              PREEMPTED: any(SUBMIT_WHEN_ADMITTED_ANNOTATION in (s.manifest["metadata"].get("annotations") or {})
+                             for s in examples.samples)}
+    return [f"the queueing demo never showed a Job that {what}" + (" another" if what == PREEMPTED else "")
+            for what, expected in wanted.items() if expected and not panel.shown(what)]
 
 
 def summary(console: Console, top: Topology, progress: Progress, opts: DemoOptions, problems: list[str]) -> None:
@@ -315,6 +425,10 @@ def summary(console: Console, top: Topology, progress: Progress, opts: DemoOptio
         console.print(table(rows, [Column(h, h) for h in ("job", "kind", "queue", "cluster", "state", "reason",
                                                           "elapsed")], max_width=70),
                       markup=False, highlight=False, soft_wrap=True)
+        for e in progress.queues.events:
+            console.print(f"{e.at:6.1f}s  {e.plain()}", markup=False, highlight=False, soft_wrap=True)
+    for name, amount in sorted(progress.queues.borrowed.items()):
+        console.print(f"ClusterQueue {name} borrowed up to {amount} from its cohort", markup=False)
     states = Counter(o.state for o in progress.observed.values())
     clusters = Counter(o.cluster for o in progress.observed.values() if o.cluster)
     console.print()
@@ -444,12 +558,16 @@ def demo(
     topic_root: Annotated[str | None, typer.Option(
         "--topic-root", show_default=False,
         help="MQTT topic root (default: mkd/v1 on the embedded broker, a fresh one on --mqtt-url).")] = None,
+    queues: Annotated[bool, typer.Option(
+        "--queues/--no-queues",
+        help="Install demo/queues/ (ClusterQueues in a cohort, LocalQueues, priority classes and its jobs: a borrow "
+             "and a preemption) with the default examples; --no-queues runs in open mode.")] = True,
 ) -> None:
     """Run the whole federation in one process on embedded defaults and submit the sample jobs."""
     debug = bool(getattr(ctx.find_root().obj, "debug", False))
     console = Console(highlight=False, soft_wrap=not sys.stdout.isatty())
     log_path = setup_demo_logging(state_dir, console, debug)
-    opts = DemoOptions(state_dir, mqtt_url, database_url, timeout, keep_running, examples, topic_root)
+    opts = DemoOptions(state_dir, mqtt_url, database_url, timeout, keep_running, examples, topic_root, queues)
     try:
         problems = asyncio.run(run_demo(opts, console))
     except KeyboardInterrupt:

@@ -40,6 +40,12 @@ def examples_dir() -> Path:
     return here if here.is_dir() else Path.cwd() / "examples"
 
 
+def queues_dir() -> Path:
+    """``demo/queues/`` (the queue objects and jobs ``make demo`` adds to the examples), found like ``examples/``."""
+    here = Path(__file__).resolve().parents[1] / "demo" / "queues"
+    return here if here.is_dir() else Path.cwd() / "demo" / "queues"
+
+
 @dataclass
 class Sample:
     """One job manifest to submit to the manager, where it came from, and what it should end as."""
@@ -73,6 +79,14 @@ class Examples:
     skipped: list[str] = field(default_factory=list)
     queue_objects: list[dict[str, Any]] = field(default_factory=list)
     """Kueue objects (ResourceFlavor, ClusterQueue, LocalQueue, ...) the demo installs on the manager."""
+
+    def add(self, other: Examples) -> None:
+        """Another set's samples, runtimes, namespaces and queue objects after these."""
+        self.samples += other.samples
+        self.runtimes += other.runtimes
+        self.namespaces |= other.namespaces
+        self.skipped += other.skipped
+        self.queue_objects += other.queue_objects
 
 
 def _kind_of(manifest: Mapping[str, Any]) -> Any:

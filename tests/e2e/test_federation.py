@@ -218,14 +218,20 @@ async def test_mkctl_demo_runs_to_the_end(tmp_path: Path, mqtt_url: str, databas
         "--mqtt-url", mqtt_url, "--database-url", database_url, "--topic-root", topic_root,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, env=env)
     try:
-        out, _ = await asyncio.wait_for(proc.communicate(), timeout=150)
+        out, _ = await asyncio.wait_for(proc.communicate(), timeout=170)
     except TimeoutError:
         proc.kill()
-        pytest.fail("mkctl demo did not end within 150 s")
+        pytest.fail("mkctl demo did not end within 170 s")
     text = out.decode()
     assert proc.returncode == 0, text[-4000:]
     assert "every sample job reached its expected end" in text
     assert "too-large stays pending" in text and "other-controller was left alone" in text
+    # make demo runs with queues: the borrow and the preemption are shown as they happen (issue 11)
+    assert "3 ClusterQueues and their LocalQueues from demo/queues/" in text
+    assert any("clusterqueue team-b" in line and "BORROWED cpu 2" in line for line in text.splitlines()), text[-4000:]
+    assert "BORROWS team-b/borrower: Quota reserved in ClusterQueue team-b" in text
+    preempted = [line for line in text.splitlines() if "PREEMPTED team-a/low-" in line]
+    assert preempted and "(team-a/high, UID:" in preempted[0], text[-4000:]
     assert f"workloads list --database-url {shlex.quote(database_url)}" in text  # runnable as printed (tests/admin)
     assert "\x1b[" not in text, "no terminal escapes when stdout is not a TTY"
 
@@ -239,7 +245,8 @@ async def test_mkctl_demo_runs_to_the_end(tmp_path: Path, mqtt_url: str, databas
     assert rows["default/too-large"]["state"] == "pending" and "nvidia.com/gpu" in rows["default/too-large"]["reason"]
     assert "default/other-controller" not in rows, "a job of another controller is never claimed"
     finished = {k for k, r in rows.items() if r["state"] == "finished"}
-    assert {"default/pytorch-simple", "default/pi", "team-a/batch-pi", "default/driver-workers"} <= finished, rows
+    assert {"default/pytorch-simple", "default/pi", "team-a/batch-pi", "default/driver-workers",
+            "team-a/high", "team-a/low-1", "team-a/low-2", "team-b/borrower"} <= finished, rows
 
 
 @pytest.mark.needs_running_pods("the job must be Running on its worker before managedBy changes")
