@@ -248,6 +248,13 @@ class MqttLink:
         if fut is not None and fut.done() and not fut.cancelled():
             fut.exception()  # mark retrieved so asyncio does not log "never retrieved"
 
+    @property
+    def alive(self) -> bool:
+        """Open and its connection not known to be lost. A publish that timed out leaves a link alive: the
+        PUBACK may be held up (a silent partition that heals before the keepalive notices), not lost."""
+        return (self.state == "open" and self._client is not None
+                and not (self._disconnected is not None and self._disconnected.done()))
+
     def _open(self) -> aiomqtt.Client:
         if self.state == "new":
             raise RuntimeError("MqttLink used before `async with`")

@@ -51,6 +51,8 @@ from worker_agent.seq import Sequencer
 log = logging.getLogger(__name__)
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+RETRY_PAUSE = 0.2
+"""Seconds a sender waits after a failed publish on a link that is still up, before the next try."""
 
 
 class Outbox:
@@ -114,6 +116,15 @@ class Outbox:
                 self.sent += 1
             except (Transport, RuntimeError) as exc:
                 self._items.appendleft(item)
+                self._ready.set()
+                if link.alive:
+                    # Timed out on a link that is still up (a silent partition the keepalive has not
+                    # noticed, or one that already healed): keep publishing on it. Detaching here left the
+                    # agent mute after a heal, because only a new link attaches again. If the link is in
+                    # fact dead, its keepalive ends it and the link loop detaches it.
+                    log.info("publish failed (%s); trying again on the same link", exc)
+                    await asyncio.sleep(RETRY_PAUSE)
+                    continue
                 if self._link is link:
                     self.attach(None)
                 log.info("publish failed (%s); waiting for the link", exc)

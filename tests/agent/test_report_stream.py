@@ -18,12 +18,14 @@ class RecordingLink:
         self.fail = fail
         self.calls = 0
         self.called = asyncio.Event()
+        self.alive = True
 
     async def publish(self, topic: str, payload: bytes, *, retain: bool = False) -> None:
         self.calls += 1
         self.called.set()
         if self.fail:
             self.fail -= 1
+            self.alive = False
             raise Transport("connection lost")
         self.published.append(decode_report(payload))
 
