@@ -57,10 +57,8 @@ async def test_reports_flow_again_on_a_link_that_survived_a_silent_partition(mqt
             try:
                 relay.open.clear()  # the partition: bytes held both ways, nothing closed
                 outbox.put(topic, status(1))
-                async with asyncio.timeout(5):
-                    while outbox.sent == 0 and outbox.pending():  # the publish is in flight, then times out
-                        await asyncio.sleep(0.05)
-                    await asyncio.sleep(0.6)  # past publish_timeout: the PUBACK never came
+                await asyncio.sleep(0.8)  # past publish_timeout: the PUBACK is held, the publish fails
+                assert outbox.sent == 0
                 relay.open.set()  # healed: the same TCP connection carries on
                 outbox.put(topic, status(2))
                 it = listener.messages()
