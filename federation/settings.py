@@ -105,9 +105,9 @@ class SigningSettings(BaseModel):
     short outage; what is older is recovered by the Inventory / Resync exchange, not replayed."""
 
     clock_skew_seconds: float = Field(default=2.0, ge=0)
-    """The agent refuses Commands sealed before its link came up, less this much skew between the
-    two clocks (the dispatcher answers the link's Inventory with a fresh Resync and Places). A
-    Command recorded within this long before an agent restart could be replayed once after it."""
+    """The agent refuses Commands sealed before its process first connected, less this much skew
+    between the two clocks (the dispatcher answers the link's Inventory with a fresh Resync and
+    Places). A Command recorded within this long before an agent restart could be replayed once after it."""
 
 
 class KubeSettings(BaseModel):

@@ -82,6 +82,10 @@ class Agent:
         self._watching: set[str] = set()
         self._watching_children: set[str] = set()
         self.link_health: LinkHealth | None = None
+        self.link: MqttLink | None = None
+        """The current link to the broker (None while reconnecting)."""
+        self.first_link_ms: int | None = None
+        """Unix ms when this process first connected: Commands sealed earlier are refused (link_loop)."""
         self.metrics_server: Any = None
 
     async def discover(self) -> None:
@@ -231,9 +235,15 @@ class Agent:
             # offline message only from the stream a cluster speaks on now (an old one replayed is refused)
             stream = self.outbox.new_stream()
             will = Will(presence, self.identity.seal(presence, offline, stream, 0), retain=True)
-            linked_at_ms = time.time_ns() // 1_000_000
+            # Commands sealed before this agent's first link are refused (Deletes excepted): nothing this
+            # process saw can vouch for them, so a recording replayed after a restart does nothing. Those
+            # sealed since are judged by the opener's memory of what it saw, which spans every link of this
+            # process: a Command queued in the broker while a partition cut the link is new, not a replay.
+            if self.first_link_ms is None:
+                self.first_link_ms = time.time_ns() // 1_000_000
             try:
                 async with MqttLink(settings.mqtt, client_id=settings.client_id(), will=will) as link:
+                    self.link = link
                     health.connected_now()
                     await link.subscribe(topics.commands(settings.cluster_name, root))
                     self.outbox.attach(link, stream=stream)
@@ -244,7 +254,7 @@ class Agent:
                     log.info("connected to the broker; inventory of %d jobs sent", len(items))
                     try:
                         async for message in link.messages():
-                            body = self.identity.open_command(message.topic, message.payload, linked_at_ms)
+                            body = self.identity.open_command(message.topic, message.payload, self.first_link_ms)
                             if body is not None:
                                 self.inbox.receive(body)
                     except asyncio.CancelledError:
@@ -259,6 +269,7 @@ class Agent:
                 await self.clock.sleep(health.next_delay())
             finally:
                 self.outbox.attach(None)
+                self.link = None
 
     async def heartbeat_loop(self) -> None:
         assert self.meter is not None

@@ -3,10 +3,14 @@
 Every Report, heartbeat and will message leaves sealed with the agent's private key; the
 dispatcher knows the cluster by the public half. A Command is carried out only when it is sealed by
 one of ``dispatcher_public_keys``, within the clock window, not seen before, and, Deletes excepted,
-not sealed before the current link came up (less ``clock_skew_seconds``): a replay recorded earlier
-is refused even after the agent restarted and forgot what it had seen. Nothing is lost by that rule:
-the dispatcher answers every link's Inventory with a fresh Resync and re-sends the Places the agent
-lacks. A Delete applies whenever it was sealed (see ``_is_delete``).
+not sealed before this process's first link came up (less ``clock_skew_seconds``): a replay recorded
+earlier is refused even after the agent restarted and forgot what it had seen. Nothing is lost by that
+rule: the dispatcher answers every link's Inventory with a fresh Resync and re-sends the Places the
+agent lacks. Commands sealed later are judged by the opener's memory of what this process saw, which
+spans its links: one queued in the broker while a partition cut the link applies when the link is
+back (refused, it went unanswered and the dispatcher moved its Job, attempt after attempt), while
+one this process already carried out is a ``replay``. A Delete applies whenever it was sealed (see
+``_is_delete``).
 """
 
 from __future__ import annotations
@@ -42,7 +46,9 @@ class AgentIdentity:
         return self.sealer.seal(topic, body, stream=stream, n=n)
 
     def open_command(self, topic: str, payload: bytes, linked_at_ms: int) -> bytes | None:
-        """The Command's own bytes, or None when refused (logged and counted by reason)."""
+        """The Command's own bytes, or None when refused (logged and counted by reason).
+
+        ``linked_at_ms``: when this process's first link came up (not the current link's: see the module)."""
         try:
             opened = self.opener.open(topic, payload, self.dispatcher_keys)
         except Refused as exc:
@@ -52,8 +58,8 @@ class AgentIdentity:
         if opened.t < linked_at_ms - self.skew_ms and not self._is_delete(opened.body):
             self.refused += 1
             refused("expired")
-            log.warning("refused command on %s (expired): sealed before this link came up (a replay, or a "
-                        "Command the dispatcher sends again on its own)", topic)
+            log.warning("refused command on %s (expired): sealed before this agent first connected (a replay, "
+                        "or a Command the dispatcher sends again on its own)", topic)
             return None
         return opened.body
 

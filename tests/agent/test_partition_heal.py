@@ -17,10 +17,16 @@ from contextlib import asynccontextmanager
 from urllib.parse import urlsplit
 
 from bench.chaos.proxy import Relay
-from federation.messages import PlacementKey, Status, decode_report
+from federation.kube import Resource
+from federation.messages import PlacementKey, Status, decode_report, encode
 from federation.mqtt import MqttLink
+from federation.refusals import count
 from federation.settings import MqttSettings
+from tests.agent.conftest import CLUSTER, AgentHarness, place
+from tests.security.attacks import harmless_job
 from worker_agent.reports import Outbox
+
+JOBS = Resource("batch", "v1", "jobs", "Job")
 
 
 def status(i: int) -> Status:
@@ -71,3 +77,39 @@ async def test_reports_flow_again_on_a_link_that_survived_a_silent_partition(mqt
     assert link.state == "closed"
     assert 2 in received  # the Report put after the heal went out on the surviving link
     assert 1 in received  # and the one whose PUBACK timed out was not lost
+
+
+async def test_a_place_sealed_while_the_link_was_down_applies_on_the_next_link(harness: AgentHarness) -> None:
+    """Commands the dispatcher sealed while the agent was cut off wait in the broker for its persistent
+    session. The agent's memory of seen Commands spans its links, so on the next link they are new, not
+    replays: they apply. They used to be refused as "sealed before this link came up" (a Place left
+    unanswered is moved elsewhere, attempt after attempt, until the Job fails; issue 9, partition).
+    A Command this agent already carried out stays refused when it comes again."""
+    h = harness
+    await h.stop_agent()
+    # no clock skew allowed, so that "sealed before the link came up" is decided by the order alone
+    await h.start_agent(signing=h.settings.signing.model_copy(update={"clock_skew_seconds": 0}))
+    agent, topic = h.agent, f"{h.settings.mqtt.topic_root}/{CLUSTER}/commands"
+    assert agent is not None and h.link is not None
+    seen = h.signer.seal(topic, encode(place(harmless_job("seen-once"), uid="wl-seen-once")))
+    await h.link.publish(topic, seen)
+    await h.wait_report(lambda r: r.type == "accepted" and r.placement.workload_uid == "wl-seen-once")
+
+    queued = h.signer.seal(topic, encode(place(harmless_job("sealed-while-cut"), uid="wl-sealed-while-cut")))
+    assert agent.link is not None
+    agent.link.drop()  # the link dies; the broker keeps the agent's session and queues what comes
+    for _ in range(200):
+        if not agent.connected.is_set():
+            break
+        await asyncio.sleep(0.02)
+    assert not agent.connected.is_set()
+    replays, expired = count("replay"), count("expired")
+    await h.link.publish(topic, queued)
+    await h.link.publish(topic, seen)  # a recorded Command played again: still refused
+    accepted = await h.wait_report(lambda r: r.type in ("accepted", "rejected")
+                                   and r.placement.workload_uid == "wl-sealed-while-cut")
+    assert accepted.type == "accepted"
+    assert await h.get(JOBS, "sealed-while-cut", "team-a") is not None
+    assert agent.inbox is not None
+    await agent.inbox.drain()
+    assert count("replay") == replays + 1 and count("expired") == expired
