@@ -121,7 +121,8 @@ class EngineCore:
         self._stale = False
         self.queueing = QueueingState(starvation_seconds=settings.starvation_seconds,
                                       max_attempts_per_pass=settings.max_admissions_per_pass,
-                                      fair_sharing=settings.fair_sharing.enable)
+                                      fair_sharing=settings.fair_sharing.enable,
+                                      preemption_strategies=tuple(settings.fair_sharing.preemption_strategies))
         """Kueue objects, the pending queues and the quota held (see ``dispatcher.queueing``)."""
 
     async def rebuild(self) -> None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from federation.settings import KubeSettings, MqttSettings, SigningSettings
@@ -22,7 +22,22 @@ class FairSharingSettings(BaseModel):
     enable: bool = False
     """Admit first from the ClusterQueue whose weighted dominant resource share (usage above nominal
     quota over what the cohort can lend, divided by ``fairSharing.weight``) would be lowest after the
-    admission. Preemption for fair sharing is not built: the three classic policies still apply."""
+    admission, and preempt by share (``preemption_strategies``) instead of ``borrowWithinCohort``."""
+
+    preemption_strategies: list[str] = Field(
+        default_factory=lambda: ["LessThanOrEqualToFinalShare", "LessThanInitialShare"])
+    """Kueue's ``fairSharing.preemptionStrategies``: ``LessThanOrEqualToFinalShare`` takes a Workload when
+    the preemptor's share with it admitted is at most the target's share without the victim;
+    ``LessThanInitialShare`` when it is below the target's share now. One of them, or both in this order."""
+
+    @field_validator("preemption_strategies")
+    @classmethod
+    def _known_strategies(cls, value: list[str]) -> list[str]:
+        allowed = (["LessThanOrEqualToFinalShare"], ["LessThanInitialShare"],
+                   ["LessThanOrEqualToFinalShare", "LessThanInitialShare"])
+        if value not in allowed:
+            raise ValueError(f"{value} is not one of {', '.join(str(a) for a in allowed)}")
+        return value
 
 
 class HandoverSettings(BaseModel):

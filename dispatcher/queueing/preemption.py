@@ -12,7 +12,9 @@ Kueue's three policies of a ClusterQueue decide who may be a candidate:
 
 Candidates are taken from borrowing ClusterQueues first, then lowest priority, then most recently
 admitted, removed from the quota until the preemptor's flavors can be assigned; then every victim
-not needed is given back (a minimal set). mkd's quota is federation-wide but the preemptor must run
+not needed is given back (a minimal set). With fair sharing on, the candidates are those of
+``withinClusterQueue`` and ``reclaimWithinCohort`` (whether or not the preemptor borrows), and
+:mod:`~dispatcher.queueing.fairshare` chooses among them by share. mkd's quota is federation-wide but the preemptor must run
 on one cluster: the candidates of each cluster are tried alone first, and the smallest set that
 frees the room on one cluster wins; only when no single cluster can, a set across clusters is taken.
 """
@@ -34,10 +36,12 @@ def _borrowing(tree: QuotaTree, cq: str) -> bool:
 
 
 def candidates(preemptor_cq: api.ClusterQueue, priority: int, queued_at: float, within_nominal: bool,
-               admitted: list[tuple[str, str, int, float, float, str | None]], tree: QuotaTree
-               ) -> list[tuple[str, str, int, float, float, str | None]]:
+               admitted: list[tuple[str, str, int, float, float, str | None]], tree: QuotaTree, *,
+               fair: bool = False) -> list[tuple[str, str, int, float, float, str | None]]:
     """Admitted Workloads (uid, cq, priority, queued_at, admitted_at, cluster) the policies allow, in the
-    order they are taken: borrowing ClusterQueues first, lowest priority, most recently admitted."""
+    order they are taken: borrowing ClusterQueues first, lowest priority, most recently admitted.
+    ``fair``: fair sharing's candidates (``reclaimWithinCohort`` from every borrowing ClusterQueue of
+    the tree, ``borrowWithinCohort`` unused), as Kueue finds them."""
     pol = preemptor_cq.preemption
     root = tree.root_of(preemptor_cq.name) if preemptor_cq.cohort else None
     out = []
@@ -52,7 +56,7 @@ def candidates(preemptor_cq: api.ClusterQueue, priority: int, queued_at: float, 
             continue
         if root is None or cq not in tree.queues or tree.root_of(cq) != root or not _borrowing(tree, cq):
             continue
-        if within_nominal:
+        if within_nominal or fair:
             if pol.reclaim_within_cohort == "Any" or (pol.reclaim_within_cohort == "LowerPriority" and prio < priority):
                 out.append(item)
         elif pol.borrow_within_cohort == "LowerPriority" and prio < priority and (

@@ -35,12 +35,16 @@ from dispatcher.placement import (
     eligible,
     subtract_from_nodes,
 )
-from dispatcher.queueing import api, preemption
+from dispatcher.queueing import api, fairshare, preemption
 from dispatcher.queueing.catalog import Catalog
 from dispatcher.queueing.flavors import Assignment, assign, with_flavors
 from dispatcher.queueing.quota import FR, ZERO, QuotaTree
 
 OPEN = ""  # the one queue of open mode
+REASONS = {"InClusterQueue": "prioritization in the ClusterQueue", "InCohortReclamation": "reclamation within the cohort",
+           "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
+           fairshare.IN_COHORT_FAIR_SHARING: "Fair Sharing within the cohort"}
+"""Kueue's preemption reasons (the Preempted condition's reason) and the words of its message."""
 ANYWHERE = api.Placement()
 
 
@@ -123,9 +127,13 @@ class Queues:
 
     def __init__(self, catalog: Catalog, *, starvation_seconds: float = 300.0,
                  max_attempts_per_pass: int = 2000, policy: PlacementPolicy = choose,
-                 fair_sharing: bool = False) -> None:
+                 fair_sharing: bool = False, preemption_strategies: tuple[str, ...] = fairshare.STRATEGIES) -> None:
+        if not fairshare.allowed(preemption_strategies):
+            raise ValueError(f"preemption strategies {list(preemption_strategies)}: use one of "
+                             f"{[list(a) for a in fairshare.ALLOWED]}")
         self.catalog = catalog
         self.fair_sharing = fair_sharing
+        self.preemption_strategies = preemption_strategies
         self.starvation_seconds = starvation_seconds
         self.max_attempts = max_attempts_per_pass
         self.policy = policy
@@ -135,6 +143,7 @@ class Queues:
         self.aside: dict[str | None, dict[str, Entry]] = {}
         self.holds: dict[str, str] = {}          # cluster -> uid of the starving head holding it
         self.tree = QuotaTree(catalog)
+        self._unused: QuotaTree | None = None   # the tree with no usage: a preemptor's flavors (fair sharing)
         self._generation = catalog.generation
         self._stamp = 0.0
         self._told: list[Entry] = []   # held before any pass (queue missing, stopped): reported by the next pass
@@ -224,6 +233,7 @@ class Queues:
         """Queue objects changed: rebuild the quota tree and route every pending Workload again."""
         self._generation = self.catalog.generation
         self.tree = QuotaTree(self.catalog)
+        self._unused = None
         for a in self.admitted.values():
             self.tree.add(a.cq, a.usage)
         self.heaps.clear()
@@ -350,8 +360,9 @@ class Queues:
                 and pol.borrow_within_cohort == "Never":
             return False
         within_nominal = self._within_nominal(e, cq)
+        fair = self.fair_sharing and cq.cohort is not None
         items = [(a.uid, a.cq, a.priority, a.queued_at, a.admitted_at, a.cluster) for a in self.admitted.values()]
-        cands = preemption.candidates(cq, e.priority, e.queued_at, within_nominal, items, self.tree)
+        cands = preemption.candidates(cq, e.priority, e.queued_at, within_nominal, items, self.tree, fair=fair)
         if not cands:
             return False
 
@@ -360,26 +371,33 @@ class Queues:
 
         def usage_of(uid: str) -> tuple[str, dict[FR, Decimal]]:
             return self.admitted[uid].cq, self.admitted[uid].usage
-        best: list[str] | None = None
+
+        def choose_set(uids: list[tuple[str, str]]) -> list[tuple[str, str]] | None:
+            if fair:
+                return fairshare.preemptions(cq.name, wanted, uids, usage_of, self.tree,
+                                             fairshare.Shares(self.tree, self.catalog), fits,
+                                             self.preemption_strategies)
+            found = preemption.minimal_set([uid for uid, _ in uids], usage_of, self.tree, fits)
+            return None if found is None else [(uid, self._classic_reason(uid, cq, within_nominal)) for uid in found]
+        wanted: dict[FR, Decimal] = {}
+        if fair:
+            ideal = assign(cq, e.need, self._unused_tree(), self.catalog)
+            if isinstance(ideal, str):
+                return False  # it could not fit even with the whole cohort unused
+            wanted = ideal.usage
+        best: list[tuple[str, str]] | None = None
         for cluster in sorted({c[5] or "" for c in cands}):
-            found = preemption.minimal_set([c[0] for c in cands if (c[5] or "") == cluster], usage_of, self.tree, fits)
+            found = choose_set([(c[0], c[1]) for c in cands if (c[5] or "") == cluster])
             if found is not None and (best is None or len(found) < len(best)):
                 best = found
         if best is None:  # no single cluster's Workloads free enough: a set across clusters
-            best = preemption.minimal_set([c[0] for c in cands], usage_of, self.tree, fits)
+            best = choose_set([(c[0], c[1]) for c in cands])
         if best is None:
             return False
         who = f"{e.namespace}/{e.name}"
-        for uid in best:
-            a = self.admitted[uid]
-            if a.cq == cq.name:
-                word, why = "InClusterQueue", "prioritization in the ClusterQueue"
-            elif within_nominal:
-                word, why = "InCohortReclamation", "reclamation within the cohort"
-            else:
-                word, why = "InCohortReclaimWhileBorrowing", "reclamation within the cohort while borrowing"
+        for uid, word in best:
             result.evicted.append(Eviction(uid, e, word, f"Preempted to accommodate a workload ({who}, UID: {e.uid}) "
-                                                           f"due to {why}"))
+                                                         f"due to {REASONS[word]}"))
             self.release(uid)
         e.reason, e.step, e.word = (f"preempting {len(best)} admitted Workload(s) to get quota in ClusterQueue "
                                     f"{cq.name}", "quota", "Preempting")
@@ -387,24 +405,21 @@ class Queues:
         return True
 
     def share(self, cq: str, extra: Mapping[FR, Decimal] | None = None) -> Decimal:
-        """Fair sharing's dominant resource share of a ClusterQueue: the largest, over flavor and
-        resource, of its usage above nominal quota divided by what its cohort can lend of it, divided
-        by its ``fairSharing.weight``. Weight 0: any borrowing counts as infinite (it only gets what
-        nobody else asks for)."""
+        """Fair sharing's weighted dominant resource share of a ClusterQueue (``fairshare.Shares``)."""
         node = self.tree.queues.get(cq)
-        spec = self.catalog.cluster_queues.get(cq)
-        if node is None or spec is None or node.parent is None:
+        if node is None or cq not in self.catalog.cluster_queues:
             return ZERO
-        root = node.root()
-        worst = ZERO
-        for fr in set(node.usage) | set(extra or {}):
-            above = node.usage.get(fr, ZERO) + (extra or {}).get(fr, ZERO) - node.nominal.get(fr, ZERO)
-            lendable = root.subtree.get(fr, ZERO)
-            if above > 0 and lendable > 0:
-                worst = max(worst, above / lendable)
-        if spec.weight <= 0:
-            return Decimal("Infinity") if worst > 0 else ZERO
-        return worst / spec.weight
+        return fairshare.Shares(self.tree, self.catalog).of(node, extra)
+
+    def _unused_tree(self) -> QuotaTree:
+        if self._unused is None:
+            self._unused = QuotaTree(self.catalog)
+        return self._unused
+
+    def _classic_reason(self, uid: str, cq: api.ClusterQueue, within_nominal: bool) -> str:
+        if self.admitted[uid].cq == cq.name:
+            return "InClusterQueue"
+        return "InCohortReclamation" if within_nominal else "InCohortReclaimWhileBorrowing"
 
     def _share_after(self, cq: api.ClusterQueue | None, got: Assignment | str) -> Decimal:
         if cq is None:

@@ -24,6 +24,7 @@ from dispatcher.db import models as m
 from dispatcher.placement import ClusterView, Need
 from dispatcher.queueing import api
 from dispatcher.queueing.catalog import Catalog
+from dispatcher.queueing.fairshare import STRATEGIES
 from dispatcher.queueing.quota import FR
 from dispatcher.queueing.scheduler import Admitted, Entry, PassResult, Queues
 from federation import messages
@@ -65,10 +66,12 @@ def creation_time(obj: Mapping[str, Any]) -> datetime | None:
 class QueueingState:
     """See the module docstring."""
 
-    def __init__(self, *, starvation_seconds: float, max_attempts_per_pass: int, fair_sharing: bool = False) -> None:
+    def __init__(self, *, starvation_seconds: float, max_attempts_per_pass: int, fair_sharing: bool = False,
+                 preemption_strategies: tuple[str, ...] = STRATEGIES) -> None:
         self.catalog = Catalog()
         self.queues = Queues(self.catalog, starvation_seconds=starvation_seconds,
-                             max_attempts_per_pass=max_attempts_per_pass, fair_sharing=fair_sharing)
+                             max_attempts_per_pass=max_attempts_per_pass, fair_sharing=fair_sharing,
+                             preemption_strategies=preemption_strategies)
         self.seq = 0
         self.capacity_version = -1
         self.cordoned: frozenset[str] = frozenset()

@@ -98,3 +98,84 @@ def test_limits_hold_strict_order_holds_and_everything_admissible_runs(setup: tu
             continue
         assert e.uid in admitted, f"{e.name} was admissible and never admitted"
     assert len(set(admitted)) == len(admitted)
+
+
+# --- fair sharing's preemption (fair_sharing on) ---------------------------------------------------------
+
+
+@st.composite
+def fair_setups(draw: st.DrawFn) -> tuple[list[dict], list[tuple[str, int, int]], tuple[str, ...]]:
+    from dispatcher.queueing.fairshare import ALLOWED
+
+    n_cq = draw(st.integers(2, 4))
+    objs: list[dict] = [flavor("default"), cq("lender", cohort="c", flavors={"default": {"cpu": str(draw(
+        st.integers(4, 12)))}})]
+    for i in range(n_cq):
+        nominal = draw(st.integers(0, 4))
+        weight = draw(st.sampled_from(["1", "1", "2", "0"]))
+        pre = {"reclaimWithinCohort": draw(st.sampled_from(["Any", "LowerPriority", "Never"])),
+               "withinClusterQueue": draw(st.sampled_from(["Never", "LowerPriority"]))}
+        objs.append(cq(f"q{i}", cohort="c", flavors={"default": {"cpu": str(nominal)}}, preemption=pre,
+                       fairSharing={"weight": weight}))
+        objs.append(lq("default", f"lq{i}", f"q{i}"))
+    jobs = draw(st.lists(st.tuples(st.integers(0, n_cq - 1), st.integers(1, 4), st.integers(0, 2)),
+                         min_size=1, max_size=30))
+    return objs, jobs, draw(st.sampled_from(ALLOWED))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fair_setups())
+def test_fair_preemption_keeps_limits_and_comes_to_rest(setup: tuple[list[dict], list, tuple[str, ...]]) -> None:
+    """Jobs arrive in two waves and nothing finishes: every pass keeps quota limits, and the passes come
+    to rest (no pair of ClusterQueues preempts each other back and forth); every eviction for fair
+    sharing took quota from a ClusterQueue above its nominal quota."""
+    objs, jobs, strategies = setup
+    c = catalog(*objs)
+    q = Queues(c, fair_sharing=True, preemption_strategies=strategies)
+    w = [cluster("w", *[node(f"n{i}", 8) for i in range(20)])]
+    half = len(jobs) // 2
+    for wi, wave in enumerate((jobs[:half], jobs[half:])):
+        for n, (qi, cpu, prio) in enumerate(wave):
+            q.add(entry(f"w{wi}-{n}", need(cpu=cpu), queue=f"lq{qi}", priority=prio, at=wi * 100 + n))
+        for _ in range(200):
+            before = {name: (node.usage.get(CPU, ZERO), node.nominal.get(CPU, ZERO))
+                      for name, node in q.tree.queues.items()}
+            holder = {uid: a.cq for uid, a in q.admitted.items()}
+            result = q.schedule(w, now=NOW, timeout=30)
+            _check_limits(q)
+            for v in result.evicted:
+                if v.reason == "InCohortFairSharing":
+                    used, nominal = before[holder[v.uid]]
+                    assert used > nominal, f"{v.uid} taken from {holder[v.uid]}, which was not borrowing"
+            if not result.admitted and not result.evicted:
+                break
+        else:
+            raise AssertionError("fair-sharing preemptions never came to rest")
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(2, 4), st.integers(4, 16), st.sampled_from([("LessThanOrEqualToFinalShare",),
+                                                               ("LessThanOrEqualToFinalShare", "LessThanInitialShare")]),
+       st.lists(st.integers(0, 3), min_size=1, max_size=4))
+def test_fair_preemption_evens_out_equal_weights(n_cq: int, lendable: int, strategies: tuple[str, ...],
+                                                 first: list[int]) -> None:
+    """Queues with no quota of their own, equal weights, unit jobs and more demand than the cohort
+    holds: whoever came first, at rest no queue holds two more than another."""
+    objs: list[dict] = [flavor("default"), cq("lender", cohort="c", flavors={"default": {"cpu": str(lendable)}})]
+    for i in range(n_cq):
+        objs += [cq(f"q{i}", cohort="c", flavors={"default": {"cpu": "0"}}, preemption={"reclaimWithinCohort": "Any"}),
+                 lq("default", f"lq{i}", f"q{i}")]
+    q = Queues(catalog(*objs), fair_sharing=True, preemption_strategies=strategies)
+    w = [cluster("w", *[node(f"n{i}", 8) for i in range(20)])]
+    order = [i % n_cq for i in first] + list(range(n_cq))   # some queues get there first
+    for n, qi in enumerate(order):
+        for k in range(lendable):
+            q.add(entry(f"q{qi}-{n}-{k}", need(cpu=1), queue=f"lq{qi}", at=n * 100 + k))
+        for _ in range(200):
+            r = q.schedule(w, now=NOW, timeout=30)
+            if not r.admitted and not r.evicted:
+                break
+        else:
+            raise AssertionError("never came to rest")
+    held = [sum(1 for a in q.admitted.values() if a.cq == f"q{i}") for i in range(n_cq)]
+    assert sum(held) == lendable and max(held) - min(held) <= 1, held
