@@ -144,7 +144,7 @@ class LeaseKeeper:
             patch = {"metadata": {"annotations": {labels.FENCED_ANNOTATION: "true"}},
                      **_nested(kind.suspend_path, True)}  # type: ignore[attr-defined]
             try:
-                await self.kube.patch(kind_resource(kind), meta["name"], patch, meta.get("namespace"))
+                await self._patch(kind, meta, patch)
                 done += 1
             except NotFound:
                 continue
@@ -152,6 +152,15 @@ class LeaseKeeper:
                 log.error("could not suspend %s %s/%s: %s", kind.name, meta.get("namespace"), meta.get("name"), exc)
         self.fenced_jobs += done
         return done
+
+    async def _patch(self, kind: JobKind, meta: Mapping[str, Any], patch: dict[str, Any]) -> None:
+        """Patch a Job and keep the answer in the cache at once: the informer may lag behind this write, and
+        a resume decided from a copy that does not show the fence yet would leave the Job suspended."""
+        res = kind_resource(kind)
+        patched = await self.kube.patch(res, str(meta["name"]), patch, meta.get("namespace"))
+        cache = self.caches.get(res.plural)
+        if cache is not None:
+            cache.upsert(patched)
 
     async def resume(self, expected: set[tuple[str, int]]) -> int:
         """After a Resync: Jobs this agent fenced that the dispatcher still expects run again."""
@@ -169,7 +178,7 @@ class LeaseKeeper:
             patch = {"metadata": {"annotations": {labels.FENCED_ANNOTATION: None}},
                      **_nested(kind.suspend_path, False)}  # type: ignore[attr-defined]
             try:
-                await self.kube.patch(kind_resource(kind), meta["name"], patch, meta.get("namespace"))
+                await self._patch(kind, meta, patch)
                 done += 1
             except NotFound:
                 continue

@@ -100,3 +100,34 @@ async def test_a_resync_that_comes_after_the_lease_ran_out_again_is_asked_for_ag
     assert await keeper.resume(set()) == 0  # held now: the owed resume is done (nothing was fenced here)
     renew(4.0)
     assert len(asked) == 2  # nothing owed any more
+
+
+async def test_jobs_fenced_before_the_informer_saw_it_are_resumed(harness: AgentHarness) -> None:
+    """Under load the job informer lags behind the agent's own writes. The keeper resumed only Jobs whose
+    *cached* copy carried the fenced mark, so a Resync that came before the watch event of the fencing
+    patch resumed nothing, and those Jobs stayed suspended for good (partition-net's 'suspended')."""
+    from federation.clock import FakeClock
+    from federation.kinds.registry import by_name
+    from worker_agent.cache import ObjectCache
+    from worker_agent.lease import LeaseKeeper
+
+    cmd = place(forever(), uid="wl-lagging")
+    await harness.send(cmd)
+    await harness.wait_report(lambda r: r.type == "accepted" and r.placement == cmd.placement)
+    job = await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a")
+    assert job is not None
+    cache = ObjectCache(PYTORCHJOBS.plural)  # fed by no informer: it stays as the Job was before fencing
+    cache.upsert(job)
+    clock = FakeClock()
+    keeper = LeaseKeeper(harness.kube, {PYTORCHJOBS.plural: cache}, {"PyTorchJob": by_name("PyTorchJob")},
+                         origin=harness.settings.origin, clock=clock, startup_grace=1.0, stop_before=1.0)
+    clock._elapsed = 5.0
+    assert await keeper.fence_all() == 1
+    assert suspended(await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a"))
+    hb = Heartbeat(cluster=CLUSTER, sent_at=clock.now())
+    keeper.heartbeat_sent(hb)
+    assert keeper.granted(Lease(cluster=CLUSTER, epoch=1, heartbeat_sent_at=hb.sent_at, seconds=600))
+    assert await keeper.resume({("wl-lagging", 1)}) == 1
+    job = await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a")
+    assert job is not None and not suspended(job)
+    assert labels.FENCED_ANNOTATION not in (job["metadata"].get("annotations") or {})
