@@ -102,8 +102,10 @@ class Agent:
         self.lease = LeaseKeeper(self.kube, self.caches, self.inbox.kinds, origin=self.settings.origin,
                                  clock=self.clock, startup_grace=self.settings.lease_startup_grace_seconds,
                                  stop_before=self.settings.lease_stop_before_seconds,
-                                 on_regained=self._regained.set)
+                                 on_regained=self._regained.set,
+                                 record_in=(self.settings.namespace, self.settings.cluster_name))
         self.inbox.lease = self.lease
+        self.apply.may_start = self.lease.holds
         await self.adopt_served()
 
     async def adopt_served(self) -> list[str]:
@@ -327,6 +329,7 @@ class Agent:
             sup.start("heartbeat", self.heartbeat_loop, restart=True)
             assert self.lease is not None
             sup.start("lease", self.lease.run, restart=True)
+            sup.start("lease-record", self.lease.record_loop, restart=True)
             sup.start("inventory-on-regain", self._inventory_on_regain, restart=True)
             flushed = asyncio.Event()
             sup.start("flush-on-stop", lambda: self._flush_after(stop, flushed))

@@ -73,6 +73,10 @@ class ApplyLoop:
         self._failures: dict[JobKey, int] = {}
         self._events: dict[JobKey, dict[tuple[str, str], float]] = {}
         self.passes = 0
+        self.may_start: Callable[[], bool] | None = None
+        """Fencing: False while the agent holds no lease (``LeaseKeeper.holds``). Nothing is created then:
+        an agent thawed after a freeze may still see, in its caches, a Job running that the fencer
+        suspended, and must not start its pods again before it knows."""
 
     # --- queueing ---------------------------------------------------------------------------
     def enqueue(self, key: JobKey) -> None:
@@ -213,6 +217,10 @@ class ApplyLoop:
         for res, child in plan.deletes:
             await self._delete(res, child, ns)
         aborted = False
+        if plan.creates and self.may_start is not None and not self.may_start():
+            log.info("reconcile %s/%s/%s: no lease, creating nothing (%d objects wanted)", kind, ns, name,
+                     len(plan.creates))
+            return 1.0
         if plan.creates:
             owner = owner_reference(job)
             results = await asyncio.gather(*(self._create(res, body, ns, owner) for res, body in plan.creates),

@@ -12,8 +12,11 @@ the agent sends an Inventory; the dispatcher's Resync then deletes what was plac
 meanwhile, and the Jobs it still lists are resumed (:meth:`LeaseKeeper.resume`).
 
 At start the agent has no grant: it keeps its Jobs for ``startup_grace`` seconds and fences them
-if no grant came by then. Limit: an agent process that is down cannot stop anything; a Deployment
-restarts it, and it fences within ``startup_grace`` of starting.
+if no grant came by then. An agent process that is down or hung (frozen, stuck in a call) cannot stop
+anything itself, so every renewal is also written into the worker cluster (``worker_agent.leaserecord``,
+:meth:`LeaseKeeper.record_loop`), where the fencer (``worker_agent.fencer``), a process of its own,
+stops the Jobs when the record runs out. A renewal written after the record had run out asks for a
+Resync as a renewal after fencing does: the fencer may have suspended Jobs meanwhile.
 """
 
 from __future__ import annotations
@@ -31,6 +34,8 @@ from federation.errors import FederationError, NotFound
 from federation.kinds.base import JobKind
 from federation.kube import Kube
 from federation.messages import Heartbeat, Lease
+from federation.retry import capped
+from worker_agent import leaserecord
 from worker_agent.cache import ObjectCache, kind_resource
 from worker_agent.reports import placement_of
 
@@ -49,8 +54,12 @@ class LeaseKeeper:
 
     def __init__(self, kube: Kube, caches: Mapping[str, ObjectCache], kinds: Mapping[str, JobKind], *,
                  origin: str, clock: Clock, startup_grace: float, stop_before: float,
-                 on_regained: Callable[[], None] | None = None) -> None:
+                 on_regained: Callable[[], None] | None = None, record_in: tuple[str, str] | None = None) -> None:
         self.kube = kube
+        self.record_in = record_in
+        """(namespace, cluster) of the lease record the fencer reads; None: not written (tests)."""
+        self.recorded: leaserecord.Held | None = None
+        """The record as last written (or found at start)."""
         self.caches = caches
         self.kinds = kinds  # the agent's live map: kinds adopted later are fenced too
         self.origin = origin
@@ -66,6 +75,7 @@ class LeaseKeeper:
         self.fenced_jobs = 0
         self._sent: OrderedDict[datetime, float] = OrderedDict()
         self._changed = asyncio.Event()
+        self._record_due = asyncio.Event()
 
     # --- the lease ------------------------------------------------------------------------------
 
@@ -86,6 +96,7 @@ class LeaseKeeper:
             self.until = max(self.until, until) if self.granted_once else until
             self.granted_once = True
             self._changed.set()
+            self._record_due.set()
         # Ask for a Resync when the lease comes back after fencing, and again when the Resync that answered
         # came too late to resume anything (the lease had run out again): fenced Jobs are never left behind.
         if (self.fenced or self.resume_failed) and self.holds():
@@ -119,6 +130,43 @@ class LeaseKeeper:
             n = await self.fence_all()
             log.error("no lease renewal from the dispatcher: suspended %d Jobs before the lease ran out "
                       "(they are resumed when a Resync lists them again)", n)
+
+    async def record_loop(self) -> None:
+        """Write each renewal into the worker cluster for the fencer (``worker_agent.leaserecord``)."""
+        if self.record_in is None:
+            return
+        namespace, cluster = self.record_in
+        known = False
+        failures = 0
+        while True:
+            await self._record_due.wait()
+            self._record_due.clear()
+            # measured at one instant: a write delayed (or frozen) after this cannot lengthen the record
+            now, seconds = self.clock.now(), leaserecord.hold_seconds(self.remaining() - self.stop_before)
+            if seconds <= 0:
+                continue
+            try:
+                if not known:
+                    self.recorded = await leaserecord.fetch(self.kube, namespace, cluster)
+                    known = True
+                before = self.recorded
+                self.recorded = await leaserecord.write(self.kube, namespace, cluster, origin=self.origin,
+                                                        renewed=now, seconds=seconds)
+            except FederationError as exc:
+                failures += 1
+                delay = capped(failures, 0.2, 5.0)
+                log.warning("could not record the lease in Lease %s/%s (%s); retrying in %.1fs (the fencer "
+                            "stops the Jobs when the recorded one runs out)", namespace,
+                            leaserecord.record_name(cluster), exc, delay)
+                await self.clock.sleep(delay)
+                self._record_due.set()
+                continue
+            failures = 0
+            if before is not None and before.ends <= now:
+                log.warning("the recorded lease had run out (at %s): the fencer may have suspended Jobs; asking "
+                            "the dispatcher for a Resync before resuming", before.ends.isoformat())
+                if self.on_regained is not None:
+                    self.on_regained()
 
     # --- stopping and resuming ------------------------------------------------------------------
 

@@ -96,3 +96,41 @@ class AgentSettings(BaseSettings):
 
     metrics_host: str = "0.0.0.0"
     """Address the metrics port binds."""
+
+
+class FencerSettings(BaseSettings):
+    """Everything ``mkctl fencer`` needs (env prefix ``MKD_FENCER_``): the worker cluster, where the agent
+    records its lease, and whose Jobs to stop when that record runs out (``worker_agent.fencer``)."""
+
+    model_config = SettingsConfigDict(env_prefix="MKD_FENCER_", env_nested_delimiter="__", extra="forbid")
+
+    cluster_name: str = Field(min_length=1, max_length=63)
+    """The worker cluster's name, as the agent's ``cluster_name``: names the Lease ``mkd-agent-<cluster>``."""
+
+    kubeconfig: Path | None = None
+    """Kubeconfig of the worker cluster. None: in-cluster service account, else ~/.kube/config."""
+
+    kube: KubeSettings = Field(default_factory=KubeSettings)
+    """API client tuning (context, concurrency, timeouts)."""
+
+    namespace: str = Field(default="mkd-system", min_length=1, max_length=63)
+    """The agent's namespace (the agent's ``namespace``), where it records its lease."""
+
+    origin: str = "mkd"
+    """The agent's origin: only Jobs labelled ``mkd.dev/origin`` with it are stopped."""
+
+    poll_seconds: float = Field(default=2.0, gt=0, le=60)
+    """Seconds between reads of the lease record. The fencer also wakes at the recorded end itself, so
+    this bounds only how late it sees a renewal; 2 s is one cheap GET, far inside the dispatcher's
+    ``lease_margin_seconds`` (5 min by default)."""
+
+    sweep_seconds: float = Field(default=10.0, gt=0)
+    """While the record stays out of date, sweep again this often (a pod the hung agent had in flight)."""
+
+    concurrency: int = Field(default=8, ge=1, le=64)
+    """API calls at once while sweeping: hundreds of Jobs stop within seconds without flooding the server."""
+
+    def kube_settings(self) -> KubeSettings:
+        if self.kubeconfig is None:
+            return self.kube
+        return self.kube.model_copy(update={"kubeconfig": self.kubeconfig})

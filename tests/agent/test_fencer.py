@@ -1,0 +1,173 @@
+"""The fencer: a process of its own that stops the Jobs of a hung (frozen, absent) agent once the lease the
+agent recorded in its worker cluster runs out; the agent resumes them only after a renewal and a Resync.
+
+The agent is stopped here (an absent agent: nothing of it runs, as with SIGSTOP); the chaos suite's
+``partition`` scenario freezes a real agent process (bench/chaos).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from federation import labels
+from federation.clock import FakeClock
+from federation.kube import JOBS, LEASES, PODS, Kube, Resource
+from federation.messages import Lease, Resync
+from tests.agent.conftest import CLUSTER, PYTORCHJOBS, AgentHarness, place
+from tests.agent.test_agent_inbox import forever
+from tests.agent.test_agent_kinds import load
+from worker_agent import leaserecord
+from worker_agent.fencer import Fencer
+
+JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
+FOREVER = "kubesim.mkd.dev/run-forever"
+
+
+def running_forever(doc: dict[str, Any], templates: list[dict[str, Any]]) -> dict[str, Any]:
+    for t in templates:
+        meta = t.setdefault("metadata", {})
+        meta["annotations"] = {k: v for k, v in (meta.get("annotations") or {}).items() if "run-seconds" not in k}
+        meta["annotations"][FOREVER] = "true"
+    return doc
+
+
+def batch_job() -> dict[str, Any]:
+    doc = load("batch/job.yaml")
+    return running_forever(doc, [doc["spec"]["template"]])
+
+
+def jobset() -> dict[str, Any]:
+    doc = load("jobset/jobset.yaml")
+    return running_forever(doc, [r["template"]["spec"]["template"] for r in doc["spec"]["replicatedJobs"]])
+
+
+def suspended_at(job: dict[str, Any] | None, *path: str) -> bool:
+    node: Any = job or {}
+    for key in path:
+        node = (node or {}).get(key) if isinstance(node, dict) else None
+    return node is True
+
+
+async def live_pods(kube: Kube, ns: str = "team-a") -> list[str]:
+    pods = (await kube.list(PODS, ns)).items
+    return sorted(p["metadata"]["name"] for p in pods if not p["metadata"].get("deletionTimestamp")
+                  and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+
+
+async def until(probe: Any, what: str, within: float = 30.0) -> None:
+    for _ in range(int(within / 0.1)):
+        if await probe():
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"not within {within:g}s: {what}")
+
+
+async def grant(harness: AgentHarness, seconds: float) -> None:
+    hb = harness.heartbeats()[-1]
+    await harness.send(Lease(cluster=CLUSTER, epoch=1, heartbeat_sent_at=hb.sent_at, seconds=seconds))
+
+
+async def recorded(harness: AgentHarness) -> leaserecord.Held | None:
+    return await leaserecord.fetch(harness.kube, harness.settings.namespace, CLUSTER)
+
+
+async def test_each_renewal_is_recorded_in_the_worker_cluster_as_a_lease(harness: AgentHarness) -> None:
+    await grant(harness, 60)
+
+    async def written() -> bool:
+        return await recorded(harness) is not None
+    await until(written, "the agent's Lease record")
+    lease = await harness.kube.get(LEASES, f"mkd-agent-{CLUSTER}", harness.settings.namespace)
+    assert lease["spec"]["holderIdentity"] == f"mkd-agent/{CLUSTER}"
+    assert lease["metadata"]["labels"][labels.ORIGIN] == harness.settings.origin
+    # the dispatcher's 60 s less the quarter the agent keeps to stop its Jobs, rounded down
+    assert 40 <= lease["spec"]["leaseDurationSeconds"] <= 45
+    held = await recorded(harness)
+    assert held is not None and held.ends > held.renewed
+
+
+async def test_the_fencer_stops_an_absent_agents_jobs_when_its_record_runs_out_and_only_a_renewal_resumes_them(
+        harness: AgentHarness) -> None:
+    pytorch, batch, js = place(forever(), uid="wl-pt"), place(batch_job(), uid="wl-batch"), place(jobset(), uid="wl-js")
+    for cmd in (pytorch, batch, js):
+        await harness.send(cmd)
+        await harness.wait_report(lambda r: r.type == "accepted" and r.placement == cmd.placement)  # noqa: B023
+    await until(all_running_of(harness, 2 + 2 + 5), "every pod of the three Jobs")  # 2 + 2 batch + 1 + 2 * 2
+    # a short lease (8 s: the agent keeps 2 s to stop, the record says 5-6), then the agent is gone:
+    # nothing of it stops anything now
+    await grant(harness, 8)
+    await until(lambda: recorded(harness), "the agent's Lease record")
+    held = await recorded(harness)
+    assert held is not None and 4 <= held.seconds <= 6
+    await harness.stop_agent()
+
+    async with Kube(harness.settings.kubeconfig, user_agent="mkd-fencer") as kube:
+        clock = FakeClock(start=held.ends - timedelta(seconds=3))
+        fencer = Fencer(kube, cluster=CLUSTER, namespace=harness.settings.namespace,
+                        origin=harness.settings.origin, clock=clock)
+        # inside the recorded lease: the fencer waits (at most until the record's end), and touches nothing
+        assert 0 < await fencer.check() <= fencer.poll_seconds and fencer.sweeps == 0
+        pt = await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a")
+        assert not suspended_at(pt, "spec", "runPolicy", "suspend")
+        await asyncio.sleep(max(0.0, (held.ends - datetime.now(UTC)).total_seconds()))  # it runs out for real
+        clock.advance(3.0)
+        await fencer.check()
+        assert fencer.sweeps == 1
+
+    pt = await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a")
+    bj = await harness.get(JOBS, "batch-pi", "team-a")
+    jset = await harness.get(JOBSETS, "driver-workers", "team-a")
+    assert suspended_at(pt, "spec", "runPolicy", "suspend") and suspended_at(bj, "spec", "suspend")
+    assert suspended_at(jset, "spec", "suspend")
+    for job in (pt, bj, jset):
+        assert job is not None and job["metadata"]["annotations"][labels.FENCED_ANNOTATION] == "true"
+    # the JobSet's own Jobs (its controller is the agent) are suspended too, so their pods go
+    children = [j for j in (await harness.kube.list(JOBS, "team-a")).items if j["metadata"]["name"] != "batch-pi"]
+    assert len(children) == 3 and all(suspended_at(j, "spec", "suspend") for j in children)
+
+    async def no_pods() -> bool:
+        return not await live_pods(harness.kube)
+    await until(no_pods, "every pod gone (deleted by the fencer, or by the Job controller)")
+
+    # the agent comes back: it holds no renewal yet, so nothing runs again
+    await harness.start_agent()
+    await asyncio.sleep(1.0)
+    again = await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a")
+    assert suspended_at(again, "spec", "runPolicy", "suspend") and not await live_pods(harness.kube)
+    # a renewal: the record had run out, so the agent asks for a Resync before resuming anything
+    n = len(harness.reports)
+    await grant(harness, 600)
+    await harness.wait_report(lambda r: r.type == "inventory", after=n)
+    # the Resync lists the PyTorchJob and the batch Job only: those resume, the JobSet (moved away) goes
+    await harness.send(Resync(cluster=CLUSTER, epoch=1, expected=[pytorch.placement, batch.placement]))
+
+    async def resumed() -> bool:
+        pt = await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a")
+        bj = await harness.get(JOBS, "batch-pi", "team-a")
+        return not suspended_at(pt, "spec", "runPolicy", "suspend") and not suspended_at(bj, "spec", "suspend")
+    await until(resumed, "the PyTorchJob and the batch Job resumed")
+
+    async def jobset_gone() -> bool:
+        return await harness.get(JOBSETS, "driver-workers", "team-a") is None
+    await until(jobset_gone, "the JobSet the Resync no longer lists deleted")
+    await until(all_running_of(harness, 4), "the resumed Jobs' pods running again")
+
+
+def all_running_of(harness: AgentHarness, n: int) -> Any:
+    async def probe() -> bool:
+        return len(await live_pods(harness.kube)) >= n
+    return probe
+
+
+async def test_a_fencer_with_no_record_to_read_touches_nothing(harness: AgentHarness) -> None:
+    await harness.send(place(forever(), uid="wl-alone"))
+    await harness.wait_report(lambda r: r.type == "accepted")
+    async with Kube(harness.settings.kubeconfig, user_agent="mkd-fencer") as kube:
+        fencer = Fencer(kube, cluster="another-cluster", namespace=harness.settings.namespace,
+                        origin=harness.settings.origin, clock=FakeClock())
+        assert await fencer.check() == fencer.poll_seconds and fencer.sweeps == 0
+    job = await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a")
+    assert not suspended_at(copy.deepcopy(job), "spec", "runPolicy", "suspend")

@@ -1,0 +1,222 @@
+"""The fencer: stops an agent's Jobs when the agent's recorded lease runs out, from a process of its own.
+
+The agent suspends its Jobs itself when the dispatcher stops renewing its lease (``worker_agent.lease``),
+but an agent process that hangs (SIGSTOP, a deadlock, a node under memory pressure) does nothing while
+the dispatcher, after the lease and its margin, places those Jobs elsewhere. The fencer runs next to
+it (``mkctl fencer``, its own Deployment in ``deploy/worker``), shares nothing with it but the worker
+cluster, and reads the Lease the agent writes at every renewal (``worker_agent.leaserecord``). Once
+``renewTime + leaseDurationSeconds`` has passed on the fencer's clock it sweeps, and sweeps again every
+``sweep_seconds`` while the record stays out of date:
+
+- every placed copy of the agent's origin that is not finished is suspended the way its kind allows
+  (``JobKind.suspend_path``: Kubeflow ``runPolicy.suspend``, ``spec.suspend`` of a batch Job, JobSet,
+  TrainJob) and marked ``mkd.dev/fenced``, so the agent resumes it only once a Resync lists it again;
+- a copy whose controller is the (hung) agent itself, not an operator (delegated kinds keep their
+  ``managedBy``) nor the cluster's Job controller, loses what runs under it: its pods are deleted, its
+  batch Jobs suspended (the Job controller then removes their pods), its JobSets suspended, their
+  Jobs too.
+
+The fencer never resumes anything: that is the agent's, after a renewal and a Resync. With no record at
+all (an agent that never held a lease here) it waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from federation import labels
+from federation.clock import Clock, SystemClock
+from federation.errors import FederationError, NotFound
+from federation.kinds.base import JobKind
+from federation.kinds.registry import KINDS
+from federation.kube import JOBS, PODS, Kube, Resource
+from federation.tasks import Supervisor
+from worker_agent import leaserecord
+from worker_agent.cache import kind_resource
+from worker_agent.reconcilers.jobset import JOBSETS
+from worker_agent.reconcilers.registry import reconcilers
+from worker_agent.reports import placement_of
+from worker_agent.settings import FencerSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Swept:
+    """What one sweep did."""
+
+    suspended: int = 0
+    children_suspended: int = 0
+    pods_deleted: int = 0
+    failed: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.suspended or self.children_suspended or self.pods_deleted or self.failed)
+
+
+def _controller_uid(obj: dict[str, Any]) -> str | None:
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+def _suspend_patch(path: tuple[str, ...], *, fenced: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {path[-1]: True}
+    for key in reversed(path[:-1]):
+        out = {key: out}
+    if fenced:
+        out["metadata"] = {"annotations": {labels.FENCED_ANNOTATION: "true"}}
+    return out
+
+
+class Fencer:
+    """One worker cluster's fencer (see the module docstring)."""
+
+    def __init__(self, kube: Kube, *, cluster: str, namespace: str, origin: str, clock: Clock | None = None,
+                 poll_seconds: float = 2.0, sweep_seconds: float = 10.0, concurrency: int = 8) -> None:
+        self.kube = kube
+        self.cluster = cluster
+        self.namespace = namespace
+        self.origin = origin
+        self.clock = clock or SystemClock()
+        self.poll_seconds = poll_seconds
+        self.sweep_seconds = sweep_seconds
+        self._limit = asyncio.Semaphore(concurrency)
+        self.agent_runs = {name for name, r in reconcilers().items() if r.children}
+        """Kinds whose pods the agent's own reconciler makes (with no operator delegated)."""
+        self.sweeps = 0
+        self._last_sweep: float | None = None
+        self._waiting_logged = False
+
+    async def run(self) -> None:
+        while True:
+            await self.clock.sleep(await self.check())
+
+    async def check(self) -> float:
+        """Read the record, sweep when it ran out; returns how long to wait before the next check."""
+        try:
+            held = await leaserecord.fetch(self.kube, self.namespace, self.cluster)
+        except FederationError as exc:
+            log.warning("cannot read the agent's lease record %s/%s: %s", self.namespace,
+                        leaserecord.record_name(self.cluster), exc)
+            return self.poll_seconds
+        if held is None:
+            if not self._waiting_logged:
+                log.info("no lease record %s/%s yet: nothing to fence until the agent holds a lease",
+                         self.namespace, leaserecord.record_name(self.cluster))
+                self._waiting_logged = True
+            return self.poll_seconds
+        left = (held.ends - self.clock.now()).total_seconds()
+        if left > 0:
+            self._last_sweep = None
+            return min(left, self.poll_seconds)  # wake at the end itself, re-reading a renewal first
+        now = self.clock.monotonic()
+        if self._last_sweep is None or now - self._last_sweep >= self.sweep_seconds:
+            self._last_sweep = now
+            swept = await self.sweep()
+            self.sweeps += 1
+            if swept:
+                log.error("the agent of %s has not renewed its lease (recorded until %s): suspended %d Jobs and "
+                          "%d of their child Jobs, deleted %d pods%s; the agent resumes what the dispatcher "
+                          "still expects here once its lease is renewed", self.cluster, held.ends.isoformat(),
+                          swept.suspended, swept.children_suspended, swept.pods_deleted,
+                          f", {swept.failed} calls failed (retried next sweep)" if swept.failed else "")
+        return self.poll_seconds
+
+    async def sweep(self) -> Swept:
+        """Stop every running Job of the origin (copies first, then what runs under the agent's own)."""
+        swept = Swept()
+        copies: list[tuple[JobKind, dict[str, Any]]] = []
+        for kind in KINDS:
+            try:
+                listed = await self.kube.list(kind_resource(kind), label_selector=labels.origin_selector(self.origin))
+            except NotFound:
+                continue  # the kind is not installed here
+            copies += [(kind, job) for job in listed.items
+                       if placement_of(job) is not None and kind.finished(job) is None]
+        await self._all(self._suspend(kind_resource(kind), job, kind.suspend_path, swept, fenced=True)  # type: ignore[attr-defined]
+                        for kind, job in copies if not kind.is_suspended(job))
+        under_agent = [job for kind, job in copies if kind.name in self.agent_runs and kind.managed_by(job) is None]
+        for ns in sorted({str(job["metadata"].get("namespace")) for job in under_agent}):
+            roots = {str(job["metadata"]["uid"]) for job in under_agent if job["metadata"].get("namespace") == ns}
+            await self._stop_children(ns, roots, swept)
+        return swept
+
+    async def _stop_children(self, ns: str, roots: set[str], swept: Swept) -> None:
+        by_owner: dict[str, list[tuple[Resource, dict[str, Any]]]] = {}
+        for res in (PODS, JOBS, JOBSETS):
+            try:
+                items = (await self.kube.list(res, ns)).items
+            except NotFound:
+                continue
+            for obj in items:
+                owner = _controller_uid(obj)
+                if owner is not None:
+                    by_owner.setdefault(owner, []).append((res, obj))
+        todo: list[Awaitable[None]] = []
+        frontier, seen = list(roots), set(roots)
+        while frontier:
+            uid = frontier.pop()
+            for res, obj in by_owner.get(uid, []):
+                meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+                if res is PODS:
+                    phase = (obj.get("status") or {}).get("phase")
+                    if phase not in ("Succeeded", "Failed") and not meta.get("deletionTimestamp"):
+                        todo.append(self._delete_pod(obj, swept))
+                    continue
+                if not spec.get("suspend"):
+                    todo.append(self._suspend(res, obj, ("spec", "suspend"), swept, fenced=False))
+                if res is JOBSETS and str(meta.get("uid")) not in seen:  # its Jobs: the JobSet's controller is the agent
+                    seen.add(str(meta.get("uid")))
+                    frontier.append(str(meta.get("uid")))
+        await self._all(todo)
+
+    async def _all(self, calls: Iterable[Awaitable[None]]) -> None:
+        async def limited(call: Awaitable[None]) -> None:
+            async with self._limit:
+                await call
+        await asyncio.gather(*(limited(c) for c in calls))
+
+    async def _suspend(self, res: Resource, obj: dict[str, Any], path: tuple[str, ...], swept: Swept, *,
+                       fenced: bool) -> None:
+        meta = obj.get("metadata") or {}
+        try:
+            await self.kube.patch(res, str(meta.get("name")), _suspend_patch(path, fenced=fenced), meta.get("namespace"))
+        except NotFound:
+            return
+        except FederationError as exc:  # keep going: every other Job must still stop
+            swept.failed += 1
+            log.error("could not suspend %s %s/%s: %s", res.kind, meta.get("namespace"), meta.get("name"), exc)
+            return
+        if fenced:
+            swept.suspended += 1
+        else:
+            swept.children_suspended += 1
+
+    async def _delete_pod(self, pod: dict[str, Any], swept: Swept) -> None:
+        meta = pod.get("metadata") or {}
+        try:
+            await self.kube.delete(PODS, str(meta.get("name")), meta.get("namespace"))
+        except NotFound:
+            return
+        except FederationError as exc:
+            swept.failed += 1
+            log.error("could not delete pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
+            return
+        swept.pods_deleted += 1
+
+
+async def run(settings: FencerSettings, *, stop: asyncio.Event, clock: Clock | None = None) -> None:
+    """Run the fencer of ``settings.cluster_name`` until ``stop`` is set."""
+    async with Kube.from_settings(settings.kube_settings(), clock=clock, user_agent="mkd-fencer") as kube:
+        fencer = Fencer(kube, cluster=settings.cluster_name, namespace=settings.namespace, origin=settings.origin,
+                        clock=clock, poll_seconds=settings.poll_seconds, sweep_seconds=settings.sweep_seconds,
+                        concurrency=settings.concurrency)
+        async with Supervisor() as sup:
+            sup.start("fencer", fencer.run, restart=True)
+            await sup.run_until_stopped(stop)
