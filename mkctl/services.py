@@ -76,6 +76,13 @@ def agent_settings_class() -> type[BaseModel]:
     return cls
 
 
+def fencer_settings_class() -> type[BaseModel]:
+    from worker_agent.settings import FencerSettings
+
+    cls: type[BaseModel] = FencerSettings
+    return cls
+
+
 def default_database_url() -> str:
     """The dispatcher's own default, so ``mkctl db upgrade`` and ``mkctl dispatcher`` agree."""
     try:
@@ -122,6 +129,12 @@ def _run_agent(settings: BaseModel) -> None:
     from worker_agent import app as agent_app
 
     run_until_signal(lambda stop: agent_app.run(settings, stop=stop))  # type: ignore[arg-type]
+
+
+def _run_fencer(settings: BaseModel) -> None:
+    from worker_agent import fencer
+
+    run_until_signal(lambda stop: fencer.run(settings, stop=stop))  # type: ignore[arg-type]
 
 
 def _service_command(app: typer.Typer, name: str, doc: str, load: Callable[[], type[BaseModel]],
@@ -215,13 +228,14 @@ def write_demo_topology(state_dir: Path) -> Path:
 
 
 def settings_reference(
-    service: Annotated[str, typer.Argument(help="dispatcher or agent")],
+    service: Annotated[str, typer.Argument(help="dispatcher, agent or fencer")],
     update: Annotated[Path | None, typer.Option(
         "--update", help="Rewrite the table between this service's markers in a Markdown file (the README).",
         show_default=False)] = None,
 ) -> None:
     """Print the configuration reference of a service as a Markdown table (flag, env var, default, meaning)."""
-    loaders = {"dispatcher": dispatcher_settings_class, "agent": agent_settings_class}
+    loaders = {"dispatcher": dispatcher_settings_class, "agent": agent_settings_class,
+               "fencer": fencer_settings_class}
     if service not in loaders:
         raise CommandFailed(f"service: {service!r} is not known; use one of {', '.join(loaders)}", code=EXIT_USAGE)
     table = flags.reference_markdown(loaders[service]())
@@ -249,6 +263,10 @@ def register(app: typer.Typer) -> None:
     _service_command(app, "agent",
                      "Run an agent (one per worker cluster): run placed jobs and report back.",
                      agent_settings_class, _run_agent)
+    _service_command(app, "fencer",
+                     "Run a worker cluster's fencer (a process apart from the agent): stop the agent's jobs "
+                     "when the lease it records in the cluster runs out.",
+                     fencer_settings_class, _run_fencer)
     app.add_typer(db_app, name="db")
     app.add_typer(sim_app, name="sim")
     app.command("settings")(settings_reference)

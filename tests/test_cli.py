@@ -303,12 +303,18 @@ def test_table_aligns_and_hides_wide_columns() -> None:
 # --- the README's configuration reference ---------------------------------------------------------
 
 
-@pytest.mark.parametrize("service", ["dispatcher", "agent"])
+@pytest.mark.parametrize("service", ["dispatcher", "agent", "fencer"])
 def test_readme_configuration_reference_lists_every_setting(service: str) -> None:
     """Every setting's flag and env var is in the README's table (wording may lag; names may not)."""
-    from mkctl.services import agent_settings_class, dispatcher_settings_class, reference_markers
+    from mkctl.services import (
+        agent_settings_class,
+        dispatcher_settings_class,
+        fencer_settings_class,
+        reference_markers,
+    )
 
-    cls = {"dispatcher": dispatcher_settings_class, "agent": agent_settings_class}[service]()
+    cls = {"dispatcher": dispatcher_settings_class, "agent": agent_settings_class,
+           "fencer": fencer_settings_class}[service]()
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
     begin, end = reference_markers(service)
     current = readme.partition(begin)[2].partition(end)[0]

@@ -4,7 +4,8 @@
 process of its own when Mosquitto is not installed), the database (a private PostgreSQL, or a SQLite
 file when the server binaries are missing), the kubesim clusters (``python -m kubesim``: one process
 per cluster, or one for all of them in the small test size), mkd's CRDs and the job namespace, then
-``mkctl dispatcher`` (one or more) and ``mkctl agent`` for each worker. Settings are passed as CLI
+``mkctl dispatcher`` (one or more), ``mkctl agent`` for each worker and next to it, as a process of its
+own, ``mkctl fencer`` (when the checkout has one), which stops the Jobs of a frozen agent. Settings are passed as CLI
 flags, and only for fields the settings classes of this checkout have, so the same scenario runs
 before and after a settings change. The World itself never reads mkd's counters; the
 :mod:`bench.chaos.observe` module counts from the clusters and the database.
@@ -101,6 +102,8 @@ class World:
         self.kubeconfigs: dict[str, Path] = {}
         self.dispatchers: list[Service] = []
         self.agents: dict[str, Service] = {}
+        self.fencers: dict[str, Service] = {}
+        """worker -> its fencer (none in a checkout without ``mkctl fencer``)."""
         self.proxies: dict[str, tuple[Service, int]] = {}
         """worker -> (relay process, its port)."""
         self.notes: list[str] = []
@@ -122,7 +125,7 @@ class World:
 
     async def __aexit__(self, *exc: object) -> None:
         # SIGTERM everything at once, then wait: sequential staged shutdowns would take a minute.
-        services = [*self.agents.values(), *self.dispatchers, *self.kubesims, *(p for p, _ in self.proxies.values())]
+        services = [*self.agents.values(), *self.fencers.values(), *self.dispatchers, *self.kubesims, *(p for p, _ in self.proxies.values())]
         if self.broker is not None:
             services.append(self.broker)
         await asyncio.gather(*(asyncio.to_thread(s.terminate, 10) for s in services), return_exceptions=True)
@@ -143,6 +146,7 @@ class World:
             self.add_dispatcher(i)
         for w in WORKERS:
             self.add_agent(w)
+            self.add_fencer(w)
         await self.wait_online()
         self.notes.append(f"federation up in {time.monotonic() - started:.1f} s")
 
@@ -327,9 +331,26 @@ class World:
         self.agents[cluster] = s
         return s
 
+    def add_fencer(self, cluster: str) -> Service | None:
+        """The fencer of ``cluster``: reads the lease its agent records there, stops its Jobs when it runs out."""
+        try:
+            from worker_agent.settings import FencerSettings
+        except ImportError:
+            note = "fencer: this checkout has no `mkctl fencer`; a frozen agent's Jobs are not stopped"
+            if note not in self.notes:
+                self.notes.append(note)
+            return None
+        values: dict[str, Any] = {"cluster_name": cluster, "kubeconfig": str(self.kubeconfigs[cluster]),
+                                  "origin": ORIGIN, "poll_seconds": 0.5, "sweep_seconds": 3.0, "concurrency": 16}
+        s = python_service(f"fencer-{cluster}", ["-m", "mkctl.main", "fencer",
+                                                 *self._flags(FencerSettings, values, "fencer")], self.logs)
+        s.start()
+        self.fencers[cluster] = s
+        return s
+
     @property
     def services(self) -> list[Service]:
-        return [*self.dispatchers, *self.agents.values(), *self.kubesims, *(p for p, _ in self.proxies.values())]
+        return [*self.dispatchers, *self.agents.values(), *self.fencers.values(), *self.kubesims, *(p for p, _ in self.proxies.values())]
 
     def check(self) -> None:
         """Fail with the log of any service that died without being told to (a crash is a finding)."""
