@@ -35,11 +35,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 SMALL = Size(jobs=24, rate=10.0, run_seconds=2.0, kills=2, outage=6.0, outages=1, failover_down=6.0, deadline=60.0,
              small=True)
 
-KNOWN_TWICE = {
+KNOWN_TWICE: dict[str, str] = {
     # Reported limits: the test still fails on anything else (lost, stuck, crashes), and marks itself
-    # xfail only for this one figure, so it keeps failing for any other reason.
-    "partition": "a frozen (SIGSTOPped) agent cannot fence or update its copies: they stay live on its cluster "
-                 "while the re-placed ones run (a limit of agent-side fencing; bench/chaos/README.md)",
+    # xfail only for this one figure, so it keeps failing for any other reason. (``partition``, a frozen
+    # agent, left here once the fencer stopped its Jobs: bench/chaos/README.md.)
 }
 KNOWN_STUCK = {
     "partition-net": "an agent that fenced its Jobs when its lease ran out during the partition does not resume "

@@ -12,6 +12,8 @@ granted but never used in that run must be listed in ``UNUSED_ON_PURPOSE`` with 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -61,7 +63,11 @@ UNUSED_ON_PURPOSE: dict[str, dict[tuple[str, str, str], str]] = {
                              "a conflict, replaces what drifted and deletes what the render no longer wants"
            for verb in ("get", "update", "delete") for kind in ("pods", "services", "configmaps", "secrets")},
         ("create", "", "events"): "Warning Events on worker Jobs the agent refuses (tests/agent)",
+        ("patch", "<job>", "<job>"): "worker_agent/lease.py suspends its Jobs when its lease runs out and "
+                                     "resumes them after a Resync (tests/agent/test_lease.py); no lease runs "
+                                     "out in this run",
     },
+    "fencer": {},
 }
 
 
@@ -221,3 +227,58 @@ async def test_cluster_roles_grant_what_the_services_call_and_nothing_more(feder
         unused = sorted({normalize(*g) for g in granted} - called - set(UNUSED_ON_PURPOSE[service]))
         assert not unused, (f"the {service}'s ClusterRole grants what it never called in the run; remove it "
                             f"or say why in UNUSED_ON_PURPOSE: {unused}")
+
+
+@needs_kubectl
+async def test_the_fencers_roles_grant_what_it_calls_when_it_fences_and_nothing_more(clusters: kubesim.Sim) -> None:
+    """A worker whose agent's lease record ran out, with a placed PyTorchJob and its pod: the fencer
+    suspends the one and deletes the other, and its roles must grant exactly the calls it made."""
+    from datetime import UTC, datetime, timedelta
+
+    from federation.errors import AlreadyExists
+    from federation.kinds.crds import load_crds
+    from federation.kube import CRDS, NAMESPACES, PODS, Kube
+    from tests.agent.render_harness import example
+    from worker_agent import leaserecord
+    from worker_agent.fencer import Fencer
+
+    pytorchjobs = resource_for(by_api("kubeflow.org/v1", "PyTorchJob"))  # type: ignore[arg-type]
+    async with Kube(clusters.kubeconfig("worker-1")) as kube:
+        for crd in load_crds():
+            with contextlib.suppress(AlreadyExists):
+                await kube.create(CRDS, crd)
+        for ns in ("mkd-jobs", "mkd-system"):
+            with contextlib.suppress(AlreadyExists):
+                await kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+        for _ in range(200):  # the CRD becomes served once established
+            if await kube.served(pytorchjobs):
+                break
+            await asyncio.sleep(0.05)
+        job = example("pytorch-simple.yaml", namespace="mkd-jobs")
+        del job["metadata"]["uid"]
+        job["metadata"]["namespace"] = "mkd-jobs"
+        job["spec"].get("runPolicy", {}).pop("managedBy", None)
+        job["metadata"]["labels"] = {labels.ORIGIN: "mkd", labels.WORKLOAD_UID: "wl-fenced",
+                                     labels.PLACEMENT_ATTEMPT: "1", labels.EPOCH: "1"}
+        copy = await kube.create(pytorchjobs, job, "mkd-jobs")
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+            "name": "fenced-master-0", "namespace": "mkd-jobs",
+            "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": copy["metadata"]["name"],
+                                 "uid": copy["metadata"]["uid"], "controller": True}]},
+            "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
+        await kube.create(PODS, pod, "mkd-jobs")
+        await leaserecord.write(kube, "mkd-system", "worker-1", origin="mkd",
+                                renewed=datetime.now(UTC) - timedelta(seconds=60), seconds=5)
+    async with Kube(clusters.kubeconfig("worker-1"), user_agent="mkd-fencer") as kube:
+        fencer = Fencer(kube, cluster="worker-1", namespace="mkd-system", origin="mkd")
+        await fencer.check()
+        swept = await fencer.sweep()  # a second sweep finds nothing left to stop
+        assert fencer.sweeps == 1 and not swept.suspended and not swept.pods_deleted
+
+    used = clusters.cluster("worker-1").server.audit.by("mkd-fencer/")
+    granted = grants(roles_of(render("production-worker"), "mkd-fencer"))
+    calls = {c for c in used if not c[2].startswith("/")}
+    missing = sorted(c for c in calls if not allowed(granted, *c))
+    assert not missing, f"the fencer calls what its roles do not grant: {missing}"
+    unused = sorted({normalize(*g) for g in granted} - {normalize(*c) for c in calls} - set(UNUSED_ON_PURPOSE["fencer"]))
+    assert not unused, f"the fencer's roles grant what it never called; remove it or say why: {unused}"
