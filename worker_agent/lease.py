@@ -111,6 +111,12 @@ class LeaseKeeper:
         """Whether the agent may run and start Jobs now (the lease has more than ``stop_before`` left)."""
         return self.clock.monotonic() < self.until - self.stop_before
 
+    def recorded_now(self) -> bool:
+        """Whether the lease record in the worker cluster is current (always, when none is written)."""
+        if self.record_in is None:
+            return True
+        return self.recorded is not None and self.recorded.ends > self.clock.now()
+
     def remaining(self) -> float:
         return self.until - self.clock.monotonic()
 
@@ -211,18 +217,22 @@ class LeaseKeeper:
             cache.upsert(patched)
 
     async def resume(self, expected: set[tuple[str, int]]) -> int:
-        """After a Resync: Jobs this agent fenced that the dispatcher still expects run again."""
-        if not self.holds():
-            self.resume_failed = True
-            return 0
-        done = 0
+        """After a Resync: Jobs this agent (or the fencer) fenced that the dispatcher still expects run again,
+        once the lease holds and is recorded: with the record out of date the fencer would stop them again."""
+        wanted = []
         for kind, job in list(self._owned()):
             meta = job.get("metadata") or {}
             if (meta.get("annotations") or {}).get(labels.FENCED_ANNOTATION) != "true":
                 continue
             p = placement_of(job)
-            if p is None or (p.workload_uid, p.attempt) not in expected:
-                continue
+            if p is not None and (p.workload_uid, p.attempt) in expected:
+                wanted.append((kind, job))
+        if not self.holds() or (wanted and not self.recorded_now()):
+            self.resume_failed = True
+            return 0
+        done = 0
+        for kind, job in wanted:
+            meta = job.get("metadata") or {}
             patch = {"metadata": {"annotations": {labels.FENCED_ANNOTATION: None}},
                      **_nested(kind.suspend_path, False)}  # type: ignore[attr-defined]
             try:

@@ -132,9 +132,11 @@ async def test_the_fencer_stops_an_absent_agents_jobs_when_its_record_runs_out_a
         return not await live_pods(harness.kube)
     await until(no_pods, "every pod gone (deleted by the fencer, or by the Job controller)")
 
-    # the agent comes back: it holds no renewal yet, so nothing runs again
+    # the agent comes back: it holds no renewal yet (only its start-up grace), so nothing runs again, not
+    # even for a Resync listing the Job: the fencer would stop it at once, its record being out of date
     await harness.start_agent()
-    await asyncio.sleep(1.0)
+    await harness.send(Resync(cluster=CLUSTER, epoch=1, expected=[pytorch.placement, batch.placement]))
+    await asyncio.sleep(1.5)
     again = await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a")
     assert suspended_at(again, "spec", "runPolicy", "suspend") and not await live_pods(harness.kube)
     # a renewal: the record had run out, so the agent asks for a Resync before resuming anything
