@@ -289,7 +289,7 @@ class Agent:
                 hb = self._heartbeat(capacity)
                 if self.lease is not None:
                     self.lease.heartbeat_sent(hb)  # a renewal of the lease runs from now
-                self.outbox.put(presence, hb, retain=True)
+                self.outbox.put_heartbeat(presence, hb)
                 last, last_sent = capacity, now
             self.capacity_changed.clear()
             await sleep_or(self.capacity_changed, max(0.0, interval - (self.clock.monotonic() - last_sent)))

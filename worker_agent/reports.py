@@ -67,6 +67,8 @@ class Outbox:
     def __init__(self, *, limit: int = 200_000, seal: Callable[[str, bytes, str, int], bytes] | None = None) -> None:
         self._seal = seal
         self._items: deque[tuple[str, ReportBase, bool]] = deque(maxlen=limit)
+        self._beat: tuple[str, ReportBase, bool] | None = None
+        """The newest heartbeat not yet published: it goes before every queued Report (``put_heartbeat``)."""
         self._ready = asyncio.Event()
         self._link: MqttLink | None = None
         self._linked = asyncio.Event()
@@ -76,6 +78,27 @@ class Outbox:
 
     def put(self, topic: str, report: ReportBase, *, retain: bool = False) -> None:
         self._items.append((topic, report, retain))
+        self._ready.set()
+
+    def put_heartbeat(self, topic: str, heartbeat: Heartbeat) -> None:
+        """Queue a heartbeat (retained) ahead of every Report, replacing one still waiting: the lease a
+        heartbeat earns runs from when it was queued (``worker_agent.lease``), so it must not wait behind a
+        backlog, and an older heartbeat says nothing the newer one does not."""
+        self._beat = (topic, heartbeat, True)
+        self._ready.set()
+
+    def _take(self) -> tuple[str, ReportBase, bool]:
+        if self._beat is not None:
+            item, self._beat = self._beat, None
+            return item
+        return self._items.popleft()
+
+    def _put_back(self, item: tuple[str, ReportBase, bool]) -> None:
+        if isinstance(item[1], Heartbeat):
+            if self._beat is None:  # unless a newer one was queued meanwhile
+                self._beat = item
+        else:
+            self._items.appendleft(item)
         self._ready.set()
 
     @staticmethod
@@ -95,14 +118,14 @@ class Outbox:
     async def run_sender(self) -> None:
         """One sender; runs until cancelled. A failed publish is put back for the next link."""
         while True:
-            while not self._items:
+            while not self.pending():
                 self._ready.clear()
                 await self._ready.wait()
             await self._linked.wait()
             link = self._link
-            if link is None or not self._items:
+            if link is None or not self.pending():
                 continue
-            item = self._items.popleft()
+            item = self._take()
             try:
                 payload = encode(numbered(item[1], self.stream, self._n + 1))
             except MessageRefused as exc:  # can never be sent (above the payload limit): not a crash
@@ -115,8 +138,7 @@ class Outbox:
                 await link.publish(item[0], payload, retain=item[2])
                 self.sent += 1
             except (Transport, RuntimeError) as exc:
-                self._items.appendleft(item)
-                self._ready.set()
+                self._put_back(item)
                 if link.alive:
                     # Timed out on a link that is still up (a silent partition the keepalive has not
                     # noticed, or one that already healed): keep publishing on it. Detaching here left the
@@ -130,7 +152,7 @@ class Outbox:
                 log.info("publish failed (%s); waiting for the link", exc)
 
     def pending(self) -> int:
-        return len(self._items)
+        return len(self._items) + (self._beat is not None)
 
 
 def placement_of(job: Mapping[str, Any]) -> PlacementKey | None:

@@ -91,3 +91,23 @@ async def test_a_report_too_large_to_send_is_logged_and_the_sender_carries_on() 
     finally:
         sender.cancel()
     assert [(r.placement.workload_uid, r.n) for r in link.published] == [("u2", 1)]
+
+
+async def test_the_newest_heartbeat_goes_out_before_a_backlog_of_reports() -> None:
+    """The lease runs from when a heartbeat was queued (worker_agent.lease): one waiting behind a backlog
+    of Reports (after a reconnect, say) came back with its lease nearly spent, and the agent fenced its
+    Jobs although the dispatcher answered every heartbeat. Only the newest heartbeat matters, and first."""
+    outbox, link = Outbox(), RecordingLink()
+    outbox.attach(link)  # type: ignore[arg-type]
+    for i in range(50):
+        outbox.put("t/reports", status(i))
+    old = Heartbeat(cluster="w1", capacity=Capacity(), running=1)
+    new = Heartbeat(cluster="w1", capacity=Capacity(), running=2)
+    outbox.put_heartbeat("t/presence", old)
+    outbox.put_heartbeat("t/presence", new)
+    assert outbox.pending() == 51
+    await drain(outbox, link, 51)
+    first = link.published[0]
+    assert isinstance(first, Heartbeat) and first.running == 2
+    assert [r.n for r in link.published] == list(range(1, 52))
+    assert sum(isinstance(r, Heartbeat) for r in link.published) == 1
