@@ -73,6 +73,16 @@ class Answers(EngineCore):
             # stands, and placing the Workload again would run it twice
             log.info("stale Place for %s attempt %d refused by %s: %s", uid, p["attempt"], r.cluster, r.message)
             return
+        if p["state"] == "sent" and r.reason == messages.REJECTED_LEASE_EXPIRED and not r.permanent:
+            # The agent is fenced until a lease renewal reaches it, then takes this very Place: it stays
+            # sent and goes again (unanswered re-send, or the Inventory the agent sends once renewed).
+            # Requeueing spent an attempt per refusal and failed Jobs on a cluster fencing on and off. A
+            # cluster that stays silent is lost and its unanswered Places move (clusters.py).
+            log.info("Place of %s attempt %d refused by %s while its lease is out; sent again later",
+                     uid, p["attempt"], r.cluster)
+            b.set_w(uid, reason=f"{r.cluster} refused the Place while fenced (no lease): {r.message}; "
+                                "sent again once its lease is renewed"[:1000], updated_at=b.now)
+            return
         if p["state"] != "sent" and r.reason != messages.REJECTED_TWO_CONTROLLERS:
             self._command_refused(b, row, p, r, text)
             return  # (TwoControllers: the agent deleted even an accepted copy, so it is placed elsewhere)

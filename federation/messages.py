@@ -180,6 +180,9 @@ class Accepted(ReportBase):
 REJECTED_TWO_CONTROLLERS = "TwoControllers"
 """``Rejected.reason`` when another controller (an upstream operator) also ran the copy: the agent deleted it
 (``worker_agent.foreign``), so even after an Accepted the placement is over and goes elsewhere."""
+REJECTED_LEASE_EXPIRED = "LeaseExpired"
+"""``Rejected.reason`` (temporary) of an agent whose lease ran out (``worker_agent.lease``): it starts nothing
+until a renewal reaches it, then takes the same Place; the dispatcher sends it again, spending no attempt."""
 
 
 class Rejected(ReportBase):

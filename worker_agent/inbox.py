@@ -36,6 +36,7 @@ from federation.kinds.base import JobKind
 from federation.kinds.registry import by_name
 from federation.kube import NAMESPACES, Kube, Resource
 from federation.messages import (
+    REJECTED_LEASE_EXPIRED,
     Delete,
     InventoryItem,
     Lease,
@@ -226,7 +227,7 @@ class Inbox:
                                    "install the CRD or place the job elsewhere", permanent=False)
             return
         if self.lease is not None and not self.lease.holds():
-            self.reporter.rejected(p, cmd.spec_version, "LeaseExpired",
+            self.reporter.rejected(p, cmd.spec_version, REJECTED_LEASE_EXPIRED,
                                    "this agent has no lease from the dispatcher (fenced): it starts nothing new",
                                    permanent=False)
             return

@@ -223,3 +223,31 @@ async def test_refuses_to_start_on_a_schema_that_is_behind(manager: Path, databa
     with pytest.raises(Permanent, match="mkctl db upgrade"):
         async with Dispatcher(settings(manager, database_url, mqtt_url, topic_root)):
             pass
+
+
+async def test_a_place_refused_by_a_fenced_agent_waits_for_its_lease_and_never_fails_the_job(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    """An agent whose lease ran out refuses Places as LeaseExpired (temporary) until a renewal reaches
+    it. Each refusal used to requeue the Workload at the next attempt, so a cluster fencing on and off
+    (short leases on a loaded machine; chaos partition) used up max_placement_attempts and the Job ended
+    'failed' in SQL without ever running anywhere. The Place is sent again instead; no attempt is spent."""
+    s = settings(manager, db_url, mqtt_url, topic_root, max_placement_attempts=2, place_resend_seconds=0.5)
+    async with FakeAgent("worker-1", mqtt_url, topic_root, auto_accept=False) as fenced, running(s):
+        await kube.create(PYTORCHJOBS, pytorchjob("waits"), "default")
+        for n in range(3):
+            await eventually(lambda: len(fenced.places()) > n, within=15, what=f"Place #{n + 1}")  # noqa: B023
+            p = fenced.places()[n]
+            assert p.placement.attempt == 1
+            await fenced.report(messages.Rejected(
+                cluster="worker-1", placement=p.placement, spec_version=p.spec_version, seq=n + 1,
+                reason=messages.REJECTED_LEASE_EXPIRED, message="fenced", permanent=False))
+        await eventually(lambda: len(fenced.places()) > 3, within=15, what="the Place once more")
+        last = fenced.places()[-1]
+        assert last.placement.attempt == 1
+        await fenced.report(messages.Accepted(cluster="worker-1", placement=last.placement,
+                                              spec_version=last.spec_version, seq=10))
+        await eventually(lambda: condition(kube, "waits", labels.CONDITION_DISPATCHED, "True"))
+    (w,) = await rows(db_url, m.workloads)
+    assert w.state == "running" and w.attempt == 1
+    ps = await rows(db_url, m.placements)
+    assert [(p.cluster, p.attempt, p.state) for p in ps] == [("worker-1", 1, "accepted")]
