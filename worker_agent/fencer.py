@@ -137,6 +137,10 @@ class Fencer:
                 listed = await self.kube.list(kind_resource(kind), label_selector=labels.origin_selector(self.origin))
             except NotFound:
                 continue  # the kind is not installed here
+            except FederationError as exc:  # one kind unreadable (a role missing it): stop every other one
+                swept.failed += 1
+                log.error("could not list %s to fence them: %s", kind_resource(kind).plural, exc)
+                continue
             copies += [(kind, job) for job in listed.items
                        if placement_of(job) is not None and kind.finished(job) is None]
         await self._all(self._suspend(kind_resource(kind), job, kind.suspend_path, swept, fenced=True)  # type: ignore[attr-defined]
@@ -153,6 +157,10 @@ class Fencer:
             try:
                 items = (await self.kube.list(res, ns)).items
             except NotFound:
+                continue
+            except FederationError as exc:
+                swept.failed += 1
+                log.error("could not list %s in %s to stop what runs under the agent: %s", res.plural, ns, exc)
                 continue
             for obj in items:
                 owner = _controller_uid(obj)
