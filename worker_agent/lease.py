@@ -147,8 +147,11 @@ class LeaseKeeper:
         while True:
             await self._record_due.wait()
             self._record_due.clear()
-            # measured at one instant: a write delayed (or frozen) after this cannot lengthen the record
-            now, seconds = self.clock.now(), leaserecord.hold_seconds(self.remaining() - self.stop_before)
+            # measured at one instant: a write delayed (or frozen) after this cannot lengthen the record. It
+            # ends half-way between the agent's own fencing and the lease's end: a live agent stops its Jobs
+            # first (a renewal that is merely late spares them the fencer), a hung one still stops in time.
+            now = self.clock.now()
+            seconds = leaserecord.hold_seconds(self.remaining() - self.stop_before / 2)
             if seconds <= 0:
                 continue
             try:

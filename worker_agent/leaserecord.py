@@ -4,10 +4,11 @@ The dispatcher's lease lives in the agent's memory (``worker_agent.lease``); a f
 process can neither act on it nor say it ran out. So on every renewal the agent also writes a
 ``coordination.k8s.io/v1`` Lease, ``mkd-agent-<cluster>`` in its namespace: ``renewTime`` is the
 agent's wall clock at the moment it measured its lease, and ``leaseDurationSeconds`` the whole
-seconds it may still run Jobs from then (the dispatcher's lease less the agent's own
-``stop_before``, rounded down). The fencer (``worker_agent.fencer``), a separate process, stops
-every Job of the agent's origin once ``renewTime + leaseDurationSeconds`` has passed. The record
-only ever ends at or before the moment the agent itself would stop, so it never lengthens a lease.
+seconds from then until half of the agent's ``stop_before`` is left of the dispatcher's lease (rounded
+down): a live agent suspends its Jobs itself first, and only an agent that did not gets the fencer
+(``worker_agent.fencer``), a separate process, which stops every Job of the agent's origin once
+``renewTime + leaseDurationSeconds`` has passed, still ``stop_before / 2`` before the lease ends. The
+record never ends after the lease the dispatcher granted.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ async def fetch(kube: Kube, namespace: str, cluster: str) -> Held | None:
 
 
 def hold_seconds(remaining: float) -> int:
-    """Whole seconds the agent may still run Jobs (rounded down: the record never outlasts the lease)."""
+    """Whole seconds left before the fencer must act (rounded down: the record never outlasts the lease)."""
     return max(0, math.floor(remaining))
 
 

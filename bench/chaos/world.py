@@ -341,7 +341,7 @@ class World:
                 self.notes.append(note)
             return None
         values: dict[str, Any] = {"cluster_name": cluster, "kubeconfig": str(self.kubeconfigs[cluster]),
-                                  "origin": ORIGIN, "poll_seconds": 0.5, "sweep_seconds": 3.0, "concurrency": 16}
+                                  "origin": ORIGIN, "poll_seconds": 1.0, "sweep_seconds": 3.0, "concurrency": 16}
         s = python_service(f"fencer-{cluster}", ["-m", "mkctl.main", "fencer",
                                                  *self._flags(FencerSettings, values, "fencer")], self.logs)
         s.start()
