@@ -122,7 +122,8 @@ class EngineCore:
         self.queueing = QueueingState(starvation_seconds=settings.starvation_seconds,
                                       max_attempts_per_pass=settings.max_admissions_per_pass,
                                       fair_sharing=settings.fair_sharing.enable,
-                                      preemption_strategies=tuple(settings.fair_sharing.preemption_strategies))
+                                      preemption_strategies=tuple(settings.fair_sharing.preemption_strategies),
+                                      hold_seconds=settings.starvation_hold_seconds)
         """Kueue objects, the pending queues and the quota held (see ``dispatcher.queueing``)."""
 
     async def rebuild(self) -> None:

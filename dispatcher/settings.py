@@ -209,8 +209,15 @@ class DispatcherSettings(BaseSettings):
     starvation_seconds: float = Field(default=300.0, ge=0)
     """A Workload at the head of its queue that has been set aside (no quota, or no cluster fits) for
     this long is tried first in every pass and, if it still fits no cluster, holds the cluster that
-    comes closest: nothing queued after it is placed there until it fits. Kueue has no such rule;
-    without it a stream of small jobs can starve a large gang forever."""
+    comes closest: nothing queued after it is placed there until it fits (short of quota it could
+    have, it blocks its ClusterQueue instead). Kueue has no such rule; without it a stream of small
+    jobs can starve a large gang forever."""
+
+    starvation_hold_seconds: float = Field(default=60.0, gt=0)
+    """A starving Workload's hold (a cluster, or its ClusterQueue) is let go when the room it waits for
+    has not grown for this long: it would not fit there as things stand (long runners, nodes too small
+    for its pods), and holding on would block everything queued after it. Its reason says so (``mkctl
+    why``); it may hold again after ``starvation_seconds``."""
 
     fair_sharing: FairSharingSettings = Field(default_factory=lambda: FairSharingSettings())
     """Kueue's fair sharing (its configuration's ``fairSharing.enable``), off by default as there."""

@@ -14,8 +14,9 @@ in a ``BestEffortFIFO`` queue (it returns when quota in its cohort or cluster ca
 queue object changes) and *blocks* a ``StrictFIFO`` queue. **No starvation:** a head set aside
 for longer than ``starvation_seconds`` is tried first in every pass and, when it still fits no
 cluster, holds the cluster that comes closest: nothing queued after it is placed there until it
-fits (its ClusterQueue turns strict meanwhile). In open mode (no ClusterQueue exists) every
-Workload is in one queue without quota.
+fits; short of quota (that it could have), it blocks its ClusterQueue. Holds are bounded
+(:mod:`~dispatcher.queueing.holds`): let go after ``hold_seconds`` without more room. In open mode
+(no ClusterQueue exists) every Workload is in one queue without quota.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from dispatcher.placement import (
 from dispatcher.queueing import api, fairshare, preemption
 from dispatcher.queueing.catalog import Catalog
 from dispatcher.queueing.flavors import Assignment, assign, with_flavors
+from dispatcher.queueing.holds import Holds
 from dispatcher.queueing.quota import FR, ZERO, QuotaTree
 
 OPEN = ""  # the one queue of open mode
@@ -72,6 +74,7 @@ class Entry:
     stored_cq: str | None = None  # the ClusterQueue last written to its row
     set_aside: str = ""      # '' in the heap; 'quota' or 'capacity' while set aside
     set_aside_since: float | None = None
+    note: str = ""           # why it let go of a hold (kept in its reason until it is admitted)
 
     def key(self) -> tuple[int, float, int]:
         return (-self.priority, self.queued_at, self.seq)
@@ -127,7 +130,8 @@ class Queues:
 
     def __init__(self, catalog: Catalog, *, starvation_seconds: float = 300.0,
                  max_attempts_per_pass: int = 2000, policy: PlacementPolicy = choose,
-                 fair_sharing: bool = False, preemption_strategies: tuple[str, ...] = fairshare.STRATEGIES) -> None:
+                 fair_sharing: bool = False, preemption_strategies: tuple[str, ...] = fairshare.STRATEGIES,
+                 hold_seconds: float = 60.0) -> None:
         if not fairshare.allowed(preemption_strategies):
             raise ValueError(f"preemption strategies {list(preemption_strategies)}: use one of "
                              f"{[list(a) for a in fairshare.ALLOWED]}")
@@ -141,11 +145,12 @@ class Queues:
         self.admitted: dict[str, Admitted] = {}
         self.heaps: dict[str | None, list[tuple[tuple[int, float, int], str]]] = {}
         self.aside: dict[str | None, dict[str, Entry]] = {}
-        self.holds: dict[str, str] = {}          # cluster -> uid of the starving head holding it
+        self.held = Holds(hold_seconds)          # starving heads' holds on a cluster or their queue
         self.tree = QuotaTree(catalog)
         self._unused: QuotaTree | None = None   # the tree with no usage: a preemptor's flavors (fair sharing)
         self._generation = catalog.generation
         self._stamp = 0.0
+        self._admitted_now: set[str] = set()
         self._told: list[Entry] = []   # held before any pass (queue missing, stopped): reported by the next pass
 
     # --- membership ------------------------------------------------------------------------------
@@ -153,8 +158,11 @@ class Queues:
     def add(self, e: Entry) -> None:
         old = self.entries.get(e.uid)
         if old is not None:
-            e.set_aside_since = old.set_aside_since
+            e.set_aside_since, e.note = old.set_aside_since, old.note
+            hold = self.held.by_uid.get(old.uid)
             self._drop(old)
+            if hold is not None:  # the same Workload (a new priority, a pin): its hold stays
+                self.held.by_uid[old.uid] = hold
         self.entries[e.uid] = e
         self._route(e)
 
@@ -166,9 +174,7 @@ class Queues:
 
     def _drop(self, e: Entry) -> None:
         self.aside.get(e.cq, {}).pop(e.uid, None)
-        for cluster, holder in list(self.holds.items()):
-            if holder == e.uid:
-                del self.holds[cluster]
+        self.held.drop(e.uid)
         # heap entries are removed lazily (their uid is no longer in self.entries, or moved)
 
     def _route(self, e: Entry) -> None:
@@ -238,7 +244,7 @@ class Queues:
             self.tree.add(a.cq, a.usage)
         self.heaps.clear()
         self.aside.clear()
-        self.holds.clear()
+        self.held.clear()
         for e in self.entries.values():
             self._route(e)
 
@@ -278,10 +284,9 @@ class Queues:
         self._told.clear()
         stamp = now.timestamp()
         self._stamp = stamp
+        self._admitted_now = set()
         blocked: set[str | None] = set()
-        for cluster in list(self.holds):
-            if cluster not in views:
-                del self.holds[cluster]
+        self._check_holds(views, stamp, result)
         done: set[str] = set()
         reserved: list[tuple[str, dict[FR, Decimal]]] = []
         starving = [e for es in self.aside.values() for e in es.values()
@@ -328,7 +333,7 @@ class Queues:
                     continue  # an earlier candidate of this round took the quota: next round
                 done.add(e.uid)
                 need = with_flavors(e.need, got.flavors, self.catalog) if got.flavors else e.need
-                held_by_others = {c for c, uid in self.holds.items() if uid != e.uid}
+                held_by_others = self.held.held_by_others(e.uid)
                 usable = [v for n, v in views.items() if n not in held_by_others]
                 decision = self.policy(need, usable, now=now, timeout=timeout, exclude=e.excluded,
                                        constraints=self._constraints(e, cq))
@@ -336,12 +341,16 @@ class Queues:
                     text = decision.reason
                     if held_by_others:
                         text += f" (held for a Workload waiting longer: {', '.join(sorted(held_by_others))})"
-                    progress |= self._wait(e, "capacity", text, stamp, cq, blocked, result)
                     if self._starving(e, stamp):
-                        self._hold(e, need, usable, now, timeout)
+                        self._hold(e, need, usable, now, timeout, stamp)
+                        mine = self.held.by_uid.get(e.uid)
+                        if mine is not None and mine.cluster is not None:
+                            text += (f"; holding {mine.cluster} for it (nothing queued after it is placed there; "
+                                     f"let go after {self.held.seconds:g}s without more room)")
                         if cq is not None:  # its quota too, for the rest of this pass
                             self.tree.add(cq.name, got.usage)
                             reserved.append((cq.name, got.usage))
+                    progress |= self._wait(e, "capacity", text, stamp, cq, blocked, result)
                     continue
                 if root is not None and borrows:
                     borrowed_in.add(root)
@@ -361,7 +370,8 @@ class Queues:
             return False
         within_nominal = self._within_nominal(e, cq)
         fair = self.fair_sharing and cq.cohort is not None
-        items = [(a.uid, a.cq, a.priority, a.queued_at, a.admitted_at, a.cluster) for a in self.admitted.values()]
+        items = [(a.uid, a.cq, a.priority, a.queued_at, a.admitted_at, a.cluster) for a in self.admitted.values()
+                 if a.uid not in self._admitted_now]  # not admitted and evicted in one pass (a Place, then a Delete)
         cands = preemption.candidates(cq, e.priority, e.queued_at, within_nominal, items, self.tree, fair=fair)
         if not cands:
             return False
@@ -462,6 +472,8 @@ class Queues:
               blocked: set[str | None], result: PassResult) -> bool:
         """Record why ``e`` waits; set it aside (True) or block its queue (False)."""
         step = "quota" if why == "quota" else "placement"
+        if e.note:
+            text = f"{text}; {e.note}"
         if e.reason != text or e.step != step:
             e.reason, e.step = text, step
             e.word = "QuotaNotReserved" if why == "quota" else "NoFittingCluster"
@@ -469,7 +481,7 @@ class Queues:
         if e.set_aside_since is None:
             e.set_aside_since = stamp
         strict = cq is not None and cq.strategy == "StrictFIFO"
-        if strict or (why == "quota" and self._starving(e, stamp)):
+        if strict or (why == "quota" and self._starving(e, stamp) and self._hold_queue(e, cq, stamp)):
             blocked.add(e.cq)  # the head blocks its queue: nothing behind it goes first
             return False
         self._pop(e)
@@ -477,20 +489,78 @@ class Queues:
         self.aside.setdefault(e.cq, {})[e.uid] = e
         return True
 
-    def _hold(self, e: Entry, need: Need, views: list[ClusterView], now: datetime, timeout: float) -> None:
+    def _hold(self, e: Entry, need: Need, views: list[ClusterView], now: datetime, timeout: float,
+              stamp: float) -> None:
         """A starving head holds the cluster that comes closest to fitting it (most allocatable of
         what it asks for, among those it may use) so that freed room accumulates for it."""
-        if e.uid in self.holds.values():
+        mine = self.held.by_uid.get(e.uid)
+        if mine is not None and mine.cluster is not None:
             return
+        self.held.drop(e.uid)   # it held its queue's quota; it has quota now, and needs a cluster
+        taken = self.held.clusters()
         candidates = [v for v in views if eligible(v, now=now, timeout=timeout) and v.name not in e.excluded
-                      and v.name not in self.holds and (v.kinds is None or need.kind in v.kinds)]
+                      and v.name not in taken and (v.kinds is None or need.kind in v.kinds)]
         wanted = [k for k, v in need.total.items() if v > 0 and k != "pods"]
         fits_total = [v for v in candidates if all(v.allocatable.get(k, ZERO) >= need.total[k] for k in wanted)]
         if not fits_total:
             return
-        best = max(fits_total, key=lambda v: (min((v.free.get(k, ZERO) / need.total[k] for k in wanted), default=ZERO),
-                                             v.name))
-        self.holds[best.name] = e.uid
+        best = max(fits_total, key=lambda v: (_room(v, need), v.name))
+        self.held.add(e.uid, best.name, _room(best, need), stamp)
+
+    def _hold_queue(self, e: Entry, cq: api.ClusterQueue | None, stamp: float) -> bool:
+        """A starving head short of quota blocks its ClusterQueue, if it could have that quota at all
+        (alone in its unused cohort) and its hold was not let go."""
+        if cq is None:
+            return False
+        mine = self.held.by_uid.get(e.uid)
+        if mine is not None and mine.cluster is not None:
+            self.held.drop(e.uid)   # it held a cluster; quota is what it lacks now
+        if e.uid not in self.held.by_uid:
+            if isinstance(assign(cq, e.need, self._unused_tree(), self.catalog), str):
+                return False  # more than the ClusterQueue can ever give it: blocking would block forever
+            self.held.add(e.uid, None, self._quota_room(e, cq), stamp)
+        return self.held.by_uid[e.uid].cluster is None
+
+    def _quota_room(self, e: Entry, cq: api.ClusterQueue) -> Decimal:
+        """The least share of what ``e`` asks for that its ClusterQueue may still use (best flavor)."""
+        room: Decimal | None = None
+        for res, amount in e.need.total.items():
+            group = cq.group_of(res)
+            if amount <= 0 or group is None:
+                continue
+            best = max((self.tree.available(cq.name, (f.name, res)) for f in group.flavors), default=ZERO)
+            room = best / amount if room is None else min(room, best / amount)
+        return room if room is not None else ZERO
+
+    def _check_holds(self, views: Mapping[str, ClusterView], stamp: float, result: PassResult) -> None:
+        """Holds whose room stopped growing for ``hold_seconds`` are let go (see ``holds``)."""
+        for uid, hold in list(self.held.by_uid.items()):
+            e = self.entries.get(uid)
+            spec = self.catalog.cluster_queues.get(e.cq) if e is not None and e.cq else None
+            if e is None or (hold.cluster is not None and hold.cluster not in views) or (
+                    hold.cluster is None and spec is None):
+                self.held.drop(uid)
+                continue
+            if hold.cluster is not None:
+                room = _room(views[hold.cluster], e.need)
+            else:
+                assert spec is not None
+                room = self._quota_room(e, spec)
+            gone = self.held.observe(uid, room, stamp)
+            if gone is None:
+                continue
+            what = f"cluster {gone.cluster}" if gone.cluster else f"the quota of ClusterQueue {e.cq}"
+            e.note = (f"let go of {what}, held for it {stamp - gone.since:.0f}s: no more room for it there in "
+                      f"{self.held.seconds:g}s; it waits like any other and may hold again after "
+                      f"{self.starvation_seconds:g}s")
+            e.set_aside_since = stamp   # its starvation clock starts over
+            e.reason = f"{e.reason.split('; let go of ')[0]}; {e.note}"
+            result.waiting.append(e)
+
+    @property
+    def holds(self) -> dict[str, str]:
+        """Held cluster -> the uid of the starving head holding it."""
+        return self.held.clusters()
 
     def _admit(self, e: Entry, cq: api.ClusterQueue | None, got: Assignment, need: Need, cluster: str, why: str,
                views: Mapping[str, ClusterView], result: PassResult) -> None:
@@ -504,4 +574,11 @@ class Queues:
             k: v for k, v in view.free.items() if k not in need.total}
         if view.nodes:
             view.nodes = subtract_from_nodes(view.nodes, need.total, need)
+        self._admitted_now.add(e.uid)
         result.admitted.append(Admission(e, cluster, why, need, got.flavors, dict(got.usage), got.borrows))
+
+
+def _room(view: ClusterView, need: Need) -> Decimal:
+    """The least free share, on one cluster, of what a Workload asks for (1: all of it is free)."""
+    wanted = [k for k, v in need.total.items() if v > 0 and k != "pods"]
+    return min((view.free.get(k, ZERO) / need.total[k] for k in wanted), default=ZERO)

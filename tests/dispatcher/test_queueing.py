@@ -232,3 +232,25 @@ async def test_a_higher_priority_job_preempts_and_the_victim_is_requeued_with_it
         assert low.state == "pending" and low.queued_at > low.created_at    # back in its queue at the eviction time
         types = [e.type for e in await rows(db_url, m.events, workload_uid=low.uid)]
         assert types[:1] == ["claimed"] and "placed" in types and "evicted" in types   # its history kept
+
+
+async def test_a_starving_job_that_fits_nowhere_lets_go_of_its_hold_and_why_says_so(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    """Open mode; a gang of 16-CPU pods on a cluster of 8-CPU nodes (64 in all): starving after 1 s, it
+    holds worker-1; with no more room there for 2 s it lets go, and ``why`` says so."""
+    s = settings(manager, db_url, mqtt_url, topic_root, starvation_seconds=1.0, starvation_hold_seconds=2.0,
+                 placement_retry_seconds=0.5)
+    async with FakeAgent("worker-1", mqtt_url, topic_root, cap=capacity(cpu="64", node_cpu="8"), beat_every=0.5):
+        async with running(s):
+            await kube.create(PYTORCHJOBS, pytorchjob("gang", workers=3, cpu="16"), "default")
+
+            async def let_go() -> Any:
+                if not any(r.name == "gang" for r in await rows(db_url, m.workloads)):
+                    return None  # not claimed yet
+                answer = await _why(db_url, "default/gang")
+                return answer if "let go of cluster worker-1" in answer.get("message", "") else None
+            answer = await eventually(let_go, what="the hold let go, in why", within=30)
+            assert answer["step"] == "placement"
+            assert "no more room for it there in 2s" in answer["message"], answer
+            c = cond(await kube.get(PYTORCHJOBS, "gang", "default"), labels.CONDITION_DISPATCHED)
+            assert c is not None and c["status"] == "False"

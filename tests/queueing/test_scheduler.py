@@ -202,3 +202,98 @@ def test_a_resource_no_cluster_offers_is_named() -> None:
     gpu = need(cpu=1, extra={"nvidia.com/gpu": "2"})
     decision = choose(gpu, [cluster("w1", node("n", 8)), cluster("w2", node("n", 8))], now=NOW, timeout=30)
     assert decision.reason == "no cluster offers nvidia.com/gpu at all (checked w1, w2); it needs 2 nvidia.com/gpu"
+
+
+def _gang_and_smalls(q: Queues, clusters: object, until: int, *, start: int = 0) -> dict[int, list[str]]:
+    """Passes every 10 s up to ``until``; a 1-CPU job arrives at each and finishes at once."""
+    got: dict[int, list[str]] = {}
+    for t in range(start, until, 10):
+        q.add(entry(f"small-{t}", need(cpu=1), at=t + 1))
+        got[t] = admitted_names(q, clusters() if callable(clusters) else clusters, at=t)  # type: ignore[arg-type]
+        q.capacity_changed()
+    return got
+
+
+def test_a_starving_head_that_never_fits_lets_go_of_the_held_cluster() -> None:
+    """A 4 x 15-CPU gang on a cluster of eight 8-CPU nodes: 64 CPU in all, never room for one pod. It
+    holds the cluster once starving; with no more room after hold_seconds it lets go, says so, and the
+    small jobs run there again (before, the cluster stayed held forever)."""
+    q = Queues(catalog(), starvation_seconds=60, hold_seconds=60)
+    q.add(entry("gang", need(cpu=15, count=4), at=0))
+
+    def w() -> list:
+        return [cluster("w", *[node(f"n{i}", 8) for i in range(8)])]
+    got = _gang_and_smalls(q, w, 60)
+    assert all(got[t] == [f"small-{t}"] for t in range(0, 60, 10))       # not starving yet: they run
+    got = _gang_and_smalls(q, w, 120, start=60)
+    assert q.holds == {"w": "uid-gang"}                                  # starving at 60: w held
+    assert all(got[t] == [] for t in range(60, 120, 10))
+    gang = q.entries["uid-gang"]
+    assert "holding w for it" in gang.reason
+    got = _gang_and_smalls(q, w, 130, start=120)
+    assert q.holds == {}
+    assert "let go of cluster w, held for it 60s: no more room for it there in 60s" in gang.reason
+    assert gang.step == "placement"
+    assert got[120] == [f"small-{t}" for t in range(60, 130, 10)]       # the waiting ones run at once
+    got = _gang_and_smalls(q, w, 180, start=130)
+    assert all(got[t] == [f"small-{t}"] for t in range(130, 180, 10))   # its clock starts over
+    assert "let go of cluster w" in gang.reason                          # still saying why it waits
+    _gang_and_smalls(q, w, 190, start=180)
+    assert q.holds == {"w": "uid-gang"}                                  # and it may hold again
+
+
+def test_a_hold_is_kept_while_its_room_grows() -> None:
+    """Room that keeps growing on the held cluster keeps the hold past hold_seconds (the gang of the
+    starvation test needs 125 s of draining; a plain timer would hand its room back to the stream)."""
+    q = Queues(catalog(), starvation_seconds=60, hold_seconds=30)
+    q.add(entry("gang", need(cpu=15, count=4), at=0))
+    free = 10
+    for t in range(0, 600, 10):
+        q.add(entry(f"small-{t}", need(cpu=1), at=t + 1))
+        got = admitted_names(q, [cluster("w", node("n", free), allocatable={"cpu": Decimal(64)})], at=t)
+        free -= sum(1 for name in got if name.startswith("small"))
+        if "gang" in got:
+            break
+        free += 4
+        q.capacity_changed()
+    assert "gang" in got and t <= 60 + 140
+    assert "let go" not in q.entries.get("uid-gang", entry("x")).reason
+
+
+def test_a_head_that_can_never_have_its_quota_does_not_block_its_queue() -> None:
+    """8 CPU asked of a ClusterQueue of 4 with no cohort: it can never be admitted; starving, it
+    blocked its BestEffortFIFO queue for good before."""
+    c = catalog(flavor("default"), lq("default", "q", "a"), cq("a", flavors={"default": {"cpu": "4"}}))
+    q = Queues(c, starvation_seconds=60, hold_seconds=60)
+    q.add(entry("huge", need(cpu=8), queue="q", at=0))
+    for t in range(0, 200, 10):
+        q.add(entry(f"small-{t}", need(cpu=1), queue="q", at=t + 1))
+        got = admitted_names(q, [cluster("w", node("n", 100))], at=t)
+        assert got == [f"small-{t}"], (t, got)
+        q.release(f"uid-small-{t}")           # finished: the quota comes back and "huge" is tried again
+    assert "insufficient unused quota for cpu in flavor default" in q.entries["uid-huge"].reason
+
+
+def test_a_head_short_of_quota_lets_go_of_its_queue_when_no_quota_frees() -> None:
+    """Two long runners hold 2 of 4 CPU for good; a 3-CPU head starves. It blocks its queue while
+    quota frees for it, and lets go once none has freed for hold_seconds."""
+    c = catalog(flavor("default"), lq("default", "q", "a"), cq("a", flavors={"default": {"cpu": "4"}}))
+    q = Queues(c, starvation_seconds=60, hold_seconds=40)
+    w = [cluster("w", node("n", 100))]
+    q.add(entry("long-1", need(cpu=1), queue="q", at=-20))
+    q.add(entry("long-2", need(cpu=1), queue="q", at=-19))
+    assert admitted_names(q, w, at=-10) == ["long-1", "long-2"]
+    q.add(entry("mid", need(cpu=3), queue="q", at=0))
+    seen: dict[int, list[str]] = {}
+    for t in range(0, 200, 10):
+        q.add(entry(f"small-{t}", need(cpu=1), queue="q", at=t + 1))
+        seen[t] = admitted_names(q, w, at=t)
+        for name in seen[t]:
+            q.release(f"uid-{name}")
+    assert seen[0] == ["small-0"]
+    blocked = [t for t, names in seen.items() if not names]
+    # starving at 60: its queue turns strict; no quota freed for it for 40 s: let go at 100; its clock
+    # starts over, so it blocks again from 160 for at most as long (mid never fits while long-* run)
+    assert blocked == [60, 70, 80, 90, 160, 170, 180, 190], blocked
+    assert seen[100] == ["small-60", "small-70"]            # the two CPU the long runners leave
+    assert "let go of the quota of ClusterQueue a, held for it 40s" in q.entries["uid-mid"].reason
