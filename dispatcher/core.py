@@ -247,8 +247,15 @@ class EngineCore:
             b.set_w(uid, state="failed", reason=text, cluster=None, updated_at=b.now)
             b.event(uid, "failed", reason="PlacementAttemptsExhausted", message=text)
             cond = wl.condition(labels.CONDITION_DISPATCHED, False, "PlacementFailed", text, b.now)
-            b.after.append(lambda: self.writer.condition(key, cond))
-            b.after.append(lambda: self.writer.event(key, "Warning", "PlacementFailed", text))
+            # 'failed' is final: the manager Job says so as mkd's other final refusals do, instead of looking
+            # like a Job still waiting for a placement (Dispatched=False alone)
+            final = wl.condition(labels.CONDITION_REJECTED, True, "PlacementAttemptsExhausted", text, b.now)
+
+            def write() -> None:
+                self.writer.condition(key, cond)
+                self.writer.condition(key, final)
+                self.writer.event(key, "Warning", "PlacementFailed", text)
+            b.after.append(write)
             return
         if row["suspended"]:  # placed again once resumed
             b.set_w(uid, state="suspended", reason=f"{reason}; {SUSPENDED_REASON}", cluster=None, updated_at=b.now)

@@ -251,3 +251,24 @@ async def test_a_place_refused_by_a_fenced_agent_waits_for_its_lease_and_never_f
     assert w.state == "running" and w.attempt == 1
     ps = await rows(db_url, m.placements)
     assert [(p.cluster, p.attempt, p.state) for p in ps] == [("worker-1", 1, "accepted")]
+
+
+async def test_a_workload_that_used_up_its_attempts_says_so_on_the_manager_job(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    """The database and the manager Job never disagree: a Workload 'failed' in SQL after
+    max_placement_attempts must not look like one still waiting on the manager (Dispatched=False is what a
+    pending Job shows); it carries MultiClusterRejected=True with the reason, as mkd's other final refusals."""
+    s = settings(manager, db_url, mqtt_url, topic_root, max_placement_attempts=2)
+    async with FakeAgent("worker-1", mqtt_url, topic_root, auto_accept=False) as agent, running(s):
+        await kube.create(PYTORCHJOBS, pytorchjob("gives-up"), "default")
+        for n in range(2):
+            await eventually(lambda: len(agent.places()) > n, within=15, what=f"Place #{n + 1}")  # noqa: B023
+            p = agent.places()[n]
+            await agent.report(messages.Rejected(
+                cluster="worker-1", placement=p.placement, spec_version=p.spec_version, seq=n + 1,
+                reason="AgentError", message="the worker cluster kept failing", permanent=False))
+        c = await eventually(lambda: condition(kube, "gives-up", labels.CONDITION_REJECTED, "True"), within=15,
+                             what="the final refusal on the manager Job")
+        assert c["reason"] == "PlacementAttemptsExhausted" and "2 placement attempts" in c["message"]
+    (w,) = await rows(db_url, m.workloads)
+    assert w.state == "failed"
