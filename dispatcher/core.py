@@ -35,6 +35,7 @@ from federation.errors import Invalid
 from federation.kinds.base import JobKind
 from federation.podset import parse_quantity
 from federation.retry import Backoff
+from federation.sealing import NoKey
 
 EDIT_REFUSED = "the latest edit was not sent"
 log = logging.getLogger("dispatcher.engine")  # the engine's parts log as the engine (one logger to tune)
@@ -61,6 +62,14 @@ def oversize_problem(obj: Mapping[str, Any], exc: messages.MessageRefused) -> In
     return Invalid(where, f"the Job does not fit in one Command ({exc.message}); {where} is {_size(node)} bytes",
                    fix=f"keep the Job under {messages.MAX_PAYLOAD_BYTES // 1024} KiB: move bulky data into a ConfigMap "
                        "or a volume and refer to it")
+
+
+def unsendable_problem(obj: Mapping[str, Any], exc: messages.MessageRefused) -> Invalid:
+    """Why a Place cannot be sent: the Job is too large, or its cluster has no key to seal it to."""
+    if isinstance(exc, NoKey):
+        return Invalid("cluster", exc.message, fix=f"register cluster {exc.cluster} again "
+                                                   f"(`mkctl clusters register {exc.cluster} --public-key ...`)")
+    return oversize_problem(obj, exc)
 
 
 class EngineCore:
@@ -202,9 +211,12 @@ class EngineCore:
 
     def _queue(self, b: Batch, cluster: str, uid: str,
                cmd: messages.Place | messages.Delete | messages.Resync | messages.Lease) -> None:
-        row_id = self.outbox_ids.next()
         topic = topics.commands(cluster, self.settings.mqtt.topic_root)
-        payload = self.identity.seal(topic, messages.encode(cmd), epoch=self.epoch, n=row_id)
+        body = messages.encode(cmd)
+        if isinstance(cmd, messages.Place):  # manifests and env values: for the cluster's agent only
+            body = self.identity.seal_place(cluster, topic, body)
+        row_id = self.outbox_ids.next()
+        payload = self.identity.seal(topic, body, epoch=self.epoch, n=row_id)
         b.outbox.append({"id": row_id, "cluster": cluster, "topic": topic, "payload": payload, "workload_uid": uid,
                          "created_at": b.now})
 

@@ -9,6 +9,8 @@ signature, clock window, no repeat). A cluster with no key is never created: its
 refused, counted (reason ``unregistered``) and written to ``cluster_refusals`` for ``mkctl clusters
 list``. A will message (sealed when the agent's link opened, n 0) marks a cluster offline only when
 it belongs to the stream the cluster is speaking on now: an old one replayed is refused as ``stale_will``.
+Every Place is encrypted to the keys of its cluster before it is sealed (``federation.sealing``); a
+cluster with no key gets none (:class:`~federation.sealing.NoKey`, naming ``mkctl clusters register``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dispatcher.db import queries as q
 from dispatcher.settings import DispatcherSettings
 from federation.errors import Invalid
 from federation.refusals import refused
+from federation.sealing import NoKey, PlaceSealer
 from federation.signing import (
     Opened,
     Opener,
@@ -45,6 +48,7 @@ class Identity:
             signing.private_key.get_secret_value() if signing.private_key else None, signing.private_key_file,
             "signing"))
         self.opener = Opener(max_age_seconds=signing.max_age_seconds)
+        self.places = PlaceSealer()
         self.static: dict[str, Ed25519PublicKey] = {
             name: parse_public_key(text, f"cluster_public_keys.{name}")
             for name, text in settings.cluster_public_keys.items()}
@@ -86,6 +90,13 @@ class Identity:
 
     def seal(self, topic: str, body: bytes, *, epoch: int, n: int) -> bytes:
         return self.sealer.seal(topic, body, stream=f"e{epoch}", n=n)
+
+    def seal_place(self, cluster: str, topic: str, body: bytes) -> bytes:
+        """A Place's JSON encrypted to every key of ``cluster`` (two while its key is rotated); NoKey without one."""
+        keys = self.keys.get(cluster)
+        if not keys:
+            raise NoKey(cluster)
+        return self.places.seal(topic, body, keys)
 
     def open(self, cluster: str, channel: str, topic: str, payload: bytes, now: datetime) -> Opened:
         """The Report's bytes once its sender is known and its seal checks out; raises Refused."""

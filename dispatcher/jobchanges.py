@@ -15,12 +15,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher import workload as wl
 from dispatcher.batch import Batch, JobChange, job_key
-from dispatcher.core import EDIT_REFUSED, SUSPENDED_REASON, EngineCore, oversize_problem
+from dispatcher.core import EDIT_REFUSED, SUSPENDED_REASON, EngineCore, unsendable_problem
 from dispatcher.db import queries as q
 from dispatcher.handover.safety import REASON as STARTED_ELSEWHERE
 from dispatcher.handover.safety import started_elsewhere
 from federation import labels, messages
 from federation.errors import Invalid, NotFound
+from federation.sealing import NoKey
 
 
 class JobChanges(EngineCore):
@@ -151,7 +152,8 @@ class JobChanges(EngineCore):
                 self._send_place(b, row, ch.kind, ch.obj, attempt=row["attempt"], cluster=row["cluster"],
                                  spec_version=version)
             except messages.MessageRefused as exc:  # the edit cannot travel: say so, keep the copy running
-                self._edit_refused(b, row, oversize_problem(ch.obj, exc), was)
+                self._edit_refused(b, row, unsendable_problem(ch.obj, exc), was,
+                                   reason="NoClusterKey" if isinstance(exc, NoKey) else "SpecTooLarge")
                 return
             b.set_w(uid, spec_version=version)
             if suspended != was:
@@ -164,17 +166,18 @@ class JobChanges(EngineCore):
                 cond = wl.condition(labels.CONDITION_REJECTED, False, "Corrected", "the edit was sent", b.now)
                 b.after.append(lambda: self.writer.condition(key, cond))
 
-    def _edit_refused(self, b: Batch, row: dict[str, Any], problem: Invalid, was_suspended: bool) -> None:
+    def _edit_refused(self, b: Batch, row: dict[str, Any], problem: Invalid, was_suspended: bool, *,
+                      reason: str = "SpecTooLarge") -> None:
         """A placed Job's edit cannot be sent (too large): the worker keeps the last spec it got; the
         Workload's reason, a history row, a condition and a Warning Event say why and how to fix it."""
         uid = row["uid"]
         text = f"{EDIT_REFUSED} to {row['cluster']}; it keeps spec version {row['spec_version']}: {problem.message}"
         b.set_w(uid, suspended=was_suspended, reason=text[:1000])
-        b.event(uid, "invalid", cluster=row["cluster"], reason="SpecTooLarge", message=text)
+        b.event(uid, "invalid", cluster=row["cluster"], reason=reason, message=text)
         key = job_key(row)
-        cond = wl.condition(labels.CONDITION_REJECTED, True, "SpecTooLarge", text, b.now)
+        cond = wl.condition(labels.CONDITION_REJECTED, True, reason, text, b.now)
         b.after.append(lambda: self.writer.condition(key, cond))
-        b.after.append(lambda: self.writer.event(key, "Warning", "SpecTooLarge", text))
+        b.after.append(lambda: self.writer.event(key, "Warning", reason, text))
 
     def _suspension(self, b: Batch, row: dict[str, Any], suspended: bool) -> None:
         """A placed Job was suspended or resumed: its Workload and current placement say so, and a

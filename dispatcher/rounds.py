@@ -35,6 +35,7 @@ from federation.labels import (
     CONDITION_QUOTA_RESERVED,
     CONDITION_REQUEUED,
 )
+from federation.sealing import NoKey
 
 _DIGITS = re.compile(r"(?<![-\w])[0-9.]+[a-zA-Z]*")  # figures, not the digits in cluster names
 
@@ -58,6 +59,8 @@ class PlacementRound(EngineCore):
         if not qs.queues.entries:
             return
         cordoned = frozenset(getattr(self, "cordoned", ()))  # admin cordons (dispatcher.adminactions)
+        # and clusters heard but no longer registered: a Place is sealed to its cluster's key (federation.sealing)
+        cordoned |= frozenset(name for name in self.book.heartbeats if name not in self.identity.keys)
         if self.book.version != qs.capacity_version or cordoned != qs.cordoned:
             qs.capacity_version, qs.cordoned = self.book.version, cordoned
             qs.queues.capacity_changed()  # room may have grown: set-aside Workloads try again
@@ -100,6 +103,9 @@ class PlacementRound(EngineCore):
                 row.update(attempt=attempt - 1, cluster=None)
                 b.set_w(uid, cluster=None, attempt=attempt - 1)
                 qs.queues.release(uid)
+                if isinstance(exc, NoKey):  # unregistered while the round ran: another cluster next round
+                    self._requeue(b, row, exc.message)
+                    continue
                 self._reject(b, row, [oversize_problem(self.cache[uid], exc)])
                 continue
             held = qs.queues.admitted.get(uid)

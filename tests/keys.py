@@ -11,7 +11,7 @@ import functools
 import itertools
 import uuid
 
-from federation import signing
+from federation import sealing, signing
 
 DISPATCHER = "mkd-dispatcher"
 KNOWN_CLUSTERS = tuple(f"worker-{i}" for i in range(1, 10))
@@ -46,7 +46,18 @@ class Signer:
         return self.sealer.seal(topic, body, stream=self.stream, n=next(self._n))
 
 
-def unseal(payload: bytes) -> bytes:
-    """The message's own bytes (tests that read what a signed side sent, after the side checked it)."""
+def unseal(payload: bytes, topic: str) -> bytes:
+    """The message's own bytes (tests that read what a signed side sent, after the side checked it); a
+    sealed Place decrypted with the key of the cluster whose ``topic`` it came on."""
     tail = payload.rfind(b',"seal":')
-    return payload[:tail] + b"}" if tail >= 0 else payload
+    body = payload[:tail] + b"}" if tail >= 0 else payload
+    if not sealing.is_sealed(body):
+        return body
+    cluster = topic.rsplit("/", 2)[-2]
+    return opener(cluster).open(topic, body)
+
+
+@functools.cache
+def opener(name: str) -> sealing.PlaceOpener:
+    """Decrypts the Places sealed to ``name``'s key, as its agent does."""
+    return sealing.PlaceOpener(signing.parse_private_key(private(name)))

@@ -10,7 +10,9 @@ agent lacks. Commands sealed later are judged by the opener's memory of what thi
 spans its links: one queued in the broker while a partition cut the link applies when the link is
 back (refused, it went unanswered and the dispatcher moved its Job, attempt after attempt), while
 one this process already carried out is a ``replay``. A Delete applies whenever it was sealed (see
-``_is_delete``).
+``_is_delete``). A Place arrives encrypted to this agent's key (``federation.sealing``) and is
+decrypted only after its seal checked out; one that does not decrypt is refused (``bad_ciphertext``,
+``not_for_us``) and counted like any other refusal.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import logging
 from federation.errors import Invalid
 from federation.messages import MessageRefused, decode_command
 from federation.refusals import refused
+from federation.sealing import PlaceOpener, is_sealed
 from federation.signing import Opener, Refused, Sealer, load_private_key, parse_public_key
 from worker_agent.settings import AgentSettings
 
@@ -29,9 +32,12 @@ log = logging.getLogger(__name__)
 class AgentIdentity:
     def __init__(self, settings: AgentSettings) -> None:
         signing = settings.signing
-        self.sealer = Sealer(load_private_key(
+        key = load_private_key(
             signing.private_key.get_secret_value() if signing.private_key else None, signing.private_key_file,
-            "signing"))
+            "signing")
+        self.sealer = Sealer(key)
+        self.places = PlaceOpener(key)
+        """Decrypts sealed Places: the agent's X25519 key is derived from its signing key."""
         if not settings.dispatcher_public_keys:
             raise Invalid("dispatcher_public_keys", "no dispatcher key: Commands could not be verified, every "
                           "one would be refused", fix="set it to the dispatcher's public key "
@@ -61,6 +67,14 @@ class AgentIdentity:
             log.warning("refused command on %s (expired): sealed before this agent first connected (a replay, "
                         "or a Command the dispatcher sends again on its own)", topic)
             return None
+        if is_sealed(opened.body):
+            try:
+                return self.places.open(topic, opened.body)
+            except Refused as exc:
+                self.refused += 1
+                refused(exc.why)
+                log.warning("refused command on %s (%s): %s", topic, exc.why, exc.message)
+                return None
         return opened.body
 
     @staticmethod

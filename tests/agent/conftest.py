@@ -25,6 +25,7 @@ from federation.messages import (
     encode,
 )
 from federation.mqtt import MqttLink
+from federation.sealing import PlaceSealer, recipients
 from federation.settings import MqttSettings, SigningSettings
 from federation.signing import Opener, Refused, parse_public_key
 from kubesim import ClusterSpec, NodeSpec, serve_async
@@ -52,6 +53,7 @@ class AgentHarness:
         self.signer = keys.Signer(keys.DISPATCHER, stream="e1")
         self.opener = Opener()
         self.agent_keys = [parse_public_key(keys.public(CLUSTER))]
+        self.places = PlaceSealer()
 
     async def start_agent(self, **overrides: Any) -> None:
         if overrides:
@@ -99,10 +101,14 @@ class AgentHarness:
             self._changed.set()
 
     async def send(self, command: Place | Delete | Resync) -> None:
-        """Publish ``command`` sealed with the dispatcher's test key, as the dispatcher does."""
+        """Publish ``command`` as the dispatcher does: a Place encrypted to the agent's key, every
+        Command sealed with the dispatcher's test key."""
         assert self.link is not None
         topic = f"{self.settings.mqtt.topic_root}/{CLUSTER}/commands"
-        await self.link.publish(topic, self.signer.seal(topic, encode(command)))
+        body = encode(command)
+        if isinstance(command, Place):
+            body = self.places.seal(topic, body, recipients(self.agent_keys))
+        await self.link.publish(topic, self.signer.seal(topic, body))
 
     async def wait_report(self, match: Callable[[Report], bool], *, within: float = 15.0,
                           after: int = 0) -> Report:

@@ -201,7 +201,7 @@ class FakeAgent:
     async def _listen(self) -> None:
         assert self.link is not None
         async for msg in self.link.messages():
-            cmd = messages.decode_command(keys.unseal(msg.payload))
+            cmd = messages.decode_command(keys.unseal(msg.payload, msg.topic))
             if isinstance(cmd, messages.Lease):  # a renewal per heartbeat (fencing): kept apart
                 self.leases.append(cmd)
                 continue
