@@ -1,10 +1,13 @@
-"""What signing costs per message: seal (dispatcher / agent) and open (receiver), next to encode and decode.
+"""What signing and sealing cost per message: seal (dispatcher / agent) and open (receiver), next to encode
+and decode; for a Place also its encryption to the agent's key (``federation.sealing``).
 
     .venv/bin/python bench/signing_bench.py          # 5,000 of each
 
 Prints per-message CPU microseconds for a Place of a 2-replica PyTorchJob, a Status and a Heartbeat,
-and how much of the dispatcher's per-Job CPU (bench/RESULTS.md, dispatcher section) one seal and
-one open add. Results go in bench/RESULTS.md with the load average.
+then for the Place: encrypt (dispatcher) and decrypt (agent), in the steady state (the dispatcher's
+ephemeral key reused for a minute, both sides' wrapping key memoised) and with a fresh agreement on
+each message (what the first Place to a cluster in a minute costs, or every one with the cache off).
+Results go in bench/RESULTS.md with the load average.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from federation import messages, signing
+from federation import messages, sealing, signing
 
 
 def place() -> messages.Place:
@@ -72,6 +75,28 @@ def main() -> None:
         t_dec = cpu_us(lambda body=body, dec=dec: dec(body), n)
         print(f"{name:10} {len(wire):>6} {t_enc:>8.1f} {t_seal:>8.1f} {t_open:>8.1f} {t_dec:>8.1f}  "
               f"{(t_seal + t_open) / (t_enc + t_dec):.1f}x")
+    seal_places(n, private, topic)
+
+
+def seal_places(n: int, agent_private: str, topic: str) -> None:
+    """A Place encrypted to the agent's key (dispatcher) and decrypted (agent), steady state and cold."""
+    body = messages.encode(place())
+    agent_key = signing.parse_private_key(agent_private)
+    to = sealing.recipients([agent_key.public_key()])
+    warm_sealer, warm_opener = sealing.PlaceSealer(), sealing.PlaceOpener(agent_key)
+    t_warm_seal = cpu_us(lambda: warm_sealer.seal(topic, body, to), n)
+    sealed = [warm_sealer.seal(topic, body, to) for _ in range(n)]
+    it = iter(sealed)
+    t_warm_open = cpu_us(lambda: warm_opener.open(topic, next(it)), n)
+    cold = max(n // 5, 1)
+    t_cold_seal = cpu_us(lambda: sealing.PlaceSealer().seal(topic, body, to), cold)
+    fresh = [sealing.PlaceSealer().seal(topic, body, to) for _ in range(cold)]
+    it2 = iter(fresh)
+    t_cold_open = cpu_us(lambda: warm_opener.open(topic, next(it2)), cold)
+    print(f"\nPlace sealed to the agent's key: {len(body)} bytes -> {len(sealed[0])} bytes; CPU µs per Place")
+    print(f"{'':22} {'encrypt':>8} {'decrypt':>8} {'sum':>8}")
+    print(f"{'steady (key reused)':22} {t_warm_seal:>8.1f} {t_warm_open:>8.1f} {t_warm_seal + t_warm_open:>8.1f}")
+    print(f"{'fresh agreement':22} {t_cold_seal:>8.1f} {t_cold_open:>8.1f} {t_cold_seal + t_cold_open:>8.1f}")
 
 
 if __name__ == "__main__":

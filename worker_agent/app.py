@@ -22,7 +22,7 @@ from federation.clock import Clock, SystemClock
 from federation.errors import Transport
 from federation.kinds.base import JobKind
 from federation.kinds.registry import KINDS
-from federation.kube import NODES, PODS, Kube, Resource
+from federation.kube import CONFIGMAPS, NODES, PODS, SECRETS, Kube, Resource
 from federation.labels import origin_selector
 from federation.messages import Capacity, Heartbeat, encode
 from federation.mqtt import LinkHealth, MqttLink, Will
@@ -43,6 +43,8 @@ from worker_agent.settings import AgentSettings
 log = logging.getLogger(__name__)
 
 SENDERS = 4
+NAMESPACED_READS = frozenset({SECRETS.plural, CONFIGMAPS.plural})
+"""Children read only where Jobs may land when the policy lists those namespaces (see ``child_namespaces``)."""
 FLUSH_SECONDS = 2.0
 """On shutdown, how long queued reports may take to reach the broker."""
 
@@ -151,7 +153,21 @@ class Agent:
         for plural in self.child_resources:
             if plural not in self._watching_children:
                 self._watching_children.add(plural)
-                sup.start(f"watch-child-{plural}", self._bind(self.follow_children, plural), restart=True)
+                for namespace in self.child_namespaces(plural):
+                    where = f"-{namespace}" if namespace else ""
+                    sup.start(f"watch-child-{plural}{where}",
+                              lambda p=plural, n=namespace: self.follow_children(p, n),  # type: ignore[misc]
+                              restart=True)
+
+    def child_namespaces(self, plural: str) -> list[str | None]:
+        """Where children of kind ``plural`` are watched: Secrets and ConfigMaps only in the namespaces the
+        policy lets Jobs land in, when it lists them (the agent's RBAC grants those reads there and
+        nowhere else, see deploy/worker); everything else, and every kind when any namespace is
+        allowed, cluster-wide (None)."""
+        allowed = self.policy.allowed_namespaces
+        if plural in NAMESPACED_READS and allowed:
+            return list(dict.fromkeys(allowed))
+        return [None]
 
     def _own_status(self, kind: str, job: dict[str, Any]) -> None:
         self.reporter.job_changed(self.kinds[kind], job)
@@ -184,11 +200,11 @@ class Agent:
             cache.upsert(obj)  # shrinks obj to its header: read it before
             self.apply.enqueue((name, ns, job_name))
 
-    async def follow_children(self, plural: str) -> None:
+    async def follow_children(self, plural: str, namespace: str | None = None) -> None:
         res = self.child_resources[plural]
         cache = self.caches[plural]
         assert self.apply is not None
-        async for event in self.kube.informer(res):
+        async for event in self.kube.informer(res, namespace):
             obj = event.object
             if event.type == "DELETED":
                 cache.delete_event(obj)

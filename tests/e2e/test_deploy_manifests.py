@@ -7,7 +7,10 @@ installed) and applied through the official client with ``dryRun=All``. The RBAC
 federation over every sample job, deletes them, and reads kubesim's audit log: every (verb, group,
 resource) the dispatcher (User-Agent ``mkd-dispatcher/...``) asked of the manager, and the agents
 (``mkd-agent/...``) of the workers, must be granted by the ClusterRole the overlay installs; every rule
-granted but never used in that run must be listed in ``UNUSED_ON_PURPOSE`` with the reason.
+granted but never used in that run must be listed in ``UNUSED_ON_PURPOSE`` with the reason. Scope is
+checked too: a call not confined to one namespace (a cluster-wide list or watch) must be granted by a
+role the overlay binds cluster-wide (a ClusterRoleBinding), so the agents run with a policy that lists
+the namespaces the samples land in, as the shipped policy does (their Secrets are read there only).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import asyncio
 import contextlib
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +34,7 @@ from federation.kinds.registry import KINDS, by_api
 from federation.kube import resource_for
 from mkctl import jobs
 from mkctl.demo import observe_all, submit
-from mkctl.topology import Topology
+from mkctl.topology import Topology, TopologyOptions
 from tests.e2e.conftest import NotYet, wait_for
 
 pytestmark = pytest.mark.kubesim_only("dry-runs the overlays on kubesim clusters and reads kubesim's audit log")
@@ -186,9 +189,31 @@ def test_kubesim_refuses_a_deployment_whose_selector_misses_its_template(cluster
         api.close()
 
 
+def cluster_wide(docs: list[dict[str, Any]], prefix: str) -> set[tuple[str, str, str]]:
+    """What the (Cluster)Roles named ``prefix``... grant through a ClusterRoleBinding: cluster-wide."""
+    bound = {d["roleRef"]["name"] for d in docs if d["kind"] == "ClusterRoleBinding"
+             and d["metadata"]["name"].startswith(prefix)}
+    return grants({"rules": [rule for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] in bound
+                             for rule in d["rules"]]})
+
+
+@pytest.fixture
+async def confined(tmp_path: Path, mqtt_url: str, database_url: str, topic_root: str) -> AsyncIterator[Topology]:
+    """The e2e federation, its agents' policy listing the namespaces the samples use (as deploy/ does)."""
+    namespaces = sorted({s.namespace for s in jobs.load_examples().samples})
+    options = TopologyOptions(
+        state_dir=tmp_path / "state", mqtt_url=mqtt_url, database_url=database_url, topic_root=topic_root,
+        heartbeat_seconds=1.0, heartbeat_timeout_seconds=3.0, origin="mkd-e2e",
+        agent_overrides={"policy": {"allowed_namespaces": namespaces}})
+    async with Topology(options) as top:
+        yield top
+        top.check_running()
+
+
 @needs_kubectl
 @pytest.mark.slow
-async def test_cluster_roles_grant_what_the_services_call_and_nothing_more(federation: Topology) -> None:
+async def test_cluster_roles_grant_what_the_services_call_and_nothing_more(confined: Topology) -> None:
+    federation = confined
     examples = jobs.load_examples()
     await submit(federation, examples)
 
@@ -215,8 +240,18 @@ async def test_cluster_roles_grant_what_the_services_call_and_nothing_more(feder
     used = {"dispatcher": federation.sim.cluster("manager").server.audit.by("mkd-dispatcher/"),
             "agent": set().union(*(federation.sim.cluster(w).server.audit.by("mkd-agent/")
                                    for w in federation.worker_names))}
+    worker_docs = render("production-worker")
     roles = {"dispatcher": role_of(render("production-manager"), "mkd-dispatcher"),
-             "agent": roles_of(render("production-worker"), "mkd-agent")}
+             "agent": roles_of(worker_docs, "mkd-agent")}
+    everywhere = cluster_wide(worker_docs, "mkd-agent")
+    unconfined = {(a.verb, a.group, a.resource) for w in federation.worker_names
+                  for a in federation.sim.cluster(w).server.audit.records
+                  if a.user_agent.startswith("mkd-agent/") and not a.namespace and not a.resource.startswith("/")}
+    assert ("watch", "", "pods") in unconfined  # capacity: every pod, cluster-wide
+    beyond = sorted(c for c in unconfined if not allowed(everywhere, *c))
+    assert not beyond, f"the agent calls cluster-wide what is granted only per namespace: {beyond}"
+    assert not {c for c in unconfined if c[2] in ("secrets", "configmaps")}, "Secrets read cluster-wide"
+    assert not allowed(everywhere, "list", "", "secrets") and not allowed(everywhere, "get", "", "secrets")
     for service, role in roles.items():
         granted = grants(role)
         calls = {c for c in used[service] if not c[2].startswith("/")}  # discovery is open to everyone
