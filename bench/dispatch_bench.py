@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 from dispatcher import db  # noqa: E402
 from dispatcher.app import Dispatcher  # noqa: E402
 from dispatcher.settings import DispatcherSettings  # noqa: E402
-from federation import labels, messages, signing, topics  # noqa: E402
+from federation import labels, messages, sealing, signing, topics  # noqa: E402
 from federation.kube import CRDS, Kube, Resource  # noqa: E402
 from federation.mqtt import MqttLink  # noqa: E402
 from federation.settings import KubeSettings, MqttSettings, SigningSettings  # noqa: E402
@@ -82,6 +82,7 @@ def job(i: int) -> dict[str, Any]:
 async def _agents(mqtt_url: str, root: str, ready: Any, private: dict[str, str]) -> None:
     settings = MqttSettings(url=mqtt_url, topic_root=root)
     sealers = {c: signing.Sealer(signing.parse_private_key(private[c])) for c in CLUSTERS}
+    places = {c: sealing.PlaceOpener(signing.parse_private_key(private[c])) for c in CLUSTERS}
     numbers = itertools.count(1)
 
     def sealed(topic: str, cluster: str, message: messages.ReportBase) -> bytes:
@@ -105,10 +106,13 @@ async def _agents(mqtt_url: str, root: str, ready: Any, private: dict[str, str])
         seq = 0
         pending: set[asyncio.Task[None]] = set()
         async for msg in link.messages():
-            cmd = messages.decode_command(msg.payload[:msg.payload.rfind(b',"seal":')] + b"}")
+            cluster = topics.parse(msg.topic, root).cluster
+            body = msg.payload[:msg.payload.rfind(b',"seal":')] + b"}"
+            if sealing.is_sealed(body):  # a Place, encrypted to this cluster's key as the agent gets it
+                body = places[cluster].open(msg.topic, body)
+            cmd = messages.decode_command(body)
             if isinstance(cmd, messages.Place):
                 seq += 1
-                cluster = topics.parse(msg.topic, root).cluster
                 ack = messages.Accepted(cluster=cluster, placement=cmd.placement, spec_version=cmd.spec_version,
                                         seq=seq)
                 topic = topics.reports(cluster, root)

@@ -8,9 +8,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from hypothesis import given
+from hypothesis import strategies as st
 
 from dispatcher.db import models as m
 from federation import messages, sealing, signing, topics
@@ -204,3 +207,20 @@ async def test_a_cluster_without_a_key_gets_no_place_and_sealing_to_one_names_th
 async def _state(db_url: str, name: str, state: str) -> bool:
     found = await rows(db_url, m.workloads, name=name)
     return bool(found) and found[0].state == state
+
+
+GENUINE = PlaceSealer().seal(TOPIC, messages.encode(place()), to("worker-1"))
+
+
+@hypothesis.settings(max_examples=80, deadline=None)
+@given(at=st.integers(min_value=0, max_value=len(GENUINE) - 1), byte=st.integers(min_value=0, max_value=255),
+       junk=st.binary(max_size=200))
+def test_an_altered_or_random_envelope_is_only_ever_refused(at: int, byte: int, junk: bytes) -> None:
+    """What a holder of the dispatcher's key (or a bug) could sign: one byte changed, or random bytes after
+    the prefix. The opener never raises anything but Refused, and never returns other bytes than the Place."""
+    opener = PlaceOpener(key("worker-1"))
+    for body in (GENUINE[:at] + bytes([byte]) + GENUINE[at + 1:], sealing.PREFIX + junk):
+        try:
+            assert opener.open(TOPIC, body) == messages.encode(place())
+        except Refused as exc:
+            assert exc.why in ("bad_ciphertext", "not_for_us")
