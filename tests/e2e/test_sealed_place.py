@@ -7,7 +7,6 @@ worker's copy carries the env value as the user wrote it, and no payload the sub
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import uuid
 from typing import Any
@@ -17,10 +16,9 @@ import pytest
 from federation import labels, sealing
 from federation.errors import AlreadyExists
 from federation.kube import JOBS, NAMESPACES
-from federation.mqtt import MqttLink
-from federation.settings import MqttSettings
 from mkctl.topology import Topology
 from tests.e2e.conftest import NotYet, wait_for
+from tests.security.conftest import sniffing
 
 pytestmark = pytest.mark.slow
 SECRET = f"s3cr3t-{uuid.uuid4().hex}"
@@ -37,32 +35,21 @@ def job() -> dict[str, Any]:
 
 async def test_a_place_with_a_secret_env_value_runs_and_no_broker_subscriber_reads_it(
         federation: Topology, mqtt_url: str, topic_root: str) -> None:
-    seen: list[bytes] = []
-    async with MqttLink(MqttSettings(url=mqtt_url), client_id=f"reader-{uuid.uuid4().hex[:8]}",
-                        persistent=False) as reader:
-        await reader.subscribe(f"{topic_root}/+/commands")
+    async with sniffing(mqtt_url, f"{topic_root}/+/commands") as seen:
+        for cluster in federation.cluster_names:
+            with contextlib.suppress(AlreadyExists):
+                await federation.kubes[cluster].create(
+                    NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
+        await federation.manager.create(JOBS, job(), "team-a")
 
-        async def sniff() -> None:
-            async for message in reader.messages():
-                seen.append(message.payload)
-        sniffer = asyncio.create_task(sniff())
-        try:
-            for cluster in federation.cluster_names:
-                with contextlib.suppress(AlreadyExists):
-                    await federation.kubes[cluster].create(
-                        NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})
-            await federation.manager.create(JOBS, job(), "team-a")
-
-            async def succeeded() -> bool | NotYet:
-                got = await federation.manager.get(JOBS, "sealed-env", "team-a")
-                status = got.get("status") or {}
-                return True if status.get("succeeded") == 1 else NotYet(str(status))
-            await wait_for(succeeded, "the sealed Job succeeded on the manager", top=federation)
-            copies = [c for w in federation.worker_names
-                      for c in (await federation.kubes[w].list(JOBS, "team-a", label_selector=labels.ORIGIN)).items
-                      if c["metadata"]["name"] == "sealed-env"]
-        finally:
-            sniffer.cancel()
+        async def succeeded() -> bool | NotYet:
+            got = await federation.manager.get(JOBS, "sealed-env", "team-a")
+            status = got.get("status") or {}
+            return True if status.get("succeeded") == 1 else NotYet(str(status))
+        await wait_for(succeeded, "the sealed Job succeeded on the manager", top=federation)
+        copies = [c for w in federation.worker_names
+                  for c in (await federation.kubes[w].list(JOBS, "team-a", label_selector=labels.ORIGIN)).items
+                  if c["metadata"]["name"] == "sealed-env"]
     assert len(copies) == 1
     env = copies[0]["spec"]["template"]["spec"]["containers"][0]["env"]
     assert env == [{"name": "API_TOKEN", "value": SECRET}]

@@ -32,7 +32,7 @@ from federation.signing import Refused
 from tests import keys
 from tests.dispatcher.harness import PYTORCHJOBS, FakeAgent, eventually, pytorchjob, running, settings
 from tests.dispatcher.test_flow import rows
-from tests.security.conftest import attacker
+from tests.security.conftest import sniffing
 from worker_agent.identity import AgentIdentity
 from worker_agent.settings import AgentSettings
 
@@ -161,24 +161,15 @@ def with_secret_env(job: dict[str, Any]) -> dict[str, Any]:
 async def test_a_broker_subscriber_sees_no_manifest_nor_env_of_a_place_its_agent_reads_it(
         manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
     s = settings(manager, db_url, mqtt_url, topic_root)
-    seen: list[bytes] = []
-    async with attacker(mqtt_url) as evil:  # a subscriber the ACL let through, or the broker itself
-        await evil.subscribe(f"{topic_root}/+/commands")
-
-        async def sniff() -> None:
-            async for message in evil.messages():
-                seen.append(message.payload)
-        sniffer = asyncio.create_task(sniff())
-        try:
-            async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s):
-                await kube.create(PYTORCHJOBS, with_secret_env(pytorchjob("private")), "default")
-                place = (await eventually(lambda: agent.places(), what="a Place"))[0]
-                env = place.manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
-                assert env["env"] == [{"name": "API_TOKEN", "value": SECRET}]  # the agent reads it whole
-                await eventually(lambda: any(sealing.is_sealed(p[:p.rfind(b',"seal":')] + b"}") for p in seen),
-                                 what="the sealed Place seen on the broker")
-        finally:
-            sniffer.cancel()
+    # a subscriber the ACL let through, or the broker itself
+    async with sniffing(mqtt_url, f"{topic_root}/+/commands") as seen:
+        async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s):
+            await kube.create(PYTORCHJOBS, with_secret_env(pytorchjob("private")), "default")
+            place = (await eventually(lambda: agent.places(), what="a Place"))[0]
+            env = place.manifest["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]
+            assert env["env"] == [{"name": "API_TOKEN", "value": SECRET}]  # the agent reads it whole
+            await eventually(lambda: any(sealing.is_sealed(p[:p.rfind(b',"seal":')] + b"}") for p in seen),
+                             what="the sealed Place seen on the broker")
     for payload in seen:
         for visible in (SECRET.encode(), b"API_TOKEN", b"example/train", b"pytorchReplicaSpecs", b"private"):
             assert visible not in payload
