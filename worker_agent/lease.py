@@ -92,6 +92,11 @@ class LeaseKeeper:
             return False
         until = sent + lease.seconds
         self.stop_before = min(self.stop_before, lease.seconds / 4)  # a short lease (tests) still leaves time to run
+        late = self.clock.monotonic() - sent
+        if late > lease.seconds / 2:  # where the time goes, when renewals come too late to be of use
+            log.info("lease renewal came %.1fs after its heartbeat was queued (lease %gs); the dispatcher granted "
+                     "it %.1fs after the heartbeat was made", late, lease.seconds,
+                     (lease.sent_at - lease.heartbeat_sent_at).total_seconds())
         if until > self.until or not self.granted_once:
             self.until = max(self.until, until) if self.granted_once else until
             self.granted_once = True
