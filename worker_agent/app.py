@@ -47,6 +47,8 @@ NAMESPACED_READS = frozenset({SECRETS.plural, CONFIGMAPS.plural})
 """Children read only where Jobs may land when the policy lists those namespaces (see ``child_namespaces``)."""
 FLUSH_SECONDS = 2.0
 """On shutdown, how long queued reports may take to reach the broker."""
+REGAIN_WAIT = 15.0
+"""Seconds an Inventory sent after a lease renewal waits for its Resync before another may be sent."""
 
 
 class Agent:
@@ -315,11 +317,17 @@ class Agent:
     async def _inventory_on_regain(self) -> None:
         """A lease renewed after it ran out: an Inventory makes the dispatcher answer with a Resync, which
         deletes what went elsewhere and resumes what it still expects here (worker_agent.lease)."""
+        assert self.inbox is not None
         while True:
             await self._regained.wait()
             self._regained.clear()
-            assert self.inbox is not None
+            self.inbox.resynced.clear()
             self.reporter.inventory(await self.inbox.inventory_items(self.job_resources))
+            # One at a time: renewals that come meanwhile wait for the Resync answering this Inventory (or
+            # for REGAIN_WAIT, should it be lost). A flapping lease sent them in bursts, each answered by a
+            # Resync that re-reports every Job, and the dispatcher fell further behind with its renewals.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.inbox.resynced.wait(), REGAIN_WAIT)
 
     async def run(self, stop: asyncio.Event) -> None:
         epoch = await take_epoch(self.kube, self.settings.namespace, self.settings.cluster_name, self.clock)

@@ -103,6 +103,8 @@ class Inbox:
         self.lease: LeaseKeeper | None = None
         """Fencing (worker_agent.lease): set by the agent; None in tests that do not fence."""
         self._resyncs = chunks.Assembler()
+        self.resynced = asyncio.Event()
+        """Set each time a Resync from the current dispatcher has been carried out."""
         self._resync_arrival: dict[str, int] = {}
         """chunk id -> arrival number of the first part of a Resync sent in parts."""
         self.place_arrival: dict[str, int] = {}
@@ -473,6 +475,7 @@ class Inbox:
                     self.workloads.pop(placement.workload_uid, None)
         if self.lease is not None:
             await self.lease.resume(expected)
+        self.resynced.set()
 
     async def inventory_items(self, resources: Mapping[str, Resource]) -> list[InventoryItem]:
         """What this agent runs, listed from the API server (complete even before the informers sync)."""

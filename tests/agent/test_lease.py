@@ -131,3 +131,21 @@ async def test_jobs_fenced_before_the_informer_saw_it_are_resumed(harness: Agent
     job = await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a")
     assert job is not None and not suspended(job)
     assert labels.FENCED_ANNOTATION not in (job["metadata"].get("annotations") or {})
+
+
+async def test_renewals_in_quick_succession_ask_for_one_resync_at_a_time(harness: AgentHarness) -> None:
+    """Every renewal after fencing asks for a Resync with an Inventory. On a loaded machine the lease
+    flapped and the agents sent Inventories in bursts (two within milliseconds, dozens a minute), each
+    answered by a Resync that re-reports every Job: the dispatcher fell further behind and renewed later
+    still. Until the Resync answering one Inventory arrives, further renewals wait for it."""
+    agent = harness.agent
+    assert agent is not None
+    n = len(harness.reports)
+    agent._regained.set()
+    await harness.wait_report(lambda r: r.type == "inventory", after=n)
+    m = len(harness.reports)
+    agent._regained.set()  # a second renewal while the first Inventory is unanswered
+    await asyncio.sleep(1.0)
+    assert not [r for r in harness.reports[m:] if r.type == "inventory"]
+    await harness.send(Resync(cluster=CLUSTER, epoch=1, expected=[]))
+    await harness.wait_report(lambda r: r.type == "inventory", after=m)  # now it asks again
