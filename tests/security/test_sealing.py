@@ -16,6 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from dispatcher.db import models as m
+from dispatcher.identity import Identity
+from dispatcher.settings import DispatcherSettings
 from federation import messages, sealing, signing, topics
 from federation.kube import Kube
 from federation.refusals import count
@@ -216,3 +218,18 @@ def test_an_altered_or_random_envelope_is_only_ever_refused(at: int, byte: int, 
             assert opener.open(TOPIC, body) == PLACE
         except Refused as exc:
             assert exc.why in ("bad_ciphertext", "not_for_us")
+
+
+def test_the_dispatcher_seals_to_every_key_it_knows_for_the_cluster_during_a_rotation() -> None:
+    """The new key listed in cluster_public_keys while the old one is still registered (or the reverse):
+    the agent opens the Place whichever of the two it holds; with one key left, only its holder does."""
+    identity = Identity(DispatcherSettings(signing=SigningSettings(private_key=keys.private(keys.DISPATCHER)),
+                                           cluster_public_keys={"worker-1": keys.public("worker-1-next")}))
+    identity.registered({"worker-1": keys.public("worker-1")})
+    wire = identity.seal_place("worker-1", TOPIC, PLACE)
+    assert PlaceOpener(key("worker-1")).open(TOPIC, wire) == PLACE
+    assert PlaceOpener(key("worker-1-next")).open(TOPIC, wire) == PLACE
+    identity.registered({})  # the old key unregistered: the rotation is over
+    wire = identity.seal_place("worker-1", TOPIC, PLACE)
+    assert PlaceOpener(key("worker-1-next")).open(TOPIC, wire) == PLACE
+    refused_as("not_for_us", lambda: PlaceOpener(key("worker-1")).open(TOPIC, wire))
