@@ -38,13 +38,13 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from typing import Final
 
+import orjson
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
@@ -108,6 +108,12 @@ def _wrapping_key(shared: bytes, sender: bytes, recipient: bytes) -> ChaCha20Pol
 
 def _b64(data: bytes) -> str:
     return base64.b64encode(data).decode()
+
+
+def _unb64(text: object) -> bytes:
+    if not isinstance(text, str):
+        raise TypeError("not a base64 string")
+    return binascii.a2b_base64(text, strict_mode=True)  # C, strict: no characters outside the alphabet
 
 
 def _aad(topic: str, sender: bytes) -> bytes:
@@ -201,13 +207,13 @@ class PlaceOpener:
         if len(body) > MAX_SEALED_BYTES:
             raise Refused("bad_ciphertext", f"sealed Place of {len(body)} bytes, above {MAX_SEALED_BYTES}")
         try:
-            envelope = json.loads(body)
+            envelope = orjson.loads(body)
             if envelope.get("alg") != ALG:
                 raise Refused("bad_ciphertext", f"sealed with {envelope.get('alg')!r}; this agent opens {ALG}")
             if set(envelope) != {"v", "type", "alg", "e", "to", "ct"} or not isinstance(envelope["to"], list):
                 raise Refused("bad_ciphertext", "the sealed Place's envelope is malformed")
-            sender = base64.b64decode(envelope["e"], validate=True)
-            ciphertext = base64.b64decode(envelope["ct"], validate=True)
+            sender = _unb64(envelope["e"])
+            ciphertext = _unb64(envelope["ct"])
             mine = [r for r in envelope["to"] if isinstance(r, dict) and r.get("k") == self.key_id]
             if not mine:
                 theirs = sorted(str(r.get("k")) for r in envelope["to"] if isinstance(r, dict))
@@ -215,7 +221,7 @@ class PlaceOpener:
                                             f"key {self.key_id}: register this agent's public key for the cluster "
                                             "(`mkctl clusters register NAME --public-key ...`) or give the agent "
                                             "the private key registered")
-            wrapped = base64.b64decode(mine[0]["w"], validate=True)
+            wrapped = _unb64(mine[0]["w"])
             content = self._wrap_for(sender).decrypt(wrapped[:12], wrapped[12:], None)
             return ChaCha20Poly1305(content).decrypt(_ZERO_NONCE, ciphertext, _aad(topic, sender))
         except Refused:
@@ -223,7 +229,8 @@ class PlaceOpener:
         except InvalidTag:
             raise Refused("bad_ciphertext", "the sealed Place does not decrypt with this agent's key "
                                             "(altered before it was signed, or sealed to another key)") from None
-        except (ValueError, TypeError, KeyError, AttributeError, binascii.Error, RecursionError) as exc:
+        except (ValueError, TypeError, KeyError, AttributeError, binascii.Error, RecursionError,
+                orjson.JSONDecodeError) as exc:
             raise Refused("bad_ciphertext", f"the sealed Place's envelope is malformed ({exc})") from None
 
 
