@@ -34,7 +34,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from federation import signing  # noqa: E402
+from federation import sealing, signing  # noqa: E402
 from federation.kinds.crds import load_crds  # noqa: E402
 from federation.kube import CRDS, Kube, Resource  # noqa: E402
 from federation.messages import JobRef, Place, PlacementKey, Status, decode_report, encode  # noqa: E402
@@ -113,6 +113,8 @@ async def drive(url: str, root: str, kubeconfig: Path, burst: int, total: int) -
            "MKD_AGENT_SIGNING__PRIVATE_KEY": AGENT_KEY[0],
            "MKD_AGENT_DISPATCHER_PUBLIC_KEYS": json.dumps([DISPATCHER_KEY[1]])}
     sealer = signing.Sealer(signing.parse_private_key(DISPATCHER_KEY[0]))
+    places = sealing.PlaceSealer()  # Places go encrypted to the agent's key, as the dispatcher sends them
+    to = sealing.recipients([signing.parse_public_key(AGENT_KEY[1])])
     numbers = itertools.count(1)
     settings = MqttSettings(url=url, topic_root=root)
     running_at: dict[str, float] = {}
@@ -139,7 +141,8 @@ async def drive(url: str, root: str, kubeconfig: Path, burst: int, total: int) -
                 t0 = time.perf_counter()
                 for i in range(start, stop):
                     topic = f"{root}/{CLUSTER}/commands"
-                    await link.publish(topic, sealer.seal(topic, encode(place(i)), stream="e1", n=next(numbers)))
+                    body = places.seal(topic, encode(place(i)), to)
+                    await link.publish(topic, sealer.seal(topic, body, stream="e1", n=next(numbers)))
                 deadline = t0 + limit
                 while sum(1 for i in range(start, stop) if f"wl-{i}" in running_at) < stop - start:
                     if time.perf_counter() > deadline:

@@ -2,7 +2,9 @@
 
 Every message on the wire is signed (``federation.signing``). The dispatcher knows a cluster by the
 public key registered here; an agent whose cluster has no key is refused and listed by
-``mkctl clusters refused``, never created.
+``mkctl clusters refused``, never created. The same key seals the cluster's Places: the dispatcher
+encrypts each one to the X25519 key derived from it (``federation.sealing``), so a cluster needs no
+other key.
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ from mkctl.admin import Output, clusters_app
 from mkctl.output import Column, OutputFormat
 from mkctl.services import DatabaseUrl, database_url_from
 
-keys_app = typer.Typer(help="Ed25519 keys for signing Commands and Reports.", no_args_is_help=True)
+keys_app = typer.Typer(help="Ed25519 keys for signing Commands and Reports (an agent's also opens the Places "
+                                    "sealed to it).", no_args_is_help=True)
 REFUSED_COLUMNS = (Column("sender", "name"), Column("reason", "reason"), Column("count", "count"),
                    Column("last", "last_at"), Column("first", "first_at", wide=True),
                    Column("message", "message", wide=True))
