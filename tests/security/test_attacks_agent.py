@@ -7,11 +7,15 @@ plays the dispatcher; the attacker is another client on the same broker without 
 from __future__ import annotations
 
 import asyncio
+import base64
+import json
 from typing import Any
 
 from federation.kube import Resource
 from federation.messages import Delete, PlacementKey, Resync, encode
 from federation.refusals import count
+from federation.sealing import recipients
+from federation.signing import parse_public_key
 from tests import keys
 from tests.agent.conftest import CLUSTER, AgentHarness, place
 from tests.security.attacks import BIG, harmless_job, hostile_job
@@ -144,3 +148,26 @@ async def test_a_delete_queued_while_the_agent_was_away_still_applies(harness: A
             break
         await asyncio.sleep(0.05)
     assert await harness.get(JOBS, "fenced", "team-a") is None
+
+
+async def test_a_sealed_place_with_an_altered_ciphertext_or_for_another_key_creates_nothing(
+        harness: AgentHarness) -> None:
+    """Signed by the dispatcher's key (what only its holder, or a bug, can send): the Place does not
+    decrypt, or is sealed to another cluster's key. Refused, counted, nothing created; then the same
+    Place sealed to this agent applies (``federation.sealing``)."""
+    cmd = place(harmless_job("sealed-victim"), uid="wl-sealed-victim")
+    topic = commands_topic(harness)
+    envelope = json.loads(harness.places.seal(topic, encode(cmd), recipients(harness.agent_keys)))
+    envelope["ct"] = base64.b64encode(bytes(b ^ 1 for b in base64.b64decode(envelope["ct"]))).decode()
+    altered = json.dumps(envelope, separators=(",", ":")).encode()
+    elsewhere = harness.places.seal(topic, encode(cmd), recipients([parse_public_key(keys.public("worker-2"))]))
+    bad, other = count("bad_ciphertext"), count("not_for_us")
+    assert harness.link is not None
+    for body in (altered, elsewhere):
+        await harness.link.publish(topic, harness.signer.seal(topic, body))
+    await settle(harness, "after-sealed")
+    assert count("bad_ciphertext") == bad + 1 and count("not_for_us") == other + 1
+    assert await harness.get(JOBS, "sealed-victim", "team-a") is None
+    assert not [r for r in harness.reports if getattr(r, "placement", None) == cmd.placement]
+    await harness.send(cmd)
+    await harness.wait_report(lambda r: r.type == "accepted" and r.placement == cmd.placement)
