@@ -20,7 +20,7 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dispatcher import workload as wl
-from dispatcher.batch import Batch, Item, job_key
+from dispatcher.batch import Batch, Item, engine_inbox, job_key
 from dispatcher.db import queries as q
 from dispatcher.identity import Identity
 from dispatcher.kubewriter import KubeWriter
@@ -86,7 +86,7 @@ class EngineCore:
         self.kube = kube
         self.writer = writer
         self.clock = clock
-        self.inbox: asyncio.Queue[Item] = asyncio.Queue()
+        self.inbox: asyncio.Queue[Item] = engine_inbox()  # heartbeats first: their Leases must not wait
         self.cache: dict[str, dict[str, Any]] = cache if cache is not None else {}
         self.known: dict[str, str] = {}
         self.needs: dict[str, Need] = {}
