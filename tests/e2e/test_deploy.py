@@ -63,7 +63,14 @@ def test_agent_writes_only_where_placed_jobs_may_land() -> None:
     assert sorted(d["metadata"]["namespace"] for d in bound) == sorted(allowed)
     own = [d for d in agent if d["kind"] == "Role"]
     assert [(d["metadata"]["namespace"], r["resources"]) for d in own for r in d["rules"]] == \
-        [("mkd-system", ["configmaps"])], "in its own namespace the agent only keeps its epoch ConfigMap"
+        [("mkd-system", ["configmaps"]), ("mkd-system", ["leases"])], \
+        "in its own namespace the agent only keeps its epoch ConfigMap and the Lease its fencer reads"
+    # nothing secret is read cluster-wide: Secrets and ConfigMaps only where its write role is bound
+    assert not [r for r in read["rules"] if {"secrets", "configmaps"} & set(r["resources"])], read["rules"]
+    workloads = next(d for d in agent if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "mkd-agent-workloads")
+    assert any({"secrets", "configmaps"} <= set(r["resources"]) and {"get", "list", "watch"} <= set(r["verbs"])
+               for r in workloads["rules"])
+    assert not [r for d in own for r in d["rules"] if "secrets" in r["resources"]], "its own Secrets are mounted"
     assert not {"kube-system", "mkd-system"} & set(allowed)
     namespaces = {d["metadata"]["name"]: d for d in agent if d["kind"] == "Namespace"}
     for ns in allowed:
