@@ -349,11 +349,39 @@ class Observer:
                 stalls.append(min(after) - end)
         if self.errors:
             notes = [*notes, "observer errors: " + "; ".join(f"{k} x{v}" for k, v in self.errors.most_common(5))]
+        doubled = {n for n in names if n in self.jobs and self.jobs[n].twice}
+        if doubled:
+            notes = [*notes, await self._why_moved(doubled)]
         return Figures(scenario=scenario, submitted=len(names), done=len(names) - stuck, lost=lost, twice=len(twice),
                        twice_pods=twice_pods, stuck=stuck, categories=dict(categories), twice_detail=twice[:10], brief=brief,
                        replaced=replaced, recovery=recovery, stalls=stalls,
                        faults=[f"{what} at +{start - started:.0f}s ({end - start:.1f}s)" for what, start, end in faults],
                        wall=time.monotonic() - started, crashes=crashes, notes=notes, examples=examples)
+
+    async def _why_moved(self, names: set[str]) -> str:
+        """How the dispatcher moved the jobs that ran twice, from its ``placements`` rows: a placement made
+        ``lost`` that the worker had accepted (its lease was over) or had not (an unanswered Place)."""
+        from sqlalchemy import text
+
+        from dispatcher.db import make_engine
+
+        engine = make_engine(self.world.database_url)
+        try:
+            async with engine.connect() as conn:
+                result = await conn.execute(text(
+                    "SELECT w.name, p.accepted_at IS NOT NULL AS accepted FROM placements p JOIN workloads w "
+                    "ON w.uid = p.workload_uid WHERE w.namespace = :ns AND p.state = 'lost'"), {"ns": NAMESPACE})
+                rows = [(r[0], bool(r[1])) for r in result if r[0] in names]
+        except Exception as exc:  # a witness only: the figures stand without it
+            return f"run twice: placements not readable ({type(exc).__name__})"
+        finally:
+            await engine.dispose()
+        accepted = {n for n, a in rows if a}
+        unanswered = {n for n, a in rows if not a} - accepted
+        other = names - accepted - unanswered
+        return (f"run twice, how the dispatcher moved them (placements made lost): {len(accepted)} accepted by the "
+                f"worker (moved after its lease), {len(unanswered)} never answered (an unanswered Place moved), "
+                f"{len(other)} not moved as lost")
 
     async def _workload_rows(self) -> dict[str, dict[str, Any]]:
         """The dispatcher's database, read with plain SQL (the database is a witness, not mkd's counters)."""
