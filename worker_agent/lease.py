@@ -76,6 +76,8 @@ class LeaseKeeper:
         self._sent: OrderedDict[datetime, float] = OrderedDict()
         self._changed = asyncio.Event()
         self._record_due = asyncio.Event()
+        self._regain_due = False
+        """A renewal after fencing: the Resync is asked for once the record is written (``record_loop``)."""
 
     # --- the lease ------------------------------------------------------------------------------
 
@@ -108,7 +110,10 @@ class LeaseKeeper:
             log.warning("lease renewed after it ran out; asking the dispatcher for a Resync before resuming")
             self.fenced = False
             self.resume_failed = False
-            if self.on_regained is not None:
+            if self.record_in is not None:  # asked once the renewal is recorded: a Resync resumes only then
+                self._regain_due = True
+                self._record_due.set()
+            elif self.on_regained is not None:
                 self.on_regained()
         return True
 
@@ -158,6 +163,7 @@ class LeaseKeeper:
             now = self.clock.now()
             seconds = leaserecord.hold_seconds(self.remaining() - self.stop_before / 2)
             if seconds <= 0:
+                self._ask_resync(lapsed=False)
                 continue
             try:
                 if not known:
@@ -176,11 +182,18 @@ class LeaseKeeper:
                 self._record_due.set()
                 continue
             failures = 0
-            if before is not None and before.ends <= now:
+            lapsed = before is not None and before.ends <= now
+            if lapsed:
+                assert before is not None
                 log.warning("the recorded lease had run out (at %s): the fencer may have suspended Jobs; asking "
                             "the dispatcher for a Resync before resuming", before.ends.isoformat())
-                if self.on_regained is not None:
-                    self.on_regained()
+            self._ask_resync(lapsed=lapsed)
+
+    def _ask_resync(self, *, lapsed: bool) -> None:
+        """One Inventory (the dispatcher answers with a Resync) per renewal after fencing or a lapsed record."""
+        if (lapsed or self._regain_due) and self.on_regained is not None:
+            self._regain_due = False
+            self.on_regained()
 
     # --- stopping and resuming ------------------------------------------------------------------
 
