@@ -106,7 +106,7 @@ class Agent:
         self.lease = LeaseKeeper(self.kube, self.caches, self.inbox.kinds, origin=self.settings.origin,
                                  clock=self.clock, startup_grace=self.settings.lease_startup_grace_seconds,
                                  stop_before=self.settings.lease_stop_before_seconds,
-                                 on_regained=self._regained.set,
+                                 on_regained=self._lease_regained,
                                  record_in=(self.settings.namespace, self.settings.cluster_name))
         self.inbox.lease = self.lease
         self.apply.may_start = self.lease.holds
@@ -314,6 +314,12 @@ class Agent:
             await asyncio.sleep(self.settings.capacity_debounce_seconds)
 
     # --- run ------------------------------------------------------------------------------------
+    def _lease_regained(self) -> None:
+        """A renewal after the lease ran out: pods wanted meanwhile are created now, and a Resync is asked for."""
+        if self.apply is not None:
+            self.apply.lease_back()
+        self._regained.set()
+
     async def _inventory_on_regain(self) -> None:
         """A lease renewed after it ran out: an Inventory makes the dispatcher answer with a Resync, which
         deletes what went elsewhere and resumes what it still expects here (worker_agent.lease)."""

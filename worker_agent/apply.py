@@ -35,6 +35,9 @@ JobKey = tuple[str, str, str]
 COMPONENT = "mkd-agent"
 BACKOFF_INITIAL = 0.2
 BACKOFF_MAX = 30.0
+LEASE_POLL = 5.0
+"""Seconds between passes of a Job that waits for the lease to create its objects (``ApplyLoop.lease_back``
+wakes it sooner)."""
 EVENT_REPEAT_SECONDS = 60.0
 
 
@@ -73,12 +76,20 @@ class ApplyLoop:
         self._failures: dict[JobKey, int] = {}
         self._events: dict[JobKey, dict[tuple[str, str], float]] = {}
         self.passes = 0
+        self._awaiting_lease: set[JobKey] = set()
+        """Jobs whose pass found objects to create but no lease (``may_start``): woken by ``lease_back``."""
         self.may_start: Callable[[], bool] | None = None
         """Fencing: False while the agent holds no lease (``LeaseKeeper.holds``). Nothing is created then:
         an agent thawed after a freeze may still see, in its caches, a Job running that the fencer
         suspended, and must not start its pods again before it knows."""
 
     # --- queueing ---------------------------------------------------------------------------
+    def lease_back(self) -> None:
+        """The lease was renewed: every Job that waited for it to create something gets a pass now."""
+        waiting, self._awaiting_lease = self._awaiting_lease, set()
+        for key in waiting:
+            self.enqueue(key)
+
     def enqueue(self, key: JobKey) -> None:
         if key[0] not in self.reconcilers or key in self.refused:
             return
@@ -220,7 +231,11 @@ class ApplyLoop:
         if plan.creates and self.may_start is not None and not self.may_start():
             log.info("reconcile %s/%s/%s: no lease, creating nothing (%d objects wanted)", kind, ns, name,
                      len(plan.creates))
-            return 1.0
+            # not a failure to back off from (up to 30 s): ``lease_back`` wakes it once the lease is renewed,
+            # and a slow poll covers a renewal that comes without fencing first
+            self._awaiting_lease.add(key)
+            self.enqueue_after(key, LEASE_POLL)
+            return None
         if plan.creates:
             owner = owner_reference(job)
             results = await asyncio.gather(*(self._create(res, body, ns, owner) for res, body in plan.creates),

@@ -149,3 +149,38 @@ async def test_renewals_in_quick_succession_ask_for_one_resync_at_a_time(harness
     assert not [r for r in harness.reports[m:] if r.type == "inventory"]
     await harness.send(Resync(cluster=CLUSTER, epoch=1, expected=[]))
     await harness.wait_report(lambda r: r.type == "inventory", after=m)  # now it asks again
+
+
+async def test_pods_wanted_while_the_lease_was_out_are_created_as_soon_as_it_is_back(harness: AgentHarness) -> None:
+    """The apply loop creates nothing without a lease; it used to retry such a Job with the failure backoff
+    (up to 30 s), so after the lease came back its pods waited for the next try: with a lease flapping under
+    load, resumed Jobs did not run again before the chaos deadline. A regained lease wakes them at once."""
+    from federation.kube import PODS
+
+    agent = harness.agent
+    assert agent is not None and agent.apply is not None
+    cmd = place(forever(), uid="wl-waits-for-lease")
+    await harness.send(cmd)
+    await harness.wait_report(lambda r: r.type == "accepted" and r.placement == cmd.placement)
+
+    async def pods() -> list[dict]:  # type: ignore[type-arg]
+        listed = await harness.kube.list(PODS, "team-a")
+        return [p for p in listed.items if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    for _ in range(200):
+        if len(await pods()) == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert len(await pods()) == 2
+    held = True
+    agent.apply.may_start = lambda: not held
+    for pod in await pods():  # pods to create again, while there is no lease
+        await harness.kube.delete(PODS, pod["metadata"]["name"], "team-a")
+    await asyncio.sleep(8.0)  # several passes find no lease
+    assert await pods() == []
+    held = False
+    agent._lease_regained()  # what a renewal after fencing does
+    for _ in range(40):
+        if len(await pods()) == 2:
+            break
+        await asyncio.sleep(0.05)
+    assert len(await pods()) == 2
