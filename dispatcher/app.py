@@ -1,7 +1,8 @@
 """The dispatcher service: wires intake, engine, report subscriber, outbox publisher and writer.
 
-``run(settings, stop=...)`` checks the schema (refusing to start on one that is behind, naming
-``mkctl db upgrade``), takes a fencing epoch, and runs these named tasks under one Supervisor
+``run(settings, stop=...)`` serves its probes at once, checks the schema (refusing to start on one
+that is behind, naming ``mkctl db upgrade``; a database that is not reachable yet is waited for, see
+:mod:`dispatcher.startup`), is elected, takes a fencing epoch, and runs these named tasks under one Supervisor
 until ``stop`` is set: ``intake/<Kind>[/<namespace>]`` per JobKind, ``engine``, ``reports``,
 ``outbox``, ``kube-writer``, ``ticker`` and ``cluster-keys``. ``Dispatcher`` is the same thing as an object, for
 tests and the benchmark that want to look inside (engine counters, the writer's backlog).
@@ -26,6 +27,7 @@ from dispatcher.outbox import Publisher
 from dispatcher.queueing.watcher import QueueWatcher
 from dispatcher.reports import ReportSubscriber
 from dispatcher.settings import DispatcherSettings
+from dispatcher.startup import Startup, Stopped
 from federation.clock import Clock, SystemClock
 from federation.kinds.base import JobKind
 from federation.kinds.registry import KINDS
@@ -63,6 +65,8 @@ class Dispatcher:
         self.handover: Any = None
         self._engine_sql: Any = None
         self.leadership: Leadership | None = None
+        self.startup = Startup(self.clock, settings.outage_retry_max_seconds)
+        """The start-up steps, each waiting for the database; readiness reads it (dispatcher/startup.py)."""
         self._switch_interval = sys.getswitchinterval()
 
     async def __aenter__(self) -> Dispatcher:
@@ -71,8 +75,6 @@ class Dispatcher:
         if s.gil_switch_interval_seconds is not None:
             sys.setswitchinterval(s.gil_switch_interval_seconds)
         _ensure_sqlite_dir(s.database_url)
-        if self.check_schema:
-            await db.check_current(s.database_url)
         self._engine_sql = db.make_engine(s.database_url)
         sessions = db.sessionmaker(self._engine_sql)
         self.kube = await Kube.from_settings(s.kube, clock=self.clock, user_agent="mkd-dispatcher").__aenter__()
@@ -80,7 +82,6 @@ class Dispatcher:
         self.writer = KubeWriter(self.kube, cache, self.clock, workers=s.kube_writers)
         self.engine = Engine(s, sessions, self.kube, self.writer, self.clock, cache=cache)
         self.leadership = Leadership(s, self._engine_sql, self.clock)
-        await self.engine.identity.refresh(sessions, self.clock.now())
         self._sessions = sessions
         self.intake = Intake(self.kube, self.engine, self.clock, kinds=self.kinds, namespaces=s.namespaces,
                              recheck_seconds=s.kind_recheck_seconds)
@@ -99,7 +100,7 @@ class Dispatcher:
 
             self.http = HttpService(self, sessions)
             self.engine.metrics = self.http.metrics
-            await self.http.start()
+            self.http.ctx.ready_checks["start"] = self._started
         engine = self.engine
         self.queue_watcher = QueueWatcher(self.kube, self.engine.queueing.catalog, self.clock,
                                           lambda: engine.inbox.put_nowait(Tick()), recheck_seconds=s.kind_recheck_seconds)
@@ -157,8 +158,6 @@ class Dispatcher:
         sup.start("reports", self._reports_after_intake, restart=True)
         sup.start("ticker", self._ticker, restart=True)
         sup.start("cluster-keys", self._cluster_keys, restart=True)
-        if self.http is not None:
-            sup.start("api", self.http.run, restart=True)
         assert self.queue_watcher is not None
         watcher = self.queue_watcher
         for object_kind in watcher.kinds():
@@ -168,21 +167,48 @@ class Dispatcher:
         if self.handover is not None:
             self.handover.start_tasks(sup)
 
+    def _started(self) -> str | None:
+        """Readiness: None once this replica is the active one and has started its tasks."""
+        if self.leadership is not None and self.leadership.standing_by:
+            return "standing by: another dispatcher of this origin is active"
+        return self.startup.problem()
+
+    async def _start(self, stop: asyncio.Event) -> bool:
+        """The start-up steps that read the database, each waiting out an outage of any length
+        (dispatcher/startup.py); False when ``stop`` was set first."""
+        assert self.engine is not None and self.leadership is not None and self.intake is not None
+        s, sessions, step = self.settings, self._sessions, self.startup.step
+        engine, leadership = self.engine, self.leadership
+        try:
+            if self.check_schema:
+                await step("checking the schema", lambda: db.check_current(s.database_url), stop)
+            await step("reading the cluster keys", lambda: engine.identity.refresh(sessions, self.clock.now()), stop)
+            if self.http is not None:
+                await step("reading the metrics' starting point", self.http.start, stop)
+            if not await step("electing the active dispatcher", lambda: leadership.acquire(stop), stop):
+                return False
+            await step("taking a fencing epoch and rebuilding from the database", engine.start, stop)
+        except Stopped:
+            return False
+        self.intake.follow_claimed()  # what is claimed is known only now
+        return True
+
     async def run(self, stop: asyncio.Event) -> None:
-        """Stand by until this replica is the active one (dispatcher/leader.py), then take a fencing
-        epoch, rebuild from the database and run every task until ``stop``; a lost leadership is fatal
-        (the process exits and comes back as a standby)."""
+        """Serve the probes at once; wait for the database and stand by until this replica is the
+        active one (dispatcher/leader.py), then take a fencing epoch, rebuild from the database and run
+        every task until ``stop``; a lost leadership is fatal (the process exits and comes back as a
+        standby)."""
         assert self.engine is not None and self.leadership is not None
         try:
-            if not await self.leadership.acquire(stop):
-                return
-            await self.engine.start()
-            assert self.intake is not None
-            self.intake.follow_claimed()  # what is claimed is known only now
             async with Supervisor(clock=self.clock) as sup:
                 self.supervisor = sup
+                if self.http is not None:  # alive from the start, ready only once started (``_started``)
+                    sup.start("api", self.http.run, restart=True)
+                if not await self._start(stop):
+                    return
                 self.start_tasks(sup)
                 sup.start("leadership", self.leadership.hold)  # not restarted: losing it is fatal
+                self.startup.done = True
                 await sup.run_until_stopped(stop)
         finally:
             await self.leadership.release()

@@ -57,6 +57,8 @@ class Leadership:
         self.active = not self.enabled
         self._conn: AsyncConnection | None = None
         self.takeovers = 0
+        self.standing_by = False
+        """True while another replica holds the lock (said once per stretch; the readiness probe reads it)."""
 
     async def _try(self) -> bool:
         if self._conn is None:
@@ -84,24 +86,26 @@ class Leadership:
                 pass
 
     async def acquire(self, stop: asyncio.Event) -> bool:
-        """Wait as a standby until this replica holds the lock (True) or ``stop`` is set (False)."""
+        """Wait as a standby until this replica holds the lock (True) or ``stop`` is set (False).
+        A database outage is raised (after dropping the session): the caller waits it out
+        (:mod:`dispatcher.startup`) and calls again."""
         if not self.enabled:
             return True
-        announced = False
         while not stop.is_set():
             try:
-                if await self._try():
-                    self.active = True
-                    self.takeovers += 1
-                    log.warning("this dispatcher is the active one for origin %r", self.settings.origin)
-                    return True
-            except Exception as exc:
-                if not transient(exc):
-                    raise
+                got = await self._try()
+            except BaseException:
                 await self._drop()
-            if not announced:
+                raise
+            if got:
+                self.active = True
+                self.standing_by = False
+                self.takeovers += 1
+                log.warning("this dispatcher is the active one for origin %r", self.settings.origin)
+                return True
+            if not self.standing_by:
                 log.info("standing by: another dispatcher of origin %r is active", self.settings.origin)
-                announced = True
+                self.standing_by = True
             try:
                 await asyncio.wait_for(stop.wait(), timeout=self.settings.leader_poll_seconds)
             except TimeoutError:

@@ -50,8 +50,6 @@ KNOWN_CRASH = {
                        "after an outage: dispatcher.db.transient() does not see asyncpg's CannotConnectNowError "
                        "behind SQLAlchemy's adapter error, so the leadership task fails (transient() follows the "
                        "cause now, tests/dispatcher/test_transient.py; kept until a chaos run confirms it)",
-    "postgres-at-start": "mkctl dispatcher exits 1 (ConnectionRefusedError) when PostgreSQL is down at start-up "
-                         "instead of waiting for it (reported to reliable)",
 }
 
 

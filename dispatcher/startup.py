@@ -1,0 +1,109 @@
+"""Starting against a database that may not be there yet: every start-up step waits for it.
+
+A dispatcher is started by a Deployment, often together with its database (a restart of both, a
+node that came back, a failover of PostgreSQL). Each step of the start that reads the database —
+the schema check, the cluster keys, the metrics' starting point, the leader election, the fencing
+epoch and the rebuild of the in-memory view — is run by :meth:`Startup.step`: an outage
+(:func:`dispatcher.db.transient`) is waited out with the one :class:`~federation.retry.Backoff`
+(capped at ``outage_retry_max_seconds``), for as long as it lasts, and logged at a sane rate: one
+WARNING when it starts, one a minute while it lasts, one when it ends. Anything else (a schema that
+is behind, a role or database that does not exist) ends the start with that error, in one line.
+Meanwhile :meth:`Startup.problem` answers the readiness probe with what the start waits for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from dispatcher.db import transient
+from federation.clock import Clock
+from federation.errors import Invalid
+from federation.retry import Backoff
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+REMIND_SECONDS = 60.0
+"""While the database stays away, one line this often says the start still waits for it."""
+
+
+class Stopped(Exception):
+    """``stop`` was set while the start waited."""
+
+
+class Startup:
+    """The start-up steps' retry loop and their state for the readiness probe (module docstring)."""
+
+    def __init__(self, clock: Clock, retry_max_seconds: float) -> None:
+        self.clock = clock
+        self.backoff = Backoff(min(0.2, retry_max_seconds), retry_max_seconds)
+        self.doing = "starting"
+        self.done = False
+        self.down_since: float | None = None
+        self.last_error = ""
+
+    def problem(self) -> str | None:
+        """None once started; else what the start waits for (the readiness probe's answer)."""
+        if self.done:
+            return None
+        if self.down_since is not None:
+            return (f"waiting for the database ({self.doing}) for {self.clock.monotonic() - self.down_since:.0f}s: "
+                    f"{self.last_error}")
+        return self.doing
+
+    async def step(self, doing: str, fn: Callable[[], Awaitable[T]], stop: asyncio.Event) -> T:
+        """Run ``fn`` until it succeeds, waiting out database outages; raises :class:`Stopped` when
+        ``stop`` is set meanwhile, and any error that is not an outage."""
+        self.doing = doing
+        reminded = 0.0
+        while True:
+            if stop.is_set():
+                raise Stopped(doing)
+            try:
+                result = await fn()
+            except Exception as exc:
+                if not transient(exc):
+                    final = permanent(exc)
+                    if final is exc:
+                        raise
+                    raise final from exc
+                now = self.clock.monotonic()
+                self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+                if self.down_since is None:
+                    self.down_since = reminded = now
+                    log.warning("database unreachable while starting (%s): %s; waiting for it (not ready meanwhile)",
+                                doing, self.last_error)
+                elif now - reminded >= REMIND_SECONDS:
+                    reminded = now
+                    log.warning("still waiting for the database after %.0fs (%s): %s", now - self.down_since, doing,
+                                self.last_error)
+                waits = [asyncio.ensure_future(stop.wait()),
+                         asyncio.ensure_future(self.clock.sleep(self.backoff.failed()))]
+                try:
+                    await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    for w in waits:
+                        w.cancel()
+                continue
+            self.backoff.succeeded()
+            if self.down_since is not None:
+                log.warning("database reachable after %.1fs; carrying on with the start (%s)",
+                            self.clock.monotonic() - self.down_since, doing)
+                self.down_since = None
+            return result
+
+
+def permanent(exc: Exception) -> Exception:
+    """A database error at start-up that waiting cannot fix, as the one-line error the CLI prints:
+    mkd's own errors as they are; a refused login, a missing database or role names the setting."""
+    from sqlalchemy import exc as sa_exc
+
+    if isinstance(exc, sa_exc.DBAPIError):
+        orig = exc.orig if exc.orig is not None else exc
+        first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+        return Invalid("database_url", f"the database refused the dispatcher: {first}",
+                       fix="check --database-url / MKD_DISPATCHER_DATABASE_URL (host, database, user, password)")
+    return exc
