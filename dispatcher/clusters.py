@@ -2,8 +2,15 @@
 
 Every heartbeat upserts the ``clusters`` row and feeds the capacity book. A cluster whose heartbeat
 is older than ``heartbeat_timeout_seconds`` (or that sent its will, ``online=False``) is lost: nothing
-new is placed there, and after ``worker_lost_timeout_seconds`` (when set) its placements become
-``lost`` and their Workloads are placed again.
+new is placed there. Its placements become ``lost`` and their Workloads are placed again only once
+the agent has surely stopped every copy it holds (the lease granted with its last heartbeat, or a
+longer one granted earlier, plus ``lease_margin_seconds``), and then: the accepted ones after
+``worker_lost_timeout_seconds`` (when set), the Places it never answered after
+``unaccepted_replace_seconds``. A silent cluster's unanswered Place is no different from its other
+Jobs: the agent may have applied it and its Accepted been lost as the link broke, so moving it
+before the lease is over could run it twice. A cluster that answers tells: a Rejected or a ``gone``
+Status (also the answer to a Delete) moves the Workload at once (:mod:`dispatcher.answers`), and an
+Inventory without the Job brings the Place again, to the cluster that was chosen.
 """
 
 from __future__ import annotations
@@ -61,9 +68,12 @@ class ClusterHealth(EngineCore):
                         message=f"no heartbeat for {self.settings.heartbeat_timeout_seconds:g}s")
                 await q.mark_cluster_lost(s, name, b.now)
         for name, since in list(self.lost.items()):
-            unaccepted = b.now - since >= timedelta(seconds=self.settings.unaccepted_replace_seconds)
-            accepted = self._lease_over(name, since, b)
-            if not unaccepted and not accepted:
+            if b.now < self._lease_end(name, b):
+                continue  # its agent may still run anything it got, answered or not
+            lost_for = b.now - since
+            accepted = (self.settings.worker_lost_timeout_seconds is not None
+                        and lost_for >= timedelta(seconds=self.settings.worker_lost_timeout_seconds))
+            if not accepted and lost_for < timedelta(seconds=self.settings.unaccepted_replace_seconds):
                 continue
             states = q.ACTIVE_PLACEMENT if accepted else ("sent",)
             for p in await q.placements_on(s, name, states):
@@ -76,22 +86,19 @@ class ClusterHealth(EngineCore):
                 if b.p[key]["state"] not in states:
                     continue
                 why = (f"cluster {name} was lost and its lease is over" if p.state != "sent"
-                       else f"cluster {name} was lost before it answered the Place")
+                       else f"cluster {name} was lost before it answered the Place, and its lease is over")
                 b.set_p(key, state="lost", finished_at=b.now, reason=why)
                 # fences the attempt on the agent: applied before anything else when it comes back
                 self._send_delete(b, row, why)
                 self._requeue(b, row, why)
 
-    def _lease_over(self, name: str, since: datetime, b: Batch) -> bool:
-        """Whether the lost cluster's agent has surely stopped its copies: lost for the re-place
-        toleration, and the lease granted with its last heartbeat (plus the margin) is over."""
-        limit = self.settings.worker_lost_timeout_seconds
-        if limit is None or b.now - since < timedelta(seconds=limit):
-            return False
+    def _lease_end(self, name: str, b: Batch) -> datetime:
+        """When the lost cluster's agent has surely stopped every copy it holds, answered or not: the
+        lease granted with its last heartbeat, or a longer one granted earlier (also by a dispatcher set
+        up differently), plus the margin."""
         known = [d for d in (self.book.received.get(name), self.last_heartbeat.get(name)) if d is not None]
         granted = max(known) if known else b.now
         ends = [granted + timedelta(seconds=self.settings.lease_seconds)]
-        if name in self.lease_until:  # a longer lease granted earlier (by a dispatcher set up differently)
+        if name in self.lease_until:
             ends.append(self.lease_until[name])
-        over = max(ends) + timedelta(seconds=self.settings.lease_margin_seconds)
-        return b.now >= over
+        return max(ends) + timedelta(seconds=self.settings.lease_margin_seconds)

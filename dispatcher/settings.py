@@ -129,9 +129,12 @@ class DispatcherSettings(BaseSettings):
     between the machines, the agent's watchdog period and a delayed suspension (pods terminating)."""
 
     unaccepted_replace_seconds: float = Field(default=60.0, gt=0)
-    """A Place still unanswered on a Cluster lost for this long is placed elsewhere (the agent never
-    confirmed it, so it most likely never received it). The attempt gets a Delete that the agent
-    applies before anything else when it comes back, and a Resync deletes any copy it did make."""
+    """A Place still unanswered on a Cluster lost for this long is placed elsewhere, but never before
+    the agent's lease (plus ``lease_margin_seconds``) is over: the agent may have applied it and its
+    Accepted been lost as it was cut off, so until then it is treated like the Cluster's other Jobs.
+    Unlike those it does not wait for ``worker_lost_timeout_seconds`` (nor forever when that is None).
+    The attempt gets a Delete that the agent applies before anything else when it comes back, and a
+    Resync deletes any copy it did make."""
 
     max_placement_attempts: int = Field(default=5, ge=1)
     """Placement attempts per Workload (rejections, lost clusters) before it is marked failed."""

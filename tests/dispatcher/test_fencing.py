@@ -1,6 +1,7 @@
 """Fencing on the dispatcher: each heartbeat renews the agent's lease; a lost cluster's accepted Jobs
-are placed elsewhere only once that lease (plus a margin) is surely over, its unanswered Places after
-a short timeout; every moved attempt gets a Delete, and a returning cluster a Resync."""
+are placed elsewhere only once that lease (plus a margin) is surely over, and so are its unanswered
+Places (their Accepted may have been lost); every moved attempt gets a Delete, and a returning cluster
+a Resync."""
 
 from __future__ import annotations
 
@@ -54,16 +55,12 @@ async def test_a_lost_cluster_keeps_its_jobs_until_its_lease_is_over_then_they_m
         await eventually(lambda: len(cut.places()) == 2, what="a second Place, never answered")
         cut.stop_beating()  # cut off: no heartbeat, so no renewal either
         t0 = asyncio.get_running_loop().time()
-        # the unanswered Place moves after the short timeout (lost after 1 s + 1 s)
-        await eventually(lambda: other.places(), within=10, what="the unanswered Place placed elsewhere")
-        moved_unanswered = asyncio.get_running_loop().time() - t0
-        assert [p.placement.attempt for p in other.places()] == [2]
-        # the accepted one waits for lease + margin after the last heartbeat (3 + 1 s), far past the
-        # worker-lost timeout (0.5 s)
-        await eventually(lambda: len(other.places()) == 2, within=15, what="the accepted Job moved")
-        moved_accepted = asyncio.get_running_loop().time() - t0
-        assert moved_accepted >= 4.0 - 0.3, f"moved {moved_accepted:.1f}s after the last heartbeat"
-        assert moved_unanswered < moved_accepted
+        # both wait for lease + margin after the last heartbeat (3 + 1 s), far past the worker-lost
+        # timeout (0.5 s) and the unanswered one's timeout (1 s): the agent may run either
+        await eventually(lambda: len(other.places()) == 2, within=15, what="both Jobs moved")
+        moved = asyncio.get_running_loop().time() - t0
+        assert moved >= 4.0 - 0.3, f"moved {moved:.1f}s after the last heartbeat"
+        assert sorted(p.placement.attempt for p in other.places()) == [2, 2]
         # both attempts left on the cut-off cluster are fenced by a Delete it finds when it returns
         await eventually(lambda: len(cut.deletes()) == 2, what="Deletes for both moved attempts")
         n = len(cut.commands)
@@ -103,3 +100,31 @@ async def test_a_dispatcher_restarted_with_a_shorter_lease_waits_for_the_longer_
             assert other.places() == []
     (p,) = await rows(db_url, m.placements)
     assert p.state == "accepted"
+
+
+@pytest.mark.slow  # waits 5 s on purpose: nothing may move in that time
+async def test_an_unanswered_place_on_a_silent_cluster_waits_for_the_lease_like_its_other_jobs(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    """The lost-Accepted window (issue 9): the agent applied the Place and its Accepted was lost as its
+    cluster was cut off. Silence says nothing about whether it runs that copy, so the Place moves only
+    once the lease is over, not after ``unaccepted_replace_seconds``; a cluster that answers is asked again."""
+    s = settings(manager, db_url, mqtt_url, topic_root, heartbeat_timeout_seconds=1.0, worker_lost_timeout_seconds=0.5,
+                 lease_seconds=60.0, lease_margin_seconds=1.0, unaccepted_replace_seconds=1.0,
+                 placement_retry_seconds=0.3)
+    async with FakeAgent("worker-1", mqtt_url, topic_root, cap=capacity(cpu="64"), beat_every=0.2,
+                         auto_accept=False) as cut, \
+            FakeAgent("worker-2", mqtt_url, topic_root, cap=capacity(cpu="8"), beat_every=0.2) as other, \
+            running(s):
+        await kube.create(PYTORCHJOBS, pytorchjob("accepted-but-lost"), "default")
+        await eventually(lambda: cut.places(), what="placed on the roomiest cluster")
+        cut.stop_beating()  # cut off just as it applied the Place: its Accepted never arrives
+        await asyncio.sleep(5)  # lost after 1 s; the old rule moved the Place 1 s later
+        assert other.places() == [], "re-placed while the cut-off agent may run it (lease of 60 s)"
+        (p,) = await rows(db_url, m.placements)
+        assert (p.cluster, p.state) == ("worker-1", "sent")
+        # the cluster speaks again and says it does not hold the job: asked again, not placed elsewhere
+        n = len(cut.places())
+        await cut.heartbeat()
+        await cut.report(messages.Inventory(cluster="worker-1", items=[]))
+        await eventually(lambda: len(cut.places()) > n, what="the Place sent again to the cluster that lacks it")
+        assert other.places() == []
