@@ -186,23 +186,37 @@ class Answers(EngineCore):
             except messages.MessageRefused:
                 pass
             b.after.append(lambda k=(uid, attempt): self._edit_retry.pop(k, None))  # type: ignore[misc]
-        for r in await q.unanswered(s, b.now - timedelta(seconds=wait), self.settings.batch_size):
+        if self.listening_since is None:
+            return  # no answer can arrive before the Report subscription: nothing is unanswered yet
+        floor = self.listening_since  # a predecessor's Places were answered while nobody listened
+        per_cluster = self.settings.place_resend_batch
+        recent = sum(1 for t in self._resent.values() if now - t < wait)
+        limit = recent + per_cluster * max(1, len(self.book.received))  # enough to reach past the recent ones
+        taken: dict[str, int] = {}
+        waiting = 0
+        for r in await q.unanswered(s, b.now - timedelta(seconds=wait), limit):  # oldest first
             key = (r.workload_uid, r.attempt)
             obj = self.cache.get(r.workload_uid)
-            if obj is None or now - self._resent.get(key, -wait) < wait:
+            last = max(floor, self._resent.get(key, floor), self.unanswered.get(key, floor))
+            if obj is None or now - last < wait:
                 continue
-            self._resent[key] = now
+            if taken.get(r.cluster, 0) >= per_cluster:
+                waiting += 1  # still `sent` in the database: a later tick sends it
+                continue
             try:
                 self._send_place(b, {"uid": r.workload_uid}, by_name(r.kind), obj, attempt=r.attempt,
                                  cluster=r.cluster, spec_version=r.spec_version)
             except messages.MessageRefused as exc:
                 log.warning("cannot re-send placement %s to %s: %s", key, r.cluster, exc)
                 continue
+            b.after.append(lambda key=key: self._resent.__setitem__(key, now))  # type: ignore[misc]
+            taken[r.cluster] = taken.get(r.cluster, 0) + 1
             resent += 1
         if resent:
-            log.warning("re-sent %d Place commands not answered within %gs", resent, wait)
+            log.warning("re-sent %d Place commands not answered within %gs (at most %d per cluster at a time%s)",
+                        resent, wait, per_cluster, f"; {waiting} more at the next ticks" if waiting else "")
         if len(self._resent) > 100_000:
-            self._resent.clear()
+            self._resent = {k: t for k, t in self._resent.items() if now - t < wait}
 
 
 def _last_condition(status: Mapping[str, Any]) -> str:

@@ -109,6 +109,10 @@ class EngineCore:
         self.unanswered: dict[tuple[str, int], float] = {}
         """Places published and not answered yet (monotonic publish time): the publisher's flow control."""
         self._resent: dict[tuple[str, int], float] = {}
+        """Placements whose Place was sent again (monotonic time): the next re-send waits for its answer."""
+        self.listening_since: float | None = None
+        """When the Report subscription last came up (monotonic; None: not yet). Unanswered Places are
+        counted from then at the earliest: answers sent while nobody listened arrive first."""
         self.batches = 0
         self._last_place = 0.0
         self.last_heartbeat: dict[str, datetime] = {}

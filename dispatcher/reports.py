@@ -45,6 +45,7 @@ class ReportSubscriber:
                 async with MqttLink(self.settings.mqtt, client_id=self.client_id) as link:
                     await link.subscribe(topics.all_reports(root), topics.all_presence(root))
                     self.subscribed.set()
+                    self.engine.listening_since = self.clock.monotonic()  # re-sends wait for queued answers
                     health.connected_now()
                     self.engine.streams.forget()  # whatever was dropped while away shows as streams met part-way
                     async for msg in link.messages():

@@ -173,7 +173,15 @@ class DispatcherSettings(BaseSettings):
     place_resend_seconds: float = Field(default=30.0, gt=0)
     """A Place that got neither Accepted nor Rejected within this long is sent again: a broker may
     drop QoS 1 messages for a slow subscriber (Mosquitto's ``max_queued_messages``), and the agent
-    answers a repeated Place again without applying it twice."""
+    answers a repeated Place again without applying it twice. Counted from the Place's last sending,
+    and after a restart from when this dispatcher's Report subscription came up: the answers its
+    predecessor's Places got while nobody listened arrive first, they are not re-sent blindly."""
+
+    place_resend_batch: int = Field(default=200, ge=1)
+    """At most this many unanswered Places are sent again per cluster per tick, oldest first; the
+    others stay unanswered in the database and go at the next ticks (none is ever skipped). 200: a
+    restarted dispatcher or a broker that dropped a burst does not answer with a burst of its own to
+    every agent (Mosquitto drops QoS 1 messages beyond ``max_queued_messages``, 1000 by default)."""
 
     placement_retry_seconds: float = Field(default=10.0, gt=0)
     """Pending Workloads are tried again at least this often even if no capacity change was seen."""

@@ -216,13 +216,15 @@ async def test_trainjob_with_an_unknown_runtime_is_rejected_and_a_kind_installed
 
 async def test_refuses_to_start_on_a_schema_that_is_behind(manager: Path, database_url: str, mqtt_url: str,
                                                            topic_root: str) -> None:
+    import asyncio
+
     import pytest
 
     from dispatcher.app import Dispatcher
     from federation.errors import Permanent
-    with pytest.raises(Permanent, match="mkctl db upgrade"):
-        async with Dispatcher(settings(manager, database_url, mqtt_url, topic_root)):
-            pass
+    async with Dispatcher(settings(manager, database_url, mqtt_url, topic_root)) as d:
+        with pytest.raises(Permanent, match="mkctl db upgrade"):
+            await asyncio.wait_for(d.run(asyncio.Event()), 30)  # the start ends on it, without waiting
 
 
 async def test_a_place_refused_by_a_fenced_agent_waits_for_its_lease_and_never_fails_the_job(
