@@ -154,6 +154,7 @@ class Dispatcher:
                           restart=True)
         sup.start("engine", self.engine.run, restart=True)
         sup.start("kube-writer", self.writer.run, restart=True)
+        self.publisher.publishes = sup.task_set("outbox", on_error=self.publisher.publish_failed)
         sup.start("outbox", self._outbox_after_subscribe, restart=True)
         sup.start("reports", self._reports_after_intake, restart=True)
         sup.start("ticker", self._ticker, restart=True)

@@ -24,6 +24,7 @@ from federation.clock import Clock
 from federation.errors import Transport
 from federation.mqtt import LinkHealth, MqttLink
 from federation.retry import Backoff
+from federation.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,9 @@ class Publisher:
         self._startup = True
         self._db = Backoff(0.1, settings.outage_retry_max_seconds)
         self._db_down_since: float | None = None
+        self.publishes = TaskSet("outbox", on_error=self.publish_failed)
+        """The QoS 1 publishes in flight (one task each); ``Dispatcher.start_tasks`` makes it the
+        Supervisor's, so a crashed publish is counted on the ``outbox`` task."""
 
     async def run(self) -> None:
         health = self.health = LinkHealth(self.settings.mqtt, self.clock)
@@ -93,8 +97,7 @@ class Publisher:
                 except TimeoutError:
                     pass
         finally:
-            for task in self._inflight.values():
-                task.cancel()
+            await self.publishes.cancel_all()
 
     async def _database_down(self, exc: BaseException) -> None:
         if self._db_down_since is None:
@@ -107,11 +110,17 @@ class Publisher:
         try:
             await self._link.publish(topic, payload)
             self._acked.append(row_id)
-        except Exception as exc:
+        except Transport as exc:  # the link broke: expected, the round is published again after reconnecting
             self._failed.append(exc)
-        finally:
+        finally:  # anything else fails the task: logged and counted by the task set, then handed to publish_failed
             self._inflight.pop(row_id, None)
             self.wake.set()
+
+    def publish_failed(self, name: str, exc: BaseException) -> None:
+        """A publish failed in a way the link does not explain: the drain loop raises it (the outbox task
+        fails and its Supervisor restarts it; the row stays unsent and is published again)."""
+        self._failed.append(exc)
+        self.wake.set()
 
     async def drain_once(self, link: MqttLink) -> int:
         """Start publishing what is waiting and mark acknowledged rows sent; returns rows started.
@@ -125,8 +134,8 @@ class Publisher:
         """
         if self._failed:
             await self._mark()  # what was acknowledged before the link broke stays acknowledged
-            first = self._failed[0]
-            raise first if isinstance(first, Transport) else Transport(f"publish failed: {first!r}")
+            first, self._failed = self._failed[0], []
+            raise first
         if self._acked and (len(self._acked) >= 500 or self.clock.monotonic() - self._last_mark >= 0.02
                             or not self._inflight):
             await self._mark()
@@ -146,7 +155,7 @@ class Publisher:
                 self._scanned.clear()
             self._scanned.update(r[0] for r in rows)
         for row_id, topic, payload in rows:
-            self._inflight[row_id] = asyncio.ensure_future(self._one(row_id, topic, payload))
+            self._inflight[row_id] = self.publishes.spawn(self._one(row_id, topic, payload), name=f"publish-{row_id}")
         if rows:
             self.rounds += 1
         return len(rows)

@@ -21,18 +21,19 @@ async def serve(app: Any, host: str, port: int, started: Callable[[int], None] |
                             **tls)
     server = uvicorn.Server(config)
     server.capture_signals = contextlib.nullcontext  # type: ignore[method-assign,assignment]
-    task = asyncio.create_task(server.serve())
-    try:
-        while not server.started:
-            if task.done():
-                await task  # raises the bind error
-                return
-            await asyncio.sleep(0.02)
-        if started is not None:
-            sockets = [s for srv in server.servers for s in srv.sockets]
-            started(int(sockets[0].getsockname()[1]) if sockets else port)
-        await task
-    finally:
-        server.should_exit = True
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await asyncio.wait_for(task, 5)
+    # The server is a child of the calling (supervised) task: its failure, also while shutting down,
+    # is that task's failure, raised by the group (federation/tasks.py), never dropped.
+    async with asyncio.TaskGroup() as group:
+        task = group.create_task(server.serve(), name=f"http-server:{host}:{port}")
+        try:
+            while not server.started:
+                if task.done():
+                    return  # the group raises the bind error
+                await asyncio.sleep(0.02)
+            if started is not None:
+                sockets = [s for srv in server.servers for s in srv.sockets]
+                started(int(sockets[0].getsockname()[1]) if sockets else port)
+            await asyncio.wait({task})
+        finally:
+            server.should_exit = True  # a graceful stop: uvicorn closes its connections
+            await asyncio.wait({task}, timeout=5)  # then the group cancels what is left

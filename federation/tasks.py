@@ -12,8 +12,13 @@ and named in the log, and the first task error is re-raised, not swallowed.
 Every long-lived coroutine runs as a Supervisor task. A pool of workers inside one task (the kube
 writer's, the agent's apply loop) is an ``asyncio.TaskGroup``, so one failing worker stops the pool
 and the Supervisor restarts it whole, never leaving orphans. Short-lived per-item tasks (one Command
-being applied, one QoS 1 publish in flight, one requeue timer) belong to the object of the task that
-made them, which tracks and cancels them.
+being applied, one QoS 1 publish in flight, one requeue timer, the HTTP server inside its task) are
+made by a :class:`TaskSet` of the object that owns them, never by a bare ``create_task``: a TaskSet
+tracks its tasks and cancels them with ``cancel_all``, and a task that fails is logged the moment
+it fails (with its traceback), counted (``failures``, and in its Supervisor's ``child_failures`` when
+it was made by ``Supervisor.task_set``) and handed to the owner's ``on_error``, which decides what it
+means (the outbox reconnects, the agent reports the Command as not applied). Without ``on_error``
+the failure is kept in ``errors`` and raised by ``check()`` in the owner's loop.
 """
 
 from __future__ import annotations
@@ -21,9 +26,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import TypeVar
 
 from federation.clock import Clock, SystemClock
 from federation.errors import Permanent
@@ -32,6 +38,7 @@ from federation.retry import Backoff
 log = logging.getLogger(__name__)
 
 Factory = Callable[[], Awaitable[None]]
+T = TypeVar("T")
 
 
 @dataclass
@@ -43,6 +50,76 @@ class TaskInfo:
     task: asyncio.Task[None]
     restarts: int = 0
     last_error: BaseException | None = field(default=None, repr=False)
+    child_failures: int = 0
+    """Failed short-lived tasks of this task's :class:`TaskSet` (``Supervisor.task_set``)."""
+
+
+OnError = Callable[[str, BaseException], None]
+
+
+class TaskSet:
+    """Short-lived tasks of one owner, tracked, and never failing silently (see the module docstring)."""
+
+    def __init__(self, owner: str, *, on_error: OnError | None = None,
+                 counted: Callable[[], None] | None = None) -> None:
+        self.owner = owner
+        self.on_error = on_error
+        self.tasks: set[asyncio.Task[object]] = set()
+        self.failures = 0
+        """Tasks that ended with an error (cancelled ones are not failures)."""
+        self.errors: list[tuple[str, BaseException]] = []
+        """Failures not handed to an ``on_error``, for ``check()`` (the newest 100)."""
+        self._counted = counted
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def spawn(self, coro: Coroutine[object, object, T], *, name: str = "") -> asyncio.Task[T]:
+        """Run ``coro`` as a task of this set; ``name`` says which item it serves (in the log)."""
+        task: asyncio.Task[T] = asyncio.get_running_loop().create_task(coro, name=f"{self.owner}/{name or 'item'}")
+        self.tasks.add(task)  # type: ignore[arg-type]
+        task.add_done_callback(self._done)  # type: ignore[arg-type]
+        return task
+
+    def _done(self, task: asyncio.Task[object]) -> None:
+        self.tasks.discard(task)
+        if task.cancelled():
+            return
+        exc = task.exception()  # retrieved here: asyncio never reports it as "never retrieved"
+        if exc is None:
+            return
+        self.failures += 1
+        if self._counted is not None:
+            self._counted()
+        name = task.get_name()
+        log.error("task %s failed (%s: %s)", name, type(exc).__name__, exc, exc_info=exc)
+        if self.on_error is not None:
+            try:
+                self.on_error(name, exc)
+            except Exception:
+                log.exception("the owner of task %s could not handle its failure", name)
+            return
+        self.errors.append((name, exc))
+        del self.errors[:-100]
+
+    def check(self) -> None:
+        """Raise the oldest failure not handed to an ``on_error`` (the owner's loop calls it)."""
+        if self.errors:
+            _, exc = self.errors.pop(0)
+            raise exc
+
+    async def cancel_all(self, grace: float = 5.0) -> None:
+        """Cancel every task still running and wait up to ``grace`` seconds for them to end."""
+        running = list(self.tasks)
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.wait(running, timeout=grace)
+
+    async def wait(self) -> None:
+        """Wait until no task of this set runs (tasks started meanwhile included)."""
+        while self.tasks:
+            await asyncio.wait(list(self.tasks))
 
 
 class Supervisor:
@@ -59,6 +136,8 @@ class Supervisor:
         self._errors: list[tuple[str, BaseException]] = []
         self._stopping = False
         self._stopped = False
+        self.orphan_failures = 0
+        """Failed tasks of a task set whose owner is not (or no longer) one of these tasks."""
 
     async def __aenter__(self) -> Supervisor:
         self._fatal = asyncio.Event()
@@ -68,6 +147,17 @@ class Supervisor:
                         tb: TracebackType | None) -> None:
         # When the body already failed, its error wins; task errors are logged by shutdown.
         await self.shutdown(reraise=exc is None)
+
+    def task_set(self, owner: str, *, on_error: OnError | None = None) -> TaskSet:
+        """A :class:`TaskSet` for the short-lived tasks of the task ``owner``; its failures are counted
+        in that task's ``child_failures`` as well."""
+        def counted() -> None:
+            info = self.tasks.get(owner)
+            if info is not None:
+                info.child_failures += 1
+            else:
+                self.orphan_failures += 1
+        return TaskSet(owner, on_error=on_error, counted=counted)
 
     def start(self, name: str, factory: Factory, *, restart: bool = False) -> None:
         """Run ``factory()`` as the task ``name``; ``restart`` re-runs it after a failure, with backoff."""

@@ -352,7 +352,10 @@ class Agent:
                 sup.start("metrics", self.metrics_server.run, restart=True)
             self._start_watchers(sup)
             sup.start("discovery", lambda: self.rediscover_loop(sup), restart=True)
+            self.apply.timers = sup.task_set("apply")  # per-item tasks: counted on their owner task
             sup.start("apply", self.apply.run, restart=True)
+            if self.inbox is not None:
+                self.inbox.tasks = sup.task_set("mqtt")
             for i in range(SENDERS):
                 sup.start(f"outbox-{i}", self.outbox.run_sender, restart=True)
             sup.start("mqtt", self.link_loop, restart=True)

@@ -24,6 +24,7 @@ from federation.clock import Clock
 from federation.errors import AlreadyExists, Conflict, FederationError, NotFound, Permanent, Temporary
 from federation.kube import Kube, Resource
 from federation.retry import capped
+from federation.tasks import TaskSet
 from worker_agent.cache import Key, ObjectCache, rv_of
 from worker_agent.reconcilers.base import Observed, Plan, Reconciler
 
@@ -73,6 +74,8 @@ class ApplyLoop:
         self._running: set[JobKey] = set()
         self._dirty: set[JobKey] = set()
         self._timers: dict[JobKey, tuple[float, asyncio.Task[None]]] = {}
+        self.timers = TaskSet("apply")
+        """The requeue timers, one task each (``enqueue_after``): tracked, a failure logged and counted."""
         self._failures: dict[JobKey, int] = {}
         self._events: dict[JobKey, dict[tuple[str, str], float]] = {}
         self.passes = 0
@@ -107,7 +110,7 @@ class ApplyLoop:
             if current[0] <= due and not current[1].done():
                 return
             current[1].cancel()
-        self._timers[key] = (due, asyncio.get_running_loop().create_task(self._later(key, delay)))
+        self._timers[key] = (due, self.timers.spawn(self._later(key, delay), name=f"requeue/{'/'.join(key)}"))
 
     async def _later(self, key: JobKey, delay: float) -> None:
         await self.clock.sleep(delay)

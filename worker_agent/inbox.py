@@ -47,6 +47,7 @@ from federation.messages import (
     decode_command,
 )
 from federation.retry import capped
+from federation.tasks import TaskSet
 from worker_agent import foreign
 from worker_agent.cache import ObjectCache, kind_resource
 from worker_agent.lease import LeaseKeeper
@@ -97,7 +98,9 @@ class Inbox:
         self.foreign: dict[str, str] = {}
         """JobKind name -> why its jobs are refused here (another controller reconciles them too)."""
         self._known_namespaces: set[str] = set()
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.tasks = TaskSet("inbox")
+        """The Commands being handled, one task each: a crash outside a Command's own error handling is
+        logged and counted (the agent's Supervisor makes it the ``mqtt`` task's), never dropped."""
         self.highest_epoch = 0
         self._arrivals = 0
         self.lease: LeaseKeeper | None = None
@@ -159,12 +162,10 @@ class Inbox:
                 horizon = self._arrivals - 10_000
                 self.place_arrival = {u: a for u, a in self.place_arrival.items() if a > horizon}
         lock = self._locks.setdefault(key, asyncio.Lock())
-        self._spawn(self._handle(lock, key, command, arrival))
+        self._spawn(self._handle(lock, key, command, arrival), f"{command.type}/{key}")
 
-    def _spawn(self, coro: Any) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+    def _spawn(self, coro: Any, key: str) -> None:
+        self.tasks.spawn(coro, name=key)
 
     async def _handle(self, lock: asyncio.Lock, key: str, command: Place | Delete | Resync, arrival: int) -> None:
         async with lock:
@@ -198,8 +199,7 @@ class Inbox:
 
     async def drain(self) -> None:
         """Wait for the commands being handled (tests and shutdown)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        await self.tasks.wait()
 
     # --- Place -------------------------------------------------------------------------------------
     def _stale(self, placement: PlacementKey, current: Applied) -> str | None:
@@ -387,7 +387,7 @@ class Inbox:
             return
         key = placement.workload_uid
         lock = self._locks.setdefault(key, asyncio.Lock())
-        self._spawn(self._refuse(lock, kind, dict(job), placement, text))
+        self._spawn(self._refuse(lock, kind, dict(job), placement, text), f"refuse/{placement.workload_uid}")
 
     async def _refuse(self, lock: asyncio.Lock, kind: JobKind, job: dict[str, Any], placement: PlacementKey,
                       text: str) -> None:

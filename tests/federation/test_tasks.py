@@ -217,3 +217,38 @@ async def test_a_permanent_error_stops_the_service_in_one_line_instead_of_restar
     assert runs == 1  # not retried
     lines = [r for r in caplog.records if r.name == "federation.tasks" and "scheme" in r.getMessage()]
     assert len(lines) == 1 and lines[0].exc_info is None  # one line, no traceback
+
+
+async def test_a_failing_short_lived_task_is_logged_counted_and_handed_to_its_owner(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Per-item tasks (a Command applied, a publish in flight) are made by a TaskSet: a crash is never
+    dropped silently (a bare create_task only says "exception was never retrieved", if ever)."""
+    caplog.set_level(logging.ERROR, logger="federation.tasks")
+    handed: list[tuple[str, BaseException]] = []
+
+    async def boom() -> None:
+        raise ValueError("bad item")
+
+    async def fine() -> int:
+        return 7
+
+    async with Supervisor() as sup:
+        sup.start("owner", lambda: asyncio.Event().wait())
+        items = sup.task_set("owner", on_error=lambda name, exc: handed.append((name, exc)))
+        assert await items.spawn(fine(), name="ok") == 7
+        with pytest.raises(ValueError):
+            await items.spawn(boom(), name="item-1")
+        await asyncio.sleep(0)  # the done callback runs
+        assert items.failures == 1 and sup.tasks["owner"].child_failures == 1
+        assert [(n, str(e)) for n, e in handed] == [("owner/item-1", "bad item")]
+        assert any("task owner/item-1 failed" in r.getMessage() and r.exc_info for r in caplog.records)
+        # without on_error the owner's loop finds it with check()
+        plain = sup.task_set("owner")
+        plain.spawn(boom(), name="item-2")
+        await plain.wait()
+        with pytest.raises(ValueError, match="bad item"):
+            plain.check()
+        plain.check()  # raised once
+        slow = plain.spawn(asyncio.sleep(60), name="slow")
+        await plain.cancel_all()
+        assert slow.cancelled() and len(plain) == 0 and plain.failures == 1  # a cancel is not a failure
