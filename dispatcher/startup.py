@@ -74,7 +74,7 @@ class Startup:
                 self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
                 if self.down_since is None:
                     self.down_since = reminded = now
-                    log.warning("database unreachable while starting (%s): %s; waiting for it (not ready meanwhile)",
+                    log.warning("database unreachable (%s): %s; waiting for it",
                                 doing, self.last_error)
                 elif now - reminded >= REMIND_SECONDS:
                     reminded = now

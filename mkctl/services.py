@@ -166,13 +166,35 @@ db_app = typer.Typer(help="The dispatcher's database.", no_args_is_help=True)
 
 
 @db_app.command("upgrade")
-def db_upgrade(database_url: DatabaseUrl = None) -> None:
+def db_upgrade(database_url: DatabaseUrl = None,
+               wait: Annotated[float, typer.Option(
+                   "--wait", min=0, help="Seconds to wait for a database that is not reachable yet (an init "
+                   "container started together with its database), logging the outage once a minute; 0: fail at once.")] = 0.0,
+               ) -> None:
     """Apply every alembic migration the database is missing (idempotent)."""
     from dispatcher import db
 
     url = database_url_from(database_url)
-    db.upgrade(url)
+    if wait <= 0:
+        db.upgrade(url)
+    else:
+        asyncio.run(_upgrade_waiting(url, wait))
     typer.echo(f"database {redact(url)} is at the current schema")
+
+
+async def _upgrade_waiting(url: str, wait: float) -> None:
+    """The migrations, an outage of the database waited out for up to ``wait`` seconds (dispatcher/startup.py)."""
+    from dispatcher import db
+    from dispatcher.startup import Startup
+    from federation.clock import SystemClock
+
+    startup = Startup(SystemClock(), 2.0)
+    try:
+        await asyncio.wait_for(startup.step("upgrading the schema", lambda: db.upgrade_async(url), asyncio.Event()),
+                               wait)
+    except TimeoutError:
+        raise CommandFailed(f"database {redact(url)} still unreachable after {wait:g}s ({startup.last_error}); "
+                            "check --database-url and that the database is up") from None
 
 
 def redact(url: str) -> str:

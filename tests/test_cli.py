@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -177,6 +178,21 @@ def test_bad_database_url_names_the_flag() -> None:
     lines = error_lines(result)
     assert result.exit_code == 2 and len(lines) == 1  # a bad flag value is a usage error
     assert lines[0].startswith("error: --database-url:") and "postgresql+asyncpg://" in lines[0]
+
+
+def test_db_upgrade_waits_for_a_database_that_is_not_up_yet(tmp_path: Path) -> None:
+    """``--wait`` (the deployment's init container) rides out a database that is not reachable yet and
+    says so when it stays away; a reachable one is upgraded as without it."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens there: refused, as a database still starting
+    result = invoke("db", "upgrade", "--database-url", f"postgresql+asyncpg://mkd@127.0.0.1:{port}/mkd", "--wait", "1")
+    errors = [line for line in error_lines(result) if line.startswith("error:")]
+    assert result.exit_code == 1 and len(errors) == 1, result.output
+    assert "still unreachable after 1s" in errors[0] and "ConnectionRefusedError" in errors[0]
+    url = f"sqlite+aiosqlite:///{tmp_path / 'waited.db'}"
+    result = invoke("db", "upgrade", "--database-url", url, "--wait", "30")
+    assert result.exit_code == 0 and "is at the current schema" in result.output
 
 
 def test_unknown_output_format_is_a_usage_error(db_url: str) -> None:
