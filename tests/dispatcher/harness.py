@@ -94,6 +94,12 @@ async def running(s: DispatcherSettings, **kwargs: Any) -> AsyncIterator[Dispatc
             await asyncio.wait_for(task, 20)
 
 
+def is_place(payload: bytes) -> bool:
+    """Whether an outbox payload is a Place Command, in the clear or sealed to its cluster's key (only
+    Places are sealed)."""
+    return payload.startswith((b'{"v":1,"type":"place"', b'{"v":1,"type":"sealed"'))
+
+
 async def eventually(predicate: Callable[[], Any], within: float = 10.0, what: str = "condition") -> Any:
     """Poll ``predicate`` (sync or async) until truthy; fail after ``within`` seconds."""
     deadline = asyncio.get_running_loop().time() + within

@@ -13,7 +13,15 @@ import pytest
 
 from federation.kube import Kube
 from federation.mqtt import MqttLink
-from tests.dispatcher.harness import PYTORCHJOBS, FakeAgent, eventually, pytorchjob, running, settings
+from tests.dispatcher.harness import (
+    PYTORCHJOBS,
+    FakeAgent,
+    eventually,
+    is_place,
+    pytorchjob,
+    running,
+    settings,
+)
 
 
 async def test_a_publish_that_crashes_is_logged_counted_and_sent_after_the_restart(
@@ -24,7 +32,7 @@ async def test_a_publish_that_crashes_is_logged_counted_and_sent_after_the_resta
     crashed: list[str] = []
 
     async def flaky(self: MqttLink, topic: str, payload: bytes, *, retain: bool = False) -> None:
-        if topic.endswith("/commands") and b'"type":"place"' in payload and not crashed:
+        if topic.endswith("/commands") and is_place(payload) and not crashed:
             crashed.append(topic)
             raise RuntimeError("a bug while publishing")
         await real(self, topic, payload, retain=retain)

@@ -14,7 +14,15 @@ from pathlib import Path
 from dispatcher.db import models as m
 from federation import messages
 from federation.kube import Kube
-from tests.dispatcher.harness import PYTORCHJOBS, FakeAgent, eventually, pytorchjob, running, settings
+from tests.dispatcher.harness import (
+    PYTORCHJOBS,
+    FakeAgent,
+    eventually,
+    is_place,
+    pytorchjob,
+    running,
+    settings,
+)
 from tests.dispatcher.test_flow import rows
 
 JOBS = 12
@@ -44,14 +52,14 @@ async def test_a_restarted_dispatcher_resends_paced_oldest_first_and_not_what_wa
 
             async def resent_uids() -> set[str]:
                 return {r.workload_uid for r in await rows(db_url, m.outbox)
-                        if r.id >> 32 == epoch and b'"type":"place"' in r.payload}
+                        if r.id >> 32 == epoch and is_place(r.payload)}
             unanswered = {p.placement.workload_uid for p in agent.places()} - answered
             await eventually(lambda: _covers(resent_uids(), unanswered), within=60,
                              what="every unanswered Place sent again")
             await eventually(lambda: unanswered <= {p.placement.workload_uid for p in agent.places()[sent_before:]},
                              what="and received by the agent")
     placements = {p.workload_uid: p.created_at for p in await rows(db_url, m.placements)}
-    resent = [r for r in await rows(db_url, m.outbox) if r.id >> 32 == epoch and b'"type":"place"' in r.payload]
+    resent = [r for r in await rows(db_url, m.outbox) if r.id >> 32 == epoch and is_place(r.payload)]
     rounds: dict[object, list[str]] = collections.defaultdict(list)
     for r in sorted(resent, key=lambda r: r.id):
         rounds[r.created_at].append(r.workload_uid)
