@@ -8,8 +8,9 @@ federation whose teams share it. Figures, each printed with its target:
 
 - **fill**: the first passes from empty usage (admissions/s, CPU-s per admission);
 - **one pass** at 100,000 pending with everything that fits admitted: wall and CPU ms;
-- **admissions/s when capacity frees**: 5,000 admitted Workloads finish, passes run until nothing
-  more is admitted;
+- **admissions/s when capacity frees**: 5,000 admitted Workloads finish (their quota and their room
+  on the clusters come back, as the agents' next heartbeats say), passes run until nothing more is
+  admitted;
 - **RSS** of the process with 100,000 pending (ru_maxrss and the current VmRSS).
 
     .venv/bin/python bench/queue_bench.py            # the figures for bench/RESULTS.md
@@ -31,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from dispatcher.placement import ClusterView, Need, NodeView, PodSetDemand  # noqa: E402
+from dispatcher.placement import ClusterView, Need, NodeView, PodSetDemand, subtract_from_nodes  # noqa: E402
 from dispatcher.queueing.catalog import Catalog  # noqa: E402
 from dispatcher.queueing.scheduler import Entry, Queues  # noqa: E402
 
@@ -116,6 +117,8 @@ def main() -> None:
     print(f"RSS with {args.n:,} pending: {now_rss:.0f} MB (peak {peak:.0f} MB; {now_rss - base_rss:.0f} MB above the "
           f"empty interpreter + imports)  target <= 300 MB: {'ok' if now_rss <= 300 else 'MISSED'}")
 
+    placed: dict[str, tuple[str, Need]] = {}
+
     def run_passes(label: str) -> list[str]:
         admitted: list[str] = []
         wall = cpu = 0.0
@@ -127,6 +130,7 @@ def main() -> None:
             cpu += time.process_time() - c0
             passes += 1
             admitted += [a.entry.uid for a in result.admitted]
+            placed.update((a.entry.uid, (a.cluster, a.need)) for a in result.admitted)
             if not result.admitted:
                 break
         rate = len(admitted) / wall if wall else 0.0
@@ -152,6 +156,15 @@ def main() -> None:
     freed = rng.sample(admitted, min(args.free, len(admitted)))
     for uid in freed:
         queues.release(uid)
+        del placed[uid]
+    # the agents' next heartbeats: the clusters as the Workloads still running leave them
+    clusters[:] = build_clusters(args.clusters, args.nodes)
+    views = {c.name: c for c in clusters}
+    for cluster, need in placed.values():
+        view = views[cluster]
+        view.free = {k: v - need.total.get(k, Decimal(0)) for k, v in view.free.items()}
+        view.nodes = subtract_from_nodes(view.nodes, need.total, need)
+    queues.capacity_changed()
     again = run_passes(f"after {len(freed):,} admitted Workloads finish (their cohorts' set-aside heads return)")
     print(f"admitted again after the release: {len(again):,}")
     peak, now_rss = rss_mb()

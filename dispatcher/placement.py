@@ -96,6 +96,9 @@ class ClusterView:
     kinds: frozenset[str] | None = None  # None: the agent did not say, any kind is fine
     labels: Mapping[str, str] = field(default_factory=dict)
     nodes: list[NodeView] = field(default_factory=list)  # empty: the agent sent no per-node figures
+    rooms: dict[int, tuple[object, ...]] = field(default_factory=dict, repr=False, compare=False)
+    """``_room`` answers for the current ``free``: one pass asks the same few shapes of every cluster,
+    and only the cluster a Workload just went to changes."""
 
 
 @dataclass(frozen=True)
@@ -166,41 +169,63 @@ def node_allows(ps: PodSetDemand, node: NodeView) -> bool:
     return all(_tolerated(t, ps.tolerations) for t in node.taints if t[2] in ("NoSchedule", "NoExecute"))
 
 
+_LAST_FIT: list[object] = [None, None, None]
+"""(nodes, need, where each pod went) of the last fit that succeeded: the scheduler subtracts the
+Workload it just placed from the very nodes it fitted it onto, and need not fit it a second time."""
+
+
 def fit_nodes(need: Need, nodes: Sequence[NodeView]) -> str | None:
     """Place every pod of every PodSet onto ``nodes`` at once (largest pods first, first fit, on a
     scratch copy of the free figures). None when they all fit, else what the first misfit lacks."""
+    misfit, used = _first_fit(need, nodes)
+    if misfit is None:
+        _LAST_FIT[:] = [nodes, need, used]
+    return misfit
+
+
+def _first_fit(need: Need, nodes: Sequence[NodeView]) -> tuple[str | None, dict[int, dict[str, Decimal]]]:
+    """The pods of ``need`` onto ``nodes``: (None, the touched nodes' new free figures) or (why not, ...)."""
     used: dict[int, dict[str, Decimal]] = {}   # copies of the nodes a pod went to (the rest untouched)
     order = sorted(need.podsets, key=lambda p: sorted(((k, -v) for k, v in p.requests.items())))
     order = sorted(order, key=lambda p: -sum((v for k, v in p.requests.items() if k not in OPTIONAL), ZERO))
+    count = len(nodes)
     for ps in order:
         wanted = {k: v for k, v in ps.requests.items() if v > 0}
+        # (resource, amount, what a node that does not report it has): the scarce ones first
+        checks = tuple((k, v, ZERO if k not in OPTIONAL else v) for k, v in wanted.items())
         plain = not ps.node_selector and not ps.affinity
         start = 0  # the pods of a PodSet are identical: a node one of them did not fit, no later one fits
         for n in range(ps.count):
-            for i in range(start, len(nodes)):
+            i = start
+            while i < count:
                 node = nodes[i]
-                if not (plain and not node.taints) and not node_allows(ps, node):
-                    continue
-                f = used.get(i) or node.free
-                if all(f.get(k, ZERO if k not in OPTIONAL else v) >= v for k, v in wanted.items()):
-                    g = used.setdefault(i, dict(node.free))
-                    for k, v in wanted.items():
-                        if k in g:
-                            g[k] -= v
-                    start = i
-                    break
+                if (plain and not node.taints) or node_allows(ps, node):
+                    f = used.get(i) or node.free
+                    for k, v, missing in checks:
+                        if f.get(k, missing) < v:
+                            break
+                    else:
+                        g = used.get(i)
+                        if g is None:
+                            g = used[i] = dict(node.free)
+                        for k, v in wanted.items():
+                            if k in g:
+                                g[k] -= v
+                        start = i
+                        break
+                i += 1
             else:
                 allowed = [i for i, node in enumerate(nodes) if node_allows(ps, node)]
                 if not allowed:
-                    return f"no node matches the {ps.name} pods' node selector, affinity and tolerations"
+                    return f"no node matches the {ps.name} pods' node selector, affinity and tolerations", used
                 free = {i: used.get(i) or nodes[i].free for i in allowed}
                 best = max(allowed, key=lambda i: min((free[i].get(k, ZERO) / v for k, v in wanted.items()
                                                        if k not in OPTIONAL), default=ZERO))
                 lack = {k: v - free[best].get(k, ZERO) for k, v in wanted.items()
                         if k not in OPTIONAL and free[best].get(k, ZERO) < v}
                 return (f"{ps.name} pod {n + 1} of {ps.count} fits on no node (best node {nodes[best].name} lacks "
-                        + ", ".join(q(v, k) for k, v in sorted(lack.items())) + ")")
-    return None
+                        + ", ".join(q(v, k) for k, v in sorted(lack.items())) + ")"), used
+    return None, used
 
 
 def _node_misfit(need: Need, cluster: ClusterView) -> str | None:
@@ -210,17 +235,37 @@ def _node_misfit(need: Need, cluster: ClusterView) -> str | None:
     return None if m is None else f"no node with {q(m[2], m[1])} for a {m[0]} pod"
 
 
-def _score(need: Resources, cluster: ClusterView) -> tuple[Decimal, Decimal]:
-    fractions = []
-    for res, amount in need.items():
-        if res in OPTIONAL:
+def _room(total: Resources, cluster: ClusterView) -> tuple[Resources, tuple[Decimal, Decimal]]:
+    """``shortfall`` of what the Workload asks for (``_relevant``) on one cluster and, when nothing is
+    short, its score: the smallest and the sum of the fractions of allocatable left after it, over the
+    resources it asks for (``pods`` aside). One walk over the requests, done for every cluster."""
+    alloc, free = cluster.allocatable, cluster.free
+    known = cluster.rooms.get(id(total))
+    if known is not None and known[0] is total and known[1] is free and known[2] is alloc:
+        return known[3], known[4]  # type: ignore[return-value]
+    missing: Resources = {}
+    low: Decimal | None = None
+    spread = ZERO
+    for res, amount in total.items():
+        if amount <= 0:
             continue
-        alloc = cluster.allocatable.get(res, ZERO)
-        if alloc > 0:
-            fractions.append((cluster.free.get(res, ZERO) - amount) / alloc)
-    if not fractions:
-        return ZERO, ZERO
-    return min(fractions), sum(fractions, ZERO)
+        optional = res in OPTIONAL
+        if optional and res not in alloc:
+            continue
+        have = free.get(res, ZERO)
+        if amount > have:
+            missing[res] = amount - have
+        elif not missing and not optional:
+            a = alloc.get(res, ZERO)
+            if a > 0:
+                fraction = (have - amount) / a
+                spread += fraction
+                low = fraction if low is None or fraction < low else low
+    score = (ZERO, ZERO) if missing or low is None else (low, spread)
+    if len(cluster.rooms) >= 256:
+        cluster.rooms.clear()
+    cluster.rooms[id(total)] = (total, free, alloc, missing, score)
+    return missing, score
 
 
 def eligible(cluster: ClusterView, *, now: datetime, timeout: float) -> bool:
@@ -279,12 +324,11 @@ def choose(need: Need, clusters: Iterable[ClusterView], *, now: datetime, timeou
     no_room: list[str] = []
     roomy: list[tuple[tuple[Decimal, Decimal], ClusterView]] = []
     for cluster in by_kind:
-        wanted = _relevant(need.total, cluster)
-        missing = shortfall(wanted, cluster.free)
+        missing, score = _room(need.total, cluster)
         if missing:
             no_room.append(f"{cluster.name} (lacks {', '.join(q(v, k) for k, v in sorted(missing.items()))})")
             continue
-        roomy.append((_score(wanted, cluster), cluster))
+        roomy.append((score, cluster))
     # the pod-by-pod fit is the costly check: roomiest first, and only until one cluster passes it
     roomy.sort(key=lambda sc: (-sc[0][0], -sc[0][1], sc[1].name))
     for score, cluster in roomy:
@@ -450,7 +494,13 @@ def subtract_from_nodes(nodes: list[NodeView], total: Resources, need: Need | No
     total is taken from the roomiest nodes first: either way the cluster's sum stays right. Only the
     nodes touched are copied."""
     touched: dict[int, dict[str, Decimal]] = {}
-    if need is not None and need.podsets:
+    last_nodes, last_need, last_used = _LAST_FIT
+    if need is not None and need.podsets and last_nodes is nodes and last_need is need:
+        touched = last_used  # type: ignore[assignment]  # fitted just now onto these very nodes
+        _LAST_FIT[:] = [None, None, None]
+    elif need is not None and need.podsets and (fitted := _first_fit(need, nodes))[0] is None:
+        touched = fitted[1]
+    elif need is not None and need.podsets:  # it does not fit (any more): every pod that still does
         for ps in need.podsets:
             wanted = {k: v for k, v in ps.requests.items() if v > 0}
             start = 0

@@ -14,6 +14,7 @@ then ``spec.overhead`` is added. A :class:`PodSet` is a named group of identical
 from __future__ import annotations
 
 import decimal
+import functools
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -35,6 +36,8 @@ MAX_QUANTITY = Decimal(2**63 - 1)
 
 _BINARY = {"Ki": 10, "Mi": 20, "Ti": 40, "Gi": 30, "Pi": 50, "Ei": 60}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_BINARY_DESC = sorted(_BINARY.items(), key=lambda item: -item[1])
+_DECIMAL_DESC = sorted(_DECIMAL.items(), key=lambda item: -item[1])
 _QUANTITY = re.compile(
     r"(?P<sign>[+-]?)(?P<number>[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
     r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?"
@@ -110,8 +113,10 @@ def _normal(amount: Decimal) -> Decimal:
     return reduced
 
 
+@functools.lru_cache(maxsize=4096)
 def format_quantity(amount: Decimal, resource: str = "") -> str:
-    """Canonical quantity text: ``500m``, ``4``, ``2k``; ``2Gi`` for byte resources when shorter."""
+    """Canonical quantity text: ``500m``, ``4``, ``2k``; ``2Gi`` for byte resources when shorter.
+    Remembered: reasons name the same few amounts over and over (equal Decimals format alike)."""
     amount = _normal(_CTX.create_decimal(amount))
     if amount.is_zero():
         return "0"
@@ -132,7 +137,7 @@ def _is_byte_resource(resource: str) -> bool:
 
 def _format_decimal_si(magnitude: Decimal) -> str:
     # the largest exponent (a multiple of 3) that still leaves an integer mantissa
-    for suffix, exponent in sorted(_DECIMAL.items(), key=lambda item: -item[1]):
+    for suffix, exponent in _DECIMAL_DESC:
         mantissa = magnitude.scaleb(-exponent, _CTX)
         if mantissa == mantissa.to_integral_value() and mantissa >= 1:
             return f"{int(mantissa)}{suffix}"
@@ -141,7 +146,7 @@ def _format_decimal_si(magnitude: Decimal) -> str:
 
 
 def _format_binary_si(magnitude: int) -> str:
-    for suffix, power in sorted(_BINARY.items(), key=lambda item: -item[1]):
+    for suffix, power in _BINARY_DESC:
         if magnitude % (1 << power) == 0:
             return f"{magnitude >> power}{suffix}"
     return str(magnitude)
