@@ -11,10 +11,11 @@ cluster, and reads the Lease the agent writes at every renewal (``worker_agent.l
 - every placed copy of the agent's origin that is not finished is suspended the way its kind allows
   (``JobKind.suspend_path``: Kubeflow ``runPolicy.suspend``, ``spec.suspend`` of a batch Job, JobSet,
   TrainJob) and marked ``mkd.dev/fenced``, so the agent resumes it only once a Resync lists it again;
-- a copy whose controller is the (hung) agent itself, not an operator (delegated kinds keep their
-  ``managedBy``) nor the cluster's Job controller, loses what runs under it: its pods are deleted, its
-  batch Jobs suspended (the Job controller then removes their pods), its JobSets suspended, their
-  Jobs too.
+- what the (hung) agent's own reconcilers made under a copy, known by its ``mkd.dev/created-by``
+  annotation (``worker_agent.foreign``), is stopped too: its pods are deleted, its batch Jobs suspended
+  (the Job controller then removes their pods), its JobSets suspended and their Jobs too. Children made
+  by live controllers (an operator a kind is delegated to, the cluster's Job controller) are left to
+  them: they stop when their copy is suspended.
 
 The fencer never resumes anything: that is the agent's, after a renewal and a Resync. With no record at
 all (an agent that never held a lease here) it waits.
@@ -38,7 +39,6 @@ from federation.tasks import Supervisor
 from worker_agent import leaserecord
 from worker_agent.cache import kind_resource
 from worker_agent.reconcilers.jobset import JOBSETS
-from worker_agent.reconcilers.registry import reconcilers
 from worker_agent.reports import placement_of
 from worker_agent.settings import FencerSettings
 
@@ -87,8 +87,6 @@ class Fencer:
         self.poll_seconds = poll_seconds
         self.sweep_seconds = sweep_seconds
         self._limit = asyncio.Semaphore(concurrency)
-        self.agent_runs = {name for name, r in reconcilers().items() if r.children}
-        """Kinds whose pods the agent's own reconciler makes (with no operator delegated)."""
         self.sweeps = 0
         self._last_sweep: float | None = None
         self._waiting_logged = False
@@ -145,9 +143,8 @@ class Fencer:
                        if placement_of(job) is not None and kind.finished(job) is None]
         await self._all(self._suspend(kind_resource(kind), job, kind.suspend_path, swept, fenced=True)  # type: ignore[attr-defined]
                         for kind, job in copies if not kind.is_suspended(job))
-        under_agent = [job for kind, job in copies if kind.name in self.agent_runs and kind.managed_by(job) is None]
-        for ns in sorted({str(job["metadata"].get("namespace")) for job in under_agent}):
-            roots = {str(job["metadata"]["uid"]) for job in under_agent if job["metadata"].get("namespace") == ns}
+        for ns in sorted({str(job["metadata"].get("namespace")) for _, job in copies}):
+            roots = {str(job["metadata"]["uid"]) for _, job in copies if job["metadata"].get("namespace") == ns}
             await self._stop_children(ns, roots, swept)
         return swept
 
@@ -172,6 +169,8 @@ class Fencer:
             uid = frontier.pop()
             for res, obj in by_owner.get(uid, []):
                 meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+                if (meta.get("annotations") or {}).get(labels.CREATED_BY) != self.origin:
+                    continue  # another controller's (alive: it stops them when their owner is suspended)
                 if res is PODS:
                     phase = (obj.get("status") or {}).get("phase")
                     if phase not in ("Succeeded", "Failed") and not meta.get("deletionTimestamp"):

@@ -174,3 +174,45 @@ async def test_a_fencer_with_no_record_to_read_touches_nothing(harness: AgentHar
         assert await fencer.check() == fencer.poll_seconds and fencer.sweeps == 0
     job = await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a")
     assert not suspended_at(copy.deepcopy(job), "spec", "runPolicy", "suspend")
+
+
+async def test_the_fencer_stops_what_runs_under_an_mpijob_and_a_trainjob(harness: AgentHarness) -> None:
+    """The agent is the controller of both: the fencer deletes the MPIJob's worker pods and suspends its
+    launcher Job, and suspends the TrainJob's JobSet and that JobSet's Jobs (the Job controller then
+    removes their pods)."""
+    from tests.agent.test_agent_kinds import RUNTIMES
+
+    runtime = load("trainjob/torch-distributed-runtime.yaml")
+    running_forever(runtime, [r["template"]["spec"]["template"] for r in runtime["spec"]["template"]["spec"]["replicatedJobs"]])
+    await harness.kube.create(RUNTIMES, runtime)
+    mpi = load("mpi/pi.yaml")
+    running_forever(mpi, [r["template"] for r in mpi["spec"]["mpiReplicaSpecs"].values()])
+    for cmd in (place(mpi, uid="wl-mpi"), place(load("trainjob/multi-node.yaml"), uid="wl-train")):
+        await harness.send(cmd)
+        accepted = await harness.wait_report(lambda r: r.type in ("accepted", "rejected")
+                                             and r.placement == cmd.placement)  # noqa: B023
+        assert accepted.type == "accepted", getattr(accepted, "message", "")
+
+    async def children_running() -> bool:  # the MPI launcher Job and the TrainJob's JobSet with its Job
+        jobs = (await harness.kube.list(JOBS, "team-a")).items
+        return len(jobs) >= 2 and len(await live_pods(harness.kube)) >= 3
+    await until(children_running, "the MPIJob's and the TrainJob's children running")
+    await harness.stop_agent()
+    async with Kube(harness.settings.kubeconfig, user_agent="mkd-fencer") as kube:
+        await leaserecord.write(kube, harness.settings.namespace, CLUSTER, origin=harness.settings.origin,
+                                renewed=datetime.now(UTC) - timedelta(seconds=30), seconds=5)
+        fencer = Fencer(kube, cluster=CLUSTER, namespace=harness.settings.namespace, origin=harness.settings.origin)
+        await fencer.check()
+        assert fencer.sweeps == 1
+    mpijob = await harness.get(Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob"), "pi", "team-a")
+    trainjob = await harness.get(Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"),
+                                 "multi-node-example", "team-a")
+    assert suspended_at(mpijob, "spec", "runPolicy", "suspend") and suspended_at(trainjob, "spec", "suspend")
+    jobsets = (await harness.kube.list(JOBSETS, "team-a")).items
+    assert len(jobsets) == 1 and suspended_at(jobsets[0], "spec", "suspend")
+    jobs = (await harness.kube.list(JOBS, "team-a")).items
+    assert jobs and all(suspended_at(j, "spec", "suspend") for j in jobs), [j["metadata"]["name"] for j in jobs]
+
+    async def no_pods() -> bool:
+        return not await live_pods(harness.kube)
+    await until(no_pods, "every pod gone (the MPI workers deleted, the Jobs' pods removed by the Job controller)")

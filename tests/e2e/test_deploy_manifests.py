@@ -297,7 +297,7 @@ async def test_the_fencers_roles_grant_what_it_calls_when_it_fences_and_nothing_
                                      labels.PLACEMENT_ATTEMPT: "1", labels.EPOCH: "1"}
         copy = await kube.create(pytorchjobs, job, "mkd-jobs")
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {
-            "name": "fenced-master-0", "namespace": "mkd-jobs",
+            "name": "fenced-master-0", "namespace": "mkd-jobs", "annotations": {labels.CREATED_BY: "mkd"},
             "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "name": copy["metadata"]["name"],
                                  "uid": copy["metadata"]["uid"], "controller": True}]},
             "spec": {"containers": [{"name": "c", "image": "busybox"}]}}
