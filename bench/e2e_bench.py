@@ -60,6 +60,8 @@ NAMESPACE = "bench"
 FLOOR_NAMESPACE = "bench-floor"
 CONCURRENCY = 64
 """Creations in flight at once, for the end-to-end run and the floor alike."""
+LATE_SECONDS = 300.0
+"""After the deadline, how long an incomplete run keeps watching to tell late mirrors from lost ones."""
 
 
 def reachable(host: str, port: int) -> bool:
@@ -549,18 +551,26 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
         used = cpu.used()
         profiles = await stop_py_spy(spies)
         load_after = uptime()
+        missing = ""
+        if len(times.on_manager) < n:
+            # Late or lost? Keep watching (the federation still runs) for as long again as the run took,
+            # at most LATE_SECONDS: a mirror that arrives now was late; one that never does was lost.
+            # A fresh list at the end tells a lost mirror (the manager never got it) from a missed watch event.
+            on_time = len(times.on_manager)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(times.all_on_manager.wait(), timeout=min(wall, LATE_SECONDS))
+            listed = (await kubes["manager"].list(PYTORCHJOBS, NAMESPACE)).items
+            running_now = sum(1 for j in listed if running(j))
+            late = len(times.on_manager) - on_time
+            missing = (f"INCOMPLETE: {n - on_time} of {n} not seen Running on the manager within {wall:.0f} s; "
+                       f"{late} of them arrived in the {min(wall, LATE_SECONDS):.0f} s after (late), "
+                       f"{n - on_time - late} never (lost); {len(times.on_worker)} Running on workers; a fresh "
+                       f"list of the manager finds {running_now} Running")
+            times.on_manager = dict(list(times.on_manager.items())[:on_time])  # the figures below: on time only
         for t in watchers:
             t.cancel()
         first = min(times.created.values())
         e2e_rate = len(times.on_manager) / (max(times.on_manager.values(), default=first + 1) - first)
-        missing = ""
-        if len(times.on_manager) < n:
-            # A fresh list tells a lost mirror (the manager never got it) from a missed watch event.
-            listed = (await kubes["manager"].list(PYTORCHJOBS, NAMESPACE)).items
-            running_now = sum(1 for j in listed if running(j))
-            missing = (f"INCOMPLETE: {n - len(times.on_manager)} of {n} never seen Running on the manager within "
-                       f"{wall:.0f} s ({len(times.on_worker)} were Running on workers; a fresh list "
-                       f"of the manager finds {running_now} Running)")
         stamps = {"created": times.created, **await dispatcher_stamps(database_url, NAMESPACE),
                   "worker_running": times.on_worker, "mirrored": times.on_manager}
         placed = {w: len((await kubes[w].list(PYTORCHJOBS, NAMESPACE)).items) for w in WORKERS}
@@ -589,7 +599,11 @@ async def start_py_spy(procs: Processes, logs: Path) -> dict[str, tuple[asyncio.
     ``--gil``: only the thread holding the GIL is sampled, i.e. where Python CPU goes; without it the
     threads blocked in socket reads (watches, urllib3 responses) fill the top of the table.
     """
+    import shutil
+
     exe = Path(sys.executable).with_name("py-spy")
+    if not exe.exists() and shutil.which("py-spy"):
+        exe = Path(str(shutil.which("py-spy")))
     if not exe.exists():
         print("py-spy not installed in this environment: no profile", flush=True)
         return {}

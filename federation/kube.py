@@ -1,12 +1,17 @@
 """The Kubernetes boundary: the only module importing ``kubernetes`` (and urllib3).
 
 ``Kube`` is one API server (one cluster): async CRUD, patch in its four flavours, a list-then-watch
-``informer`` and discovery, over the official client's configuration, authentication and
-connection pool. Requests go out as raw paths built by ``Resource.path()`` and bodies are parsed
-with orjson — model (de)serialisation would cost more than the request. Blocking calls run on a
-thread pool sized ``KubeSettings.max_concurrency``; each watch streams in its own thread feeding an
-``asyncio.Queue``. Every HTTP failure and every client exception becomes a ``federation.errors``
-error in ``_error_for_status`` / ``_guard`` and nowhere else.
+``informer`` and discovery, over the official client's configuration and authentication.
+Requests go out as raw paths built by ``Resource.path()`` and bodies are parsed with orjson —
+model (de)serialisation would cost more than the request. Requests (not watches) go over
+``_Http``: HTTP/1.1 keep-alive connections on the event loop, set up from the official client's
+``Configuration`` (host, TLS files and checks) with the headers its ``update_params_for_auth``
+gives (bearer tokens, refreshed by exec plugins, re-read every ``AUTH_TTL`` seconds and after a 401).
+Handing each request to a urllib3 thread cost about 1.1 CPU-ms per request, this about 0.2
+(bench/RESULTS.md, issue 15). A configuration with a proxy keeps the official client's urllib3
+pool, on a thread pool sized ``KubeSettings.max_concurrency``. Each watch streams in its own thread
+feeding an ``asyncio.Queue``. Every HTTP failure and every client exception becomes a
+``federation.errors`` error in ``_error_for_status`` / ``_guard`` and nowhere else.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import contextlib
 import importlib.metadata
 import logging
 import os
+import ssl
 import threading
 import time
 import uuid
@@ -26,7 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, Protocol
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
 import urllib3
@@ -61,6 +67,9 @@ DEFAULT_FIELD_MANAGER = "mkd"
 LIST_PAGE = 500
 DISCOVERY_TTL = 10.0
 """Seconds a discovery answer is trusted: a CRD installed now is seen within this."""
+AUTH_TTL = 5.0
+"""Seconds the authentication headers the official client computed are reused (a 401 re-reads them at once).
+Computing them runs the kubeconfig's refresh hook, which costs as much as the request itself."""
 
 
 @dataclass(frozen=True)
@@ -193,6 +202,162 @@ def _rv(obj: Mapping[str, Any]) -> str:
     return str((obj.get("metadata") or {}).get("resourceVersion") or "")
 
 
+# --- requests on the event loop -------------------------------------------------------------
+
+
+class _Conn:
+    """One keep-alive HTTP/1.1 connection."""
+
+    __slots__ = ("reader", "writer")
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    def alive(self) -> bool:
+        return not self.writer.is_closing() and not self.reader.at_eof()
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+
+class _Stale(Exception):
+    """A reused connection the server had closed before it read the request: send it on a new one."""
+
+
+class _Http:
+    """HTTP/1.1 requests over asyncio streams, keep-alive connections reused (LIFO, at most ``limit`` at once).
+
+    Built from the official client's ``Configuration``: the host (with any path prefix), the TLS
+    checks and files the client's own urllib3 pool would use (CA file or data, client certificate and
+    key, ``verify_ssl``, ``assert_hostname``, ``tls_server_name``). Headers, authentication included,
+    are given per request by the caller. Socket, TLS and protocol failures raise ``Transport``.
+    """
+
+    def __init__(self, configuration: Any, limit: int) -> None:
+        url = urlsplit(configuration.host)
+        self.tls = url.scheme == "https"
+        self.host = url.hostname or "localhost"
+        self.port = url.port or (443 if self.tls else 80)
+        self.prefix = url.path.rstrip("/")
+        self.authority = url.netloc.rpartition("@")[2]
+        self.ssl: ssl.SSLContext | None = None
+        self.server_hostname: str | None = None
+        if self.tls:
+            self.ssl = self._context(configuration)
+            assert_hostname = configuration.assert_hostname
+            self.server_hostname = (configuration.tls_server_name
+                                    or (assert_hostname if isinstance(assert_hostname, str) else None) or self.host)
+        self._idle: list[_Conn] = []
+        self._slots = asyncio.Semaphore(limit)
+        self._limit = limit
+
+    @staticmethod
+    def _context(configuration: Any) -> ssl.SSLContext:
+        if configuration.verify_ssl:
+            context = ssl.create_default_context(cafile=configuration.ssl_ca_cert,
+                                                 cadata=getattr(configuration, "ca_cert_data", None))
+            if configuration.assert_hostname is False:
+                context.check_hostname = False
+        else:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if configuration.cert_file:
+            context.load_cert_chain(configuration.cert_file, configuration.key_file)
+        return context
+
+    def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+    async def request(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None,
+                      within: float) -> tuple[int, dict[str, str], bytes]:
+        """(status, headers with lower-case names, body); raises Transport when no answer came ``within`` s."""
+        head = [f"{method} {self.prefix}{path} HTTP/1.1\r\nHost: {self.authority}\r\n"]
+        head += [f"{k}: {v}\r\n" for k, v in headers.items()]
+        if body is not None or method in ("POST", "PUT", "PATCH"):
+            head.append(f"Content-Length: {len(body or b'')}\r\n")
+        data = "".join(head).encode("latin-1") + b"\r\n" + (body or b"")
+        async with self._slots:
+            try:
+                async with asyncio.timeout(within):
+                    while True:
+                        conn = self._take()
+                        reused = conn is not None
+                        if conn is None:
+                            conn = _Conn(*await asyncio.open_connection(
+                                self.host, self.port, ssl=self.ssl, server_hostname=self.server_hostname,
+                                limit=1 << 20))
+                        try:
+                            return await self._exchange(conn, method, data, reused)
+                        except _Stale:
+                            continue
+            except TimeoutError:
+                raise Transport(f"no answer within {within:g}s") from None
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+                raise Transport(f"{type(exc).__name__}: {exc}") from None
+
+    def _take(self) -> _Conn | None:
+        while self._idle:
+            conn = self._idle.pop()
+            if conn.alive():
+                return conn
+            conn.close()
+        return None
+
+    async def _exchange(self, conn: _Conn, method: str, data: bytes, reused: bool) -> tuple[int, dict[str, str], bytes]:
+        keep = False
+        try:
+            conn.writer.write(data)
+            await conn.writer.drain()
+            try:
+                raw = await conn.reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError) as exc:
+                if reused and (not isinstance(exc, asyncio.IncompleteReadError) or not exc.partial):
+                    raise _Stale() from None  # closed while idle: the request never reached the server
+                raise
+            status_line, *lines = raw.decode("latin-1").split("\r\n")
+            version, _, rest = status_line.partition(" ")
+            status = int(rest.split(" ", 1)[0])
+            headers: dict[str, str] = {}
+            for field_line in lines:
+                name, sep, value = field_line.partition(":")
+                if sep:
+                    headers[name.strip().lower()] = value.strip()
+            body, delimited = await self._body(conn.reader, method, status, headers)
+            keep = delimited and version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+            return status, headers, body
+        finally:
+            if keep and len(self._idle) < self._limit:
+                self._idle.append(conn)
+            else:
+                conn.close()
+
+    @staticmethod
+    async def _body(reader: asyncio.StreamReader, method: str, status: int,
+                    headers: Mapping[str, str]) -> tuple[bytes, bool]:
+        """The body, and whether its end was marked (else it ran to the connection's end)."""
+        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            return b"", True
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            parts: list[bytes] = []
+            while True:
+                size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0].strip(), 16)
+                if size == 0:
+                    while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers, then the blank line
+                        pass
+                    return b"".join(parts), True
+                parts.append(await reader.readexactly(size))
+                await reader.readexactly(2)
+        length = headers.get("content-length")
+        if length is not None:
+            return await reader.readexactly(int(length)), True
+        return await reader.read(), False  # until the server closes the connection
+
+
 # --- the client ----------------------------------------------------------------------------
 
 
@@ -219,6 +384,8 @@ class Kube:
         self.state: Literal["new", "open", "closed"] = "new"
         self._api: Any = None
         self._pool: ThreadPoolExecutor | None = None
+        self._http: _Http | None = None
+        self._auth: tuple[float, dict[str, str]] | None = None
         self._discovery: dict[str, tuple[float, set[str]]] = {}
         self._watches: set[_WatchStream] = set()
 
@@ -232,6 +399,9 @@ class Kube:
             raise RuntimeError(f"Kube is {self.state}; enter a new one")
         self._api = await asyncio.to_thread(self._load_client)
         self._pool = ThreadPoolExecutor(self.settings.max_concurrency, thread_name_prefix="kube")
+        if type(self._api.rest_client.pool_manager) is urllib3.PoolManager:  # no proxy: requests on the loop
+            with _guard("set up TLS from the Kubernetes configuration"):
+                self._http = _Http(self._api.configuration, self.settings.max_concurrency)
         self.state = "open"
         return self
 
@@ -242,6 +412,8 @@ class Kube:
             stream.stop()
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._http is not None:
+            self._http.close()
         if self._api is not None:
             with contextlib.suppress(Exception):
                 self._api.rest_client.pool_manager.clear()
@@ -313,9 +485,46 @@ class Kube:
         payload = orjson.dumps(body) if body is not None else None
         if payload is not None and content_type is None:
             content_type = "application/json"
+        what = what or f"{method} {path}"
+        if self._http is not None:
+            return await self._request_async(self._http, method, path, query, payload, content_type, what)
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, self._request_sync, method, path, query, payload,
-                                          content_type, what or f"{method} {path}")
+                                          content_type, what)
+
+    def _headers(self, method: str, path: str, content_type: str | None, *, fresh: bool = False) -> dict[str, str]:
+        """Accept, User-Agent, Content-Type and what the official client's auth settings add (cached ``AUTH_TTL``)."""
+        now = time.monotonic()
+        if fresh or self._auth is None or now - self._auth[0] > AUTH_TTL:
+            auth: dict[str, str] = {}
+            with _guard(f"{method} {path}: authentication"):
+                self._api.update_params_for_auth(auth, [], ["BearerToken"], path, method, None)
+            self._auth = (now, {str(k): str(v) for k, v in auth.items()})
+        headers = {"Accept": "application/json", "User-Agent": self.user_agent, **self._auth[1]}
+        if content_type:
+            headers["Content-Type"] = content_type
+        return headers
+
+    async def _request_async(self, http: _Http, method: str, path: str, query: list[tuple[str, str]] | None,
+                             payload: bytes | None, content_type: str | None, what: str) -> Any:
+        target = path + ("?" + urlencode(query) if query else "")
+        for attempt in range(2):
+            try:
+                status, headers, data = await http.request(
+                    method, target, self._headers(method, path, content_type, fresh=attempt > 0), payload,
+                    self.settings.timeout)
+            except Transport as exc:
+                if self.on_call is not None:
+                    self.on_call(method, 0)
+                raise Transport(f"{what}: {exc}") from None
+            if self.on_call is not None:
+                self.on_call(method, status)
+            if status == 401 and attempt == 0:
+                continue  # the token may have just expired: ask the client for the headers again
+            if not 200 <= status < 300:
+                raise _error_for_status(status, data, headers, what)
+            return orjson.loads(data) if data else {}
+        raise AssertionError("unreachable")
 
     # --- CRUD ---
 

@@ -1,0 +1,209 @@
+"""federation.kube's requests on the event loop (``_Http``): keep-alive, framing, auth refresh, timeouts, TLS.
+
+A raw asyncio server answers exactly what each test needs, so the client's handling of each HTTP/1.1
+case is seen on its own: connections reused and closed by the server while idle, chunked bodies, a
+body that runs to the connection's end, a 401 that makes the client read its credentials again, a
+server that never answers, and TLS checked against the kubeconfig's CA.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from federation.errors import NotFound, Transport
+from federation.kube import CONFIGMAPS, Kube
+from federation.settings import KubeSettings
+from tests.security.tls import make_tls
+
+Answer = Callable[["Request"], Awaitable[bytes | None]]
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    connection: int
+
+
+@dataclass
+class Server:
+    answer: Answer
+    requests: list[Request] = field(default_factory=list)
+    connections: int = 0
+    writers: list[asyncio.StreamWriter] = field(default_factory=list)
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        number = self.connections
+        self.writers.append(writer)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                first, *lines = head.decode().split("\r\n")
+                method, path, _ = first.split(" ")
+                headers = {k.strip().lower(): v.strip() for k, _, v in (ln.partition(":") for ln in lines if ln)}
+                body = await reader.readexactly(int(headers.get("content-length", "0")))
+                request = Request(method, path, headers, body, number)
+                self.requests.append(request)
+                out = await self.answer(request)
+                if out is None:
+                    break
+                writer.write(out)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+    def close_idle(self) -> None:
+        for writer in self.writers:
+            writer.close()
+
+
+def response(status: int, body: dict[str, object] | None = None, *, extra: str = "") -> bytes:
+    data = json.dumps(body or {}).encode()
+    return (f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n{extra}\r\n"
+            .encode() + data)
+
+
+def configmap(name: str) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "ns"}}
+
+
+@pytest.fixture
+async def serve(tmp_path: Path) -> AsyncIterator[Callable[..., Awaitable[tuple[Server, Path]]]]:
+    servers: list[asyncio.Server] = []
+
+    async def start(answer: Answer, *, tls: ssl.SSLContext | None = None, ca: Path | None = None,
+                    token: str = "t0ken") -> tuple[Server, Path]:
+        server = Server(answer)
+        listening = await asyncio.start_server(server.handle, "127.0.0.1", 0, ssl=tls)
+        servers.append(listening)
+        port = listening.sockets[0].getsockname()[1]
+        cluster: dict[str, str] = {"server": f"{'https' if tls else 'http'}://127.0.0.1:{port}"}
+        if ca is not None:
+            cluster["certificate-authority"] = str(ca)
+        kubeconfig = tmp_path / f"kubeconfig-{port}"
+        kubeconfig.write_text(json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": cluster}],
+            "users": [{"name": "u", "user": {"token": token}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+        return server, kubeconfig
+
+    yield start
+    for listening in servers:
+        listening.close()
+
+
+async def test_connections_are_reused_and_a_closed_idle_one_is_replaced(serve) -> None:  # type: ignore[no-untyped-def]
+    async def answer(request: Request) -> bytes:
+        return response(200, {"metadata": {"name": request.path.rsplit("/", 1)[1]}})
+
+    server, kubeconfig = await serve(answer)
+    async with Kube(kubeconfig) as kube:
+        for name in ("a", "b", "c"):
+            assert (await kube.get(CONFIGMAPS, name, "ns"))["metadata"]["name"] == name
+        assert server.connections == 1  # one keep-alive connection for requests in turn
+        server.close_idle()  # the server drops the idle connection (its keep-alive timeout)
+        await asyncio.sleep(0.05)
+        assert (await kube.get(CONFIGMAPS, "d", "ns"))["metadata"]["name"] == "d"
+        assert server.connections == 2
+    first = server.requests[0]
+    assert first.method == "GET" and first.path == "/api/v1/namespaces/ns/configmaps/a"
+    assert first.headers["authorization"] == "Bearer t0ken"
+    assert first.headers["accept"] == "application/json"
+    assert first.headers["user-agent"].startswith("mkd/")
+
+
+async def test_chunked_and_unframed_bodies_and_error_mapping(serve) -> None:  # type: ignore[no-untyped-def]
+    async def answer(request: Request) -> bytes | None:
+        name = request.path.rsplit("/", 1)[1]
+        if name == "chunked":
+            data = json.dumps({"metadata": {"name": "chunked"}, "data": {"k": "v" * 5000}}).encode()
+            chunks = b"".join(f"{len(data[i:i + 1000]):x}\r\n".encode() + data[i:i + 1000] + b"\r\n"
+                              for i in range(0, len(data), 1000))
+            return (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n")
+        if name == "unframed":  # no length, no chunks: the body ends with the connection
+            request_writer = server.writers[request.connection - 1]
+            request_writer.write(b"HTTP/1.1 200 OK\r\n\r\n" + json.dumps({"metadata": {"name": "u"}}).encode())
+            await request_writer.drain()
+            return None
+        if name == "missing":
+            return response(404, {"kind": "Status", "message": "configmaps \"missing\" not found"})
+        if request.method == "POST":
+            return response(201, json.loads(request.body))
+        return response(503, {"message": "busy"}, extra="Retry-After: 3\r\n")
+
+    server, kubeconfig = await serve(answer)
+    async with Kube(kubeconfig) as kube:
+        got = await kube.get(CONFIGMAPS, "chunked", "ns")
+        assert got["data"]["k"] == "v" * 5000
+        assert (await kube.get(CONFIGMAPS, "unframed", "ns"))["metadata"]["name"] == "u"
+        created = await kube.create(CONFIGMAPS, configmap("made"))
+        assert created["metadata"]["name"] == "made"
+        assert server.connections == 2  # the unframed answer's connection was not reused
+        assert server.requests[-1].body == json.dumps(configmap("made"), separators=(",", ":")).encode()
+        with pytest.raises(NotFound, match="not found"):
+            await kube.get(CONFIGMAPS, "missing", "ns")
+        with pytest.raises(Transport) as busy:
+            await kube.get(CONFIGMAPS, "other", "ns")
+        assert busy.value.delay == 3.0
+
+
+async def test_a_401_reads_the_credentials_again_once(serve) -> None:  # type: ignore[no-untyped-def]
+    async def answer(request: Request) -> bytes:
+        if request.headers.get("authorization") != "Bearer new":
+            return response(401, {"message": "Unauthorized"})
+        return response(200, {"metadata": {"name": "x"}})
+
+    server, kubeconfig = await serve(answer, token="old")
+    async with Kube(kubeconfig) as kube:
+        with pytest.raises(Exception, match="Unauthorized"):  # read again, still refused: the 401 is the answer
+            await kube.get(CONFIGMAPS, "x", "ns")
+        assert [r.headers["authorization"] for r in server.requests] == ["Bearer old", "Bearer old"]
+        # the token rotates (what an exec plugin's refresh hook does): the next 401 re-reads it at once
+        def rotate(configuration: object) -> None:
+            kube._api.configuration.api_key = {"authorization": "Bearer new"}
+
+        kube._api.configuration.refresh_api_key_hook = rotate
+        assert (await kube.get(CONFIGMAPS, "x", "ns"))["metadata"]["name"] == "x"
+    assert [r.headers["authorization"] for r in server.requests[2:]] == ["Bearer old", "Bearer new"]
+
+
+async def test_no_answer_within_the_timeout_is_a_transport_error(serve) -> None:  # type: ignore[no-untyped-def]
+    async def answer(request: Request) -> bytes:
+        await asyncio.sleep(30)
+        return response(200)
+
+    _, kubeconfig = await serve(answer)
+    async with Kube(kubeconfig, settings=KubeSettings(timeout=0.3)) as kube:
+        with pytest.raises(Transport, match=r"no answer within 0\.3s"):
+            await kube.get(CONFIGMAPS, "x", "ns")
+
+
+async def test_tls_is_checked_against_the_kubeconfig_ca(serve, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    ca, cert, key = make_tls(tmp_path / "tls")
+    other_ca, _, _ = make_tls(tmp_path / "other")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+
+    async def answer(request: Request) -> bytes:
+        return response(200, {"metadata": {"name": "secure"}})
+
+    _, kubeconfig = await serve(answer, tls=context, ca=ca)
+    async with Kube(kubeconfig) as kube:
+        assert (await kube.get(CONFIGMAPS, "secure", "ns"))["metadata"]["name"] == "secure"
+    _, untrusted = await serve(answer, tls=context, ca=other_ca)
+    async with Kube(untrusted) as kube:
+        with pytest.raises(Transport, match="CERTIFICATE_VERIFY_FAILED"):
+            await kube.get(CONFIGMAPS, "secure", "ns")
