@@ -691,6 +691,8 @@ class _WatchStream:
     _loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.get_running_loop)
     _stopped: threading.Event = field(default_factory=threading.Event)
     _response: urllib3.BaseHTTPResponse | None = None
+    _pending: list[tuple[str, Any]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __hash__(self) -> int:
         return id(self)
@@ -708,9 +710,22 @@ class _WatchStream:
         self.kube._watches.discard(self)
 
     def _put(self, item: tuple[str, Any]) -> None:
-        if not self._stopped.is_set():
-            with contextlib.suppress(RuntimeError):  # loop closed
-                self._loop.call_soon_threadsafe(self.queue.put_nowait, item)
+        """Queue ``item`` for the loop. Items that arrive while the loop has not yet taken the previous
+        ones join them: one wake-up of the loop for many watch events when it is busy."""
+        if self._stopped.is_set():
+            return
+        with self._lock:
+            self._pending.append(item)
+            if len(self._pending) > 1:
+                return  # a hand-over is already scheduled and will carry this one too
+        with contextlib.suppress(RuntimeError):  # loop closed
+            self._loop.call_soon_threadsafe(self._hand_over)
+
+    def _hand_over(self) -> None:
+        with self._lock:
+            items, self._pending = self._pending, []
+        for item in items:
+            self.queue.put_nowait(item)
 
     def _run(self) -> None:
         try:

