@@ -42,7 +42,12 @@ from worker_agent.settings import AgentSettings
 
 log = logging.getLogger(__name__)
 
-SENDERS = 4
+SENDERS = 32
+"""Reports publishing at once (each waits for its PUBACK; the link caps them at ``mqtt.max_inflight``).
+A PUBACK is read only when the agent's loop gets to it, and a loop busy with a burst of jobs takes
+tens of milliseconds per turn: four senders then carried well under 100 Reports/s and an Accepted
+reached the dispatcher about 16 s after the Job ran (issue 15). Numbers are stamped in the order
+the senders take Reports, and the link publishes in that order."""
 NAMESPACED_READS = frozenset({SECRETS.plural, CONFIGMAPS.plural})
 """Children read only where Jobs may land when the policy lists those namespaces (see ``child_namespaces``)."""
 FLUSH_SECONDS = 2.0
@@ -356,7 +361,7 @@ class Agent:
             sup.start("apply", self.apply.run, restart=True)
             if self.inbox is not None:
                 self.inbox.tasks = sup.task_set("mqtt")
-            for i in range(SENDERS):
+            for i in range(min(SENDERS, self.settings.mqtt.max_inflight)):
                 sup.start(f"outbox-{i}", self.outbox.run_sender, restart=True)
             sup.start("mqtt", self.link_loop, restart=True)
             sup.start("heartbeat", self.heartbeat_loop, restart=True)

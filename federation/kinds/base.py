@@ -10,7 +10,6 @@ and status rules. Nothing here talks to a cluster.
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
 from federation import labels
 from federation.errors import Invalid
+from federation.jsoncopy import json_copy
 from federation.podset import PodSet, pod_requests
 
 SERVER_SET_METADATA = (
@@ -273,7 +273,7 @@ def podset_for(name: str, count: int, template: Mapping[str, Any], field: str) -
     return PodSet(
         name=name,
         count=count,
-        template=copy.deepcopy(dict(template)),
+        template=json_copy(dict(template)),
         requests=pod_requests(spec, f"{field}.spec"),
     )
 
@@ -354,7 +354,7 @@ class BaseKind:
         return get_path(job, self.suspend_path) is True
 
     def with_suspended(self, job: Mapping[str, Any], value: bool) -> dict[str, Any]:
-        out = copy.deepcopy(dict(job))
+        out = json_copy(dict(job))
         set_path(out, self.suspend_path, value)
         return out
 
@@ -362,7 +362,7 @@ class BaseKind:
         self, job: Mapping[str, Any], *, stamp: Mapping[str, str], managed_by: str | None
     ) -> dict[str, Any]:
         """A copy fit to create in a worker cluster: no server-set metadata, no status, labels stamped."""
-        out = copy.deepcopy(dict(job))
+        out = json_copy(dict(job))
         out.pop("status", None)
         out["apiVersion"] = self.api_version
         out["kind"] = self.name
@@ -393,7 +393,7 @@ class BaseKind:
         spec is the desired one, except what the worker's API server generated and will not let
         change (:meth:`keep_worker_generated`; a batch Job's selector and labels).
         """
-        out = {k: copy.deepcopy(v) for k, v in existing.items() if k != "status"}
+        out = {k: json_copy(v) for k, v in existing.items() if k != "status"}
         metadata = dict(as_map(existing.get("metadata")))
         wanted = as_map(desired.get("metadata"))
         for key in ("labels", "annotations"):
@@ -402,7 +402,7 @@ class BaseKind:
             else:
                 metadata.pop(key, None)
         out["metadata"] = metadata
-        out["spec"] = copy.deepcopy(desired.get("spec"))
+        out["spec"] = json_copy(desired.get("spec"))
         self.keep_worker_generated(existing, out)
         return out
 

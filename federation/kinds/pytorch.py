@@ -8,7 +8,6 @@ Replica types Master (``replicas: 1`` written out: the webhook sees the raw obje
 
 from __future__ import annotations
 
-import copy
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -16,6 +15,7 @@ from typing import Any
 
 from federation import labels
 from federation.errors import Invalid
+from federation.jsoncopy import json_copy
 from federation.kinds.base import as_map, get_path
 from federation.kinds.kubeflow import GROUP, RUN_POLICY, KubeflowV1Kind
 from federation.podset import PodSet, pod_requests
@@ -46,7 +46,7 @@ class PyTorchJobKind(KubeflowV1Kind):
         fixed = []
         for podset in out:
             if podset.name == "worker":
-                spec = dict(copy.deepcopy(as_map(podset.template.get("spec"))))
+                spec = dict(json_copy(as_map(podset.template.get("spec"))))
                 spec["initContainers"] = [*(spec.get("initContainers") or []), INIT_CONTAINER]
                 path = f"spec.{self.replica_specs_field}.Worker.template.spec"
                 podset = replace(podset, requests=pod_requests(spec, path))

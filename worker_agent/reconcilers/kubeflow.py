@@ -12,7 +12,6 @@ returned as ``requeue_after`` so they fire on time.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -20,6 +19,7 @@ from typing import Any
 
 from federation import labels as mkd_labels
 from federation.errors import Invalid
+from federation.jsoncopy import json_copy
 from federation.kube import PODS, SERVICES, Resource
 from worker_agent.reconcilers import conditions as cond
 from worker_agent.reconcilers.base import Observed, Plan
@@ -139,7 +139,7 @@ class KubeflowV1Reconciler:
                               fix=f"use one of {', '.join(self.replica_types)}")
             body = body or {}
             replicas = body.get("replicas")
-            template = copy.deepcopy(body.get("template") or {})
+            template = json_copy(body.get("template") or {})
             self.default_port_on(template)
             found[rtype] = ReplicaSpec(rtype, 1 if replicas is None else int(replicas), template,
                                        str(body.get("restartPolicy") or self.default_restart))
@@ -221,7 +221,7 @@ class KubeflowV1Reconciler:
             plan.events.append(("Warning", "InvalidSpec", exc.message))
             return plan
         old: dict[str, Any] = job.get("status") or {}
-        status = copy.deepcopy(old)
+        status = json_copy(old)
         if cond.get_condition(status, cond.CREATED) is None and not status.get("conditions"):
             cond.set_condition(status, cond.CREATED, "True", self.reason("Created"),
                                f"{self.kind} {name} is created.", now)
@@ -515,7 +515,7 @@ class KubeflowV1Reconciler:
     # --- objects ----------------------------------------------------------------------------------
     def build_pod(self, plan: Plan, job: Mapping[str, Any], specs: Mapping[str, ReplicaSpec],
                   rspec: ReplicaSpec, index: int) -> dict[str, Any]:
-        template = copy.deepcopy(rspec.template)
+        template = json_copy(rspec.template)
         tmeta = template.get("metadata") or {}
         pod_labels = dict(tmeta.get("labels") or {})
         pod_labels.update(self.replica_labels(job, rspec.rtype, index))
@@ -533,7 +533,7 @@ class KubeflowV1Reconciler:
         except Invalid as exc:
             raise PassAborted("FailedCreatePod", exc.message) from exc
         for container in pod_spec.get("containers") or []:
-            container["env"] = [*(container.get("env") or []), *copy.deepcopy(env)]
+            container["env"] = [*(container.get("env") or []), *json_copy(env)]
         inits = self.init_containers(job, specs, rspec.rtype, index)
         if inits:
             pod_spec["initContainers"] = [*(pod_spec.get("initContainers") or []), *inits]
