@@ -236,7 +236,10 @@ class Reporter:
             return
         self._finished[placement.workload_uid] = outcome is not None
         fingerprint = (placement.attempt, placement.epoch, hash(repr(status)))
-        if not force and self._last_status.get(placement.workload_uid) == fingerprint:
+        last = self._last_status.get(placement.workload_uid)
+        if not force and (last == fingerprint or (not status and (last is None or last[:2] != fingerprint[:2]))):
+            # unchanged, or a copy just created that no controller has written a status for yet: the
+            # Accepted already said it exists, and an empty status mirrors nothing
             return
         self._last_status[placement.workload_uid] = fingerprint
         self.status(placement, status, outcome)

@@ -111,3 +111,41 @@ async def test_the_newest_heartbeat_goes_out_before_a_backlog_of_reports() -> No
     assert isinstance(first, Heartbeat) and first.running == 2
     assert [r.n for r in link.published] == list(range(1, 52))
     assert sum(isinstance(r, Heartbeat) for r in link.published) == 1
+
+
+def test_a_fresh_copy_with_no_status_yet_sends_no_status_report() -> None:
+    """The Accepted says the copy exists; an empty .status mirrors nothing (one Report per job saved)."""
+    from federation import labels
+    from federation.kinds.registry import by_name
+    from worker_agent.reports import Reporter
+    from worker_agent.seq import Sequencer
+
+    outbox = Outbox()
+    reporter = Reporter("w1", "mkd/v1/w1/reports", outbox, "o")
+    reporter.seq = Sequencer(8192)
+    kind = by_name("PyTorchJob")
+
+    def job(attempt: int, status: dict[str, Any] | None) -> dict[str, Any]:
+        obj: dict[str, Any] = {"metadata": {"name": "j", "namespace": "ns", "labels": {
+            labels.ORIGIN: "o", labels.WORKLOAD_UID: "u1", labels.PLACEMENT_ATTEMPT: str(attempt), labels.EPOCH: "1"}}}
+        if status is not None:
+            obj["status"] = status
+        return obj
+
+    def sent() -> list[Any]:
+        return [item[1] for item in outbox._items]
+
+    reporter.job_changed(kind, job(1, None))
+    reporter.job_changed(kind, job(1, {}))
+    assert sent() == []
+    created = {"conditions": [{"type": "Created", "status": "True"}]}
+    reporter.job_changed(kind, job(1, created))
+    assert [r.status for r in sent()] == [created]
+    reporter.job_changed(kind, job(1, {}))  # a status that was emptied is a change: reported
+    assert [r.status for r in sent()] == [created, {}]
+    reporter.job_changed(kind, job(2, {}))  # a new attempt's fresh copy: nothing yet
+    assert len(sent()) == 2
+    reporter.job_changed(kind, job(2, {}), force=True)  # a Resync asks for every expected placement
+    assert len(sent()) == 3
+    reporter.job_changed(kind, job(2, {}), deleted=True)  # gone is always reported
+    assert sent()[-1].gone
