@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/e2e_bench.py                # 1,000 jobs
     .venv/bin/python bench/e2e_bench.py -n 1000 -n 10000 --write-results
+    .venv/bin/python bench/e2e_bench.py -n 1000 --rate 100   # paced: 100 jobs/s offered, for the p99 latency
 
 Topology: four kubesim clusters, each in its own process (``python -m kubesim``), a dispatcher and
 three agents each in its own process (``mkctl dispatcher`` / ``mkctl agent``), so no two of them share
@@ -290,15 +291,23 @@ async def follow(kube: Kube, namespace: str, into: dict[str, float], expected: i
                 done.set()
 
 
-async def create_all(kube_for: Any, manifests: list[dict[str, Any]], created: dict[str, float]) -> float:
-    """Create every manifest (CONCURRENCY in flight); returns the elapsed seconds."""
-    queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-    for m in manifests:
-        queue.put_nowait(m)
+async def create_all(kube_for: Any, manifests: list[dict[str, Any]], created: dict[str, float],
+                     rate: float | None = None) -> float:
+    """Create every manifest (CONCURRENCY in flight); returns the elapsed seconds.
+
+    ``rate``: paced, job i is not created before ``i / rate`` seconds after the start (an offered load,
+    as users submitting at that rate); None: as fast as the manager's API takes them.
+    """
+    queue: asyncio.Queue[tuple[int, dict[str, Any]]] = asyncio.Queue()
+    for i, m in enumerate(manifests):
+        queue.put_nowait((i, m))
+    begin = time.monotonic()
 
     async def worker() -> None:
         while not queue.empty():
-            m = queue.get_nowait()
+            i, m = queue.get_nowait()
+            if rate:
+                await asyncio.sleep(max(0.0, begin + i / rate - time.monotonic()))
             kube = kube_for(m)
             await kube.create(PYTORCHJOBS, m, m["metadata"]["namespace"])
             created[m["metadata"]["name"]] = time.time()
@@ -429,13 +438,16 @@ class Result:
     missing: str
     load: tuple[str, str] = ("", "")
     profiles: dict[str, list[tuple[str, int, int]]] = field(default_factory=dict)
+    rate: float | None = None
+    """Offered load (jobs/s) of a paced run; None: created as fast as the manager's API takes them."""
 
     def lines(self) -> list[str]:
         ratio = self.e2e_rate / self.floor_rate if self.floor_rate else float("nan")
         out = [f"N = {self.n} PyTorchJobs (1 master + 1 worker) across {len(WORKERS)} workers; {self.backends}",
                f"  load average before: {self.load[0]}; after: {self.load[1]}",
                f"  end to end     {self.e2e_rate:8.1f} jobs/s  (created on manager -> Running mirrored on manager)",
-               f"  creation       {self.create_rate:8.1f} jobs/s  (manager API, {CONCURRENCY} in flight)",
+               f"  creation       {self.create_rate:8.1f} jobs/s  (manager API, {CONCURRENCY} in flight"
+               + (f"; paced: {self.rate:g} jobs/s offered)" if self.rate else ")"),
                f"  floor          {self.floor_rate:8.1f} jobs/s  (same work, one client, {CONCURRENCY} jobs in flight:"
                f" {self.floor_writes / max(self.n, 1):.0f} writes/job)",
                f"  ratio          {ratio:8.2f} x floor  (goal >= 0.5 x floor, and >= 150 jobs/s)",
@@ -461,7 +473,7 @@ class Result:
 
 
 async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent_args: list[str],
-              py_spy: bool = False) -> Result:
+              py_spy: bool = False, rate: float | None = None) -> Result:
     logs = state / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     procs = Processes(logs)
@@ -538,7 +550,7 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
         sampler = asyncio.create_task(keep_sampling(cpu, dbname))
         spies = await start_py_spy(procs, logs) if py_spy else {}
         started = time.monotonic()
-        create_seconds = await create_all(lambda _: kubes["manager"], manifests, times.created)
+        create_seconds = await create_all(lambda _: kubes["manager"], manifests, times.created, rate)
         deadline = time.monotonic() + max(120.0, n / 10)
         while not times.all_on_manager.is_set():
             procs.check()
@@ -581,7 +593,7 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
         floor_seconds, floor_writes = await floor_run(kubes, n)
         floor_used = floor_cpu.used()
         return Result(n, e2e_rate, n / create_seconds, n / floor_seconds, floor_writes, stamps, backends, placed,
-                      used, wall, floor_used, floor_seconds, missing, (load_before, load_after), profiles)
+                      used, wall, floor_used, floor_seconds, missing, (load_before, load_after), profiles, rate)
     finally:
         await procs.stop()
         await stack.aclose()
@@ -696,6 +708,9 @@ def main() -> None:
     parser.add_argument("--py-spy", action="store_true",
                         help="record the dispatcher and one agent with py-spy during the end-to-end phase")
     parser.add_argument("--agent-args", default="", help="extra mkctl agent flags (one string)")
+    parser.add_argument("--rate", type=float, default=None,
+                        help="paced: offer this many jobs/s (issue 15's latency goal is at 100) instead of "
+                             "creating as fast as the manager's API takes them")
     args = parser.parse_args()
     import logging
 
@@ -705,7 +720,7 @@ def main() -> None:
     results = []
     for n in args.n or [1000]:
         result = asyncio.run(run(n, args.state_dir / f"n{n}-{uuid.uuid4().hex[:4]}", args.nodes,
-                                 args.dispatcher_args.split(), args.agent_args.split(), args.py_spy))
+                                 args.dispatcher_args.split(), args.agent_args.split(), args.py_spy, args.rate))
         print("\n".join(result.lines()), flush=True)
         results.append(result)
     if args.write_results:

@@ -55,6 +55,15 @@ RETRY_PAUSE = 0.2
 """Seconds a sender waits after a failed publish on a link that is still up, before the next try."""
 
 
+_Item = list[Any]
+"""[topic, report, retain]: a list, so a queued Status can be replaced in its place."""
+
+
+def _status_key(report: Status) -> tuple[str, int, int]:
+    p = report.placement
+    return p.workload_uid, p.attempt, p.epoch
+
+
 class Outbox:
     """Reports waiting for the link; several senders publish at once.
 
@@ -66,8 +75,12 @@ class Outbox:
 
     def __init__(self, *, limit: int = 200_000, seal: Callable[[str, bytes, str, int], bytes] | None = None) -> None:
         self._seal = seal
-        self._items: deque[tuple[str, ReportBase, bool]] = deque(maxlen=limit)
-        self._beat: tuple[str, ReportBase, bool] | None = None
+        self._items: deque[_Item] = deque()
+        self._limit = limit
+        self._queued_status: dict[tuple[str, int, int], _Item] = {}
+        """placement -> its Status still waiting in ``_items``: a newer one takes its place (``put``)."""
+        self.coalesced = 0
+        self._beat: _Item | None = None
         """The newest heartbeat not yet published: it goes before every queued Report (``put_heartbeat``)."""
         self._ready = asyncio.Event()
         self._link: MqttLink | None = None
@@ -77,28 +90,53 @@ class Outbox:
         self._n = 0
 
     def put(self, topic: str, report: ReportBase, *, retain: bool = False) -> None:
-        self._items.append((topic, report, retain))
+        """Queue ``report``. A Status carries the Job's whole ``.status``, so one for a placement whose
+        previous Status is still waiting replaces that one in its place in the queue: under a backlog the
+        dispatcher gets the newest status sooner and nothing in between is lost but superseded states."""
+        if isinstance(report, Status):
+            key = _status_key(report)
+            waiting = self._queued_status.get(key)
+            if waiting is not None:
+                waiting[1] = report
+                self.coalesced += 1
+                return
+        item: _Item = [topic, report, retain]
+        if len(self._items) >= self._limit:  # bounded: the oldest goes (as a full deque would drop it)
+            self._forget(self._items.popleft())
+        self._items.append(item)
+        if isinstance(report, Status):
+            self._queued_status[_status_key(report)] = item
         self._ready.set()
+
+    def _forget(self, item: _Item) -> None:
+        if isinstance(item[1], Status) and self._queued_status.get(_status_key(item[1])) is item:
+            del self._queued_status[_status_key(item[1])]
 
     def put_heartbeat(self, topic: str, heartbeat: Heartbeat) -> None:
         """Queue a heartbeat (retained) ahead of every Report, replacing one still waiting: the lease a
         heartbeat earns runs from when it was queued (``worker_agent.lease``), so it must not wait behind a
         backlog, and an older heartbeat says nothing the newer one does not."""
-        self._beat = (topic, heartbeat, True)
+        self._beat = [topic, heartbeat, True]
         self._ready.set()
 
-    def _take(self) -> tuple[str, ReportBase, bool]:
+    def _take(self) -> _Item:
         if self._beat is not None:
             item, self._beat = self._beat, None
             return item
-        return self._items.popleft()
+        item = self._items.popleft()
+        self._forget(item)
+        return item
 
-    def _put_back(self, item: tuple[str, ReportBase, bool]) -> None:
+    def _put_back(self, item: _Item) -> None:
         if isinstance(item[1], Heartbeat):
             if self._beat is None:  # unless a newer one was queued meanwhile
                 self._beat = item
+        elif isinstance(item[1], Status) and _status_key(item[1]) in self._queued_status:
+            pass  # a newer Status of the same placement is queued: it says everything this one did
         else:
             self._items.appendleft(item)
+            if isinstance(item[1], Status):
+                self._queued_status[_status_key(item[1])] = item
         self._ready.set()
 
     @staticmethod

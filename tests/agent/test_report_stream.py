@@ -141,11 +141,40 @@ def test_a_fresh_copy_with_no_status_yet_sends_no_status_report() -> None:
     created = {"conditions": [{"type": "Created", "status": "True"}]}
     reporter.job_changed(kind, job(1, created))
     assert [r.status for r in sent()] == [created]
+    outbox._take()  # published
     reporter.job_changed(kind, job(1, {}))  # a status that was emptied is a change: reported
-    assert [r.status for r in sent()] == [created, {}]
+    assert [r.status for r in sent()] == [{}]
     reporter.job_changed(kind, job(2, {}))  # a new attempt's fresh copy: nothing yet
-    assert len(sent()) == 2
+    assert len(sent()) == 1
     reporter.job_changed(kind, job(2, {}), force=True)  # a Resync asks for every expected placement
-    assert len(sent()) == 3
-    reporter.job_changed(kind, job(2, {}), deleted=True)  # gone is always reported
-    assert sent()[-1].gone
+    assert len(sent()) == 2
+    reporter.job_changed(kind, job(2, {}), deleted=True)  # gone is always reported (replacing the one queued)
+    assert len(sent()) == 2 and sent()[-1].gone
+
+
+async def test_a_status_still_queued_is_replaced_by_the_newer_one_in_its_place() -> None:
+    """Under a backlog, the dispatcher gets each placement's newest whole status once, in the older one's turn."""
+    outbox, link = Outbox(), RecordingLink(fail=1)
+
+    def of(uid: str, seq: int, phase: str) -> Status:
+        return Status(cluster="w1", placement=PlacementKey(workload_uid=uid, attempt=1, epoch=1), seq=seq,
+                      status={"phase": phase})
+
+    outbox.put("t/reports", of("a", 1, "Created"))
+    outbox.put("t/reports", of("b", 2, "Created"))
+    outbox.put("t/reports", of("a", 3, "Pending"))
+    outbox.put("t/reports", of("a", 4, "Running"))
+    assert outbox.pending() == 2 and outbox.coalesced == 2
+    outbox.attach(link)  # type: ignore[arg-type]
+    sender = asyncio.create_task(outbox.run_sender())
+    await link.wait_calls(1)  # the first publish fails: "a" goes back to the front ...
+    await asyncio.sleep(0)
+    sender.cancel()
+    assert outbox.pending() == 2
+    outbox.put("t/reports", of("a", 5, "Succeeded"))  # ... and a newer status of "a" replaces it there
+    assert outbox.pending() == 2
+    second = RecordingLink()
+    outbox.attach(second)  # type: ignore[arg-type]
+    await drain(outbox, second, 2)
+    published = [(r.placement.workload_uid, r.seq, r.status["phase"]) for r in second.published]
+    assert published == [("a", 5, "Succeeded"), ("b", 2, "Created")]
