@@ -644,7 +644,7 @@ async def stop_py_spy(spies: dict[str, tuple[asyncio.subprocess.Process, Path]])
     return tops
 
 
-async def wait_clusters_online(database_url: str, procs: Processes, within: float = 60.0) -> None:
+async def wait_clusters_online(database_url: str, procs: Processes, within: float = 180.0) -> None:
     from sqlalchemy.ext.asyncio import AsyncSession
 
     from dispatcher.db import make_engine, queries
@@ -660,7 +660,7 @@ async def wait_clusters_online(database_url: str, procs: Processes, within: floa
                 if sum(1 for r in rows if r.online) >= len(WORKERS):
                     return
             await asyncio.sleep(0.5)
-        raise RuntimeError("the agents' heartbeats did not reach the dispatcher within 60 s")
+        raise RuntimeError(f"the agents' heartbeats did not reach the dispatcher within {within:g} s")
     finally:
         await engine.dispose()
 
