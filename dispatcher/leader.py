@@ -96,6 +96,7 @@ class Leadership:
                 got = await self._try()
             except BaseException:
                 await self._drop()
+                self.standing_by = False  # not known while the database is away (readiness says so)
                 raise
             if got:
                 self.active = True
