@@ -9,7 +9,8 @@ model (de)serialisation would cost more than the request. Requests (not watches)
 gives (bearer tokens, refreshed by exec plugins, re-read every ``AUTH_TTL`` seconds and after a 401).
 Handing each request to a urllib3 thread cost about 1.1 CPU-ms per request, this about 0.2
 (bench/RESULTS.md, issue 15). A configuration with a proxy keeps the official client's urllib3
-pool, on a thread pool sized ``KubeSettings.max_concurrency``. Each watch streams in its own thread
+pool, on a thread pool sized ``KubeSettings.max_concurrency``, and so does
+``KubeSettings.requests_on_loop = False``. Each watch streams in its own thread
 feeding an ``asyncio.Queue``. Every HTTP failure and every client exception becomes a
 ``federation.errors`` error in ``_error_for_status`` / ``_guard`` and nowhere else.
 """
@@ -399,7 +400,8 @@ class Kube:
             raise RuntimeError(f"Kube is {self.state}; enter a new one")
         self._api = await asyncio.to_thread(self._load_client)
         self._pool = ThreadPoolExecutor(self.settings.max_concurrency, thread_name_prefix="kube")
-        if type(self._api.rest_client.pool_manager) is urllib3.PoolManager:  # no proxy: requests on the loop
+        # no proxy and not turned off: requests on the loop
+        if self.settings.requests_on_loop and type(self._api.rest_client.pool_manager) is urllib3.PoolManager:
             with _guard("set up TLS from the Kubernetes configuration"):
                 self._http = _Http(self._api.configuration, self.settings.max_concurrency)
         self.state = "open"

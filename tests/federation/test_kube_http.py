@@ -207,3 +207,25 @@ async def test_tls_is_checked_against_the_kubeconfig_ca(serve, tmp_path: Path) -
     async with Kube(untrusted) as kube:
         with pytest.raises(Transport, match="CERTIFICATE_VERIFY_FAILED"):
             await kube.get(CONFIGMAPS, "secure", "ns")
+
+
+@pytest.mark.parametrize("on_loop", [True, False])
+async def test_both_request_paths_send_and_map_the_same(serve, on_loop: bool) -> None:  # type: ignore[no-untyped-def]
+    """``requests_on_loop=False`` is the way back to the official client's urllib3 pool: same request, same
+    answer, same error mapping."""
+    async def answer(request: Request) -> bytes:
+        name = request.path.rsplit("/", 1)[1]
+        if name == "missing":
+            return response(404, {"kind": "Status", "reason": "NotFound", "message": "configmaps \"missing\" not found"})
+        return response(200, {"metadata": {"name": name}})
+
+    server, kubeconfig = await serve(answer)
+    async with Kube(kubeconfig, settings=KubeSettings(requests_on_loop=on_loop)) as kube:
+        assert (kube._http is not None) is on_loop
+        assert (await kube.get(CONFIGMAPS, "a", "ns"))["metadata"]["name"] == "a"
+        with pytest.raises(NotFound, match="missing"):
+            await kube.get(CONFIGMAPS, "missing", "ns")
+    first = server.requests[0]
+    assert first.method == "GET" and first.path == "/api/v1/namespaces/ns/configmaps/a"
+    assert first.headers["authorization"] == "Bearer t0ken"
+    assert first.headers["user-agent"].startswith("mkd/")
