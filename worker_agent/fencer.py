@@ -19,14 +19,19 @@ cluster, and reads the Lease the agent writes at every renewal (``worker_agent.l
 
 The fencer never resumes anything: that is the agent's, after a renewal and a Resync. With no record at
 all (an agent that never held a lease here) it waits.
+
+It serves ``/healthz``, ``/readyz`` and ``/metrics`` on ``metrics_port`` (``worker_agent.fencermetrics``):
+ready once it has read the record (or found none) and listed every kind it fences; its counters are kept
+here (``sweeps``, ``suspended``, ``pods_deleted``, ``failures`` by reason) and read at scrape.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Awaitable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from federation import labels
@@ -52,7 +57,12 @@ class Swept:
     suspended: int = 0
     children_suspended: int = 0
     pods_deleted: int = 0
-    failed: int = 0
+    failures: Counter[str] = field(default_factory=Counter)
+    """Calls that failed, by reason: ``list``, ``suspend``, ``delete``."""
+
+    @property
+    def failed(self) -> int:
+        return self.failures.total()
 
     def __bool__(self) -> bool:
         return bool(self.suspended or self.children_suspended or self.pods_deleted or self.failed)
@@ -74,6 +84,11 @@ def _suspend_patch(path: tuple[str, ...], *, fenced: bool) -> dict[str, Any]:
     return out
 
 
+KINDS_RECHECK_SECONDS = 60.0
+"""While the record is current, how often the fencer lists the kinds it fences again (readiness: a role
+that lost a kind shows within a minute, not at the next sweep when it matters)."""
+
+
 class Fencer:
     """One worker cluster's fencer (see the module docstring)."""
 
@@ -88,8 +103,33 @@ class Fencer:
         self.sweep_seconds = sweep_seconds
         self._limit = asyncio.Semaphore(concurrency)
         self.sweeps = 0
+        self.suspended = 0
+        """Placed copies suspended, and (``children_suspended``) Jobs and JobSets under them."""
+        self.children_suspended = 0
+        self.pods_deleted = 0
+        self.failures: Counter[str] = Counter()
+        """Failed calls by reason: ``record`` (reading the lease record), ``list``, ``suspend``, ``delete``."""
+        self.held: leaserecord.Held | None = None
+        """The record as last read (None: none, or not read yet)."""
+        self.record_error: str | None = "lease record not read yet"
+        self.kinds_error: str | None = "fenced kinds not listed yet"
+        self._kinds_listed: float | None = None
         self._last_sweep: float | None = None
         self._waiting_logged = False
+
+    def missing(self) -> str | None:
+        """Readiness: None once the last read of the record and the last listing of the kinds worked."""
+        return "; ".join(e for e in (self.record_error, self.kinds_error) if e) or None
+
+    def seconds_left(self) -> float | None:
+        """Seconds until the record as last read runs out (negative: out by that much); None: no record."""
+        return None if self.held is None else (self.held.ends - self.clock.now()).total_seconds()
+
+    async def list_kinds(self) -> None:
+        """List every kind it fences (the agent's copies) to learn that it can, for readiness."""
+        self._kinds_listed = self.clock.monotonic()
+        _, errors = await self._copies(Swept())
+        self.kinds_error = f"cannot list {', '.join(errors)}" if errors else None
 
     async def run(self) -> None:
         while True:
@@ -97,12 +137,18 @@ class Fencer:
 
     async def check(self) -> float:
         """Read the record, sweep when it ran out; returns how long to wait before the next check."""
+        if (self.kinds_error is not None or self._kinds_listed is None
+                or self.clock.monotonic() - self._kinds_listed >= KINDS_RECHECK_SECONDS):
+            await self.list_kinds()
         try:
             held = await leaserecord.fetch(self.kube, self.namespace, self.cluster)
         except FederationError as exc:
+            self.record_error = f"cannot read the lease record: {exc}"
+            self.failures["record"] += 1
             log.warning("cannot read the agent's lease record %s/%s: %s", self.namespace,
                         leaserecord.record_name(self.cluster), exc)
             return self.poll_seconds
+        self.record_error, self.held = None, held
         if held is None:
             if not self._waiting_logged:
                 log.info("no lease record %s/%s yet: nothing to fence until the agent holds a lease",
@@ -118,6 +164,10 @@ class Fencer:
             self._last_sweep = now
             swept = await self.sweep()
             self.sweeps += 1
+            self.suspended += swept.suspended
+            self.children_suspended += swept.children_suspended
+            self.pods_deleted += swept.pods_deleted
+            self.failures.update(swept.failures)
             if swept:
                 log.error("the agent of %s has not renewed its lease (recorded until %s): suspended %d Jobs and "
                           "%d of their child Jobs, deleted %d pods%s; the agent resumes what the dispatcher "
@@ -129,24 +179,33 @@ class Fencer:
     async def sweep(self) -> Swept:
         """Stop every running Job of the origin (copies first, then what runs under the agent's own)."""
         swept = Swept()
-        copies: list[tuple[JobKind, dict[str, Any]]] = []
-        for kind in KINDS:
-            try:
-                listed = await self.kube.list(kind_resource(kind), label_selector=labels.origin_selector(self.origin))
-            except NotFound:
-                continue  # the kind is not installed here
-            except FederationError as exc:  # one kind unreadable (a role missing it): stop every other one
-                swept.failed += 1
-                log.error("could not list %s to fence them: %s", kind_resource(kind).plural, exc)
-                continue
-            copies += [(kind, job) for job in listed.items
-                       if placement_of(job) is not None and kind.finished(job) is None]
+        copies, errors = await self._copies(swept)
+        self._kinds_listed = self.clock.monotonic()
+        self.kinds_error = f"cannot list {', '.join(errors)}" if errors else None
         await self._all(self._suspend(kind_resource(kind), job, kind.suspend_path, swept, fenced=True)  # type: ignore[attr-defined]
                         for kind, job in copies if not kind.is_suspended(job))
         for ns in sorted({str(job["metadata"].get("namespace")) for _, job in copies}):
             roots = {str(job["metadata"]["uid"]) for _, job in copies if job["metadata"].get("namespace") == ns}
             await self._stop_children(ns, roots, swept)
         return swept
+
+    async def _copies(self, swept: Swept) -> tuple[list[tuple[JobKind, dict[str, Any]]], list[str]]:
+        """The origin's placed copies that are not finished, and the kinds that could not be listed."""
+        copies: list[tuple[JobKind, dict[str, Any]]] = []
+        errors: list[str] = []
+        for kind in KINDS:
+            try:
+                listed = await self.kube.list(kind_resource(kind), label_selector=labels.origin_selector(self.origin))
+            except NotFound:
+                continue  # the kind is not installed here
+            except FederationError as exc:  # one kind unreadable (a role missing it): stop every other one
+                swept.failures["list"] += 1
+                errors.append(kind_resource(kind).plural)
+                log.error("could not list %s to fence them: %s", kind_resource(kind).plural, exc)
+                continue
+            copies += [(kind, job) for job in listed.items
+                       if placement_of(job) is not None and kind.finished(job) is None]
+        return copies, errors
 
     async def _stop_children(self, ns: str, roots: set[str], swept: Swept) -> None:
         by_owner: dict[str, list[tuple[Resource, dict[str, Any]]]] = {}
@@ -156,7 +215,7 @@ class Fencer:
             except NotFound:
                 continue
             except FederationError as exc:
-                swept.failed += 1
+                swept.failures["list"] += 1
                 log.error("could not list %s in %s to stop what runs under the agent: %s", res.plural, ns, exc)
                 continue
             for obj in items:
@@ -197,7 +256,7 @@ class Fencer:
         except NotFound:
             return
         except FederationError as exc:  # keep going: every other Job must still stop
-            swept.failed += 1
+            swept.failures["suspend"] += 1
             log.error("could not suspend %s %s/%s: %s", res.kind, meta.get("namespace"), meta.get("name"), exc)
             return
         if fenced:
@@ -212,7 +271,7 @@ class Fencer:
         except NotFound:
             return
         except FederationError as exc:
-            swept.failed += 1
+            swept.failures["delete"] += 1
             log.error("could not delete pod %s/%s: %s", meta.get("namespace"), meta.get("name"), exc)
             return
         swept.pods_deleted += 1
@@ -226,4 +285,10 @@ async def run(settings: FencerSettings, *, stop: asyncio.Event, clock: Clock | N
                         concurrency=settings.concurrency)
         async with Supervisor() as sup:
             sup.start("fencer", fencer.run, restart=True)
+            if settings.metrics_port is not None:  # /metrics, /healthz, /readyz (worker_agent/fencermetrics.py)
+                from worker_agent.fencermetrics import FencerServer
+
+                server = FencerServer(fencer, settings.metrics_host, settings.metrics_port)
+                kube.on_call = server.metrics.api_call
+                sup.start("metrics", server.run, restart=True)
             await sup.run_until_stopped(stop)

@@ -70,8 +70,9 @@ class AgentMetrics:
         return generate_latest(self.registry) + generate_latest(REGISTRY)
 
 
-def create_app(metrics: AgentMetrics, ready: Any) -> Any:
-    """``/metrics``, ``/healthz`` and ``/readyz``; ``ready()`` returns None or what is missing."""
+def create_app(metrics: Any, ready: Any) -> Any:
+    """``/metrics`` (``metrics.exposition()``), ``/healthz`` and ``/readyz``; ``ready()`` returns None or
+    what is missing. The agent's and the fencer's (``worker_agent.fencermetrics``) ports."""
     from prometheus_client import CONTENT_TYPE_LATEST
     from starlette.applications import Starlette
     from starlette.requests import Request
@@ -91,24 +92,20 @@ def create_app(metrics: AgentMetrics, ready: Any) -> Any:
     return Starlette(routes=[Route("/metrics", prometheus), Route("/healthz", healthz), Route("/readyz", readyz)])
 
 
-class MetricsServer:
-    """The agent's metrics port as a supervised task (``metrics``)."""
+class ProbeServer:
+    """A metrics-and-probes port as a supervised task: ``metrics`` (with ``exposition()``) and
+    ``missing()`` (None: ready) are the subclass's; ``port`` 0 binds any free port, set once ``started``."""
 
-    def __init__(self, agent: Any, host: str, port: int) -> None:
-        self.agent = agent
-        self.metrics = AgentMetrics(agent)
+    metrics: Any
+
+    def __init__(self, host: str, port: int) -> None:
         self.host = host
         self.port = port
         self.started = asyncio.Event()
         self.app = create_app(self.metrics, self.missing)
 
     def missing(self) -> str | None:
-        if getattr(self.agent, "apply", None) is None:
-            return "job kinds not discovered yet"
-        connected = getattr(self.agent, "connected", None)
-        if connected is None or not connected.is_set():
-            return "MQTT link not up"
-        return None
+        raise NotImplementedError
 
     def _bound(self, port: int) -> None:
         self.port = port
@@ -118,3 +115,20 @@ class MetricsServer:
         from federation.httpserve import serve
 
         await serve(self.app, self.host, self.port, self._bound)
+
+
+class MetricsServer(ProbeServer):
+    """The agent's metrics port as a supervised task (``metrics``)."""
+
+    def __init__(self, agent: Any, host: str, port: int) -> None:
+        self.agent = agent
+        self.metrics = AgentMetrics(agent)
+        super().__init__(host, port)
+
+    def missing(self) -> str | None:
+        if getattr(self.agent, "apply", None) is None:
+            return "job kinds not discovered yet"
+        connected = getattr(self.agent, "connected", None)
+        if connected is None or not connected.is_set():
+            return "MQTT link not up"
+        return None

@@ -130,6 +130,13 @@ class FencerSettings(BaseSettings):
     concurrency: int = Field(default=8, ge=1, le=64)
     """API calls at once while sweeping: hundreds of Jobs stop within seconds without flooding the server."""
 
+    metrics_port: int | None = Field(default=None, ge=0, le=65535)
+    """Port of the fencer's ``/metrics``, ``/healthz`` and ``/readyz`` (deploy/ sets 9090;
+    ``worker_agent.fencermetrics``). None: not served. 0: any free port."""
+
+    metrics_host: str = "0.0.0.0"
+    """Address the metrics port binds."""
+
     def kube_settings(self) -> KubeSettings:
         if self.kubeconfig is None:
             return self.kube

@@ -216,3 +216,65 @@ async def test_the_fencer_stops_what_runs_under_an_mpijob_and_a_trainjob(harness
     async def no_pods() -> bool:
         return not await live_pods(harness.kube)
     await until(no_pods, "every pod gone (the MPI workers deleted, the Jobs' pods removed by the Job controller)")
+
+
+async def test_the_fencers_port_serves_probes_and_counts_what_it_stopped(harness: AgentHarness) -> None:
+    """``mkctl fencer``'s run with ``metrics_port``: /healthz, /readyz once it read the record and listed the
+    kinds it fences, and /metrics counting the sweep that stopped an absent agent's Job (deploy/worker)."""
+    import socket
+
+    import httpx
+
+    from tests.admin.test_agent_metrics import _value
+    from worker_agent import fencer as fencer_mod
+    from worker_agent.fencermetrics import FencerServer
+    from worker_agent.settings import FencerSettings
+
+    # before its first read the fencer is not ready, and says why
+    async with Kube(harness.settings.kubeconfig, user_agent="mkd-fencer") as kube:
+        unread = FencerServer(Fencer(kube, cluster=CLUSTER, namespace=harness.settings.namespace,
+                                     origin=harness.settings.origin), "127.0.0.1", 0)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=unread.app), base_url="http://f") as client:
+            ready = await client.get("/readyz")
+            assert ready.status_code == 503 and "lease record not read yet" in ready.text
+            page = (await client.get("/metrics")).text.splitlines()
+            assert not [line for line in page if line.startswith("mkd_fencer_record_seconds_left ")]
+
+    await harness.send(place(forever(), uid="wl-probed"))
+    await harness.wait_report(lambda r: r.type == "accepted")
+    await until(all_running_of(harness, 2), "the PyTorchJob's pods running")
+    await harness.stop_agent()
+    await leaserecord.write(harness.kube, harness.settings.namespace, CLUSTER, origin=harness.settings.origin,
+                            renewed=datetime.now(UTC) - timedelta(seconds=30), seconds=5)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    settings = FencerSettings(cluster_name=CLUSTER, kubeconfig=harness.settings.kubeconfig,
+                              namespace=harness.settings.namespace, origin=harness.settings.origin,
+                              metrics_port=port, metrics_host="127.0.0.1", poll_seconds=0.2)
+    stop = asyncio.Event()
+    task = asyncio.create_task(fencer_mod.run(settings, stop=stop))
+    try:
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=5) as client:
+            async def swept() -> bool:
+                try:
+                    text = (await client.get("/metrics")).text
+                except httpx.TransportError:
+                    return False  # not bound yet
+                return "mkd_fencer_sweeps_total 1.0" in text and "mkd_fencer_pods_deleted_total 0.0" not in text
+            await until(swept, "a sweep counted on the fencer's metrics page")
+            assert (await client.get("/healthz")).text == "ok"
+            ready = await client.get("/readyz")
+            assert ready.status_code == 200, ready.text
+            text = (await client.get("/metrics")).text
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 15)
+    assert _value(text, "mkd_fencer_jobs_suspended_total") == 1
+    assert _value(text, "mkd_fencer_pods_deleted_total") >= 1
+    assert _value(text, 'mkd_fencer_failures_total{reason="suspend"}') == 0
+    assert -40 < _value(text, "mkd_fencer_record_seconds_left") < -20
+    assert _value(text, 'mkd_fencer_api_calls_total{code="200",verb="PATCH"}') >= 1
+    assert "process_cpu_seconds_total" in text
+    pt = await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a")
+    assert suspended_at(pt, "spec", "runPolicy", "suspend")
