@@ -352,13 +352,11 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
     console.print(f"[bold]mkd demo[/] · state in {opts.state_dir}/ · starting kubesim (manager + 3 workers), "
                   f"{'MQTT ' + redact(opts.mqtt_url) if opts.mqtt_url else 'the embedded MQTT broker'}, "
                   f"{'database ' + redact(opts.database_url) if opts.database_url else 'SQLite'}, "
-                  "the dispatcher and 3 agents…")
+                  "the dispatcher, 3 agents and their fencers…")
     # On a shared broker, two demos (or a demo and a test run) must not hear each other: a topic root
     # of their own, which also makes the MQTT client ids unique (see Topology).
     topic_root = opts.topic_root or ("mkd/v1" if opts.mqtt_url is None else f"mkd-demo-{uuid.uuid4().hex[:6]}/v1")
-    options = TopologyOptions(state_dir=opts.state_dir, mqtt_url=opts.mqtt_url, database_url=opts.database_url,
-                              topic_root=topic_root)
-    async with Topology(options) as top:
+    async with Topology(topology_options(opts, topic_root)) as top:
         known = await top.wait_for_clusters()
         queues = sum(1 for o in examples.queue_objects if o["kind"] == "ClusterQueue")
         console.print(f"federation up in {time.monotonic() - started:.1f}s (dispatcher knows "
@@ -380,6 +378,12 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
         if opts.keep_running:
             await keep_running(console, top)
     return problems
+
+
+def topology_options(opts: DemoOptions, topic_root: str) -> TopologyOptions:
+    """The demo's federation: the topology of deploy/, a fencer next to each worker's agent included."""
+    return TopologyOptions(state_dir=opts.state_dir, mqtt_url=opts.mqtt_url, database_url=opts.database_url,
+                           topic_root=topic_root, fencers=True)
 
 
 async def follow(top: Topology, progress: Progress, reader: PlacementReader, view: View,
@@ -502,6 +506,10 @@ def print_running(console: Console, info: Mapping[str, Any]) -> None:
         console.print("the API, with the same token (also: /metrics, /openapi.json, /healthz, /readyz):", markup=False)
         for cmd in server_hints(info["api_url"], info["api_token"]):
             console.print(f"  {cmd}", markup=False, highlight=False)
+    if info.get("fencers"):
+        console.print("\n[bold]fencers[/] (one per worker: /metrics, /healthz, /readyz):")
+        for name, url in info["fencers"].items():
+            console.print(f"  {name:<9} {url}/metrics", markup=False, highlight=False)
 
 
 def reset_state(state_dir: Path, *, own_database: bool) -> None:

@@ -1,11 +1,14 @@
-"""The demo's federation in one process: kubesim clusters, a broker, a database, a dispatcher, agents.
+"""The demo's federation in one process: kubesim clusters, a broker, a database, a dispatcher, agents
+(and, with ``TopologyOptions.fencers``, a fencer per worker).
 
 Shared by ``mkctl demo``, the end-to-end tests and the end-to-end benchmark, so the topology is
 written once. :class:`Topology` is an async context manager: entering it starts kubesim (a manager
 and three worker clusters of different sizes, one with GPUs), the embedded MQTT broker unless a
 broker URL is given, a SQLite file under the state directory unless a database URL is given, runs
 the migrations, installs mkd's CRDs into every cluster, then starts the dispatcher and one agent per
-worker as supervised tasks. Leaving it stops them in reverse order. Agents can be stopped and started
+worker as supervised tasks, and with ``fencers`` (``mkctl demo``: the topology of deploy/) one fencer
+per worker next to its agent (``worker_agent.fencer``, its probes and metrics on a free local port,
+``describe()["fencers"]``); a fencer keeps running while its agent is stopped. Leaving it stops them in reverse order. Agents can be stopped and started
 again (``stop_agent`` / ``start_agent``) to show that a lost worker is noticed and nothing is lost.
 Given ``TopologyOptions.kubeconfigs``, real clusters stand in for kubesim (the e2e suite on real clusters).
 """
@@ -99,6 +102,10 @@ class TopologyOptions:
     (the e2e suite's ``MKD_TEST_KUBECONFIGS``); ``workers`` is then ignored."""
     api: bool = True
     """Serve the dispatcher's admin API, dashboard and metrics on a free local port with a fresh token."""
+    fencers: bool = False
+    """Start a fencer per worker (``mkctl fencer``; deploy/worker/fencer.yaml), each serving /healthz,
+    /readyz and /metrics on a free local port. Off for the tests that stop agents on purpose to see what
+    the dispatcher alone does; ``mkctl demo`` turns it on."""
 
 
 def _free_port() -> int:
@@ -146,6 +153,8 @@ class Topology:
         self._tag = hashlib.sha1(self.options.topic_root.encode()).hexdigest()[:6]
         self.api_port: int | None = _free_port() if self.options.api else None
         self.api_token = secrets.token_urlsafe(18)
+        self.fencer_ports: dict[str, int] = {}
+        """Worker -> the port of its fencer's /metrics, /healthz and /readyz (with ``fencers``)."""
         """The demo's static API token (printed with the dashboard's URL)."""
         from federation import signing
 
@@ -205,6 +214,8 @@ class Topology:
                 self.start_dispatcher()
                 for name in self.worker_names:
                     self.start_agent(name)
+                    if self.options.fencers:
+                        self.start_fencer(name)
         except BaseException:
             await stack.__aexit__(None, None, None)
             self._stack = None
@@ -308,6 +319,20 @@ class Topology:
 
         self._start(f"agent-{cluster}", agent_app.run, self.agent_settings(cluster))
 
+    def fencer_settings(self, cluster: str) -> Any:
+        from worker_agent.settings import FencerSettings
+
+        port = self.fencer_ports.setdefault(cluster, _free_port())
+        return build_settings(FencerSettings, {
+            "cluster_name": cluster, "kubeconfig": self.kubeconfig(cluster), "origin": self.options.origin,
+            "metrics_port": port, "metrics_host": "127.0.0.1"})
+
+    def start_fencer(self, cluster: str) -> None:
+        """Start the fencer of ``cluster`` (``mkctl fencer``), a task apart from its agent."""
+        from worker_agent import fencer
+
+        self._start(f"fencer-{cluster}", fencer.run, self.fencer_settings(cluster))
+
     async def stop_agent(self, cluster: str, *, within: float = 15.0) -> None:
         """Stop one agent the way SIGTERM would, and wait until it has shut down."""
         await self._stop(f"agent-{cluster}", within)
@@ -374,6 +399,7 @@ class Topology:
             "api_url": self.api_url,
             "api_token": self.api_token if self.api_url else None,
             "dashboard_url": f"{self.api_url}/?token={self.api_token}" if self.api_url else None,
+            "fencers": {name: f"http://127.0.0.1:{port}" for name, port in self.fencer_ports.items()},
         }
 
     @property

@@ -352,3 +352,37 @@ async def test_suspending_a_placed_batch_job_suspends_its_copy_then_delete_remov
         return True if sample.name not in names else NotYet(f"still on {cluster}: {names}")
 
     await wait_for(copy_removed, f"the copy removed from {cluster}", top=federation)
+
+
+@pytest.mark.kubesim_only("the demo's topology on kubesim")
+async def test_the_demos_federation_runs_a_ready_fencer_per_worker_reading_its_agents_lease(
+        tmp_path: Path, mqtt_url: str, database_url: str, topic_root: str) -> None:
+    """``mkctl demo`` runs the topology of deploy/: next to each worker's agent a fencer (a task of its
+    own), ready, and reading the lease record its agent writes at each renewal from the dispatcher."""
+    import httpx
+
+    from mkctl.demo import DemoOptions, topology_options
+
+    options = topology_options(DemoOptions(state_dir=tmp_path / "state", mqtt_url=mqtt_url,
+                                           database_url=database_url, timeout=60, keep_running=False,
+                                           examples=None), topic_root)
+    assert options.fencers
+    async with Topology(options) as top:
+        await top.wait_for_clusters()
+        fencers = top.describe()["fencers"]
+        assert sorted(fencers) == sorted(top.worker_names)
+        async with httpx.AsyncClient(timeout=5) as client:
+            async def all_ready_and_current() -> bool | NotYet:
+                for url in fencers.values():
+                    try:
+                        ready = await client.get(f"{url}/readyz")
+                        page = (await client.get(f"{url}/metrics")).text.splitlines()
+                    except httpx.TransportError as exc:
+                        return NotYet(f"{url}: {exc}")
+                    left = [float(line.split()[1]) for line in page
+                            if line.startswith("mkd_fencer_record_seconds_left ")]
+                    if ready.status_code != 200 or not left or left[0] <= 0:
+                        return NotYet(f"{url}: {ready.status_code} {ready.text}, record seconds left {left}")
+                return True
+            await wait_for(all_ready_and_current, "every fencer ready with a current lease record", top=top)
+        top.check_running()
