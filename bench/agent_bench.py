@@ -37,7 +37,16 @@ sys.path.insert(0, str(ROOT))
 from federation import sealing, signing  # noqa: E402
 from federation.kinds.crds import load_crds  # noqa: E402
 from federation.kube import CRDS, Kube, Resource  # noqa: E402
-from federation.messages import JobRef, Place, PlacementKey, Status, decode_report, encode  # noqa: E402
+from federation.messages import (  # noqa: E402
+    Heartbeat,
+    JobRef,
+    Lease,
+    Place,
+    PlacementKey,
+    Status,
+    decode_report,
+    encode,
+)
 from federation.mqtt import MqttLink  # noqa: E402
 from federation.settings import MqttSettings  # noqa: E402
 
@@ -46,6 +55,8 @@ AGENT_KEY = signing.generate()
 DISPATCHER_KEY = signing.generate()
 NS = "bench"
 PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
+LEASE_SECONDS = 600.0
+"""The lease granted with each heartbeat (the dispatcher's default ``lease_seconds``)."""
 
 
 def manifest(name: str) -> dict[str, Any]:
@@ -121,11 +132,26 @@ async def drive(url: str, root: str, kubeconfig: Path, burst: int, total: int) -
     inventory = asyncio.Event()
     async with MqttLink(settings, client_id=f"bench-dispatcher-{uuid.uuid4().hex[:6]}") as link:
         await link.subscribe(f"{root}/{CLUSTER}/reports")
+        await link.subscribe(f"{root}/{CLUSTER}/presence")
+        pending: set[asyncio.Task[None]] = set()
+
+        def renew(hb: Heartbeat) -> None:
+            """Renew the agent's lease as the dispatcher does for every heartbeat (fencing: an agent
+            without renewals suspends its Jobs, dispatcher/clusters.py)."""
+            topic = f"{root}/{CLUSTER}/commands"
+            lease = Lease(cluster=CLUSTER, epoch=1, heartbeat_sent_at=hb.sent_at, seconds=LEASE_SECONDS)
+            task = asyncio.ensure_future(link.publish(topic, sealer.seal(topic, encode(lease), stream="e1",
+                                                                         n=next(numbers))))
+            pending.add(task)
+            task.add_done_callback(pending.discard)
 
         async def collect() -> None:
             async for message in link.messages():
                 report = decode_report(message.payload[:message.payload.rfind(b',"seal":')] + b"}")
-                if report.type == "inventory":
+                if isinstance(report, Heartbeat):
+                    if report.online:
+                        renew(report)
+                elif report.type == "inventory":
                     inventory.set()
                 elif isinstance(report, Status) and running(report):
                     running_at.setdefault(report.placement.workload_uid, time.perf_counter())

@@ -79,7 +79,9 @@ def job(i: int) -> dict[str, Any]:
 # --- fake agents (own process) ----------------------------------------------------------------
 
 
-async def _agents(mqtt_url: str, root: str, ready: Any, private: dict[str, str]) -> None:
+async def _agents(mqtt_url: str, root: str, ready: Any, private: dict[str, str], cpu: int | None = None) -> None:
+    """Accept every Place at once. ``cpu``: each cluster's CPUs (default: practically unbounded); its
+    heartbeats then announce what the accepted Places left free (2 CPUs per benchmark Job)."""
     settings = MqttSettings(url=mqtt_url, topic_root=root)
     sealers = {c: signing.Sealer(signing.parse_private_key(private[c])) for c in CLUSTERS}
     places = {c: sealing.PlaceOpener(signing.parse_private_key(private[c])) for c in CLUSTERS}
@@ -87,9 +89,13 @@ async def _agents(mqtt_url: str, root: str, ready: Any, private: dict[str, str])
 
     def sealed(topic: str, cluster: str, message: messages.ReportBase) -> bytes:
         return sealers[cluster].seal(topic, messages.encode(message), stream="bench", n=next(numbers))
-    cap = messages.Capacity(allocatable={"cpu": "1000000", "memory": "1000000Gi", "pods": "10000000"},
-                            free={"cpu": "1000000", "memory": "1000000Gi", "pods": "10000000"},
-                            largest_node_free={"cpu": "1000", "memory": "1000Gi", "pods": "1000"})
+    total = cpu if cpu is not None else 1000000
+    accepted: dict[str, set[Any]] = {c: set() for c in CLUSTERS}  # a Place sent again counts once
+
+    def cap(c: str) -> messages.Capacity:
+        return messages.Capacity(allocatable={"cpu": str(total), "memory": "1000000Gi", "pods": "10000000"},
+                                 free={"cpu": str(max(0, total - 2 * len(accepted[c]))), "memory": "1000000Gi", "pods": "10000000"},
+                                 largest_node_free={"cpu": "1000", "memory": "1000Gi", "pods": "1000"})
     async with MqttLink(settings, client_id=f"bench-agents-{uuid.uuid4().hex[:6]}", persistent=False) as link:
         for c in CLUSTERS:
             await link.subscribe(topics.commands(c, root))
@@ -97,7 +103,7 @@ async def _agents(mqtt_url: str, root: str, ready: Any, private: dict[str, str])
         async def beat() -> None:  # the dispatcher places nothing on a cluster silent for 30 s
             while True:
                 for c in CLUSTERS:
-                    hb = messages.Heartbeat(cluster=c, capacity=cap, agent_version="bench", interval_seconds=5)
+                    hb = messages.Heartbeat(cluster=c, capacity=cap(c), agent_version="bench", interval_seconds=5)
                     await link.publish(topics.presence(c, root), sealed(topics.presence(c, root), c, hb), retain=True)
                 await asyncio.sleep(5)
         beats = asyncio.ensure_future(beat())
@@ -112,6 +118,7 @@ async def _agents(mqtt_url: str, root: str, ready: Any, private: dict[str, str])
                 body = places[cluster].open(msg.topic, body)
             cmd = messages.decode_command(body)
             if isinstance(cmd, messages.Place):
+                accepted[cluster].add(cmd.placement)
                 seq += 1
                 ack = messages.Accepted(cluster=cluster, placement=cmd.placement, spec_version=cmd.spec_version,
                                         seq=seq)
@@ -122,8 +129,8 @@ async def _agents(mqtt_url: str, root: str, ready: Any, private: dict[str, str])
         beats.cancel()
 
 
-def agents_main(mqtt_url: str, root: str, ready: Any, private: dict[str, str]) -> None:
-    asyncio.run(_agents(mqtt_url, root, ready, private))
+def agents_main(mqtt_url: str, root: str, ready: Any, private: dict[str, str], cpu: int | None = None) -> None:
+    asyncio.run(_agents(mqtt_url, root, ready, private, cpu))
 
 
 # --- the Job creator (own process) -----------------------------------------------------------

@@ -21,6 +21,7 @@ from dispatcher import db
 from dispatcher.db.queries import list_clusters, list_placements, show_workload
 from dispatcher.engine import Engine, Tick
 from dispatcher.intake import Intake
+from dispatcher.jobcache import JobCache
 from dispatcher.kubewriter import KubeWriter
 from dispatcher.leader import Leadership
 from dispatcher.outbox import Publisher
@@ -78,7 +79,7 @@ class Dispatcher:
         self._engine_sql = db.make_engine(s.database_url)
         sessions = db.sessionmaker(self._engine_sql)
         self.kube = await Kube.from_settings(s.kube, clock=self.clock, user_agent="mkd-dispatcher").__aenter__()
-        cache: dict[str, dict[str, Any]] = {}
+        cache = JobCache()
         self.writer = KubeWriter(self.kube, cache, self.clock, workers=s.kube_writers)
         self.engine = Engine(s, sessions, self.kube, self.writer, self.clock, cache=cache)
         self.leadership = Leadership(s, self._engine_sql, self.clock)

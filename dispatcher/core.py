@@ -23,6 +23,7 @@ from dispatcher import workload as wl
 from dispatcher.batch import Batch, Item, engine_inbox, job_key
 from dispatcher.db import queries as q
 from dispatcher.identity import Identity
+from dispatcher.jobcache import JobCache
 from dispatcher.kubewriter import KubeWriter
 from dispatcher.placement import CapacityBook, Need
 from dispatcher.policycheck import PolicyGate
@@ -76,7 +77,7 @@ class EngineCore:
     """Shared state and shared actions of the engine's parts (see the module docstring)."""
 
     def __init__(self, settings: DispatcherSettings, sessions: async_sessionmaker[AsyncSession], kube: Any,
-                 writer: KubeWriter, clock: Clock, *, cache: dict[str, dict[str, Any]] | None = None) -> None:
+                 writer: KubeWriter, clock: Clock, *, cache: JobCache | None = None) -> None:
         self.settings = settings
         self.identity = Identity(settings)
         self.policies = PolicyGate()
@@ -87,7 +88,8 @@ class EngineCore:
         self.writer = writer
         self.clock = clock
         self.inbox: asyncio.Queue[Item] = engine_inbox()  # heartbeats first: their Leases must not wait
-        self.cache: dict[str, dict[str, Any]] = cache if cache is not None else {}
+        self.cache = cache if cache is not None else JobCache()
+        """The claimed manager Jobs by uid, compressed (dispatcher/jobcache.py)."""
         self.known: dict[str, str] = {}
         self.needs: dict[str, Need] = {}
         self.book = CapacityBook(settle_seconds=settings.capacity_settle_seconds)

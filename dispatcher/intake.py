@@ -34,22 +34,22 @@ def relevant(kind: JobKind, engine: Engine, obj: Mapping[str, Any], deleted: boo
     uid = wl.uid_of(obj)
     claimed = uid in engine.known
     managed_by = kind.managed_by(obj)
-    if not claimed and managed_by != labels.MULTIKUEUE:
-        return False
+    if not claimed and managed_by != labels.MULTIKUEUE and not (deleted and "spec" not in obj):
+        return False  # (a deletion found by a relist carries a stub without spec: it may be mkd's, pass it)
     if deleted:
         # A Job deleted before its claim was decided: the ADDED event may still wait in the engine's
         # inbox (or be held through an outage). The deletion must follow it, or the claim would place
         # a Job that no longer exists.
         return True
-    previous = engine.cache.get(uid)
+    previous = engine.cache.head(uid)
     if previous is None or not claimed:
         if claimed:
             engine.cache[uid] = dict(obj)
         return True
     engine.cache[uid] = dict(obj)
-    return (wl.generation_of(obj) != wl.generation_of(previous)
-            or kind.managed_by(previous) != managed_by
-            or wl.being_deleted(obj) != wl.being_deleted(previous))
+    return (wl.generation_of(obj) != previous.generation
+            or previous.managed_by != managed_by
+            or wl.being_deleted(obj) != previous.deleting)
 
 
 class Intake:
@@ -121,7 +121,8 @@ class Intake:
         self._listed(kind, namespace)
         self.watching.add(kind.name)
         log.info("watching %s in %s", kind.name, namespace or "all namespaces")
-        async for event in self.kube.informer(res, namespace):
+        # compact: the engine's JobCache holds the claimed Jobs; the informer keeps no second copy of each
+        async for event in self.kube.informer(res, namespace, compact=True):
             deleted = event.type == "DELETED"
             if self.observe is not None:
                 self.observe(kind, event.object, deleted)

@@ -14,9 +14,10 @@ Warning Event), before any placement. Results are cached per (Job generation, po
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from dispatcher.jobcache import Head, JobCache
 from federation import messages
 from federation.policy import Policy, describe
 
@@ -29,7 +30,7 @@ class PolicyGate:
         """uid -> (the queue entry, its own placement constraints before any policy exclusion)."""
         self._why: dict[str, dict[str, str]] = {}
 
-    def apply(self, entries: Mapping[str, Any], cache: Mapping[str, Mapping[str, Any]],
+    def apply(self, entries: Mapping[str, Any], cache: JobCache,
               heartbeats: Mapping[str, messages.Heartbeat]) -> None:
         """Exclude, per queued Workload, the clusters whose policy refuses it (its own constraints kept)."""
         announced = {name: hb for name, hb in heartbeats.items() if hb.policy is not None}
@@ -41,8 +42,9 @@ class PolicyGate:
             base = self._base.get(uid)
             if base is None or base[0] is not e:  # a new entry: its placement is its own
                 base = self._base[uid] = (e, e.placement)
-            obj = cache.get(uid)
-            refused = self.refusals(uid, obj, announced, texts) if announced and obj is not None else {}
+            head = cache.head(uid) if announced else None
+            refused = (self.refusals(uid, head, lambda uid=uid: cache[uid], announced, texts)  # type: ignore[misc]
+                       if head is not None else {})
             own = base[1]
             if refused:
                 e.placement = type(own)(own.pin, own.exclude | frozenset(refused), own.selector)
@@ -64,11 +66,11 @@ class PolicyGate:
             policy = self._policies[text] = Policy(hb.policy)
         return policy
 
-    def refusals(self, uid: str, job: Mapping[str, Any], heartbeats: Mapping[str, messages.Heartbeat],
-                 texts: Mapping[str, str] | None = None) -> dict[str, str]:
-        """Cluster -> why its policy refuses ``job`` (clusters that accept it, or announce no policy, absent)."""
-        meta = job.get("metadata") or {}
-        generation = int(meta.get("generation") or 0)
+    def refusals(self, uid: str, head: Head, job: Callable[[], Mapping[str, Any]],
+                 heartbeats: Mapping[str, messages.Heartbeat], texts: Mapping[str, str] | None = None) -> dict[str, str]:
+        """Cluster -> why its policy refuses the Job (clusters that accept it, or announce no policy, absent).
+        ``job`` decodes the cached Job, called only when a (generation, policy) was not checked yet."""
+        generation = head.generation
         out: dict[str, str] = {}
         for name, hb in heartbeats.items():
             if hb.policy is None:
@@ -78,8 +80,8 @@ class PolicyGate:
             why = self._cache.get(key)
             if why is None:
                 policy = self._policy(text, hb)
-                namespace = policy.target_namespace(str(meta.get("namespace") or "default"))
-                why = describe(policy.check(job, namespace))
+                namespace = policy.target_namespace(head.namespace or "default")
+                why = describe(policy.check(job(), namespace))
                 if len(self._cache) > 100_000:
                     self._cache.clear()
                 self._cache[key] = why

@@ -649,9 +649,12 @@ class Kube:
     # --- informer ---
 
     def informer(self, res: Resource, namespace: str | None = None, *,
-                 label_selector: str | None = None) -> AsyncIterator[WatchEvent]:
-        """List (ADDED for each), then watch; see ``_Informer``. Never ends by itself."""
-        return _Informer(self, res, namespace, label_selector).run()
+                 label_selector: str | None = None, compact: bool = False) -> AsyncIterator[WatchEvent]:
+        """List (ADDED for each), then watch; see ``_Informer``. Never ends by itself. ``compact``: the
+        informer keeps only each object's resourceVersion and uid (not the object), for a consumer that
+        holds what it needs itself; a DELETED event found by a relist then carries a stub (apiVersion,
+        kind, metadata name / namespace / uid / resourceVersion) instead of the last object seen."""
+        return _Informer(self, res, namespace, label_selector, compact).run()
 
     def _start_watch(self, res: Resource, namespace: str | None, label_selector: str | None,
                      resource_version: str) -> _WatchStream:
@@ -786,12 +789,15 @@ class _Informer:
     BACKOFF_MAX = 5.0
     """Capped low: after an API-server outage the informer is back within seconds (one client per kind)."""
 
-    def __init__(self, kube: Kube, res: Resource, namespace: str | None, label_selector: str | None) -> None:
+    def __init__(self, kube: Kube, res: Resource, namespace: str | None, label_selector: str | None,
+                 compact: bool = False) -> None:
         self.kube = kube
         self.res = res
         self.namespace = namespace
         self.label_selector = label_selector
-        self.known: dict[tuple[str, str], dict[str, Any]] = {}
+        self.compact = compact
+        self.known: dict[tuple[str, str], dict[str, Any] | tuple[str, str]] = {}
+        """What the consumer was told: the object, or (resourceVersion, uid) when ``compact``."""
         self.resource_version = ""
         self.failures = 0
 
@@ -810,10 +816,11 @@ class _Informer:
             old = self.known.get(key)
             if old is None:
                 events.append(WatchEvent("ADDED", obj))
-            elif _rv(old) != _rv(obj):
+            elif self._rv_known(old) != _rv(obj):
                 events.append(WatchEvent("MODIFIED", obj))
-        events.extend(WatchEvent("DELETED", old) for key, old in self.known.items() if key not in fresh)
-        self.known = fresh
+        events.extend(WatchEvent("DELETED", self._last(key, old)) for key, old in self.known.items()
+                      if key not in fresh)
+        self.known = {key: self._kept(obj) for key, obj in fresh.items()} if self.compact else dict(fresh)
         self.resource_version = listed.resource_version
         return events
 
@@ -838,8 +845,24 @@ class _Informer:
         if kind == "DELETED":
             self.known.pop(_key(obj), None)
         else:
-            self.known[_key(obj)] = obj
+            self.known[_key(obj)] = self._kept(obj)
         return WatchEvent(kind, obj)
+
+    def _kept(self, obj: dict[str, Any]) -> dict[str, Any] | tuple[str, str]:
+        return (_rv(obj), str((obj.get("metadata") or {}).get("uid") or "")) if self.compact else obj
+
+    @staticmethod
+    def _rv_known(kept: dict[str, Any] | tuple[str, str]) -> str:
+        return kept[0] if isinstance(kept, tuple) else _rv(kept)
+
+    def _last(self, key: tuple[str, str], kept: dict[str, Any] | tuple[str, str]) -> dict[str, Any]:
+        """The last object seen under ``key``, or its stub when ``compact``."""
+        if not isinstance(kept, tuple):
+            return kept
+        meta = {"name": key[1], "uid": kept[1], "resourceVersion": kept[0]}
+        if key[0]:
+            meta["namespace"] = key[0]
+        return {"apiVersion": self.res.api_version, "kind": self.res.kind, "metadata": meta}
 
     async def run(self) -> AsyncIterator[WatchEvent]:
         need_list = True

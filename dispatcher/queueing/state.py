@@ -123,8 +123,7 @@ class QueueingState:
             state = row["state"]
             if state == "pending" and not row["suspended"]:
                 self.queues.release(uid)
-                obj = cache.get(uid)
-                if obj is None:
+                if uid not in cache:
                     continue  # intake has not listed it since start-up; it will come with its Job
                 old = self.queues.entries.get(uid)
                 if (old is not None and old.priority == row["priority"] and old.queue == row["queue"]
@@ -134,7 +133,7 @@ class QueueingState:
                 need = needs.get(uid)
                 if need is None:
                     need = needs[uid] = wl.need_of(row["kind"], row["podsets"])
-                self.queues.add(self.entry(row, obj, need))
+                self.queues.add(self.entry(row, cache[uid], need))  # decoded only here: the cache is compressed
             elif state in HOLDING:
                 self.queues.discard(uid)
                 if uid not in self.queues.admitted and row.get("cluster_queue") and row.get("usage"):

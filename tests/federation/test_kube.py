@@ -381,12 +381,15 @@ async def test_informer_lists_watches_and_resumes_after_drop(fake: tuple[FakeApi
         assert not kube._watches
 
 
-async def test_informer_relists_on_410_and_emits_the_difference(fake: tuple[FakeApi, Path]) -> None:
+@pytest.mark.parametrize("compact", [False, True])
+async def test_informer_relists_on_410_and_emits_the_difference(fake: tuple[FakeApi, Path], compact: bool) -> None:
+    """The same events whether the informer keeps each object or (compact) only its version and uid."""
     api, kubeconfig = fake
     async with Kube(kubeconfig) as kube:
+        created = {}
         for name in ("keep", "change", "gone"):
-            await kube.create(CONFIGMAPS, {"metadata": {"name": name}}, "ns")
-        it = kube.informer(CONFIGMAPS, "ns")
+            created[name] = await kube.create(CONFIGMAPS, {"metadata": {"name": name}}, "ns")
+        it = kube.informer(CONFIGMAPS, "ns", compact=compact)
         assert {(await next_event(it)).object["metadata"]["name"] for _ in range(3)} == {"keep", "change", "gone"}
         await kube.create(CONFIGMAPS, {"metadata": {"name": "x"}}, "ns")
         assert (await next_event(it)).object["metadata"]["name"] == "x"  # the watch is streaming now
@@ -401,8 +404,16 @@ async def test_informer_relists_on_410_and_emits_the_difference(fake: tuple[Fake
         api.last_rv = 99
         api.compacted_below = 50
         api.changed.set()
-        got = {(e.type, e.object["metadata"]["name"]) for e in [await next_event(it) for _ in range(3)]}
+        events = [await next_event(it) for _ in range(3)]
+        got = {(e.type, e.object["metadata"]["name"]) for e in events}
         assert got == {("MODIFIED", "change"), ("DELETED", "gone"), ("ADDED", "new")}
+        deleted = next(e.object for e in events if e.type == "DELETED")
+        gone = created["gone"]["metadata"]
+        assert deleted["metadata"]["uid"] == gone["uid"] and deleted["metadata"]["namespace"] == "ns"
+        assert deleted["metadata"]["resourceVersion"] == gone["resourceVersion"]
+        if compact:  # a stub: what the consumer needs to forget the object, nothing it did not keep
+            assert deleted == {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {
+                "name": "gone", "namespace": "ns", "uid": gone["uid"], "resourceVersion": gone["resourceVersion"]}}
         # the next watch starts from the relist's version
         await kube.create(CONFIGMAPS, {"metadata": {"name": "later"}}, "ns")
         later = await next_event(it)

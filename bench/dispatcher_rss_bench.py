@@ -1,0 +1,298 @@
+"""Dispatcher memory: resident set size (RSS) of a dispatcher that knows N Workloads (issue 15: ≤ 300 MB at 100,000).
+
+Set-up: kubesim (the manager cluster), the Job creator and three fake agents (``bench/dispatch_bench.py``'s:
+they accept every Place at once and announce what is left free) each in their own process; the
+dispatcher runs in a process of its own, started the way ``mkctl dispatcher`` starts it
+(``dispatcher.app.Dispatcher`` entered, then ``run(stop)`` until SIGTERM) with a reporter task beside it.
+The agents' CPUs fit ``--placed`` of the Jobs; the rest stay pending in their queue, so the
+dispatcher knows both kinds (pending Workloads are the larger part of its state per Workload:
+their queue entries and needs).
+
+Two figures, both read from ``/proc/PID/status`` (VmRSS now, VmHWM the peak):
+
+1. **claimed**: the dispatcher that claimed every Job from the manager cluster as it was created,
+   placed what fits and holds the rest pending, once it knows all N and is idle;
+2. **restarted**: that dispatcher stopped and a new one started against the same database and
+   manager cluster: it rebuilds its view from SQL and lists every Job from the manager (what a
+   dispatcher does after every upgrade or failover), measured once its intake has listed
+   everything and its engine is idle. Its peak includes the start-up listing.
+
+With ``--tracemalloc`` the restarted dispatcher traces its allocations and prints the top lines
+(tracing costs memory and time itself: the RSS figures of such a run are not the ones to record).
+
+    .venv/bin/python bench/dispatcher_rss_bench.py -n 100000
+    .venv/bin/python bench/dispatcher_rss_bench.py -n 2000 --tracemalloc
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.dispatch_bench import (  # noqa: E402
+    CLUSTERS,
+    CRD,
+    KEYS,
+    PYTORCHJOBS,
+    agents_main,
+    creator_main,
+    drop_postgres,
+    fresh_postgres,
+    reachable,
+)
+from dispatcher import db  # noqa: E402
+from federation.kube import CRDS, Kube  # noqa: E402
+
+GOAL_MB = 300.0
+"""Issue 15: dispatcher RSS at 100,000 Workloads known."""
+
+
+# --- the dispatcher (own process) --------------------------------------------------------------
+
+
+def status_kib(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (peak) of a process, in KiB."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "VmHWM"):
+            out[key] = int(value.split()[0])
+    return out
+
+
+async def _dispatcher(settings_json: str, conn: Any, trace: bool) -> None:
+    from dispatcher.app import Dispatcher
+    from dispatcher.settings import DispatcherSettings
+
+    if trace:
+        import tracemalloc
+        tracemalloc.start(1)
+    settings = DispatcherSettings.model_validate_json(settings_json)
+    stop = asyncio.Event()
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
+    async with Dispatcher(settings) as d:  # what dispatcher.app.run does for ``mkctl dispatcher``
+        assert d.engine is not None and d.intake is not None
+        engine, intake = d.engine, d.intake
+
+        async def report() -> None:
+            while True:
+                await asyncio.sleep(1.0)
+                conn.send({"known": len(engine.known), "cache": len(engine.cache),
+                           "pending": len(engine.queueing.queues.entries), "inbox": engine.inbox.qsize(),
+                           "listed": intake.ready.is_set(), "started": d.startup.done})
+                if conn.poll():
+                    conn.recv()
+                    if trace:
+                        import tracemalloc
+                        snap = tracemalloc.take_snapshot()
+                        lines = [str(s) for s in snap.statistics("lineno")[:25]]
+                        conn.send({"trace": lines})
+        reporter = asyncio.create_task(report())
+        try:
+            await d.run(stop)
+        finally:
+            reporter.cancel()
+
+
+def dispatcher_main(settings_json: str, conn: Any, trace: bool) -> None:
+    asyncio.run(_dispatcher(settings_json, conn, trace))
+
+
+class Running:
+    """A dispatcher process and the last state it reported."""
+
+    def __init__(self, settings_json: str, trace: bool = False) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=dispatcher_main, args=(settings_json, child, trace), daemon=True)
+        self.proc.start()
+        self.state: dict[str, Any] = {}
+
+    def poll(self, wait: float) -> dict[str, Any]:
+        deadline = time.monotonic() + wait
+        while self.conn.poll(max(0.0, deadline - time.monotonic())):
+            msg = self.conn.recv()
+            if "trace" in msg:
+                return msg  # type: ignore[no-any-return]
+            self.state = msg
+        return self.state
+
+    def settle(self, n: int, timeout: float, what: str) -> None:
+        """Wait until the dispatcher knows ``n`` Workloads, has listed the manager, its inbox is (nearly)
+        empty and the number of pending Workloads has not changed, five reports in a row."""
+        deadline, calm, last_print, pending = time.monotonic() + timeout, 0, 0.0, -1
+        while time.monotonic() < deadline:
+            if not self.proc.is_alive():
+                raise RuntimeError(f"the dispatcher exited ({self.proc.exitcode}) while {what}")
+            s = self.poll(1.5)
+            done = (s.get("started") and s.get("listed") and s.get("known", 0) >= n
+                    and s.get("inbox", 1000) <= 50 and s.get("pending") == pending)  # heartbeats, late answers
+            pending = s.get("pending", -1)
+            calm = calm + 1 if done else 0
+            if calm >= 5:
+                return
+            if time.monotonic() - last_print > 15:
+                last_print = time.monotonic()
+                print(f"  ... {what}: {s}", flush=True)
+        raise RuntimeError(f"not settled after {timeout:.0f}s while {what}: {self.state}")
+
+    def stop(self) -> None:
+        if self.proc.is_alive() and self.proc.pid is not None:
+            os.kill(self.proc.pid, signal.SIGTERM)
+        self.proc.join(60)
+        if self.proc.is_alive():
+            self.proc.kill()
+
+
+# --- the run ------------------------------------------------------------------------------------
+
+
+def mb(kib: int) -> float:
+    return kib * 1024 / 1e6
+
+
+def show(label: str, pid: int, state: dict[str, Any], n: int) -> dict[str, int]:
+    kib = status_kib(pid)
+    rss = mb(kib["VmRSS"])
+    verdict = "meets" if rss <= GOAL_MB else "MISSES"
+    print(f"  {label}: RSS {rss:.0f} MB ({kib['VmRSS'] / 1024:.0f} MiB), peak {mb(kib['VmHWM']):.0f} MB; "
+          f"{state.get('known')} Workloads known, {state.get('pending')} pending, "
+          f"{(kib['VmRSS'] * 1024) / max(1, n):.0f} bytes per Workload", flush=True)
+    print(f"    goal RSS <= {GOAL_MB:.0f} MB at 100,000 Workloads known: {verdict} the goal"
+          + ("" if n == 100_000 else f" (this run: {n:,} Workloads; the goal is stated for 100,000)"), flush=True)
+    return kib
+
+
+async def setup_manager(kubeconfig: Path) -> None:
+    async with Kube(kubeconfig) as kube:
+        await kube.create(CRDS, CRD)
+        for _ in range(200):
+            if await kube.served(PYTORCHJOBS):
+                return
+            await asyncio.sleep(0.05)
+
+
+def run(n: int, placed_fraction: float, use_postgres: bool, trace: bool, concurrency: int) -> dict[str, Any]:
+    from dispatcher.settings import DispatcherSettings
+
+    load = os.getloadavg()
+    tmp = Path(tempfile.mkdtemp(prefix="mkd-rss-bench-"))
+    root = f"mkd-rss-bench-{uuid.uuid4().hex[:6]}/v1"
+    pg_name = None
+    if use_postgres and reachable("127.0.0.1", 5432):
+        db_url, pg_name = asyncio.run(fresh_postgres())  # a database of its own, dropped at the end
+        where = f"PostgreSQL 127.0.0.1:5432 (database {pg_name}, dropped after)"
+    else:
+        db_url = f"sqlite+aiosqlite:///{tmp / 'mkd.db'}"
+        where = "SQLite"
+    if not reachable("127.0.0.1", 1883):
+        raise SystemExit("dispatcher_rss_bench needs an MQTT broker on 127.0.0.1:1883 (Mosquitto)")
+    mqtt_url = "mqtt://127.0.0.1:1883"
+    placed = int(n * placed_fraction)
+    cpu = 2 * -(-placed // len(CLUSTERS))  # each cluster fits a third of the placed Jobs (2 CPUs each)
+    placed = min(n, cpu // 2 * len(CLUSTERS))
+    sim = subprocess.Popen([sys.executable, "-m", "kubesim", "--clusters", "manager", "--nodes", "1",
+                            "--state-dir", str(tmp / "sim")], cwd=ROOT, stdout=subprocess.PIPE, text=True)
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    agents = ctx.Process(target=agents_main, daemon=True,
+                         args=(mqtt_url, root, ready, {c: KEYS[c][0] for c in CLUSTERS}, cpu))
+    creator: Any = None
+    dispatcher: Running | None = None
+    result: dict[str, Any] = {"n": n, "placed": placed, "database": where, "load_before": load}
+    try:
+        assert sim.stdout is not None
+        for line in sim.stdout:
+            if "ready" in line:
+                break
+        kubeconfig = tmp / "sim" / "manager.kubeconfig"
+        asyncio.run(setup_manager(kubeconfig))
+        db.upgrade(db_url)
+        agents.start()
+        if not ready.wait(60):
+            raise RuntimeError("fake agents did not start")
+        settings = json.dumps({  # plain values: a dump of the settings would mask the private key
+            "kube": {"kubeconfig": str(kubeconfig)}, "database_url": db_url,
+            "mqtt": {"url": mqtt_url, "topic_root": root, "client_id": f"rss-bench-{uuid.uuid4().hex[:6]}"},
+            "signing": {"private_key": KEYS["dispatcher"][0]},
+            "cluster_public_keys": {c: KEYS[c][1] for c in CLUSTERS}})
+        DispatcherSettings.model_validate_json(settings)  # a mistake shows here, not in the child
+        print(f"dispatcher_rss_bench: N={n:,} ({placed:,} fit the agents, the rest stay pending); database: {where}; "
+              f"broker: Mosquitto 127.0.0.1:1883; {os.cpu_count()} cores; load average {load[0]:.1f} "
+              f"{load[1]:.1f} {load[2]:.1f}", flush=True)
+        dispatcher = Running(settings)
+        dispatcher.settle(0, 120, "starting")
+        go, results = ctx.Event(), ctx.Queue()
+        creator = ctx.Process(target=creator_main, daemon=True,
+                              args=(str(kubeconfig), n, concurrency, 0.0, go, results))
+        creator.start()
+        t0 = time.monotonic()
+        go.set()
+        dispatcher.settle(n, max(600.0, n / 20), "claiming")
+        result["claim_s"] = time.monotonic() - t0
+        print(f"  claimed {n:,} Jobs in {result['claim_s']:.0f}s", flush=True)
+        assert dispatcher.proc.pid is not None
+        result["claimed"] = show("claimed (the dispatcher that claimed them)", dispatcher.proc.pid,
+                                 dispatcher.state, n)
+        dispatcher.stop()
+        t0 = time.monotonic()
+        dispatcher = Running(settings, trace)
+        dispatcher.settle(n, max(600.0, n / 50), "restarting")
+        result["restart_s"] = time.monotonic() - t0
+        print(f"  restarted and rebuilt in {result['restart_s']:.0f}s", flush=True)
+        assert dispatcher.proc.pid is not None
+        result["restarted"] = show("restarted (rebuilt from SQL, every Job listed)", dispatcher.proc.pid,
+                                   dispatcher.state, n)
+        if trace:
+            dispatcher.conn.send("trace")
+            for _ in range(30):
+                msg = dispatcher.poll(2.0)
+                if "trace" in msg:
+                    print("  tracemalloc, top 25 lines by memory held (restarted dispatcher):")
+                    for line in msg["trace"]:
+                        print(f"    {line}")
+                    break
+    finally:
+        if dispatcher is not None:
+            dispatcher.stop()
+        with contextlib.suppress(Exception):
+            creator.terminate()
+        agents.terminate()
+        sim.terminate()
+        with contextlib.suppress(Exception):
+            sim.wait(10)
+        if pg_name:
+            asyncio.run(drop_postgres(pg_name))
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-n", type=int, default=100_000, help="PyTorchJobs (Workloads) the dispatcher comes to know")
+    p.add_argument("--placed", type=float, default=0.5, help="the fraction of Jobs the agents' capacity fits")
+    p.add_argument("--sqlite", action="store_true", help="use SQLite even when PostgreSQL is reachable")
+    p.add_argument("--tracemalloc", action="store_true", help="print where the restarted dispatcher's memory is")
+    p.add_argument("--concurrency", type=int, default=32, help="creations in flight")
+    args = p.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: still stop the processes, drop the database
+    run(args.n, args.placed, not args.sqlite, args.tracemalloc, args.concurrency)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

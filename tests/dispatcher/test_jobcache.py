@@ -1,0 +1,84 @@
+"""The engine's compressed cache of manager Jobs (dispatcher/jobcache.py) and the intake reading its header."""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+from typing import Any
+
+from dispatcher import intake
+from dispatcher.jobcache import JobCache
+from federation import labels
+from federation.kinds.registry import by_name
+
+
+def job(uid: str = "u1", generation: int = 1, managed_by: str | None = labels.MULTIKUEUE) -> dict[str, Any]:
+    spec: dict[str, Any] = {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": {"spec": {
+        "containers": [{"name": "pytorch", "image": "example/train:1"}]}}}}}
+    if managed_by is not None:
+        spec["runPolicy"] = {"managedBy": managed_by}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "train", "namespace": "team-a", "uid": uid, "generation": generation,
+                         "resourceVersion": "7", "managedFields": [{"manager": "kubectl"}]},
+            "spec": spec}
+
+
+def test_a_cached_job_reads_back_whole_as_a_fresh_copy() -> None:
+    cache = JobCache()
+    obj = job()
+    cache["u1"] = obj
+    assert cache["u1"] == obj and cache.get("u1") == obj and cache.get("nope") is None
+    got = cache["u1"]
+    got["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = 9  # the caller's copy, not the cache
+    assert cache["u1"] == obj
+    before = copy.deepcopy(obj)
+    obj["metadata"]["name"] = "changed-after"  # nor does the stored object follow the caller's dict
+    assert cache["u1"] == before
+    assert "u1" in cache and len(cache) == 1 and list(cache) == ["u1"] and cache.held_bytes() > 0
+    del cache["u1"]
+    assert "u1" not in cache and cache.pop("u1", None) is None and len(cache) == 0
+
+
+def test_the_header_holds_what_is_read_without_decoding() -> None:
+    cache = JobCache()
+    cache["u1"] = job(generation=3)
+    head = cache.head("u1")
+    assert head is not None
+    assert (head.kind, head.namespace, head.name, head.generation, head.managed_by, head.deleting) == (
+        "PyTorchJob", "team-a", "train", 3, labels.MULTIKUEUE, False)
+    deleting = job(managed_by=None)
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-24T07:00:00Z"
+    cache["u1"] = deleting
+    head = cache.head("u1")
+    assert head is not None and head.managed_by is None and head.deleting
+    cache["u2"] = {"kind": "NotAKind", "metadata": {"name": "x"}}  # no managedBy for a kind mkd does not run
+    assert cache.head("u2") is not None and cache.head("u2").managed_by is None  # type: ignore[union-attr]
+    assert cache.head("nope") is None
+
+
+def test_intake_passes_on_only_what_changed_for_a_claimed_job() -> None:
+    kind = by_name("PyTorchJob")
+    engine: Any = SimpleNamespace(known={"u1": "PyTorchJob"}, cache=JobCache())
+    assert intake.relevant(kind, engine, job(), False)  # first sight: the engine needs it
+    assert engine.cache["u1"] == job()
+    status_only = job()
+    status_only["status"] = {"conditions": [{"type": "Running", "status": "True"}]}
+    assert not intake.relevant(kind, engine, status_only, False)  # mkd's own status write
+    assert engine.cache["u1"] == status_only  # but the cache has the newest copy
+    assert intake.relevant(kind, engine, job(generation=2), False)
+    assert intake.relevant(kind, engine, job(generation=2, managed_by="someone-else"), False)
+    gone = job(generation=2, managed_by="someone-else")
+    gone["metadata"]["deletionTimestamp"] = "2026-11-24T07:00:00Z"
+    assert intake.relevant(kind, engine, gone, False)
+
+
+def test_intake_passes_on_a_relist_deletion_stub_of_a_job_not_claimed_yet() -> None:
+    """A Job deleted during a watch gap while its claim still waits in the engine's inbox: the compact
+    informer's DELETED stub has no spec (so no managedBy); the deletion must still reach the engine."""
+    kind = by_name("PyTorchJob")
+    engine: Any = SimpleNamespace(known={}, cache=JobCache())
+    stub = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": "train", "namespace": "team-a", "uid": "u9", "resourceVersion": "8"}}
+    assert intake.relevant(kind, engine, stub, True)
+    assert not intake.relevant(kind, engine, job("u9", managed_by=None), True)  # not mkd's, seen whole
+    assert not intake.relevant(kind, engine, job("u9", managed_by=None), False)
