@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dispatcher.jobcache import pack, unpack
 from dispatcher.workload import MKD_CONDITIONS, merge_patch, merge_status
 from federation.clock import Clock
 from federation.errors import FederationError, NotFound, Temporary
@@ -63,9 +64,11 @@ class KubeWriter:
         self._todo: dict[str, _Todo] = {}
         self._busy: set[str] = set()
         self._queue: asyncio.Queue[str] = asyncio.Queue()
-        self._mkd: dict[str, dict[str, dict[str, Any]]] = {}
-        self._worker_status: dict[str, dict[str, Any]] = {}
-        self._written: dict[str, dict[str, Any]] = {}
+        # per Job, packed (dispatcher/jobcache.py: compressed JSON, issue 15's memory goal): mkd's own
+        # conditions, the worker's last status, the status the manager Job has after the last write
+        self._mkd: dict[str, bytes] = {}
+        self._worker_status: dict[str, bytes] = {}
+        self._written: dict[str, bytes] = {}
         self._idle = asyncio.Event()
         self._idle.set()
         self.writes = 0
@@ -154,8 +157,9 @@ class KubeWriter:
         newer.tries = old.tries
 
     def _baseline(self, uid: str) -> dict[str, Any] | None:
-        if uid in self._written:
-            return self._written[uid]
+        written = self._written.get(uid)
+        if written is not None:
+            return unpack(written)  # type: ignore[no-any-return]
         obj = self.cache.get(uid)
         status = obj.get("status") if obj else None
         return status if isinstance(status, dict) else None
@@ -166,7 +170,8 @@ class KubeWriter:
         res = self._resource_for(kind)  # type: ignore[arg-type]
         if todo.conditions or todo.status is not None:
             current = self._baseline(key.uid)
-            mkd = self._mkd.get(key.uid)
+            packed = self._mkd.get(key.uid)
+            mkd: dict[str, dict[str, Any]] | None = unpack(packed) if packed is not None else None
             if mkd is None:  # after a restart: keep the conditions mkd wrote before
                 mkd = {c["type"]: c for c in (current or {}).get("conditions") or []
                        if isinstance(c, dict) and c.get("type") in MKD_CONDITIONS}
@@ -175,7 +180,8 @@ class KubeWriter:
                 if old is not None and old.get("status") == cond["status"]:
                     cond = {**cond, "lastTransitionTime": old.get("lastTransitionTime", cond["lastTransitionTime"])}
                 mkd[type_] = cond
-            worker = todo.status if todo.status is not None else self._worker_status.get(key.uid)
+            last = self._worker_status.get(key.uid)
+            worker = todo.status if todo.status is not None else unpack(last) if last is not None else None
             target = merge_status(worker, mkd, current)
             patch = merge_patch(current, target)
             if current is not None and not patch:
@@ -185,10 +191,10 @@ class KubeWriter:
                                                subresource="status")
                 self.writes += 1
                 written = result.get("status") if isinstance(result, dict) else None
-                self._written[key.uid] = written if isinstance(written, dict) else target
-            self._mkd[key.uid] = mkd
+                self._written[key.uid] = pack(written if isinstance(written, dict) else target)
+            self._mkd[key.uid] = pack(mkd)
             if todo.status is not None:
-                self._worker_status[key.uid] = todo.status
+                self._worker_status[key.uid] = pack(todo.status)
         for type_, reason, message in todo.events:
             involved = {"apiVersion": kind.api_version, "kind": kind.name,
                         "metadata": {"namespace": key.namespace, "name": key.name, "uid": key.uid}}
