@@ -14,19 +14,37 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from dispatcher.jobcache import pack, unpack
 from dispatcher.kubewriter import JobKey
 from dispatcher.states import PlacementState, WorkloadState, transition
 from federation import messages
 from federation.kinds.base import JobKind
 
 
-@dataclass(frozen=True)
 class JobChange:
-    """A manager Job was added / changed (``deleted`` False) or is gone (True)."""
+    """A manager Job was added / changed (``deleted`` False) or is gone (True).
 
-    kind: JobKind
-    obj: dict[str, Any]
-    deleted: bool = False
+    The Job waits in the inbox packed (compressed JSON, dispatcher/jobcache.py) and is decoded when
+    the engine first reads ``obj``: a restarted dispatcher's first list puts every Job of the manager
+    in the inbox at once, 10 KiB of Python objects each when whole (issue 15's memory goal)."""
+
+    __slots__ = ("_obj", "_raw", "deleted", "kind")
+
+    def __init__(self, kind: JobKind, obj: Mapping[str, Any], deleted: bool = False) -> None:
+        self.kind = kind
+        self.deleted = deleted
+        self._raw: bytes | None = pack(obj)
+        self._obj: dict[str, Any] | None = None
+
+    @property
+    def obj(self) -> dict[str, Any]:
+        if self._obj is None:
+            assert self._raw is not None
+            self._obj, self._raw = unpack(self._raw), None
+        return self._obj
+
+    def __repr__(self) -> str:
+        return f"JobChange({self.kind.name}, {self.obj.get('metadata', {}).get('uid')!r}, deleted={self.deleted})"
 
 
 @dataclass(frozen=True)

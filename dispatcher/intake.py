@@ -104,16 +104,7 @@ class Intake:
                 self._listed(kind, namespace)  # nothing to wait for
                 first = False
             await self.clock.sleep(self.recheck_seconds)
-        listing = await self.kube.list(res, namespace)
-        present = []
-        for obj in listing.items:
-            present.append(wl.uid_of(obj))
-            if self.observe is not None:
-                self.observe(kind, obj, False)
-            if self._followed_only(namespace, obj):
-                continue
-            if relevant(kind, self.engine, obj, False):
-                self.engine.inbox.put_nowait(JobChange(kind, obj))
+        present = await self._first_list(kind, res, namespace)
         gone = self.engine.sync_kind(kind, present, namespace)
         if gone:
             log.info("%d %s Jobs in %s were deleted while the dispatcher was away", gone, kind.name,
@@ -130,6 +121,21 @@ class Intake:
                 continue
             if relevant(kind, self.engine, event.object, deleted):
                 self.engine.inbox.put_nowait(JobChange(kind, event.object, deleted=deleted))
+
+    async def _first_list(self, kind: JobKind, res: Any, namespace: str | None) -> list[str]:
+        """List every Job once, pass on what matters; the uids present. Its own frame, so the list (every
+        Job of the manager, whole) is freed before ``watch`` follows the informer for good."""
+        listing = await self.kube.list(res, namespace)
+        present = []
+        for obj in listing.items:
+            present.append(wl.uid_of(obj))
+            if self.observe is not None:
+                self.observe(kind, obj, False)
+            if self._followed_only(namespace, obj):
+                continue
+            if relevant(kind, self.engine, obj, False):
+                self.engine.inbox.put_nowait(JobChange(kind, obj))
+        return present
 
     def _followed_only(self, namespace: str | None, obj: Mapping[str, Any]) -> bool:
         """A Job in a namespace watched only to follow what mkd already holds, that mkd does not hold."""
