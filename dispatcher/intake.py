@@ -123,11 +123,16 @@ class Intake:
                 self.engine.inbox.put_nowait(JobChange(kind, event.object, deleted=deleted))
 
     async def _first_list(self, kind: JobKind, res: Any, namespace: str | None) -> list[str]:
-        """List every Job once, pass on what matters; the uids present. Its own frame, so the list (every
-        Job of the manager, whole) is freed before ``watch`` follows the informer for good."""
-        listing = await self.kube.list(res, namespace)
+        """List every Job once, a page at a time, and pass on what matters (packed, ``JobChange``); the
+        uids present. Never every Job of the manager whole at once (issue 15's memory goal)."""
         present = []
-        for obj in listing.items:
+        async for page in self.kube.list_pages(res, namespace):
+            present += self._listed_page(kind, namespace, page.items)
+        return present
+
+    def _listed_page(self, kind: JobKind, namespace: str | None, items: list[dict[str, Any]]) -> list[str]:
+        present = []
+        for obj in items:
             present.append(wl.uid_of(obj))
             if self.observe is not None:
                 self.observe(kind, obj, False)

@@ -540,6 +540,17 @@ class Kube:
         """Every object, paging through ``continue`` tokens; items carry kind and apiVersion."""
         items: list[dict[str, Any]] = []
         resource_version = ""
+        async for page in self.list_pages(res, namespace, label_selector=label_selector,
+                                          field_selector=field_selector):
+            items.extend(page.items)
+            resource_version = resource_version or page.resource_version
+        return ListResult(items, resource_version)
+
+    async def list_pages(self, res: Resource, namespace: str | None = None, *, label_selector: str | None = None,
+                         field_selector: str | None = None) -> AsyncIterator[ListResult]:
+        """:meth:`list` a page at a time (the list's resourceVersion on each), for a consumer that need
+        not hold every object at once."""
+        resource_version = ""
         token = ""
         while True:
             query = [("limit", str(LIST_PAGE))]
@@ -553,13 +564,15 @@ class Kube:
                                        what=f"list {res.plural} in {namespace or 'all namespaces'}")
             meta = page.get("metadata") or {}
             resource_version = resource_version or str(meta.get("resourceVersion") or "")
-            for item in page.get("items") or []:
+            items = page.get("items") or []
+            for item in items:
                 item.setdefault("kind", res.kind)
                 item.setdefault("apiVersion", res.api_version)
-                items.append(item)
+            del page
+            yield ListResult(items, resource_version)
             token = str(meta.get("continue") or "")
             if not token:
-                return ListResult(items, resource_version)
+                return
 
     async def review(self, res: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST a nameless, create-only review (TokenReview, SubjectAccessReview); the answer has its status."""
@@ -875,8 +888,9 @@ class _Informer:
                     continue
                 need_list = False
                 self.failures = 0  # listed: the next failure starts from the initial delay again
-                for event in events:
-                    yield event
+                events.reverse()
+                while events:  # each object let go once handed over (a list may hold every Job of a cluster)
+                    yield events.pop()
             stream = self.kube._start_watch(self.res, self.namespace, self.label_selector, self.resource_version)
             started = time.monotonic()
             try:
