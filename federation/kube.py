@@ -837,6 +837,31 @@ class _Informer:
         self.resource_version = listed.resource_version
         return events
 
+    async def _relist_paged(self) -> AsyncIterator[WatchEvent]:
+        """``compact``: the relist's events a page at a time, never the whole list at once; what is
+        known is replaced only once the list is complete."""
+        fresh: dict[tuple[str, str], dict[str, Any] | tuple[str, str]] = {}
+        resource_version = ""
+        async for page in self.kube.list_pages(self.res, self.namespace, label_selector=self.label_selector):
+            resource_version = resource_version or page.resource_version
+            events: list[WatchEvent] = []
+            for obj in page.items:
+                key = _key(obj)
+                old = self.known.get(key)
+                fresh[key] = self._kept(obj)
+                if old is None:
+                    events.append(WatchEvent("ADDED", obj))
+                elif self._rv_known(old) != _rv(obj):
+                    events.append(WatchEvent("MODIFIED", obj))
+            del page
+            events.reverse()
+            while events:
+                yield events.pop()
+        for key in [k for k in self.known if k not in fresh]:
+            yield WatchEvent("DELETED", self._last(key, self.known[key]))
+        self.known = fresh
+        self.resource_version = resource_version
+
     def _apply(self, line: bytes) -> WatchEvent | Literal["gone"] | None:
         try:
             doc = orjson.loads(line)
@@ -880,7 +905,16 @@ class _Informer:
     async def run(self) -> AsyncIterator[WatchEvent]:
         need_list = True
         while True:
-            if need_list:
+            if need_list and self.compact:
+                try:
+                    async for event in self._relist_paged():
+                        yield event
+                except (Transport, NotFound, Conflict) as exc:
+                    await self._backoff(exc)  # listed again from the start: what was sent comes as ADDED again
+                    continue
+                need_list = False
+                self.failures = 0
+            elif need_list:
                 try:
                     events = await self._relist()
                 except (Transport, NotFound, Conflict) as exc:
