@@ -24,6 +24,7 @@ from dispatcher.intake import Intake
 from dispatcher.jobcache import JobCache
 from dispatcher.kubewriter import KubeWriter
 from dispatcher.leader import Leadership
+from dispatcher.leases import LeaseDesk
 from dispatcher.outbox import Publisher
 from dispatcher.queueing.watcher import QueueWatcher
 from dispatcher.reports import ReportSubscriber
@@ -61,6 +62,7 @@ class Dispatcher:
         self.writer: KubeWriter | None = None
         self.publisher: Publisher | None = None
         self.reports: ReportSubscriber | None = None
+        self.leases: LeaseDesk | None = None
         self.supervisor: Supervisor | None = None
         self.http: Any = None
         self.handover: Any = None
@@ -91,6 +93,8 @@ class Dispatcher:
         self.publisher = Publisher(s, sessions, self.clock, self.engine.outbox_wake, client_id=f"{base}-out",
                                    fresh=self.engine.fresh, unanswered=self.engine.unanswered)
         self.reports = ReportSubscriber(s, self.engine, self.clock, client_id=f"{base}-in")
+        leadership, publisher = self.leadership, self.publisher
+        self.leases = self.reports.leases = LeaseDesk(self.engine, publisher.publish_now, lambda: leadership.active)
         if s.handover.enabled:  # policies, counts, shadow records, the admission webhook (dispatcher/handover)
             from dispatcher.handover.service import HandoverService
 
@@ -158,6 +162,8 @@ class Dispatcher:
         self.publisher.publishes = sup.task_set("outbox", on_error=self.publisher.publish_failed)
         sup.start("outbox", self._outbox_after_subscribe, restart=True)
         sup.start("reports", self._reports_after_intake, restart=True)
+        assert self.leases is not None
+        sup.start("leases", self.leases.run, restart=True)  # heartbeat -> persisted -> Lease, beside the engine
         sup.start("ticker", self._ticker, restart=True)
         sup.start("cluster-keys", self._cluster_keys, restart=True)
         assert self.queue_watcher is not None

@@ -121,6 +121,8 @@ class EngineCore:
         """Cluster -> last heartbeat recorded in the database (also by an earlier dispatcher): a lease
         was granted with it. Clusters silent since this dispatcher started are judged by it."""
         self.lease_until: dict[str, datetime] = {}
+        self.leases_granted: dict[str, datetime] = {}
+        """Cluster -> ``sent_at`` of the last heartbeat the lease desk answered (dispatcher/leases.py)."""
         """Cluster -> the latest end of any lease granted to its agent (recorded in SQL, across restarts)."""
         self._edit_retry: dict[tuple[str, int], float] = {}
         """Placements whose agent refused a later Command for now: (uid, attempt) -> when to send it again."""

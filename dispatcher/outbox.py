@@ -116,6 +116,13 @@ class Publisher:
             self._inflight.pop(row_id, None)
             self.wake.set()
 
+    async def publish_now(self, topic: str, payload: bytes) -> None:
+        """Publish on the outbox's link outside any row (the lease desk's Leases); Transport while it is down."""
+        link = getattr(self, "_link", None)
+        if link is None:
+            raise Transport("the outbox link is not up yet")
+        await link.publish(topic, payload)
+
     def publish_failed(self, name: str, exc: BaseException) -> None:
         """A publish failed in a way the link does not explain: the drain loop raises it (the outbox task
         fails and its Supervisor restarts it; the row stays unsent and is published again)."""

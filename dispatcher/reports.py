@@ -14,6 +14,7 @@ import asyncio
 import logging
 
 from dispatcher.engine import Engine, ReportIn, ResyncDue
+from dispatcher.leases import LeaseDesk
 from dispatcher.settings import DispatcherSettings
 from federation import chunks, messages, topics
 from federation.clock import Clock
@@ -34,6 +35,7 @@ class ReportSubscriber:
         self.received = 0
         self.inventories = chunks.Assembler()
         self.subscribed = asyncio.Event()
+        self.leases: LeaseDesk | None = None
         """Set once the first subscription is in place: the outbox waits for it, so that no agent answers
         a Command before anyone listens (the persistent session covers later reconnects)."""
 
@@ -94,4 +96,7 @@ class ReportSubscriber:
             if whole is None:
                 return  # only the whole Inventory is answered (federation.chunks)
             report = whole
-        self.engine.inbox.put_nowait(ReportIn(report, self.clock.now()))
+        item = ReportIn(report, self.clock.now())
+        if self.leases is not None and isinstance(report, messages.Heartbeat):
+            self.leases.offer(item)  # the Lease goes out without waiting for the engine (dispatcher/leases.py)
+        self.engine.inbox.put_nowait(item)

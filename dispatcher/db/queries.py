@@ -383,9 +383,20 @@ async def purge_sent(session: AsyncSession, before: datetime) -> int:
 
 async def upsert_cluster(session: AsyncSession, row: Mapping[str, Any]) -> None:
     stmt = _insert(session, clusters).values(**row)
-    stmt = stmt.on_conflict_do_update(index_elements=["name"],
-                                      set_={k: stmt.excluded[k] for k in row if k != "name"})
+    set_ = {k: stmt.excluded[k] for k in row if k != "name"}
+    if "lease_until" in row:  # never shortened: the lease desk (dispatcher/leases.py) may have written a later end
+        new, old = stmt.excluded.lease_until, clusters.c.lease_until
+        set_["lease_until"] = sa.case((old.is_(None), new), (new.is_(None), old), (old < new, new), else_=old)
+    stmt = stmt.on_conflict_do_update(index_elements=["name"], set_=set_)
     await session.execute(stmt)
+
+
+async def extend_lease(session: AsyncSession, name: str, until: datetime) -> bool:
+    """Move ``name``'s ``lease_until`` out to ``until`` (never back); False when no such cluster row exists."""
+    old = clusters.c.lease_until
+    result = await session.execute(sa.update(clusters).where(clusters.c.name == name).values(
+        lease_until=sa.case((old.is_(None), until), (old < until, until), else_=old)))
+    return bool(getattr(result, "rowcount", 0))
 
 
 async def mark_cluster_lost(session: AsyncSession, name: str, since: datetime) -> None:

@@ -6,10 +6,13 @@ a Resync."""
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
+from dispatcher.batch import Tick
 from dispatcher.db import models as m
 from federation import messages
 from federation.kube import Kube
@@ -128,3 +131,42 @@ async def test_an_unanswered_place_on_a_silent_cluster_waits_for_the_lease_like_
         await cut.report(messages.Inventory(cluster="worker-1", items=[]))
         await eventually(lambda: len(cut.places()) > n, what="the Place sent again to the cluster that lacks it")
         assert other.places() == []
+
+
+async def test_a_heartbeat_is_answered_while_the_engine_is_stuck_in_a_batch_and_persisted_first(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    """The Lease must not wait behind a Place batch (issue 9: 7.5-24 s round trips at load 18-29 fenced
+    healthy agents), and its end must be in ``clusters.lease_until`` before the agent can hold it."""
+    s = settings(manager, db_url, mqtt_url, topic_root, lease_seconds=42.0)
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s) as d:
+        await agent.heartbeat()
+        await eventually(lambda: agent.leases, what="the first Lease (the engine records the cluster)")
+        engine = d.engine
+        assert engine is not None
+        stuck, release = asyncio.Event(), asyncio.Event()
+        handle = engine._handle
+
+        async def blocked(items: list[object]) -> None:  # a large Place batch that does not end
+            stuck.set()
+            await release.wait()
+            await handle(items)  # type: ignore[arg-type]
+        engine._handle = blocked  # type: ignore[method-assign,assignment]
+        engine.inbox.put_nowait(Tick())
+        await eventually(stuck.is_set, what="the engine inside its batch")
+        desk, at_publish = d.leases, []
+        assert desk is not None
+        publish = desk.publish
+
+        async def checking(topic: str, payload: bytes) -> None:  # what a standby would read at this instant
+            async with engine.sessions() as sess:
+                at_publish.append((await sess.execute(sa.select(m.clusters.c.lease_until)
+                                                      .where(m.clusters.c.name == "worker-1"))).scalar_one())
+            await publish(topic, payload)
+        desk.publish = checking  # type: ignore[method-assign]
+        before = len(agent.leases)
+        await agent.heartbeat()
+        await eventually(lambda: len(agent.leases) > before, what="a Lease while the engine is stuck")
+        lease = agent.leases[-1]
+        assert at_publish and at_publish[-1] is not None
+        assert at_publish[-1] >= lease.heartbeat_sent_at + timedelta(seconds=lease.seconds)
+        release.set()
