@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from dispatcher.batch import ReportIn
@@ -61,6 +61,7 @@ class LeaseDesk:
         async with e.sessions.begin() as s:
             known = {name for name, end in ends.items() if await q.extend_lease(s, name, end)}
         out: list[tuple[str, bytes]] = []
+        answered: dict[str, datetime] = {}
         for item in items:
             hb = item.report
             assert isinstance(hb, messages.Heartbeat)
@@ -72,6 +73,7 @@ class LeaseDesk:
             lease = messages.Lease(cluster=hb.cluster, epoch=e.epoch, heartbeat_sent_at=hb.sent_at,
                                    seconds=seconds, sent_at=e.clock.now())
             out.append((topic, e.identity.seal(topic, messages.encode(lease), epoch=e.epoch, n=e.outbox_ids.next())))
-            e.leases_granted[hb.cluster] = hb.sent_at
+            answered[hb.cluster] = hb.sent_at
         await asyncio.gather(*(self.publish(topic, payload) for topic, payload in out))
+        e.leases_granted.update(answered)  # only once published: a failed publish leaves it to the engine
         self.grants += len(out)
