@@ -203,6 +203,8 @@ class Agent:
                 continue
             self.by_uid[uid] = (name, ns, job_name)
             self.inbox.job_seen(name, obj)
+            if self.lease is not None:
+                self.lease.job_seen(res.plural, obj)  # a copy marked fenced is resumed once a Resync lists it
             self.reporter.job_changed(kind, obj)
             cache.upsert(obj)  # shrinks obj to its header: read it before
             self.apply.enqueue((name, ns, job_name))
@@ -368,6 +370,7 @@ class Agent:
             assert self.lease is not None
             sup.start("lease", self.lease.run, restart=True)
             sup.start("lease-record", self.lease.record_loop, restart=True)
+            sup.start("lease-resume", self.lease.resume_loop, restart=True)
             sup.start("inventory-on-regain", self._inventory_on_regain, restart=True)
             flushed = asyncio.Event()
             sup.start("flush-on-stop", lambda: self._flush_after(stop, flushed))

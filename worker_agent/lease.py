@@ -11,6 +11,12 @@ A fenced agent creates nothing new (a Place is refused as temporary). When a gra
 the agent sends an Inventory; the dispatcher's Resync then deletes what was placed elsewhere
 meanwhile, and the Jobs it still lists are resumed (:meth:`LeaseKeeper.resume`).
 
+Resuming is level-triggered (:meth:`LeaseKeeper.resume_loop`): the listing of the last Resync is kept
+until the lease runs out again, and any copy it lists that is still (or again) marked ``mkd.dev/fenced``
+is resumed as soon as the lease holds and its record is current: a fence patch still in flight when the
+Resync came, a sweep of the fencer landing after the resume, or a Resync handled before the record was
+written no longer leave a Job suspended for good. A sweep stops fencing once the lease holds again.
+
 At start the agent has no grant: it keeps its Jobs for ``startup_grace`` seconds and fences them
 if no grant came by then. An agent process that is down or hung (frozen, stuck in a call) cannot stop
 anything itself, so every renewal is also written into the worker cluster (``worker_agent.leaserecord``,
@@ -36,7 +42,7 @@ from federation.kube import Kube
 from federation.messages import Heartbeat, Lease
 from federation.retry import capped
 from worker_agent import leaserecord
-from worker_agent.cache import ObjectCache, kind_resource
+from worker_agent.cache import Key, ObjectCache, key_of, kind_resource
 from worker_agent.reports import placement_of
 
 log = logging.getLogger(__name__)
@@ -78,6 +84,11 @@ class LeaseKeeper:
         self._record_due = asyncio.Event()
         self._regain_due = False
         """A renewal after fencing: the Resync is asked for once the record is written (``record_loop``)."""
+        self.expected: set[tuple[str, int]] | None = None
+        """(workload uid, attempt) listed by the last Resync handled while the lease held; None once it ran out."""
+        self._owed: set[tuple[str, Key]] = set()
+        """(plural, key) of copies seen marked fenced that a Resync may list: what ``resume_loop`` looks at."""
+        self._resume_due = asyncio.Event()
 
     # --- the lease ------------------------------------------------------------------------------
 
@@ -104,6 +115,8 @@ class LeaseKeeper:
             self.granted_once = True
             self._changed.set()
             self._record_due.set()
+            if self._owed:
+                self._resume_due.set()
         # Ask for a Resync when the lease comes back after fencing, and again when the Resync that answered
         # came too late to resume anything (the lease had run out again): fenced Jobs are never left behind.
         if (self.fenced or self.resume_failed) and self.holds():
@@ -143,6 +156,7 @@ class LeaseKeeper:
                     pass
                 continue
             self.fenced = True
+            self.lease_lost()
             n = await self.fence_all()
             log.error("no lease renewal from the dispatcher: suspended %d Jobs before the lease ran out "
                       "(they are resumed when a Resync lists them again)", n)
@@ -182,6 +196,7 @@ class LeaseKeeper:
                 self._record_due.set()
                 continue
             failures = 0
+            self.record_written()
             lapsed = before is not None and before.ends <= now
             if lapsed:
                 assert before is not None
@@ -196,6 +211,24 @@ class LeaseKeeper:
             self.on_regained()
 
     # --- stopping and resuming ------------------------------------------------------------------
+
+    def lease_lost(self) -> None:
+        """The lease ran out: the last Resync's listing resumes nothing any more (the dispatcher may place
+        those Jobs elsewhere); only a Resync handled after a renewal does."""
+        self.expected = None
+
+    def record_written(self) -> None:
+        """The lease record is current again: copies a Resync listed before it was can be resumed now."""
+        if self._owed:
+            self._resume_due.set()
+
+    def job_seen(self, plural: str, job: Mapping[str, Any]) -> None:
+        """Every copy the job informer delivers: one marked fenced (by this agent or the fencer) is owed a
+        resume, once a Resync lists it and the lease holds."""
+        annotations = (job.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(labels.FENCED_ANNOTATION) == "true":
+            self._owed.add((plural, key_of(job)))
+            self._resume_due.set()
 
     def _owned(self) -> Iterable[tuple[JobKind, dict[str, Any]]]:
         for kind in self.kinds.values():
@@ -216,6 +249,9 @@ class LeaseKeeper:
             meta = job.get("metadata") or {}
             if kind.is_suspended(job) or kind.finished(job) is not None:
                 continue
+            if self.holds():  # renewed while sweeping: the rest keep running (a Resync resumes the fenced)
+                log.warning("lease renewed during the fencing sweep (%d suspended): the rest keep running", done)
+                break
             patch = {"metadata": {"annotations": {labels.FENCED_ANNOTATION: "true"}},
                      **_nested(kind.suspend_path, True)}  # type: ignore[attr-defined]
             try:
@@ -233,34 +269,70 @@ class LeaseKeeper:
         a resume decided from a copy that does not show the fence yet would leave the Job suspended."""
         res = kind_resource(kind)
         patched = await self.kube.patch(res, str(meta["name"]), patch, meta.get("namespace"))
+        self.job_seen(res.plural, patched)  # before upsert, which shrinks it to its header
         cache = self.caches.get(res.plural)
         if cache is not None:
             cache.upsert(patched)
 
     async def resume(self, expected: set[tuple[str, int]]) -> int:
         """After a Resync: Jobs this agent (or the fencer) fenced that the dispatcher still expects run again,
-        once the lease holds and is recorded: with the record out of date the fencer would stop them again."""
-        wanted = []
-        for kind, job in list(self._owned()):
-            meta = job.get("metadata") or {}
-            if (meta.get("annotations") or {}).get(labels.FENCED_ANNOTATION) != "true":
-                continue
-            p = placement_of(job)
-            if p is not None and (p.workload_uid, p.attempt) in expected:
-                wanted.append((kind, job))
-        if not self.holds() or (wanted and not self.recorded_now()):
+        once the lease holds and is recorded: with the record out of date the fencer would stop them again.
+        The listing is kept: ``resume_loop`` resumes what is fenced later or could not be resumed now."""
+        if not self.holds():
+            self.expected = None
             self.resume_failed = True
             return 0
+        self.expected = set(expected)
+        for kind, job in list(self._owned()):
+            if ((job.get("metadata") or {}).get("annotations") or {}).get(labels.FENCED_ANNOTATION) == "true":
+                self._owed.add((kind_resource(kind).plural, key_of(job)))
+        done = await self._resume_owed()
+        if done:
+            log.info("lease held again: resumed %d Jobs the dispatcher still expects here", done)
+        return done
+
+    async def resume_loop(self) -> None:
+        """Level-triggered resume: whenever a fenced copy is seen, the lease is renewed or the record written,
+        every copy still marked fenced that the last Resync listed is resumed, while the lease holds."""
+        while True:
+            await self._resume_due.wait()
+            self._resume_due.clear()
+            try:
+                done = await self._resume_owed()
+            except FederationError as exc:
+                log.warning("could not resume fenced Jobs (%s); retrying in 1s", exc)
+                await self.clock.sleep(1.0)
+                self._resume_due.set()
+                continue
+            if done:
+                log.info("resumed %d fenced Jobs the last Resync listed (fenced after it, or the lease record "
+                         "was not current when it came)", done)
+
+    async def _resume_owed(self) -> int:
+        """Resume the owed copies the last Resync listed; keep those that must wait for the lease or record."""
         done = 0
-        for kind, job in wanted:
-            meta = job.get("metadata") or {}
+        kinds = {kind_resource(k).plural: k for k in self.kinds.values()}
+        for plural, key in list(self._owed):
+            kind, cache = kinds.get(plural), self.caches.get(plural)
+            job = cache.get(key) if cache is not None else None
+            meta = (job or {}).get("metadata") or {}
+            if kind is None or job is None or (meta.get("annotations") or {}).get(labels.FENCED_ANNOTATION) != "true":
+                self._owed.discard((plural, key))  # gone, or resumed already
+                continue
+            p = placement_of(job)
+            if self.expected is None or p is None or (p.workload_uid, p.attempt) not in self.expected:
+                if self.expected is not None:
+                    self._owed.discard((plural, key))  # not listed: the Resync deleted it (a later one lists it)
+                continue
+            if not self.holds() or not self.recorded_now():
+                self.resume_failed = True  # the next renewal asks for a Resync as well
+                continue  # kept: resumed once renewed and recorded
             patch = {"metadata": {"annotations": {labels.FENCED_ANNOTATION: None}},
                      **_nested(kind.suspend_path, False)}  # type: ignore[attr-defined]
             try:
                 await self._patch(kind, meta, patch)
                 done += 1
             except NotFound:
-                continue
-        if done:
-            log.info("lease held again: resumed %d Jobs the dispatcher still expects here", done)
+                pass
+            self._owed.discard((plural, key))
         return done

@@ -184,3 +184,140 @@ async def test_pods_wanted_while_the_lease_was_out_are_created_as_soon_as_it_is_
             break
         await asyncio.sleep(0.05)
     assert len(await pods()) == 2
+
+
+async def _keeper_with_placed_jobs(harness: AgentHarness, uids: list[str]):  # type: ignore[no-untyped-def]
+    """Jobs placed through the harness, and a keeper (fake clock, no record) over a cache of them that the
+    test feeds as an informer would."""
+    from federation.clock import FakeClock
+    from federation.kinds.registry import by_name
+    from worker_agent.cache import ObjectCache
+    from worker_agent.lease import LeaseKeeper
+
+    names = []
+    for uid in uids:
+        job = forever()
+        job["metadata"]["name"] = uid
+        cmd = place(job, uid=uid)
+        await harness.send(cmd)
+        await harness.wait_report(lambda r: r.type == "accepted" and r.placement == cmd.placement)  # noqa: B023
+        names.append(uid)
+    cache = ObjectCache(PYTORCHJOBS.plural)
+    for name in names:
+        got = await harness.get(PYTORCHJOBS, name, "team-a")
+        assert got is not None
+        cache.upsert(got)
+    clock = FakeClock()
+    keeper = LeaseKeeper(harness.kube, {PYTORCHJOBS.plural: cache}, {"PyTorchJob": by_name("PyTorchJob")},
+                         origin=harness.settings.origin, clock=clock, startup_grace=1.0, stop_before=1.0)
+    return keeper, cache, clock, names
+
+
+def _renew(keeper, clock) -> None:  # type: ignore[no-untyped-def]
+    hb = Heartbeat(cluster=CLUSTER, sent_at=clock.now())
+    keeper.heartbeat_sent(hb)
+    assert keeper.granted(Lease(cluster=CLUSTER, epoch=1, heartbeat_sent_at=hb.sent_at, seconds=600))
+
+
+async def _resumed(harness: AgentHarness, name: str) -> bool:
+    for _ in range(100):
+        job = await harness.get(PYTORCHJOBS, name, "team-a")
+        if job is not None and not suspended(job):
+            return FENCED not in (job["metadata"].get("annotations") or {})
+        await asyncio.sleep(0.05)
+    return False
+
+
+FENCED = labels.FENCED_ANNOTATION
+
+
+async def test_a_fence_sweep_still_running_when_the_resync_resumes_leaves_no_job_suspended(
+        harness: AgentHarness) -> None:
+    """(b) The watchdog's sweep patches Jobs one by one (102 of them took seconds under load). A renewal and
+    its Resync came while it was still going: the Resync's resume ran before the in-flight patches landed,
+    then the sweep went on suspending Jobs of a lease that held again, and nothing resumed them."""
+    keeper, _cache, clock, names = await _keeper_with_placed_jobs(harness, ["wl-b1", "wl-b2"])
+    expected = {(n, 1) for n in names}
+    real_patch = harness.kube.patch
+    raced = False
+
+    async def patch(res, name, body, namespace=None):  # type: ignore[no-untyped-def]
+        nonlocal raced
+        if not raced:  # the first fence patch is in flight: the lease comes back and the Resync is handled
+            raced = True
+            _renew(keeper, clock)
+            await keeper.resume(expected)
+        return await real_patch(res, name, body, namespace)
+
+    harness.kube.patch = patch  # type: ignore[method-assign]
+    loop = asyncio.create_task(keeper.resume_loop())
+    try:
+        clock._elapsed = 5.0  # the start-up grace ran out: the watchdog sweeps
+        keeper.fenced = True
+        await keeper.fence_all()
+        for name in names:
+            assert await _resumed(harness, name), f"{name} stayed suspended with the lease held and listed"
+    finally:
+        harness.kube.patch = real_patch  # type: ignore[method-assign]
+        loop.cancel()
+
+
+async def test_a_job_the_fencer_suspends_after_the_resume_is_resumed_again(harness: AgentHarness) -> None:
+    """(c) The fencer, a process of its own, sweeps while the record it read is out of date; its patches can
+    land after the agent has written the record again and resumed what the Resync listed. The Job it
+    suspended then stayed suspended for good: nothing asks for another Resync while the lease holds."""
+    keeper, cache, clock, _names = await _keeper_with_placed_jobs(harness, ["wl-c1"])
+    loop = asyncio.create_task(keeper.resume_loop())
+    try:
+        _renew(keeper, clock)
+        await keeper.resume({("wl-c1", 1)})  # nothing fenced yet: nothing to resume
+        # the fencer's late sweep: suspended and marked, seen by the agent's informer
+        fenced = await harness.kube.patch(PYTORCHJOBS, "wl-c1", {
+            "metadata": {"annotations": {FENCED: "true"}}, "spec": {"runPolicy": {"suspend": True}}}, "team-a")
+        keeper.job_seen(PYTORCHJOBS.plural, fenced)  # as the agent's job watcher does, before upsert shrinks it
+        cache.upsert(fenced)
+        assert await _resumed(harness, "wl-c1"), "a Job fenced after the resume stayed suspended"
+    finally:
+        loop.cancel()
+
+
+async def test_a_job_listed_while_the_record_was_out_of_date_is_resumed_once_it_is_written(
+        harness: AgentHarness) -> None:
+    """(d) A Resync that lists a fenced Job before the lease record is current cannot resume it (the fencer
+    would stop it again); once the record is written it must be resumed without waiting for another
+    Resync."""
+    keeper, _cache, clock, _names = await _keeper_with_placed_jobs(harness, ["wl-d1"])
+    keeper.record_in = ("mkd-system", CLUSTER)  # a record is kept, and is out of date
+    loop = asyncio.create_task(keeper.resume_loop())
+    try:
+        clock._elapsed = 5.0
+        keeper.fenced = True
+        assert await keeper.fence_all() == 1
+        _renew(keeper, clock)
+        assert await keeper.resume({("wl-d1", 1)}) == 0  # the record is not current: not yet
+        job = await harness.get(PYTORCHJOBS, "wl-d1", "team-a")
+        assert suspended(job)
+        from worker_agent import leaserecord
+        keeper.recorded = leaserecord.Held("mkd-agent/x", clock.now(), 300)  # what record_loop keeps once written
+        keeper.record_written()
+        assert await _resumed(harness, "wl-d1"), "the Job listed before the record was written stayed suspended"
+    finally:
+        loop.cancel()
+
+
+async def test_a_resync_from_before_the_lease_ran_out_again_resumes_nothing(harness: AgentHarness) -> None:
+    """The level-triggered resume must not act on a listing older than the last fencing: the dispatcher may
+    have placed those Jobs elsewhere since."""
+    keeper, _cache, clock, _names = await _keeper_with_placed_jobs(harness, ["wl-e1"])
+    loop = asyncio.create_task(keeper.resume_loop())
+    try:
+        _renew(keeper, clock)
+        await keeper.resume({("wl-e1", 1)})
+        clock._elapsed = 1000.0  # the lease ran out: the watchdog fences
+        keeper.lease_lost()
+        assert await keeper.fence_all() == 1
+        _renew(keeper, clock)  # back, but no Resync yet
+        await asyncio.sleep(0.5)
+        assert suspended(await harness.get(PYTORCHJOBS, "wl-e1", "team-a"))
+    finally:
+        loop.cancel()
