@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import logging
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher import db
@@ -254,3 +256,30 @@ async def test_a_starving_job_that_fits_nowhere_lets_go_of_its_hold_and_why_says
             assert "no more room for it there in 2s" in answer["message"], answer
             c = cond(await kube.get(PYTORCHJOBS, "gang", "default"), labels.CONDITION_DISPATCHED)
             assert c is not None and c["status"] == "False"
+
+
+async def test_a_restarted_dispatcher_queues_its_pending_workloads_without_a_failed_batch(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 9: the start-up rebuild runs before intake's first list, so the pending Workloads' Jobs
+    arrive in a batch whose rows are loaded without their PodSets; their need must be read from SQL
+    (it failed the batch with ``KeyError: 'podsets'`` and cost a rebuild)."""
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    names = [f"wait-{i}" for i in range(3)]
+    async with running(s):   # no cluster: they stay pending
+        for name in names:
+            await kube.create(PYTORCHJOBS, pytorchjob(name, workers=0), "default")
+
+        async def pending() -> bool:
+            return sorted(r.name for r in await rows(db_url, m.workloads) if r.state == "pending") == names
+        await eventually(pending, what="three pending Workloads")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="dispatcher"):
+        async with running(s) as again, FakeAgent("worker-1", mqtt_url, topic_root):
+            assert again.engine is not None
+            engine = again.engine
+            await eventually(lambda: len(engine.queueing.queues.entries) + len(engine.queueing.queues.admitted) == 3,
+                             what="the pending Workloads queued again", within=30)
+            await eventually(lambda: _count(db_url, 3), what="all three placed", within=30)
+    failed = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
+    assert failed == []
