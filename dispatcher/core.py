@@ -178,6 +178,10 @@ class EngineCore:
         for rows in p_cols.values():
             await q.update_placements(s, rows)
         b.p_updates.clear()
+        lacking = self.queueing.lacking_podsets(b.w.values(), self.cache, self.needs)
+        if lacking:  # rows loaded light whose need is not known yet: read their PodSets, in one query
+            for uid, podsets in (await q.load_podsets(s, lacking)).items():
+                b.w[uid]["podsets"] = podsets
         self.queueing.sync(b.w.values(), self.cache, self.needs)
 
     async def _load(self, s: AsyncSession, b: Batch, uids: list[str]) -> None:

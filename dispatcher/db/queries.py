@@ -151,6 +151,16 @@ async def load_current(session: AsyncSession, uids: Iterable[str]
     return rows, current
 
 
+async def load_podsets(session: AsyncSession, uids: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
+    """uid -> ``podsets`` of these Workloads (the column ``load_current`` leaves out)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for chunk in _chunks(session, list(set(uids))):
+        result = await session.execute(sa.select(workloads.c.uid, workloads.c.podsets)
+                                       .where(_in(session, workloads.c.uid, chunk)))
+        out.update({r.uid: r.podsets for r in result})
+    return out
+
+
 async def known_uids(session: AsyncSession) -> dict[str, str]:
     """uid → kind of every Workload whose Job may still exist on the manager."""
     result = await session.execute(

@@ -115,6 +115,25 @@ class QueueingState:
                      priority=int(row["priority"]), queued_at=queued.timestamp(), seq=int(row.get("queue_seq") or 0),
                      need=need, placement=placement, excluded=excluded, pinned=row.get("pinned"), stored_cq=stored)
 
+    def _queues_anew(self, row: Mapping[str, Any], cache: Mapping[str, Mapping[str, Any]]) -> bool:
+        """Whether ``sync`` (re)builds the queue entry of this pending, not suspended row."""
+        if row["uid"] not in cache:
+            return False  # intake has not listed it since start-up; it will come with its Job
+        old = self.queues.entries.get(row["uid"])
+        return not (old is not None and old.priority == row["priority"] and old.queue == row["queue"]
+                    and old.excluded == tuple(row.get("excluded") or ()) and old.pinned == row.get("pinned"))
+
+    def lacking_podsets(self, rows: Iterable[Mapping[str, Any]], cache: Mapping[str, Mapping[str, Any]],
+                        needs: Mapping[str, Need]) -> list[str]:
+        """uids of these rows that ``sync`` needs the PodSets of and that were loaded without them
+        (a batch loads rows light, see ``queries.load_current``): the caller reads them from SQL first.
+        That is a pending Workload whose need is not known yet (its Job was not in the cache when
+        ``rebuild`` ran, e.g. at start-up before intake's first list) or whose priority is unresolved."""
+        return [row["uid"] for row in rows
+                if row["state"] == "pending" and not row["suspended"] and "podsets" not in row
+                and (row["uid"] not in needs or row.get("priority_source") == UNRESOLVED)
+                and self._queues_anew(row, cache)]
+
     def sync(self, rows: Iterable[Mapping[str, Any]], cache: Mapping[str, Mapping[str, Any]],
              needs: dict[str, Need]) -> None:
         """Bring queue membership and quota in line with these (just written) rows."""
@@ -123,12 +142,7 @@ class QueueingState:
             state = row["state"]
             if state == "pending" and not row["suspended"]:
                 self.queues.release(uid)
-                if uid not in cache:
-                    continue  # intake has not listed it since start-up; it will come with its Job
-                old = self.queues.entries.get(uid)
-                if (old is not None and old.priority == row["priority"] and old.queue == row["queue"]
-                        and old.excluded == tuple(row.get("excluded") or ())
-                        and old.pinned == row.get("pinned")):
+                if not self._queues_anew(row, cache):
                     continue
                 need = needs.get(uid)
                 if need is None:
