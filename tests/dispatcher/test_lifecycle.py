@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from dispatcher.db import models as m
 from federation import labels, messages
@@ -274,3 +277,27 @@ async def test_a_workload_that_used_up_its_attempts_says_so_on_the_manager_job(
         assert c["reason"] == "PlacementAttemptsExhausted" and "2 placement attempts" in c["message"]
     (w,) = await rows(db_url, m.workloads)
     assert w.state == "failed"
+
+
+async def test_a_placed_job_suspended_then_resumed_across_a_restart_is_resumed_without_a_failed_batch(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 9: a restarted dispatcher knows no need for a placed Workload; resuming it reserves its
+    capacity again, so its PodSets must be read from SQL (the light row failed the batch with
+    ``KeyError: 'podsets'``)."""
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent:
+        async with running(s):
+            await kube.create(PYTORCHJOBS, pytorchjob("sus"), "default")
+            await eventually(lambda: condition(kube, "sus", labels.CONDITION_DISPATCHED, "True"))
+            await kube.patch(PYTORCHJOBS, "sus", {"spec": {"runPolicy": {"suspend": True}}}, "default")
+            await eventually(lambda: len(agent.places()) >= 2, what="Place with the suspended spec")
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="dispatcher"):
+            async with running(s):
+                await kube.patch(PYTORCHJOBS, "sus", {"spec": {"runPolicy": {"suspend": False}}}, "default")
+                await eventually(lambda: [p for p in agent.places() if p.spec_version == 3],
+                                 what="Place with the resumed spec")
+    resumed = [p for p in agent.places() if p.spec_version == 3]   # spec version 2 may be sent again on restart
+    assert [p.manifest["spec"]["runPolicy"]["suspend"] for p in resumed] == [False]
+    assert [r.getMessage() for r in caplog.records if "failed" in r.getMessage()] == []
