@@ -178,11 +178,16 @@ class EngineCore:
         for rows in p_cols.values():
             await q.update_placements(s, rows)
         b.p_updates.clear()
-        lacking = self.queueing.lacking_podsets(b.w.values(), self.cache, self.needs)
-        if lacking:  # rows loaded light whose need is not known yet: read their PodSets, in one query
-            for uid, podsets in (await q.load_podsets(s, lacking)).items():
-                b.w[uid]["podsets"] = podsets
+        await self._load_podsets(s, b, self.queueing.lacking_podsets(b.w.values(), self.cache, self.needs))
         self.queueing.sync(b.w.values(), self.cache, self.needs)
+
+    async def _load_podsets(self, s: AsyncSession, b: Batch, uids: list[str]) -> None:
+        """The PodSets of these batch rows (loaded light, see ``_load``) whose need is not known yet,
+        in one query: a restarted dispatcher knows the need of no placed Workload, nor of a pending
+        one whose Job intake had not listed when ``rebuild`` ran."""
+        if uids:
+            for uid, podsets in (await q.load_podsets(s, uids)).items():
+                b.w[uid]["podsets"] = podsets
 
     async def _load(self, s: AsyncSession, b: Batch, uids: list[str]) -> None:
         """Workload rows and their current placements into the batch (one query for those not loaded)."""

@@ -182,6 +182,7 @@ class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, F
                 overdue = self.streams.overdue(self.clock.monotonic())
                 self._resync_due.update(overdue)
                 self._resync_lost.update(overdue)
+            await self._load_podsets(s, b, [uid for uid, ch in jobs.items() if self._resumes(b.w.get(uid), ch)])
             await self._jobs(s, b, jobs, described)
             await self._reports(s, b, reports)
             await self._admin(s, b, admin)

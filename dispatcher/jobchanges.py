@@ -36,6 +36,11 @@ class JobChanges(EngineCore):
             return True
         return _unplaced(row) and wl.generation_of(ch.obj) > row["generation"]
 
+    def _resumes(self, row: Mapping[str, Any] | None, ch: JobChange) -> bool:
+        """A placed Workload resumed whose need is not known (``_suspension`` reserves it again)."""
+        return (row is not None and row["suspended"] and bool(row.get("cluster")) and "podsets" not in row
+                and row["uid"] not in self.needs and not ch.deleted and not ch.kind.is_suspended(ch.obj))
+
     async def _describe(self, ch: JobChange) -> wl.Described:
         runtime = None
         problem = None
