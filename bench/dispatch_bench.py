@@ -162,15 +162,20 @@ def creator_main(kubeconfig: str, n: int, concurrency: int, rate: float, go: Any
 # --- the run ------------------------------------------------------------------------------------
 
 
-async def bench(n: int, mqtt_url: str, db_url: str, kubeconfig: Path, root: str, concurrency: int,
-                profile: cProfile.Profile | None, creator: Any, go: Any, results: Any,
-                others: dict[str, Any]) -> dict[str, Any]:
+async def setup_manager(kubeconfig: Path) -> None:
+    """The manager's PyTorchJob CRD, installed and served."""
     async with Kube(kubeconfig) as kube:
         await kube.create(CRDS, CRD)
         for _ in range(200):
             if await kube.served(PYTORCHJOBS):
-                break
+                return
             await asyncio.sleep(0.05)
+
+
+async def bench(n: int, mqtt_url: str, db_url: str, kubeconfig: Path, root: str, concurrency: int,
+                profile: cProfile.Profile | None, creator: Any, go: Any, results: Any,
+                others: dict[str, Any]) -> dict[str, Any]:
+    await setup_manager(kubeconfig)
     settings = DispatcherSettings(
         kube=KubeSettings(kubeconfig=kubeconfig, max_concurrency=int(os.environ.get("BENCH_KUBE_THREADS", "4"))),
         database_url=db_url,

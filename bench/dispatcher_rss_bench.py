@@ -47,17 +47,15 @@ sys.path.insert(0, str(ROOT))
 
 from bench.dispatch_bench import (  # noqa: E402
     CLUSTERS,
-    CRD,
     KEYS,
-    PYTORCHJOBS,
     agents_main,
     creator_main,
     drop_postgres,
     fresh_postgres,
     reachable,
+    setup_manager,
 )
 from dispatcher import db  # noqa: E402
-from federation.kube import CRDS, Kube  # noqa: E402
 
 GOAL_MB = 300.0
 """Issue 15: dispatcher RSS at 100,000 Workloads known."""
@@ -192,15 +190,6 @@ def show(label: str, pid: int, state: dict[str, Any], n: int, empty_kib: int) ->
           + ("" if n == 100_000 else f" (projected: {at_goal:.0f} MB at 100,000 from this run of {n:,})"),
           flush=True)
     return kib
-
-
-async def setup_manager(kubeconfig: Path) -> None:
-    async with Kube(kubeconfig) as kube:
-        await kube.create(CRDS, CRD)
-        for _ in range(200):
-            if await kube.served(PYTORCHJOBS):
-                return
-            await asyncio.sleep(0.05)
 
 
 def run(n: int, placed_fraction: float, use_postgres: bool, trace: bool, concurrency: int) -> dict[str, Any]:
