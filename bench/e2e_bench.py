@@ -23,8 +23,9 @@ Goal (issue 15): end to end ≥ 0.5 × floor and ≥ 150 jobs/s.
 
 Also printed: CPU-ms per job for each process (dispatcher, agents, kubesims, Mosquitto, the
 PostgreSQL backends serving this run's database, the benchmark) in each phase, and per-stage
-timestamps for every job (from the dispatcher's tables and the benchmark's watches: see
-``bench/e2e_measure.STAGES``) as p50/p99, so the table shows where jobs wait. ``--py-spy`` records
+timestamps for every job (from the dispatcher's tables, the benchmark's watches, and a tap on the
+agents' Report topics that notes when each agent sealed its Accepted and its first Status with
+startTime: see ``bench/e2e_measure.STAGES``) as p50/p99, so the table shows where jobs wait. ``--py-spy`` records
 the dispatcher and one agent during the end-to-end phase and prints their top frames.
 """
 
@@ -47,8 +48,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.e2e_measure import collapsed_top, cpu_lines, pct, stage_table  # noqa: E402
-from federation import labels, signing  # noqa: E402
+from bench.e2e_measure import collapsed_top, cpu_lines, pct, report_stamps, stage_table  # noqa: E402
+from federation import labels, signing, topics  # noqa: E402
 from federation.errors import AlreadyExists  # noqa: E402
 from federation.kinds.crds import load_crds  # noqa: E402
 from federation.kinds.registry import by_name  # noqa: E402
@@ -317,8 +318,30 @@ async def create_all(kube_for: Any, manifests: list[dict[str, Any]], created: di
     return time.monotonic() - started
 
 
-async def dispatcher_stamps(database_url: str, namespace: str) -> dict[str, dict[str, float]]:
-    """Per stage, job name -> wall-clock time, from the dispatcher's tables (read after the run)."""
+async def tap_reports(mqtt_url: str, topic_root: str, into: dict[str, dict[str, float]],
+                      subscribed: asyncio.Event) -> None:
+    """Listen to every agent's Reports beside the dispatcher and note when each was sealed (per workload uid).
+
+    A clean session of its own: the dispatcher's subscription and queue are not touched. The seal's time is
+    the agent's clock, the same machine's as every other stage.
+    """
+    from federation.mqtt import MqttLink
+    from federation.settings import MqttSettings
+
+    settings = MqttSettings(url=mqtt_url, topic_root=topic_root)
+    async with MqttLink(settings, client_id=f"{topic_root.split('/')[0]}-tap", persistent=False) as link:
+        await link.subscribe(topics.all_reports(topic_root))
+        subscribed.set()
+        async for msg in link.messages():
+            report_stamps(msg.payload, into)
+
+
+async def dispatcher_stamps(database_url: str, namespace: str,
+                            by_uid: dict[str, dict[str, float]] | None = None) -> dict[str, dict[str, float]]:
+    """Per stage, job name -> wall-clock time, from the dispatcher's tables (read after the run).
+
+    ``by_uid`` adds stages recorded per workload uid elsewhere (the Report tap), named here by their Job.
+    """
     import sqlalchemy as sa
     from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -355,6 +378,8 @@ async def dispatcher_stamps(database_url: str, namespace: str) -> dict[str, dict
             for uid, accepted in rows.all():
                 if uid in names and accepted is not None:
                     out["accepted"][names[uid]] = accepted.timestamp()
+            for stage, times in (by_uid or {}).items():
+                out[stage] = {names[uid]: t for uid, t in times.items() if uid in names}
     finally:
         await engine.dispose()
     return out
@@ -544,6 +569,10 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
         watchers = [asyncio.create_task(follow(kubes["manager"], NAMESPACE, times.on_manager, n,
                                                times.all_on_manager))]
         watchers += [asyncio.create_task(follow(kubes[w], NAMESPACE, times.on_worker, n)) for w in WORKERS]
+        sealed: dict[str, dict[str, float]] = {}
+        tapped = asyncio.Event()
+        watchers.append(asyncio.create_task(tap_reports(mqtt_url, topic_root, sealed, tapped)))
+        await asyncio.wait_for(tapped.wait(), timeout=30)
         manifests = [job(f"job-{i:05d}", NAMESPACE, labels.MULTIKUEUE) for i in range(n)]
         load_before = uptime()
         cpu = await meter(procs, dbname, use_mosquitto)
@@ -583,7 +612,7 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
             t.cancel()
         first = min(times.created.values())
         e2e_rate = len(times.on_manager) / (max(times.on_manager.values(), default=first + 1) - first)
-        stamps = {"created": times.created, **await dispatcher_stamps(database_url, NAMESPACE),
+        stamps = {"created": times.created, **await dispatcher_stamps(database_url, NAMESPACE, sealed),
                   "worker_running": times.on_worker, "mirrored": times.on_manager}
         placed = {w: len((await kubes[w].list(PYTORCHJOBS, NAMESPACE)).items) for w in WORKERS}
 

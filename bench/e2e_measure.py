@@ -9,6 +9,9 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
+
+import orjson
 
 
 def pct(values: Sequence[float], q: float) -> float:
@@ -26,12 +29,57 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("placed", "placed (dispatcher event 'placed')"),
     ("queued", "Place queued (outbox.created_at)"),
     ("published", "Place published (outbox.sent_at)"),
+    ("accepted_sent", "Accepted sealed by the agent (report seal t)"),
     ("accepted", "accepted (placements.accepted_at)"),
     ("worker_running", "Running on the worker (bench watch)"),
+    ("running_sent", "Status with startTime sealed by the agent (seal t)"),
     ("reported", "first Report with startTime (dispatcher event 'running')"),
     ("mirrored", "Running mirrored on the manager (bench watch)"),
 )
 """(key, meaning) in the order a job passes them; every time is wall-clock seconds (time.time())."""
+
+
+REPORT_STAGES = {"accepted": "accepted_sent", "status": "running_sent"}
+"""Report type -> the stage its first sealing marks (a Status only once it carries ``startTime``)."""
+
+
+def report_stamps(payload: bytes, into: dict[str, dict[str, float]]) -> None:
+    """Record, per workload uid, when the agent sealed its first Accepted and first Status with startTime.
+
+    ``payload`` is one message from a ``<root>/+/reports`` topic, as the broker delivered it: JSON with
+    the seal (``federation.signing``) as its last member, whose ``t`` is the sealing time in unix ms on
+    the agent's clock. The Reports are found wherever they sit in the message (one Report, or several
+    carried together), so the tap needs no change when the wire groups Reports.
+    """
+    try:
+        message = orjson.loads(payload)
+    except orjson.JSONDecodeError:
+        return
+    if not isinstance(message, dict) or not isinstance(message.get("seal"), dict):
+        return
+    sealed = message["seal"].get("t")
+    if not isinstance(sealed, int):
+        return
+    for report in _reports(message):
+        stage = REPORT_STAGES.get(report.get("type", ""))
+        placement = report.get("placement")
+        if stage is None or not isinstance(placement, dict):
+            continue
+        if stage == "running_sent" and not (report.get("status") or {}).get("startTime"):
+            continue
+        into.setdefault(stage, {}).setdefault(str(placement.get("workload_uid")), sealed / 1000)
+
+
+def _reports(node: Any) -> Iterable[dict[str, Any]]:
+    if isinstance(node, dict):
+        if "type" in node and "placement" in node:
+            yield node
+            return
+        for value in node.values():
+            yield from _reports(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _reports(value)
 
 
 def stage_table(stamps: Mapping[str, Mapping[str, float]], stages: Sequence[tuple[str, str]] = STAGES) -> list[str]:

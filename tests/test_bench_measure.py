@@ -5,7 +5,10 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from bench.e2e_measure import collapsed_top, cpu_lines, pct, stage_table
+import orjson
+
+from bench.e2e_measure import collapsed_top, cpu_lines, pct, report_stamps, stage_table
+from federation import messages, signing
 
 
 def test_pct_is_nearest_rank() -> None:
@@ -52,3 +55,31 @@ def test_collapsed_top_counts_own_and_anywhere_samples(tmp_path: Path) -> None:
                    "garbage line\n", encoding="utf-8")
     top = collapsed_top(raw, top=2)
     assert top == [("g (a.py:3)", 7, 7), ("f (a.py:2)", 4, 9)]
+
+
+def _sealed(report: messages.ReportBase, t_ms: int) -> bytes:
+    sealer = signing.Sealer(signing.parse_private_key(signing.generate()[0]), now_ms=lambda: t_ms)
+    return sealer.seal("mkd/v1/w1/reports", messages.encode(report), stream="s1", n=1)
+
+
+def test_report_stamps_take_the_first_accepted_and_the_first_status_with_start_time() -> None:
+    key = messages.PlacementKey(workload_uid="uid-a", attempt=1, epoch=1)
+    accepted = messages.Accepted(cluster="w1", placement=key, spec_version=1, seq=1)
+    pending = messages.Status(cluster="w1", placement=key, seq=2, status={"conditions": []})
+    running = messages.Status(cluster="w1", placement=key, seq=3, status={"startTime": "2026-11-24T09:00:00Z"})
+    into: dict[str, dict[str, float]] = {}
+    for payload in (_sealed(accepted, 1_000), _sealed(pending, 2_000), _sealed(running, 3_000),
+                    _sealed(accepted, 4_000), _sealed(running, 5_000), b"not json", b""):
+        report_stamps(payload, into)
+    assert into == {"accepted_sent": {"uid-a": 1.0}, "running_sent": {"uid-a": 3.0}}
+
+
+def test_report_stamps_find_reports_carried_together_in_one_message() -> None:
+    def report(uid: str) -> dict[str, object]:
+        return {"type": "accepted", "placement": {"workload_uid": uid, "attempt": 1, "epoch": 1}}
+
+    payload = (b'{"v":1,"type":"reports","reports":[' + b",".join(
+        orjson.dumps(report(u)) for u in ("a", "b")) + b'],"seal":{"k":"0","s":"s","n":1,"t":7000,"sig":"x"}}')
+    into: dict[str, dict[str, float]] = {}
+    report_stamps(payload, into)
+    assert into == {"accepted_sent": {"a": 7.0, "b": 7.0}}
