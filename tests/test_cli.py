@@ -399,3 +399,17 @@ def test_a_bad_mqtt_url_stops_a_service_with_one_line_and_a_nonzero_code(
     assert result.exit_code != 0
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and what in lines[0] and "Traceback" not in result.output, result.output
+
+
+@pytest.mark.parametrize("service", ["dispatcher", "agent"])
+@pytest.mark.parametrize("content", ["garbage: [", "apiVersion: v1\nkind: Config\n"])
+def test_an_unusable_kubeconfig_is_a_usage_error_naming_the_flag(tmp_path: Path, service: str, content: str) -> None:
+    kubeconfig = tmp_path / "bad.kubeconfig"
+    kubeconfig.write_text(content)
+    extra = (["--database-url", f"sqlite+aiosqlite:///{tmp_path / 'd.db'}"] if service == "dispatcher"
+             else ["--cluster-name", "w1"])
+    result = invoke(service, "--kubeconfig", str(kubeconfig), *extra)
+    errors = [line for line in error_lines(result) if line.startswith("error:")]
+    assert result.exit_code == EXIT_USAGE and len(errors) == 1, result.output
+    assert "kubeconfig" in errors[0] and "--kubeconfig" in errors[0], errors[0]
+    assert "rerun with --debug" not in errors[0]  # a known mistake, said plainly, not an unexpected failure
