@@ -37,6 +37,7 @@ from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
 import urllib3
+import yaml
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 from kubernetes.client.exceptions import ApiException
@@ -190,8 +191,11 @@ def _guard(what: str) -> Iterator[None]:
         raise _error_for_status(int(exc.status or 0), body, dict(exc.headers or {}), what) from exc
     except (urllib3.exceptions.HTTPError, OSError) as exc:
         raise Transport(f"{what}: {type(exc).__name__}: {exc}") from exc
-    except ConfigException as exc:
-        raise Permanent(f"{what}: kubeconfig unusable: {exc}", reason="KubeConfig") from exc
+    except (ConfigException, yaml.YAMLError) as exc:  # the kubeconfig a user pointed at is wrong: their input
+        detail = " ".join(str(exc).split())
+        raise Invalid("kubeconfig", f"{what}: unusable ({type(exc).__name__}: {detail})",
+                      fix="set --kubeconfig (or KUBECONFIG) to a kubeconfig file with a current context and its "
+                          "cluster and user, or run in a Pod with a ServiceAccount") from exc
 
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
