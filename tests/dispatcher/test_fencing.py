@@ -16,6 +16,7 @@ from dispatcher.batch import Tick
 from dispatcher.db import models as m
 from federation import messages
 from federation.kube import Kube
+from tests import keys
 from tests.dispatcher.harness import (
     PYTORCHJOBS,
     FakeAgent,
@@ -170,3 +171,43 @@ async def test_a_heartbeat_is_answered_while_the_engine_is_stuck_in_a_batch_and_
         assert at_publish and at_publish[-1] is not None
         assert at_publish[-1] >= lease.heartbeat_sent_at + timedelta(seconds=lease.seconds)
         release.set()
+
+
+async def test_a_heartbeat_is_answered_with_one_lease_even_when_the_engine_handles_it_first(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    """The lease desk and the engine both saw every heartbeat; the engine granted unless the desk had
+    already *published* its Lease, so an engine quicker than the desk's write and publish queued a second,
+    identical Lease (one more outbox row and signed message per heartbeat and cluster)."""
+    s = settings(manager, db_url, mqtt_url, topic_root, lease_seconds=42.0)
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s) as d:
+        await eventually(lambda: agent.leases, what="the first Lease (the engine records the cluster)")
+        engine, desk = d.engine, d.leases
+        assert engine is not None and desk is not None
+        seen = engine.book.heartbeats.get("worker-1")
+        publish = desk.publish
+        by_desk: list[messages.Lease] = []
+
+        async def engine_committed() -> None:
+            await eventually(lambda: engine.book.heartbeats.get("worker-1") is not seen,
+                             what="the engine handling the heartbeat")
+            done = engine.batches
+            engine.inbox.put_nowait(Tick())  # the batch holding the heartbeat has ended once one more has
+            await eventually(lambda: engine.batches > done, what="the engine's batch committed")
+
+        async def after_the_engine(topic: str, payload: bytes) -> None:  # a desk slower than the engine
+            await engine_committed()
+            lease = messages.decode_command(keys.unseal(payload, topic))
+            assert isinstance(lease, messages.Lease)
+            by_desk.append(lease)
+            await publish(topic, payload)
+        desk.publish = after_the_engine  # type: ignore[method-assign]
+        await agent.heartbeat()
+        await engine_committed()
+        beat = engine.book.heartbeats["worker-1"]
+        await eventually(lambda: any(lease.heartbeat_sent_at == beat.sent_at for lease in agent.leases),
+                         what="a Lease for the heartbeat")
+        async with engine.sessions() as sess:
+            rows = (await sess.execute(sa.select(m.outbox.c.topic, m.outbox.c.payload))).all()
+    queued = [messages.decode_command(keys.unseal(row.payload, row.topic)) for row in rows]
+    by_engine = [c for c in queued if isinstance(c, messages.Lease) and c.heartbeat_sent_at == beat.sent_at]
+    assert len(by_engine) + sum(lease.heartbeat_sent_at == beat.sent_at for lease in by_desk) == 1
