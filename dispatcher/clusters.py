@@ -38,7 +38,7 @@ class ClusterHealth(EngineCore):
         granted = self.leases_granted.get(hb.cluster)
         if hb.online and (granted is None or granted < hb.sent_at):
             # fencing: every heartbeat renews the agent's lease (worker_agent.lease); the lease desk
-            # (dispatcher/leases.py) answers it first unless it has no row for the cluster yet
+            # (dispatcher/leases.py) claimed it when it came in unless the cluster has no lease yet
             self._queue(b, hb.cluster, "", messages.Lease(cluster=hb.cluster, epoch=self.epoch,
                                                           heartbeat_sent_at=hb.sent_at,
                                                           seconds=self.settings.lease_seconds, sent_at=b.now))

@@ -7,9 +7,15 @@ transaction (never moved back: :func:`dispatcher.db.queries.extend_lease`), and 
 commit publishes each signed Lease straight on the outbox publisher's MQTT link (QoS 1). So a grant
 never outlives what a restarted or standby dispatcher reads from ``clusters.lease_until``, and a
 Place batch in the engine (seconds on a loaded machine) no longer delays it. Only the active
-dispatcher grants (``Leadership.active``); a cluster with no row yet (its first heartbeat) and a
-desk whose write or publish failed leave the grant to the engine's own path (``ClusterHealth``),
-which still answers every heartbeat it handles unless this desk already granted that very one.
+dispatcher grants (``Leadership.active``).
+
+**One Lease per heartbeat.** Who answers a heartbeat is decided when it is offered, before the engine
+can see it: the desk takes every heartbeat of a cluster the engine has granted a lease to before (a
+cluster row exists), and claims it in ``Engine.leases_granted`` at once, so the engine's own path
+(``ClusterHealth``) skips it; the engine answers only the heartbeats the desk did not take (a cluster's
+first, whose batch creates its row). A claimed heartbeat whose write or publish fails is tried again
+by the desk (backoff) until it is answered or a newer heartbeat of the cluster replaces it, never
+handed back: the engine may have passed it already, and both answering it sent two identical Leases.
 """
 
 from __future__ import annotations
@@ -17,12 +23,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from dispatcher.batch import ReportIn
 from dispatcher.db import queries as q
+from dispatcher.db import transient
 from federation import messages, topics
+from federation.errors import Transport
+from federation.retry import Backoff
 
 if TYPE_CHECKING:
     from dispatcher.engine import Engine
@@ -41,39 +50,79 @@ class LeaseDesk:
         self.grants = 0
 
     def offer(self, item: ReportIn) -> None:
+        """Take ``item`` (claimed at once, see the module docstring) when the desk is to answer it."""
         hb = item.report
-        if isinstance(hb, messages.Heartbeat) and hb.online:
-            self.pending[hb.cluster] = item  # coalesced: the latest heartbeat per cluster is answered
-            self.wake.set()
+        if not isinstance(hb, messages.Heartbeat) or not hb.online:
+            return
+        e = self.engine
+        if hb.cluster not in e.lease_until or not self.active():
+            return  # the engine answers it: its batch records a cluster heard for the first time
+        claimed = e.leases_granted.get(hb.cluster)
+        if claimed is not None and claimed >= hb.sent_at:
+            return  # a newer heartbeat is answered already (or being answered): its lease runs longer
+        e.leases_granted[hb.cluster] = hb.sent_at
+        self.pending[hb.cluster] = item  # coalesced: the latest heartbeat per cluster is answered
+        self.wake.set()
 
     async def run(self) -> None:
+        backoff = Backoff(0.1, 5.0)
         while True:
             await self.wake.wait()
             self.wake.clear()
             taken, self.pending = self.pending, {}
-            if taken and self.active():
-                await self.grant(list(taken.values()))
+            if not taken or not self.active():
+                continue  # a standby grants nothing (and losing the leadership ends the process)
+            try:
+                left = await self.grant(list(taken.values()))
+            except Exception as exc:
+                left = list(taken.values())
+                if not transient(exc):
+                    self._again(left)
+                    raise  # a bug: the Supervisor logs and restarts the task; the claims stay pending
+                log.warning("lease desk: database unreachable (%s); granting again shortly", type(exc).__name__)
+            if left:
+                self._again(left)
+                await asyncio.sleep(backoff.failed())
+                self.wake.set()
+            else:
+                backoff.succeeded()
 
-    async def grant(self, items: list[ReportIn]) -> None:
-        """Persist then publish a Lease for each heartbeat (see the module docstring)."""
+    def _again(self, items: list[ReportIn]) -> None:
+        """Keep claimed heartbeats for the next turn, unless a newer one of the cluster came meanwhile."""
+        for item in items:
+            self.pending.setdefault(item.report.cluster, item)  # type: ignore[union-attr]
+
+    async def grant(self, items: list[ReportIn]) -> list[ReportIn]:
+        """Persist then publish a Lease for each heartbeat (see the module docstring); returns those that
+        could not be answered now (no cluster row, or the publish failed)."""
         e, seconds = self.engine, self.engine.settings.lease_seconds
-        ends = {it.report.cluster: it.received_at + timedelta(seconds=seconds) for it in items}
+        ends = {it.report.cluster: it.received_at + timedelta(seconds=seconds) for it in items}  # type: ignore[union-attr]
         async with e.sessions.begin() as s:
             known = {name for name, end in ends.items() if await q.extend_lease(s, name, end)}
-        out: list[tuple[str, bytes]] = []
-        answered: dict[str, datetime] = {}
+        out: list[tuple[ReportIn, str, bytes]] = []
+        left: list[ReportIn] = []
         for item in items:
             hb = item.report
             assert isinstance(hb, messages.Heartbeat)
             if hb.cluster not in known:
-                continue  # no row yet: the engine's batch creates it and grants
+                left.append(item)  # its row is gone (deregistered): the engine's next batch writes it again
+                continue
             end, earlier = ends[hb.cluster], e.lease_until.get(hb.cluster)
             e.lease_until[hb.cluster] = max(end, earlier) if earlier is not None else end
             topic = topics.commands(hb.cluster, e.settings.mqtt.topic_root)
             lease = messages.Lease(cluster=hb.cluster, epoch=e.epoch, heartbeat_sent_at=hb.sent_at,
                                    seconds=seconds, sent_at=e.clock.now())
-            out.append((topic, e.identity.seal(topic, messages.encode(lease), epoch=e.epoch, n=e.outbox_ids.next())))
-            answered[hb.cluster] = hb.sent_at
-        await asyncio.gather(*(self.publish(topic, payload) for topic, payload in out))
-        e.leases_granted.update(answered)  # only once published: a failed publish leaves it to the engine
-        self.grants += len(out)
+            out.append((item, topic, e.identity.seal(topic, messages.encode(lease), epoch=e.epoch,
+                                                     n=e.outbox_ids.next())))
+        results = await asyncio.gather(*(self.publish(topic, payload) for _, topic, payload in out),
+                                       return_exceptions=True)
+        for (item, _, _), result in zip(out, results, strict=True):
+            if isinstance(result, Transport):
+                left.append(item)  # the link is down: published once it is back
+            elif isinstance(result, BaseException):
+                raise result
+            else:
+                self.grants += 1
+        if len(left) < len(items):
+            log.debug("lease desk granted %d of %d", len(items) - len(left), len(items))
+        return left
