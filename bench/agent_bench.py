@@ -44,7 +44,7 @@ from federation.messages import (  # noqa: E402
     Place,
     PlacementKey,
     Status,
-    decode_report,
+    decode_reports,
     encode,
 )
 from federation.mqtt import MqttLink  # noqa: E402
@@ -147,14 +147,14 @@ async def drive(url: str, root: str, kubeconfig: Path, burst: int, total: int) -
 
         async def collect() -> None:
             async for message in link.messages():
-                report = decode_report(message.payload[:message.payload.rfind(b',"seal":')] + b"}")
-                if isinstance(report, Heartbeat):
-                    if report.online:
-                        renew(report)
-                elif report.type == "inventory":
-                    inventory.set()
-                elif isinstance(report, Status) and running(report):
-                    running_at.setdefault(report.placement.workload_uid, time.perf_counter())
+                for report in decode_reports(message.payload[:message.payload.rfind(b',"seal":')] + b"}"):
+                    if isinstance(report, Heartbeat):
+                        if report.online:
+                            renew(report)
+                    elif report.type == "inventory":
+                        inventory.set()
+                    elif isinstance(report, Status) and running(report):
+                        running_at.setdefault(report.placement.workload_uid, time.perf_counter())
 
         collector = asyncio.create_task(collect())
         agent = subprocess.Popen([sys.executable, __file__, "--agent"], cwd=ROOT, env=env)  # noqa: ASYNC220

@@ -4,8 +4,10 @@ Subscribes to ``<root>/+/reports`` and ``<root>/+/presence`` on a persistent ses
 sent while the dispatcher was away are delivered when it comes back) and follows each agent's
 numbered report stream (``dispatcher.streams``): Reports a broker dropped lead to a Resync. Every payload's seal is
 checked first (``dispatcher.identity``: a registered cluster's key, the clock window, no repeats); payloads are decoded with
-``federation.messages``; a refused payload, or one whose cluster differs from the topic's, is
-logged and dropped (an agent may only speak for its own cluster).
+``federation.messages``: a message holds one Report or a batch of them (``messages.Reports``: one seal
+and one decode for all, each Report then handled in order as if it came alone). A refused payload, or a
+Report whose cluster differs from the topic's, is logged and dropped (an agent may only speak for its own
+cluster).
 """
 
 from __future__ import annotations
@@ -70,27 +72,39 @@ class ReportSubscriber:
             log.warning("refused message on %s: %s", topic, exc)
             return
         try:
-            report = messages.decode_report(opened.body)
+            reports = messages.decode_reports(opened.body)
         except messages.MessageRefused as exc:
             self.refused += 1
             refused("invalid")
             log.warning("refused message on %s: %s", topic, exc)
             return
-        if getattr(report, "cluster", where.cluster) != where.cluster:
+        batch = len(reports) > 1 or opened.body.startswith(messages.REPORTS_PREFIX)
+        if batch and (where.channel != "reports" or any(r.stream != opened.stream or r.n == 0 for r in reports)):
+            self.refused += 1
+            refused("malformed")
+            log.warning("refused a batch of %d Reports on %s: a batch goes on the reports topic, every Report "
+                        "numbered on the stream its seal names", len(reports), topic)
+            return
+        for report in reports:
+            self._one(where.cluster, topic, report, opened.n, retained)
+
+    def _one(self, cluster: str, topic: str, report: messages.Accepted | messages.Rejected | messages.Status
+             | messages.Heartbeat | messages.Inventory, sealed_n: int, retained: bool) -> None:
+        if getattr(report, "cluster", cluster) != cluster:
             self.refused += 1
             refused("wrong_cluster")
             log.warning("refused %s on %s: it claims to come from cluster %s", report.type, topic,
                         report.cluster)
             return
-        if opened.n == 0 and not (isinstance(report, messages.Heartbeat) and not report.online):
+        if sealed_n == 0 and not (isinstance(report, messages.Heartbeat) and not report.online):
             self.refused += 1
             refused("malformed")
             log.warning("refused %s on %s: only a will message may be sealed unnumbered", report.type, topic)
             return
         self.received += 1
         # a retained presence replayed on subscribe is not part of the live stream
-        if not retained and self.engine.streams.seen(where.cluster, report.stream, report.n, self.clock.monotonic()):
-            self.engine.inbox.put_nowait(ResyncDue(where.cluster, lost=False))
+        if not retained and self.engine.streams.seen(cluster, report.stream, report.n, self.clock.monotonic()):
+            self.engine.inbox.put_nowait(ResyncDue(cluster, lost=False))
         if isinstance(report, messages.Inventory):
             whole = self.inventories.add(report, self.clock.monotonic())
             if whole is None:

@@ -19,6 +19,7 @@ with a reason.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final, Literal
 
@@ -35,6 +36,8 @@ MAX_PAYLOAD_BYTES = 1_048_576
 Name = Annotated[str, Field(min_length=1, max_length=253)]
 Uid = Annotated[str, Field(min_length=1, max_length=128)]
 Counter = Annotated[int, Field(ge=0, le=2**63 - 1)]
+_STREAM = re.compile(r"[A-Za-z0-9_.-]{0,64}")
+"""What a stream id may hold (as ``federation.signing`` seals it): nothing JSON would escape."""
 
 
 def now() -> datetime:
@@ -290,14 +293,58 @@ class Inventory(ReportBase):
 
 
 Report = Annotated[Accepted | Rejected | Status | Heartbeat | Inventory, Field(discriminator="type")]
+Batched = Annotated[Accepted | Rejected | Status | Inventory, Field(discriminator="type")]
+
+MAX_REPORTS_PER_MESSAGE = 256
+"""At most this many Reports share one message (and its one seal); a sender also keeps the whole under
+``MAX_BATCH_BYTES``, so one message never holds the dispatcher's subscriber long."""
+MAX_BATCH_BYTES = 256 * 1024
+"""A batch grows to about this size at most; a single Report up to ``MAX_PAYLOAD_BYTES`` goes alone."""
+
+
+class Reports(_Message):
+    """Several Reports of one agent in one message: one seal, one broker message, one decode.
+
+    An agent sends every Report on its reports topic in this form (heartbeats stay alone, retained on
+    the presence topic). Each item keeps its own ``stream`` and ``n`` (consecutive, in the order they
+    were queued) and the message's seal carries the last item's ``n``, so the dispatcher's loss
+    detection and replay refusal work as for single Reports; items are handled in order. The dispatcher
+    still takes a single Report (an agent of an earlier version).
+    """
+
+    type: Literal["reports"] = "reports"
+    items: list[Batched] = Field(min_length=1, max_length=MAX_REPORTS_PER_MESSAGE)
 
 _COMMAND: TypeAdapter[Place | Delete | Resync | Lease] = TypeAdapter(Command)
 _REPORT: TypeAdapter[Accepted | Rejected | Status | Heartbeat | Inventory] = TypeAdapter(Report)
+_REPORTS: TypeAdapter[Reports] = TypeAdapter(Reports)
+REPORTS_PREFIX: Final = b'{"v":1,"type":"reports","items":['
+"""How every batch of Reports begins (``encode_reports``): a receiver tells it from a single Report unparsed."""
+_UNNUMBERED: Final = b'{"v":1,"stream":"","n":0,'
 
 
 def numbered(report: ReportBase, stream: str, n: int) -> ReportBase:
     """The same Report stamped with its place on a stream (see :class:`ReportBase`)."""
     return report.model_copy(update={"stream": stream, "n": n})
+
+
+def encode_numbered(report: ReportBase, stream: str, n: int) -> bytes:
+    """``encode(numbered(report, stream, n))`` without copying the model: the numbers are written into
+    the JSON of an unnumbered Report (its first members, by field order)."""
+    data = report.model_dump_json().encode()
+    if not data.startswith(_UNNUMBERED) or not _STREAM.fullmatch(stream) or n < 0:
+        return encode(numbered(report, stream, n))
+    data = b'{"v":1,"stream":"%s","n":%d,' % (stream.encode(), n) + data[len(_UNNUMBERED):]
+    if len(data) > MAX_PAYLOAD_BYTES:
+        raise MessageRefused(
+            f"message is {len(data)} bytes, above the {MAX_PAYLOAD_BYTES}-byte limit; "
+            "shrink the Job (large inline data belongs in a ConfigMap or volume)")
+    return data
+
+
+def encode_reports(items: list[bytes]) -> bytes:
+    """One :class:`Reports` message of Reports already encoded (``encode_numbered``), in order."""
+    return REPORTS_PREFIX + b",".join(items) + b"]}"
 
 
 def encode(message: _Message) -> bytes:
@@ -341,3 +388,20 @@ def decode_command(payload: bytes) -> Place | Delete | Resync | Lease:
 
 def decode_report(payload: bytes) -> Accepted | Rejected | Status | Heartbeat | Inventory:
     return _decode(payload, _REPORT, "report")  # type: ignore[no-any-return]
+
+
+def decode_reports(payload: bytes) -> list[Accepted | Rejected | Status | Heartbeat | Inventory]:
+    """The Reports in a message: the items of a :class:`Reports` batch, or a single Report."""
+    if not payload.startswith(REPORTS_PREFIX):
+        return [decode_report(payload)]
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        raise MessageRefused(f"report payload is {len(payload)} bytes, above {MAX_PAYLOAD_BYTES}")
+    try:
+        batch: Reports = _REPORTS.validate_json(bytes(payload), strict=True)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(root)"
+        raise MessageRefused(f"report field {where}: {first['msg']}") from None
+    except (RecursionError, ValueError, TypeError) as exc:
+        raise MessageRefused(f"report is malformed: {exc}") from None
+    return list(batch.items)

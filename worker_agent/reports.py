@@ -1,7 +1,8 @@
 """What the agent tells the dispatcher: Status per placement, Accepted/Rejected, Inventory and Heartbeats.
 
-``Outbox`` queues encoded reports and a few sender coroutines publish them on the current MQTT
-link (QoS 1); while the link is down they wait, so nothing sent during a reconnect is lost.
+``Outbox`` queues reports and a few sender coroutines publish them on the current MQTT link (QoS 1),
+each taking what is waiting as one batch message; while the link is down they wait, so nothing sent
+during a reconnect is lost.
 ``seq`` numbers come from ``worker_agent.seq.Sequencer``: strictly increasing across agent
 restarts (a report epoch kept in the worker cluster, never a clock), so the dispatcher's
 "drop a Status whose seq is not newer" rule holds.
@@ -26,7 +27,9 @@ from federation import chunks, labels
 from federation.errors import Invalid, Transport
 from federation.kinds.base import JobKind
 from federation.messages import (
+    MAX_BATCH_BYTES,
     MAX_NODES_REPORTED,
+    MAX_REPORTS_PER_MESSAGE,
     Accepted,
     Capacity,
     Heartbeat,
@@ -39,8 +42,8 @@ from federation.messages import (
     Rejected,
     ReportBase,
     Status,
-    encode,
-    numbered,
+    encode_numbered,
+    encode_reports,
 )
 from federation.mqtt import MqttLink
 from federation.podset import Resources, add, format_resources, parse_resources, pod_requests, sub
@@ -59,6 +62,11 @@ _Item = list[Any]
 """[topic, report, retain]: a list, so a queued Status can be replaced in its place."""
 
 
+def _alone(item: _Item) -> bool:
+    """A retained Report or a heartbeat is never batched: the presence topic holds one heartbeat."""
+    return bool(item[2]) or isinstance(item[1], Heartbeat)
+
+
 def _status_key(report: Status) -> tuple[str, int, int]:
     p = report.placement
     return p.workload_uid, p.attempt, p.epoch
@@ -69,8 +77,10 @@ class Outbox:
 
     Each Report is numbered as it goes out (``ReportBase.stream`` / ``n``): the stream is the
     current link, a new random id on every attach, so the dispatcher can tell a lost Report
-    (a hole in ``n`` that does not fill) from one still in flight. ``seal`` (the agent's
-    ``federation.signing`` sealer) signs each payload with the same stream and number.
+    (a hole in ``n`` that does not fill) from one still in flight. The Reports waiting when a sender
+    is free go as one message (``federation.messages.Reports``); ``seal`` (the agent's
+    ``federation.signing`` sealer) signs each message once, with the stream and the number of its last
+    Report. Heartbeats go first and alone.
     """
 
     def __init__(self, *, limit: int = 200_000, seal: Callable[[str, bytes, str, int], bytes] | None = None) -> None:
@@ -86,6 +96,9 @@ class Outbox:
         self._link: MqttLink | None = None
         self._linked = asyncio.Event()
         self.sent = 0
+        """Reports published (heartbeats included)."""
+        self.messages = 0
+        """MQTT messages they went in (``sent`` / ``messages``: Reports per message)."""
         self.stream = ""
         self._n = 0
 
@@ -153,8 +166,39 @@ class Outbox:
         else:
             self._linked.set()
 
+    def _take_batch(self) -> tuple[list[_Item], bytes] | None:
+        """The Reports waiting for the same topic, numbered and encoded in queue order as one batch
+        (``federation.messages.Reports``: at most ``MAX_REPORTS_PER_MESSAGE`` and about ``MAX_BATCH_BYTES``);
+        None when what was waiting cannot be sent at all (logged and dropped)."""
+        taken: list[_Item] = []
+        parts: list[bytes] = []
+        size = 0
+        while self._items and len(taken) < MAX_REPORTS_PER_MESSAGE:
+            item = self._items[0]
+            if taken and (item[0] != taken[0][0] or _alone(item) or _alone(taken[0])):
+                break  # one topic per message; a retained Report (presence) goes alone
+            try:
+                part = encode_numbered(item[1], self.stream, self._n + 1)
+            except MessageRefused as exc:  # can never be sent (above the payload limit): not a crash
+                self._forget(self._items.popleft())
+                log.error("dropping a %s Report that cannot be sent: %s", type(item[1]).__name__, exc)
+                continue
+            if taken and size + len(part) > MAX_BATCH_BYTES:
+                break  # the next message starts with it (its number is not used yet)
+            self._forget(self._items.popleft())
+            self._n += 1
+            taken.append(item)
+            parts.append(part)
+            size += len(part) + 1
+        if not taken:
+            return None
+        if _alone(taken[0]):
+            return taken, parts[0]  # a single Report, as the dispatcher reads the presence topic
+        return taken, encode_reports(parts)
+
     async def run_sender(self) -> None:
-        """One sender; runs until cancelled. A failed publish is put back for the next link."""
+        """One sender; runs until cancelled. The heartbeat goes first and alone; the Reports waiting go
+        as one batch (``_take_batch``). A failed publish is put back for the next link, in order."""
         while True:
             while not self.pending():
                 self._ready.clear()
@@ -163,20 +207,30 @@ class Outbox:
             link = self._link
             if link is None or not self.pending():
                 continue
-            item = self._take()
-            try:
-                payload = encode(numbered(item[1], self.stream, self._n + 1))
-            except MessageRefused as exc:  # can never be sent (above the payload limit): not a crash
-                log.error("dropping a %s Report that cannot be sent: %s", type(item[1]).__name__, exc)
-                continue
-            self._n += 1
+            if self._beat is not None:
+                item, self._beat = self._beat, None
+                try:
+                    payload = encode_numbered(item[1], self.stream, self._n + 1)
+                except MessageRefused as exc:
+                    log.error("dropping a heartbeat that cannot be sent: %s", exc)
+                    continue
+                self._n += 1
+                batch = [item]
+            else:
+                taken = self._take_batch()
+                if taken is None:
+                    continue
+                batch, payload = taken
+            topic, retain = batch[0][0], batch[0][2]
             if self._seal is not None:
-                payload = self._seal(item[0], payload, self.stream, self._n)
+                payload = self._seal(topic, payload, self.stream, self._n)
             try:
-                await link.publish(item[0], payload, retain=item[2])
-                self.sent += 1
+                await link.publish(topic, payload, retain=retain)
+                self.sent += len(batch)
+                self.messages += 1
             except (Transport, RuntimeError) as exc:
-                self._put_back(item)
+                for item in reversed(batch):
+                    self._put_back(item)
                 if link.alive:
                     # Timed out on a link that is still up (a silent partition the keepalive has not
                     # noticed, or one that already healed): keep publishing on it. Detaching here left the

@@ -21,7 +21,7 @@ from federation.messages import (
     Place,
     PlacementKey,
     Resync,
-    decode_report,
+    decode_reports,
     encode,
 )
 from federation.mqtt import MqttLink
@@ -97,7 +97,7 @@ class AgentHarness:
                 if exc.why == "replay":
                     continue  # a retained heartbeat delivered again, a QoS 1 duplicate
                 raise
-            self.reports.append(decode_report(body))
+            self.reports.extend(decode_reports(body))
             self._changed.set()
 
     async def send(self, command: Place | Delete | Resync) -> None:

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 from federation.errors import Transport
-from federation.messages import Capacity, Heartbeat, PlacementKey, Status, decode_report
+from federation.messages import Capacity, Heartbeat, PlacementKey, Status, decode_reports
 from worker_agent.reports import Outbox
 
 
@@ -15,6 +15,7 @@ class RecordingLink:
 
     def __init__(self, fail: int = 0) -> None:
         self.published: list[Any] = []
+        self.messages: list[tuple[str, bytes]] = []
         self.fail = fail
         self.calls = 0
         self.called = asyncio.Event()
@@ -27,7 +28,14 @@ class RecordingLink:
             self.fail -= 1
             self.alive = False
             raise Transport("connection lost")
-        self.published.append(decode_report(payload))
+        self.messages.append((topic, payload))
+        self.published.extend(decode_reports(payload))
+
+    async def wait_reports(self, count: int) -> None:
+        async with asyncio.timeout(5):
+            while len(self.published) < count:
+                self.called.clear()
+                await self.called.wait()
 
     async def wait_calls(self, count: int) -> None:
         async with asyncio.timeout(5):
@@ -41,9 +49,10 @@ def status(i: int) -> Status:
 
 
 async def drain(outbox: Outbox, link: RecordingLink, count: int) -> None:
+    """Run one sender until ``count`` Reports are published."""
     sender = asyncio.create_task(outbox.run_sender())
     try:
-        await link.wait_calls(count)
+        await link.wait_reports(count)
     finally:
         sender.cancel()
 
@@ -178,3 +187,77 @@ async def test_a_status_still_queued_is_replaced_by_the_newer_one_in_its_place()
     await drain(outbox, second, 2)
     published = [(r.placement.workload_uid, r.seq, r.status["phase"]) for r in second.published]
     assert published == [("a", 5, "Succeeded"), ("b", 2, "Created")]
+
+
+# --- several Reports per message (issue 15) ---------------------------------------------------------
+
+
+async def test_reports_waiting_together_go_as_one_message_sealed_once_with_the_last_number() -> None:
+    seals: list[tuple[str, str, int]] = []
+
+    def seal(topic: str, body: bytes, stream: str, n: int) -> bytes:
+        seals.append((topic, stream, n))
+        return body
+    outbox, link = Outbox(seal=seal), RecordingLink()
+    outbox.attach(link)  # type: ignore[arg-type]
+    for i in range(5):
+        outbox.put("t/reports", status(i))
+    await drain(outbox, link, 5)
+    assert len(link.messages) == 1 and link.messages[0][1].startswith(b'{"v":1,"type":"reports","items":[')
+    assert [(r.placement.workload_uid, r.n, r.stream) for r in link.published] == [
+        (f"u{i}", i + 1, outbox.stream) for i in range(5)]
+    assert seals == [("t/reports", outbox.stream, 5)]
+    assert (outbox.sent, outbox.messages) == (5, 1)
+
+
+async def test_a_batch_is_bounded_in_count_and_in_bytes() -> None:
+    from federation.messages import MAX_BATCH_BYTES, MAX_REPORTS_PER_MESSAGE
+    outbox, link = Outbox(), RecordingLink()
+    outbox.attach(link)  # type: ignore[arg-type]
+    many = MAX_REPORTS_PER_MESSAGE + 10
+    for i in range(many):
+        outbox.put("t/reports", status(i))
+    await drain(outbox, link, many)
+    assert [len(decode_reports(p)) for _, p in link.messages] == [MAX_REPORTS_PER_MESSAGE, 10]
+
+    outbox, link = Outbox(), RecordingLink()
+    outbox.attach(link)  # type: ignore[arg-type]
+    big = MAX_BATCH_BYTES // 3
+    for i in range(7):
+        outbox.put("t/reports", Status(cluster="w1", placement=PlacementKey(workload_uid=f"b{i}", attempt=1, epoch=1),
+                                       seq=i, status={"message": "x" * big}))
+    await drain(outbox, link, 7)
+    assert all(len(p) <= MAX_BATCH_BYTES + 1024 for _, p in link.messages)
+    assert sum(len(decode_reports(p)) for _, p in link.messages) == 7 and len(link.messages) >= 3
+    assert [r.n for r in link.published] == list(range(1, 8))  # numbered in order across the messages
+
+
+async def test_a_failed_batch_is_put_back_in_order_and_a_newer_status_replaces_its_own() -> None:
+    outbox, first = Outbox(), RecordingLink(fail=1)
+    outbox.attach(first)  # type: ignore[arg-type]
+    for i in range(4):
+        outbox.put("t/reports", status(i))
+    sender = asyncio.create_task(outbox.run_sender())
+    await first.wait_calls(1)
+    await asyncio.sleep(0)  # let the sender put the batch back
+    sender.cancel()
+    assert first.published == [] and outbox.pending() == 4
+    newer = Status(cluster="w1", placement=PlacementKey(workload_uid="u2", attempt=1, epoch=1), seq=99, status={})
+    outbox.put("t/reports", newer)  # replaces u2's Status put back, in its place
+    second = RecordingLink()
+    outbox.attach(second)  # type: ignore[arg-type]
+    await drain(outbox, second, 4)
+    assert [(r.placement.workload_uid, r.seq, r.n) for r in second.published] == [
+        ("u0", 0, 1), ("u1", 1, 2), ("u2", 99, 3), ("u3", 3, 4)]
+    assert len(second.messages) == 1
+
+
+async def test_the_heartbeat_goes_alone_before_the_batch_and_a_retained_report_is_never_batched() -> None:
+    outbox, link = Outbox(), RecordingLink()
+    outbox.attach(link)  # type: ignore[arg-type]
+    for i in range(3):
+        outbox.put("t/reports", status(i))
+    outbox.put_heartbeat("t/presence", Heartbeat(cluster="w1", capacity=Capacity()))
+    await drain(outbox, link, 4)
+    assert [(t, len(decode_reports(p))) for t, p in link.messages] == [("t/presence", 1), ("t/reports", 3)]
+    assert link.messages[0][1].startswith(b'{"v":1,"stream":')  # a single Report: the retained presence
