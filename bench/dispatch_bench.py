@@ -27,6 +27,8 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -175,7 +177,6 @@ async def setup_manager(kubeconfig: Path) -> None:
 async def bench(n: int, mqtt_url: str, db_url: str, kubeconfig: Path, root: str, concurrency: int,
                 profile: cProfile.Profile | None, creator: Any, go: Any, results: Any,
                 others: dict[str, Any]) -> dict[str, Any]:
-    await setup_manager(kubeconfig)
     settings = DispatcherSettings(
         kube=KubeSettings(kubeconfig=kubeconfig, max_concurrency=int(os.environ.get("BENCH_KUBE_THREADS", "4"))),
         database_url=db_url,
@@ -269,23 +270,35 @@ async def drop_postgres(name: str) -> None:
         await admin.close()
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("-n", type=int, default=1000, help="PyTorchJobs to create")
-    p.add_argument("--concurrency", type=int, default=32, help="creations in flight")
-    p.add_argument("--rate", type=float, default=0.0,
-                   help="create Jobs at this many per second (0: as fast as kubesim takes them)")
-    p.add_argument("--profile", action="store_true", help="cProfile this process during the run")
-    p.add_argument("--sqlite", action="store_true", help="use SQLite even when PostgreSQL is reachable")
-    args = p.parse_args()
-    LOAD[:] = list(os.getloadavg())
+@dataclass
+class Environment:
+    """What a dispatcher of a benchmark runs against (:func:`environment`)."""
+
+    db_url: str
+    mqtt_url: str
+    root: str
+    kubeconfig: Path
+    notes: list[str]
+    sim: subprocess.Popen[str]
+    agents: Any
+    ctx: Any
+
+
+@contextlib.contextmanager
+def environment(*, use_postgres: bool = True, need_mosquitto: bool = False,
+                agents_cpu: int | None = None) -> Iterator[Environment]:
+    """Everything a benchmark's dispatcher needs but itself, started and stopped: a database of its own
+    (PostgreSQL 127.0.0.1:5432 when reachable and wanted: ``mkd_bench_<hex>``, created, migrated and
+    dropped after; else SQLite), a broker (Mosquitto 127.0.0.1:1883, else an embedded one unless
+    ``need_mosquitto``), kubesim as the manager cluster with the PyTorchJob CRD served, and the fake
+    agents (``agents_cpu``: each cluster's CPUs; default practically unbounded), each in its own process."""
     tmp = Path(tempfile.mkdtemp(prefix="mkd-bench-"))
     root = f"mkd-bench-{uuid.uuid4().hex[:6]}/v1"
     notes = []
     pg_name = None
-    if not args.sqlite and reachable("127.0.0.1", 5432):
+    if use_postgres and reachable("127.0.0.1", 5432):
         db_url, pg_name = asyncio.run(fresh_postgres())
-        notes.append("database: PostgreSQL 127.0.0.1:5432")
+        notes.append(f"database: PostgreSQL 127.0.0.1:5432 ({pg_name}, dropped after)")
     else:
         db_url = f"sqlite+aiosqlite:///{tmp / 'mkd.db'}"
         notes.append("database: SQLite (PostgreSQL not reachable or --sqlite)")
@@ -293,6 +306,8 @@ def main() -> int:
     if reachable("127.0.0.1", 1883):
         mqtt_url = "mqtt://127.0.0.1:1883"
         notes.append("broker: Mosquitto 127.0.0.1:1883")
+    elif need_mosquitto:
+        raise SystemExit("this benchmark needs an MQTT broker on 127.0.0.1:1883 (Mosquitto)")
     else:
         port = 18830 + os.getpid() % 1000
         broker_proc = subprocess.Popen([sys.executable, "-c", (
@@ -311,9 +326,8 @@ def main() -> int:
                             "--state-dir", str(tmp / "sim")], cwd=ROOT, stdout=subprocess.PIPE, text=True)
     ctx = multiprocessing.get_context("spawn")
     ready = ctx.Event()
-    agents = ctx.Process(target=agents_main, args=(mqtt_url, root, ready, {c: KEYS[c][0] for c in CLUSTERS}),
-                         daemon=True)
-    creator: Any = None
+    agents = ctx.Process(target=agents_main, daemon=True,
+                         args=(mqtt_url, root, ready, {c: KEYS[c][0] for c in CLUSTERS}, agents_cpu))
     try:
         assert sim.stdout is not None
         for line in sim.stdout:
@@ -322,24 +336,15 @@ def main() -> int:
         kubeconfig = tmp / "sim" / "manager.kubeconfig"
         if not kubeconfig.exists():
             kubeconfig = next((tmp / "sim").glob("manager*kubeconfig*"))
-        agents.start()
-        if not ready.wait(30):
-            raise RuntimeError("fake agents did not start")
-        go = ctx.Event()
-        results = ctx.Queue()
-        creator = ctx.Process(target=creator_main, args=(str(kubeconfig), args.n, args.concurrency, args.rate, go, results),
-                              daemon=True)
-        creator.start()
+        asyncio.run(setup_manager(kubeconfig))
         db.upgrade(db_url)
-        prof = cProfile.Profile() if args.profile else None
-        others = {"dispatcher (this process)": os.getpid(), "kubesim": sim.pid, "fake agents": agents.pid,
-                  "job creator": creator.pid}
-        result = asyncio.run(bench(args.n, mqtt_url, db_url, kubeconfig, root, args.concurrency, prof, creator, go,
-                                   results, others))
+        agents.start()
+        if not ready.wait(60):
+            raise RuntimeError("fake agents did not start")
+        yield Environment(db_url, mqtt_url, root, kubeconfig, notes, sim, agents, ctx)
     finally:
         with contextlib.suppress(Exception):
-            creator.terminate()
-        agents.terminate()
+            agents.terminate()
         sim.terminate()
         with contextlib.suppress(Exception):
             sim.wait(10)
@@ -347,6 +352,35 @@ def main() -> int:
             broker_proc.terminate()
         if pg_name:
             asyncio.run(drop_postgres(pg_name))
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("-n", type=int, default=1000, help="PyTorchJobs to create")
+    p.add_argument("--concurrency", type=int, default=32, help="creations in flight")
+    p.add_argument("--rate", type=float, default=0.0,
+                   help="create Jobs at this many per second (0: as fast as kubesim takes them)")
+    p.add_argument("--profile", action="store_true", help="cProfile this process during the run")
+    p.add_argument("--sqlite", action="store_true", help="use SQLite even when PostgreSQL is reachable")
+    args = p.parse_args()
+    LOAD[:] = list(os.getloadavg())
+    creator: Any = None
+    with environment(use_postgres=not args.sqlite) as env:
+        try:
+            go = env.ctx.Event()
+            results = env.ctx.Queue()
+            creator = env.ctx.Process(target=creator_main, daemon=True,
+                                      args=(str(env.kubeconfig), args.n, args.concurrency, args.rate, go, results))
+            creator.start()
+            prof = cProfile.Profile() if args.profile else None
+            others = {"dispatcher (this process)": os.getpid(), "kubesim": env.sim.pid, "fake agents": env.agents.pid,
+                      "job creator": creator.pid}
+            result = asyncio.run(bench(args.n, env.mqtt_url, env.db_url, env.kubeconfig, env.root, args.concurrency,
+                                       prof, creator, go, results, others))
+        finally:
+            with contextlib.suppress(Exception):
+                creator.terminate()
+    notes = env.notes
     print(f"dispatch_bench: N={result['n']} ({'; '.join(notes)}; {os.cpu_count()} cores)")
     print(f"  created {result['n']} Jobs in {result['create_s']:.2f}s ({result['create_rate']:.0f}/s, "
           f"{args.concurrency} in flight, {f'paced at {args.rate:g}/s' if args.rate else 'unpaced'})")

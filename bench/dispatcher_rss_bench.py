@@ -34,9 +34,7 @@ import json
 import multiprocessing
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -45,20 +43,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.dispatch_bench import (  # noqa: E402
-    CLUSTERS,
-    KEYS,
-    agents_main,
-    creator_main,
-    drop_postgres,
-    fresh_postgres,
-    reachable,
-    setup_manager,
-)
-from dispatcher import db  # noqa: E402
+from bench.dispatch_bench import CLUSTERS, KEYS, creator_main, environment  # noqa: E402
 
 GOAL_MB = 300.0
 """Issue 15: dispatcher RSS at 100,000 Workloads known."""
+TRACE_TOP = 40
+TRACE_FRAMES = int(os.environ.get("RSS_BENCH_TRACE_FRAMES", "1"))
+"""With --tracemalloc: frames kept per allocation; above 1 the top tracebacks are printed too."""
 
 
 # --- the dispatcher (own process) --------------------------------------------------------------
@@ -80,7 +71,7 @@ async def _dispatcher(settings_json: str, conn: Any, trace: bool) -> None:
 
     if trace:
         import tracemalloc
-        tracemalloc.start(1)
+        tracemalloc.start(TRACE_FRAMES)
     settings = DispatcherSettings.model_validate_json(settings_json)
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
@@ -99,7 +90,14 @@ async def _dispatcher(settings_json: str, conn: Any, trace: bool) -> None:
                     if trace:
                         import tracemalloc
                         snap = tracemalloc.take_snapshot()
-                        lines = [str(s) for s in snap.statistics("lineno")[:25]]
+                        stats = snap.statistics("lineno")
+                        total = sum(s.size for s in stats)
+                        lines = [f"total traced {total / 1e6:.1f} MB in {sum(s.count for s in stats):,} blocks",
+                                 *(str(s) for s in stats[:TRACE_TOP])]
+                        if TRACE_FRAMES > 1:  # where the largest lines were called from
+                            for st in snap.statistics("traceback")[:TRACE_TOP // 2]:
+                                lines += [f"{st.size / 1024:.0f} KiB in {st.count} blocks from:",
+                                          *(f"      {f.filename}:{f.lineno}" for f in st.traceback)]
                         conn.send({"trace": lines})
         reporter = asyncio.create_task(report())
         try:
@@ -155,7 +153,7 @@ class Running:
         for _ in range(30):
             msg = self.poll(2.0)
             if "trace" in msg:
-                print(f"  tracemalloc, top 25 lines by memory held ({label} dispatcher):")
+                print(f"  tracemalloc, top {TRACE_TOP} lines by memory held ({label} dispatcher):")
                 for line in msg["trace"]:
                     print(f"    {line}")
                 return
@@ -192,96 +190,60 @@ def show(label: str, pid: int, state: dict[str, Any], n: int, empty_kib: int) ->
     return kib
 
 
+PHASES = (("claimed", "the dispatcher that claimed them", "claiming"),
+          ("restarted", "rebuilt from SQL, every Job listed", "restarting"))
+
+
 def run(n: int, placed_fraction: float, use_postgres: bool, trace: bool, concurrency: int) -> dict[str, Any]:
     from dispatcher.settings import DispatcherSettings
 
     load = os.getloadavg()
-    tmp = Path(tempfile.mkdtemp(prefix="mkd-rss-bench-"))
-    root = f"mkd-rss-bench-{uuid.uuid4().hex[:6]}/v1"
-    pg_name = None
-    if use_postgres and reachable("127.0.0.1", 5432):
-        db_url, pg_name = asyncio.run(fresh_postgres())  # a database of its own, dropped at the end
-        where = f"PostgreSQL 127.0.0.1:5432 (database {pg_name}, dropped after)"
-    else:
-        db_url = f"sqlite+aiosqlite:///{tmp / 'mkd.db'}"
-        where = "SQLite"
-    if not reachable("127.0.0.1", 1883):
-        raise SystemExit("dispatcher_rss_bench needs an MQTT broker on 127.0.0.1:1883 (Mosquitto)")
-    mqtt_url = "mqtt://127.0.0.1:1883"
     placed = int(n * placed_fraction)
     cpu = 2 * -(-placed // len(CLUSTERS))  # each cluster fits a third of the placed Jobs (2 CPUs each)
     placed = min(n, cpu // 2 * len(CLUSTERS))
-    sim = subprocess.Popen([sys.executable, "-m", "kubesim", "--clusters", "manager", "--nodes", "1",
-                            "--state-dir", str(tmp / "sim")], cwd=ROOT, stdout=subprocess.PIPE, text=True)
-    ctx = multiprocessing.get_context("spawn")
-    ready = ctx.Event()
-    agents = ctx.Process(target=agents_main, daemon=True,
-                         args=(mqtt_url, root, ready, {c: KEYS[c][0] for c in CLUSTERS}, cpu))
+    result: dict[str, Any] = {"n": n, "placed": placed, "load_before": load}
     creator: Any = None
     dispatcher: Running | None = None
-    result: dict[str, Any] = {"n": n, "placed": placed, "database": where, "load_before": load}
-    try:
-        assert sim.stdout is not None
-        for line in sim.stdout:
-            if "ready" in line:
-                break
-        kubeconfig = tmp / "sim" / "manager.kubeconfig"
-        asyncio.run(setup_manager(kubeconfig))
-        db.upgrade(db_url)
-        agents.start()
-        if not ready.wait(60):
-            raise RuntimeError("fake agents did not start")
-        settings = json.dumps({  # plain values: a dump of the settings would mask the private key
-            "kube": {"kubeconfig": str(kubeconfig)}, "database_url": db_url,
-            "mqtt": {"url": mqtt_url, "topic_root": root, "client_id": f"rss-bench-{uuid.uuid4().hex[:6]}"},
-            "signing": {"private_key": KEYS["dispatcher"][0]},
-            "cluster_public_keys": {c: KEYS[c][1] for c in CLUSTERS}})
-        DispatcherSettings.model_validate_json(settings)  # a mistake shows here, not in the child
-        print(f"dispatcher_rss_bench: N={n:,} ({placed:,} fit the agents, the rest stay pending); database: {where}; "
-              f"broker: Mosquitto 127.0.0.1:1883; {os.cpu_count()} cores; load average {load[0]:.1f} "
-              f"{load[1]:.1f} {load[2]:.1f}", flush=True)
-        dispatcher = Running(settings, trace)
-        dispatcher.settle(0, 120, "starting")
-        assert dispatcher.proc.pid is not None
-        empty = status_kib(dispatcher.proc.pid)["VmRSS"]
-        result["empty_kib"] = empty
-        print(f"  started, knowing nothing: RSS {mb(empty):.0f} MB", flush=True)
-        go, results = ctx.Event(), ctx.Queue()
-        creator = ctx.Process(target=creator_main, daemon=True,
-                              args=(str(kubeconfig), n, concurrency, 0.0, go, results))
-        creator.start()
-        t0 = time.monotonic()
-        go.set()
-        dispatcher.settle(n, max(600.0, n / 20), "claiming")
-        result["claim_s"] = time.monotonic() - t0
-        print(f"  claimed {n:,} Jobs in {result['claim_s']:.0f}s", flush=True)
-        assert dispatcher.proc.pid is not None
-        result["claimed"] = show("claimed (the dispatcher that claimed them)", dispatcher.proc.pid,
-                                 dispatcher.state, n, empty)
-        if trace:
-            dispatcher.print_trace("claimed")
-        dispatcher.stop()
-        t0 = time.monotonic()
-        dispatcher = Running(settings, trace)
-        dispatcher.settle(n, max(600.0, n / 50), "restarting")
-        result["restart_s"] = time.monotonic() - t0
-        print(f"  restarted and rebuilt in {result['restart_s']:.0f}s", flush=True)
-        assert dispatcher.proc.pid is not None
-        result["restarted"] = show("restarted (rebuilt from SQL, every Job listed)", dispatcher.proc.pid,
-                                   dispatcher.state, n, empty)
-        if trace:
-            dispatcher.print_trace("restarted")
-    finally:
-        if dispatcher is not None:
-            dispatcher.stop()
-        with contextlib.suppress(Exception):
-            creator.terminate()
-        agents.terminate()
-        sim.terminate()
-        with contextlib.suppress(Exception):
-            sim.wait(10)
-        if pg_name:
-            asyncio.run(drop_postgres(pg_name))
+    with environment(use_postgres=use_postgres, need_mosquitto=True, agents_cpu=cpu) as env:
+        try:
+            settings = json.dumps({  # plain values: a dump of the settings would mask the private key
+                "kube": {"kubeconfig": str(env.kubeconfig)}, "database_url": env.db_url,
+                "mqtt": {"url": env.mqtt_url, "topic_root": env.root, "client_id": f"rss-bench-{uuid.uuid4().hex[:6]}"},
+                "signing": {"private_key": KEYS["dispatcher"][0]},
+                "cluster_public_keys": {c: KEYS[c][1] for c in CLUSTERS}})
+            DispatcherSettings.model_validate_json(settings)  # a mistake shows here, not in the child
+            print(f"dispatcher_rss_bench: N={n:,} ({placed:,} fit the agents, the rest stay pending); "
+                  f"{'; '.join(env.notes)}; {os.cpu_count()} cores; load average {load[0]:.1f} {load[1]:.1f} "
+                  f"{load[2]:.1f}", flush=True)
+            empty = 0
+            for phase, label, doing in PHASES:
+                t0 = time.monotonic()
+                dispatcher = Running(settings, trace)
+                if phase == "claimed":  # a dispatcher knowing nothing, then the Jobs are created
+                    dispatcher.settle(0, 120, "starting")
+                    assert dispatcher.proc.pid is not None
+                    empty = result["empty_kib"] = status_kib(dispatcher.proc.pid)["VmRSS"]
+                    print(f"  started, knowing nothing: RSS {mb(empty):.0f} MB", flush=True)
+                    go, results = env.ctx.Event(), env.ctx.Queue()
+                    creator = env.ctx.Process(target=creator_main, daemon=True,
+                                              args=(str(env.kubeconfig), n, concurrency, 0.0, go, results))
+                    creator.start()
+                    t0 = time.monotonic()
+                    go.set()
+                dispatcher.settle(n, max(600.0, n / 20), doing)
+                result[f"{phase}_s"] = time.monotonic() - t0
+                print(f"  {phase} {n:,} Jobs in {result[f'{phase}_s']:.0f}s", flush=True)
+                assert dispatcher.proc.pid is not None
+                result[phase] = show(f"{phase} ({label})", dispatcher.proc.pid, dispatcher.state, n, empty)
+                if trace:
+                    dispatcher.print_trace(phase)
+                dispatcher.stop()  # the next phase: a new dispatcher on the same database and manager
+                dispatcher = None
+        finally:
+            if dispatcher is not None:
+                dispatcher.stop()
+            with contextlib.suppress(Exception):
+                creator.terminate()
     return result
 
 
