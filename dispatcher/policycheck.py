@@ -27,7 +27,8 @@ class PolicyGate:
         self._policies: dict[str, Policy] = {}
         self._cache: dict[tuple[str, int, str], str] = {}
         self._base: dict[str, tuple[Any, Any]] = {}
-        """uid -> (the queue entry, its own placement constraints before any policy exclusion)."""
+        """uid -> (the queue entry, its own placement constraints before any policy exclusion), for the
+        entries a policy excludes clusters of."""
         self._why: dict[str, dict[str, str]] = {}
 
     def apply(self, entries: Mapping[str, Any], cache: JobCache,
@@ -40,16 +41,17 @@ class PolicyGate:
             self._why = {u: v for u, v in self._why.items() if u in entries}
         for uid, e in entries.items():
             base = self._base.get(uid)
-            if base is None or base[0] is not e:  # a new entry: its placement is its own
-                base = self._base[uid] = (e, e.placement)
+            own = base[1] if base is not None and base[0] is e else e.placement  # a new entry: its own
             head = cache.head(uid) if announced else None
             refused = (self.refusals(uid, head, lambda uid=uid: cache[uid], announced, texts)  # type: ignore[misc]
                        if head is not None else {})
-            own = base[1]
             if refused:
+                self._base[uid] = (e, own)  # kept only while a policy changes it (issue 15: 100,000 entries)
                 e.placement = type(own)(own.pin, own.exclude | frozenset(refused), own.selector)
                 self._why[uid] = refused
             else:
+                if base is not None:
+                    del self._base[uid]
                 e.placement = own
                 self._why.pop(uid, None)
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
+from types import MappingProxyType
 from typing import Any
 
 from federation.errors import Invalid
@@ -121,13 +122,22 @@ class Selector:
         return True
 
 
-@dataclass(frozen=True)
+NO_CLUSTERS: frozenset[str] = frozenset()
+NO_LABELS: Mapping[str, str] = MappingProxyType({})
+"""Shared by every Placement without them: a dispatcher holds one per pending Workload (issue 15)."""
+
+
+@dataclass(frozen=True, slots=True)
 class Placement:
     """mkd's per-ClusterQueue or per-Job cluster constraints (annotations)."""
 
-    pin: frozenset[str] = frozenset()
-    exclude: frozenset[str] = frozenset()
-    selector: Mapping[str, str] = field(default_factory=dict)
+    pin: frozenset[str] = NO_CLUSTERS
+    exclude: frozenset[str] = NO_CLUSTERS
+    selector: Mapping[str, str] = field(default_factory=lambda: NO_LABELS)
+
+
+ANYWHERE = Placement()
+"""The Placement of every Job and ClusterQueue without cluster annotations (one object, shared)."""
 
 
 @dataclass(frozen=True)
@@ -142,7 +152,7 @@ class ClusterQueue:
     when_can_preempt: str = "TryNextFlavor"
     weight: Decimal = Decimal(1)
     stop_policy: str = "None"
-    placement: Placement = Placement()
+    placement: Placement = ANYWHERE
 
     def flavor_names(self) -> list[str]:
         return [f.name for g in self.resource_groups for f in g.flavors]
@@ -265,20 +275,22 @@ def parse_selector(value: Any, where: str) -> Selector | None:
 
 
 def _csv(text: Any) -> frozenset[str]:
-    return frozenset(p.strip() for p in str(text or "").split(",") if p.strip())
+    return frozenset(p.strip() for p in str(text or "").split(",") if p.strip()) or NO_CLUSTERS
 
 
 def placement_of(annotations: Mapping[str, Any] | None) -> Placement:
     """mkd's cluster pin / exclude / selector annotations (on a Job or a ClusterQueue)."""
     ann = annotations or {}
-    selector = {}
+    if not any(a in ann for a in (PIN_ANNOTATION, EXCLUDE_ANNOTATION, CLUSTER_SELECTOR_ANNOTATION)):
+        return ANYWHERE
+    selector: dict[str, str] = {}
     for part in _csv(ann.get(CLUSTER_SELECTOR_ANNOTATION)):
         key, sep, value = part.partition("=")
         if not sep:
             raise Invalid(f"metadata.annotations[{CLUSTER_SELECTOR_ANNOTATION}]", f"{part!r} is not key=value",
                           fix="write key=value pairs separated by commas")
         selector[key.strip()] = value.strip()
-    return Placement(_csv(ann.get(PIN_ANNOTATION)), _csv(ann.get(EXCLUDE_ANNOTATION)), selector)
+    return Placement(_csv(ann.get(PIN_ANNOTATION)), _csv(ann.get(EXCLUDE_ANNOTATION)), selector or NO_LABELS)
 
 
 def parse_cluster_queue(obj: Mapping[str, Any]) -> ClusterQueue:

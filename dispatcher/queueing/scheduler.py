@@ -47,7 +47,7 @@ REASONS = {"InClusterQueue": "prioritization in the ClusterQueue", "InCohortRecl
            "InCohortReclaimWhileBorrowing": "reclamation within the cohort while borrowing",
            fairshare.IN_COHORT_FAIR_SHARING: "Fair Sharing within the cohort"}
 """Kueue's preemption reasons (the Preempted condition's reason) and the words of its message."""
-ANYWHERE = api.Placement()
+ANYWHERE = api.ANYWHERE
 
 
 @dataclass(slots=True, eq=False)

@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+import orjson
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -34,6 +35,7 @@ from federation.podset import format_quantity, parse_quantity
 log = logging.getLogger("dispatcher.queueing")
 HOLDING = ("placed", "running")
 UNRESOLVED = "?"
+NEEDS_REMEMBERED = 1024
 """priority_source of a Workload claimed before the priority classes were listed."""
 
 
@@ -77,6 +79,7 @@ class QueueingState:
         self.cordoned: frozenset[str] = frozenset()
         """The capacity book's version at the last pass (see ``CapacityBook.version``)."""
         self.shown: dict[str, tuple[str, datetime]] = {}
+        self._needs: dict[tuple[str, bytes], Need] = {}
         """uid -> (reason, when) last written to the Job for a waiting Workload."""
 
     # --- claim --------------------------------------------------------------------------------
@@ -100,7 +103,7 @@ class QueueingState:
             placement = api.placement_of(wl.meta(obj).get("annotations"))
         except Invalid as exc:
             log.warning("%s/%s: %s; its cluster annotations are ignored", row["namespace"], row["name"], exc)
-            placement = api.Placement()
+            placement = api.ANYWHERE
         excluded = tuple(row.get("excluded") or ())
         if row.get("pinned"):
             placement = api.Placement(frozenset({row["pinned"]}), placement.exclude, placement.selector)
@@ -146,7 +149,7 @@ class QueueingState:
                     continue
                 need = needs.get(uid)
                 if need is None:
-                    need = needs[uid] = wl.need_of(row["kind"], row["podsets"])
+                    need = needs[uid] = self._need(row["kind"], row["podsets"])
                 self.queues.add(self.entry(row, cache[uid], need))  # decoded only here: the cache is compressed
             elif state in HOLDING:
                 self.queues.discard(uid)
@@ -159,6 +162,17 @@ class QueueingState:
                 self.queues.discard(uid)
                 self.queues.release(uid)
                 self.shown.pop(uid, None)
+
+    def _need(self, kind: str, podsets: list[dict[str, Any]]) -> Need:
+        """The need of a row read back from SQL, one object for every row of the same PodSets (a restarted
+        dispatcher reads 100,000 of them; a claim shares them the same way, ``workload._podsets``)."""
+        key = (kind, orjson.dumps(podsets, option=orjson.OPT_SORT_KEYS))
+        need = self._needs.get(key)
+        if need is None:
+            if len(self._needs) >= NEEDS_REMEMBERED:
+                self._needs.clear()
+            need = self._needs[key] = wl.need_of(kind, podsets)
+        return need
 
     async def rebuild(self, s: AsyncSession, cache: Mapping[str, Mapping[str, Any]], needs: dict[str, Need]) -> None:
         """Quota held and pending Workloads read back from SQL (start-up, or after a failed batch)."""
