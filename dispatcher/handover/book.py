@@ -22,7 +22,6 @@ import asyncio
 import logging
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -50,11 +49,8 @@ def controller_of(kind: JobKind, job: Mapping[str, Any]) -> str:
     return value if value else f"{kind.controller} (default)"
 
 
-@dataclass
-class _Seen:
-    namespace: str
-    kind: str
-    controller: str
+_Seen = tuple[str, str, str]
+"""(namespace, kind, controller) of a Job: a few distinct values, each held once (:meth:`HandoverBook._group`)."""
 
 
 class HandoverBook:
@@ -76,6 +72,9 @@ class HandoverBook:
         self.policy_errors: dict[str, str] = {}
         self.namespace_labels: dict[str, dict[str, str]] = {}
         self.jobs: dict[str, _Seen] = {}
+        """uid -> its group; the manager's every Job (issue 15: 100,000 of them), so the groups are shared."""
+        self._groups: dict[_Seen, _Seen] = {}
+        self._groups_limit = 1000
         self._todo: dict[str, tuple[JobKind, dict[str, Any]]] = {}
         self._gone: set[str] = set()
         self._recorded: set[str] = set()
@@ -96,14 +95,22 @@ class HandoverBook:
                 self._gone.add(uid)
             return
         md = wl.meta(obj)
-        seen = _Seen(str(md.get("namespace") or ""), kind.name, controller_of(kind, obj))
-        self.jobs[uid] = seen
+        self.jobs[uid] = self._group((str(md.get("namespace") or ""), kind.name, controller_of(kind, obj)))
         if kind.managed_by(obj) != labels.MULTIKUEUE and self.policies and uid not in self._recorded:
             self._todo[uid] = (kind, dict(obj))
 
     def counts(self) -> Counter[tuple[str, str, str]]:
         """(namespace, kind, controller) → Jobs on the manager now."""
-        return Counter((s.namespace, s.kind, s.controller) for s in self.jobs.values())
+        return Counter(self.jobs.values())
+
+    def _group(self, seen: _Seen) -> _Seen:
+        group = self._groups.get(seen)
+        if group is None:
+            if len(self._groups) >= self._groups_limit:  # namespaces come and go: forget groups no Job is in
+                self._groups = {g: g for g in self.jobs.values()}
+                self._groups_limit = max(1000, 2 * len(self._groups))
+            group = self._groups[seen] = seen
+        return group
 
     # --- the webhook's question ------------------------------------------------------------------
 
