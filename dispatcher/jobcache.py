@@ -3,16 +3,23 @@
 Every claimed Job is kept (its spec is what a Place carries, sent again after an Inventory), but
 it is read rarely: when the Job is placed or its Place is sent again, when a status write has no
 newer baseline, when a cluster's policy is checked for the first time. A Job decoded from JSON is
-about 10 KiB of Python objects; as zlib-compressed JSON it is a tenth of that (issue 15: the
+about 10 KiB of Python objects; compressed it is a tiny fraction of that (issue 15: the
 dispatcher's RSS at 100,000 Workloads ≤ 300 MB). So each Job is held as compressed bytes next to a
 small header (:class:`Head`) with what is read on every watch event and every scheduling pass —
-its address, generation, managedBy and whether it is being deleted — and decoded only on
+its namespace, generation, managedBy and whether it is being deleted — and decoded only on
 :meth:`JobCache.get`, into a fresh dict the caller may change without changing the cache.
+
+Compression (:func:`pack`) is raw DEFLATE with a preset dictionary: the first value packed of each
+shape (a Job's kind; else its top-level keys) becomes the dictionary of every later value of that
+shape. Jobs submitted from a few templates differ in their names, uids and timestamps only, so a
+PyTorchJob of 900 bytes of JSON packs into about 80 (plain zlib: 450), and faster. The dictionaries
+live as long as the process (at most ``MAX_DICTIONARIES``; beyond, values pack without one).
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import zlib
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import Any
@@ -22,32 +29,69 @@ import orjson
 from federation.errors import Invalid
 from federation.kinds.registry import by_name
 
+MAX_DICTIONARIES = 64
+_DICTIONARIES: list[bytes] = [b""]
+"""id (the first byte of a packed value) -> preset dictionary; id 0: none."""
+_BY_SHAPE: dict[Any, int] = {}
+_REGISTER = threading.Lock()  # the KubeWriter packs from its threads too
+_WINDOW = 32768  # DEFLATE looks back this far: only a dictionary's tail is used
+
+
+def _shape(value: Any) -> Any:
+    if not isinstance(value, dict):
+        return None
+    kind = value.get("kind")
+    return kind if isinstance(kind, str) and kind else tuple(value)
+
+
+def _dictionary(value: Any, data: bytes) -> int:
+    shape = _shape(value)
+    found = _BY_SHAPE.get(shape)
+    if found is not None or shape is None:
+        return found or 0
+    with _REGISTER:
+        found = _BY_SHAPE.get(shape)
+        if found is None:
+            if len(_DICTIONARIES) >= MAX_DICTIONARIES:
+                return 0
+            _DICTIONARIES.append(bytes(data[-_WINDOW:]))
+            found = _BY_SHAPE[shape] = len(_DICTIONARIES) - 1
+        return found
+
 
 def pack(value: Any) -> bytes:
-    """``value`` as zlib-compressed JSON, exact-size (orjson's own output is over-allocated)."""
-    # level 1: a third of the JSON's size at a fraction of the CPU of higher levels
-    return zlib.compress(orjson.dumps(value), 1)
+    """``value`` as compressed JSON, exact-size: one byte naming the preset dictionary, then raw DEFLATE."""
+    data = orjson.dumps(value)
+    ident = _dictionary(value, data)
+    zdict = _DICTIONARIES[ident]
+    # level 1: most of the gain at a fraction of the CPU of higher levels
+    c = (zlib.compressobj(1, zlib.DEFLATED, -15, 8, zlib.Z_DEFAULT_STRATEGY, zdict) if zdict
+         else zlib.compressobj(1, zlib.DEFLATED, -15))
+    return b"".join((_IDS[ident], c.compress(data), c.flush()))
+
+
+_IDS = [bytes((i,)) for i in range(MAX_DICTIONARIES)]
 
 
 def unpack(raw: bytes) -> Any:
     """A fresh copy of what :func:`pack` packed."""
-    return orjson.loads(zlib.decompress(raw))
+    zdict = _DICTIONARIES[raw[0]]
+    d = zlib.decompressobj(-15, zdict=zdict) if zdict else zlib.decompressobj(-15)
+    return orjson.loads(d.decompress(memoryview(raw)[1:]))
 
 
 class Head:
     """What is read of a cached Job without decoding it."""
 
-    __slots__ = ("deleting", "generation", "kind", "managed_by", "name", "namespace", "raw")
+    __slots__ = ("deleting", "generation", "managed_by", "namespace", "raw")
 
     def __init__(self, obj: Mapping[str, Any], raw: bytes) -> None:
         meta = obj.get("metadata") or {}
-        self.kind: str = sys.intern(str(obj.get("kind") or ""))
         self.namespace: str = sys.intern(str(meta.get("namespace") or ""))
-        self.name: str = str(meta.get("name") or "")
         generation = meta.get("generation")
         self.generation: int = generation if isinstance(generation, int) else 0
         self.deleting: bool = bool(meta.get("deletionTimestamp"))
-        self.managed_by: str | None = _managed_by(obj, self.kind)
+        self.managed_by: str | None = _managed_by(obj, str(obj.get("kind") or ""))
         self.raw = raw
 
 

@@ -44,8 +44,8 @@ def test_the_header_holds_what_is_read_without_decoding() -> None:
     cache["u1"] = job(generation=3)
     head = cache.head("u1")
     assert head is not None
-    assert (head.kind, head.namespace, head.name, head.generation, head.managed_by, head.deleting) == (
-        "PyTorchJob", "team-a", "train", 3, labels.MULTIKUEUE, False)
+    assert (head.namespace, head.generation, head.managed_by, head.deleting) == (
+        "team-a", 3, labels.MULTIKUEUE, False)
     deleting = job(managed_by=None)
     deleting["metadata"]["deletionTimestamp"] = "2026-11-24T07:00:00Z"
     cache["u1"] = deleting
@@ -82,3 +82,27 @@ def test_intake_passes_on_a_relist_deletion_stub_of_a_job_not_claimed_yet() -> N
     assert intake.relevant(kind, engine, stub, True)
     assert not intake.relevant(kind, engine, job("u9", managed_by=None), True)  # not mkd's, seen whole
     assert not intake.relevant(kind, engine, job("u9", managed_by=None), False)
+
+
+def test_packed_values_read_back_whatever_their_shape_and_jobs_of_a_kind_share_a_dictionary(monkeypatch: Any) -> None:
+    import zlib
+
+    import orjson
+
+    from dispatcher import jobcache
+
+    monkeypatch.setattr(jobcache, "_DICTIONARIES", [b""])
+    monkeypatch.setattr(jobcache, "_BY_SHAPE", {})
+    values: list[Any] = [job("u1"), job("u2", generation=2), {"conditions": [{"type": "A"}]}, {"conditions": []},
+                         [1, 2], "text", None, {}, {"kind": "", "x": 1}]
+    packed = [jobcache.pack(v) for v in values]
+    assert [jobcache.unpack(p) for p in packed] == values
+    first, second = packed[0], packed[1]
+    assert first[0] == second[0] != 0  # one dictionary for the kind
+    plain = len(zlib.compress(orjson.dumps(values[1]), 1))
+    assert len(second) * 2 < plain  # the second Job of a kind costs a fraction of plain zlib
+    monkeypatch.setattr(jobcache, "MAX_DICTIONARIES", len(jobcache._DICTIONARIES))  # full: no new dictionary
+    more = {"kind": "Other", "metadata": {"name": "n"}}
+    raw = jobcache.pack(more)
+    assert raw[0] == 0 and jobcache.unpack(raw) == more
+    assert jobcache.unpack(jobcache.pack(values[0])) == values[0]  # the kinds registered before still use theirs
