@@ -666,12 +666,15 @@ class Kube:
     # --- informer ---
 
     def informer(self, res: Resource, namespace: str | None = None, *,
-                 label_selector: str | None = None, compact: bool = False) -> AsyncIterator[WatchEvent]:
+                 label_selector: str | None = None, compact: bool = False,
+                 listed: Callable[[], None] | None = None) -> AsyncIterator[WatchEvent]:
         """List (ADDED for each), then watch; see ``_Informer``. Never ends by itself. ``compact``: the
         informer keeps only each object's resourceVersion and uid (not the object), for a consumer that
         holds what it needs itself; a DELETED event found by a relist then carries a stub (apiVersion,
-        kind, metadata name / namespace / uid / resourceVersion) instead of the last object seen."""
-        return _Informer(self, res, namespace, label_selector, compact).run()
+        kind, metadata name / namespace / uid / resourceVersion) instead of the last object seen.
+        ``listed`` is called each time a (re)list is complete and its every event was taken, before
+        the watch starts (a consumer that must know when it has seen everything once)."""
+        return _Informer(self, res, namespace, label_selector, compact, listed).run()
 
     def _start_watch(self, res: Resource, namespace: str | None, label_selector: str | None,
                      resource_version: str) -> _WatchStream:
@@ -807,8 +810,9 @@ class _Informer:
     """Capped low: after an API-server outage the informer is back within seconds (one client per kind)."""
 
     def __init__(self, kube: Kube, res: Resource, namespace: str | None, label_selector: str | None,
-                 compact: bool = False) -> None:
+                 compact: bool = False, listed: Callable[[], None] | None = None) -> None:
         self.kube = kube
+        self.listed = listed
         self.res = res
         self.namespace = namespace
         self.label_selector = label_selector
@@ -918,6 +922,8 @@ class _Informer:
                     continue
                 need_list = False
                 self.failures = 0
+                if self.listed is not None:
+                    self.listed()
             elif need_list:
                 try:
                     events = await self._relist()
@@ -929,6 +935,8 @@ class _Informer:
                 events.reverse()
                 while events:  # each object let go once handed over (a list may hold every Job of a cluster)
                     yield events.pop()
+                if self.listed is not None:
+                    self.listed()
             stream = self.kube._start_watch(self.res, self.namespace, self.label_selector, self.resource_version)
             started = time.monotonic()
             try:

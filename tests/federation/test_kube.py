@@ -430,6 +430,37 @@ async def test_informer_relists_on_410_and_emits_the_difference(fake: tuple[Fake
         await it.aclose()  # type: ignore[attr-defined]
 
 
+@pytest.mark.parametrize("compact", [False, True])
+async def test_informer_says_when_each_list_is_complete(fake: tuple[FakeApi, Path], compact: bool) -> None:
+    """``listed`` runs once the consumer has taken every event of a (re)list, before the watch: the
+    dispatcher's intake lists the manager once at start, the informer's list, and needs to know its end."""
+    api, kubeconfig = fake
+    async with Kube(kubeconfig) as kube:
+        for name in ("a", "b", "c"):
+            await kube.create(CONFIGMAPS, {"metadata": {"name": name}}, "ns")
+        taken: list[str] = []
+        calls: list[int] = []
+        it = kube.informer(CONFIGMAPS, "ns", compact=compact, listed=lambda: calls.append(len(taken)))
+        for _ in range(3):
+            taken.append((await next_event(it)).object["metadata"]["name"])
+        assert calls == []  # the consumer has not asked for more yet
+        await kube.create(CONFIGMAPS, {"metadata": {"name": "x"}}, "ns")
+        taken.append((await next_event(it)).object["metadata"]["name"])
+        assert calls == [3] and taken[3] == "x"  # the list ended after the three, then the watch
+        api.compacted_below = 1000  # the next watch is refused with 410: a relist, complete again
+        await api.drop_watches()
+        api.objects[("configmaps", "ns", "after")] = {"metadata": {"name": "after", "namespace": "ns",
+                                                                 "resourceVersion": "1001"}}
+        api.last_rv = 1001
+        taken.append((await next_event(it)).object["metadata"]["name"])
+        assert taken[4] == "after" and calls == [3]  # the relist's one new object; its end not reached yet
+        api.rv = itertools.count(2000)
+        await kube.create(CONFIGMAPS, {"metadata": {"name": "y"}}, "ns")
+        assert (await next_event(it)).object["metadata"]["name"] == "y"
+        assert calls == [3, 5]
+        await it.aclose()  # type: ignore[attr-defined]
+
+
 async def test_informer_retries_transport_errors(fake: tuple[FakeApi, Path]) -> None:
     api, kubeconfig = fake
     async with Kube(kubeconfig) as kube:
