@@ -3,8 +3,8 @@
 One task per kind (and per namespace when ``namespaces`` is set). A kind whose CRD is not
 served yet is re-checked every ``kind_recheck_seconds`` and picked up when it appears. The first
 list after start-up fills the Job cache and turns Workloads whose Job vanished while the
-dispatcher was away into deletions. From then on the informer's events are filtered here,
-without touching the database: a Job whose managedBy is not ``kueue.x-k8s.io/multikueue`` and
+dispatcher was away into deletions (that first list is the informer's: one list at start). The
+informer's events are filtered here, without touching the database: a Job whose managedBy is not ``kueue.x-k8s.io/multikueue`` and
 that mkd never claimed is ignored (never written to); for a claimed Job only a new generation,
 a managedBy change, a deletion timestamp or the deletion itself are passed on — the MODIFIED
 events caused by mkd's own status writes are not.
@@ -104,43 +104,34 @@ class Intake:
                 self._listed(kind, namespace)  # nothing to wait for
                 first = False
             await self.clock.sleep(self.recheck_seconds)
-        present = await self._first_list(kind, res, namespace)
-        gone = self.engine.sync_kind(kind, present, namespace)
-        if gone:
-            log.info("%d %s Jobs in %s were deleted while the dispatcher was away", gone, kind.name,
-                     namespace or "all namespaces")
-        self._listed(kind, namespace)
-        self.watching.add(kind.name)
-        log.info("watching %s in %s", kind.name, namespace or "all namespaces")
-        # compact: the engine's JobCache holds the claimed Jobs; the informer keeps no second copy of each
-        async for event in self.kube.informer(res, namespace, compact=True):
+        present: list[str] | None = []
+
+        def listed() -> None:  # the informer's first list is complete (and each relist after it)
+            nonlocal present
+            if present is None:
+                return
+            gone = self.engine.sync_kind(kind, present, namespace)
+            present = None
+            if gone:
+                log.info("%d %s Jobs in %s were deleted while the dispatcher was away", gone, kind.name,
+                         namespace or "all namespaces")
+            self._listed(kind, namespace)
+            self.watching.add(kind.name)
+            log.info("watching %s in %s", kind.name, namespace or "all namespaces")
+
+        # One list at start, the informer's (a page at a time: never every Job of the manager whole at once,
+        # issue 15's memory goal). Compact: the engine's JobCache holds the claimed Jobs; the informer keeps
+        # no second copy of each.
+        async for event in self.kube.informer(res, namespace, compact=True, listed=listed):
             deleted = event.type == "DELETED"
+            if present is not None and not deleted:
+                present.append(wl.uid_of(event.object))
             if self.observe is not None:
                 self.observe(kind, event.object, deleted)
             if self._followed_only(namespace, event.object):
                 continue
             if relevant(kind, self.engine, event.object, deleted):
                 self.engine.inbox.put_nowait(JobChange(kind, event.object, deleted=deleted))
-
-    async def _first_list(self, kind: JobKind, res: Any, namespace: str | None) -> list[str]:
-        """List every Job once, a page at a time, and pass on what matters (packed, ``JobChange``); the
-        uids present. Never every Job of the manager whole at once (issue 15's memory goal)."""
-        present = []
-        async for page in self.kube.list_pages(res, namespace):
-            present += self._listed_page(kind, namespace, page.items)
-        return present
-
-    def _listed_page(self, kind: JobKind, namespace: str | None, items: list[dict[str, Any]]) -> list[str]:
-        present = []
-        for obj in items:
-            present.append(wl.uid_of(obj))
-            if self.observe is not None:
-                self.observe(kind, obj, False)
-            if self._followed_only(namespace, obj):
-                continue
-            if relevant(kind, self.engine, obj, False):
-                self.engine.inbox.put_nowait(JobChange(kind, obj))
-        return present
 
     def _followed_only(self, namespace: str | None, obj: Mapping[str, Any]) -> bool:
         """A Job in a namespace watched only to follow what mkd already holds, that mkd does not hold."""
