@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -145,13 +146,14 @@ class EngineCore:
 
     async def rebuild(self) -> None:
         async with self.sessions() as s:
-            self.known = await q.known_uids(s)
-            self.namespace_of = await q.known_namespaces(s)
+            # one string per uid, kind and namespace across the engine's maps (issue 15: 100,000 Workloads)
+            self.known = {sys.intern(u): sys.intern(k) for u, k in (await q.known_uids(s)).items()}
+            self.namespace_of = {sys.intern(u): sys.intern(ns) for u, ns in (await q.known_namespaces(s)).items()}
             book = CapacityBook(settle_seconds=self.settings.capacity_settle_seconds,
                                 heartbeats=self.book.heartbeats, received=self.book.received)
             for row in await q.active_placements(s):
                 total = {k: parse_quantity(v, k) for k, v in (row.requests or {}).items()}
-                book.reserve(row.workload_uid, row.cluster, total)
+                book.reserve(sys.intern(row.workload_uid), row.cluster, total)
                 if row.accepted_at is not None:
                     book.accepted(row.workload_uid, row.accepted_at)
             self.book = book

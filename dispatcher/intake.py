@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import logging
+import sys
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -31,7 +32,7 @@ log = logging.getLogger(__name__)
 
 def relevant(kind: JobKind, engine: Engine, obj: Mapping[str, Any], deleted: bool) -> bool:
     """Whether a watch event needs the engine; updates the Job cache for claimed Jobs."""
-    uid = wl.uid_of(obj)
+    uid = sys.intern(wl.uid_of(obj))  # one string per uid across the engine's maps (issue 15)
     claimed = uid in engine.known
     managed_by = kind.managed_by(obj)
     if not claimed and managed_by != labels.MULTIKUEUE and not (deleted and "spec" not in obj):

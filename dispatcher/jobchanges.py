@@ -8,6 +8,7 @@ turns deletions into a Delete Command for the worker copy.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -84,13 +85,13 @@ class JobChanges(EngineCore):
             claims.append(cols)
         won = await q.claim(s, claims)
         for cols in claims:
-            uid = cols["uid"]
+            uid = sys.intern(cols["uid"])  # one string per uid across the engine's maps (issue 15)
             if uid not in won:
                 continue  # another dispatcher claimed it first
             ch = jobs[uid]
             d = described[uid]
             self.known[uid] = ch.kind.name
-            self.namespace_of[uid] = cols["namespace"]
+            self.namespace_of[uid] = sys.intern(cols["namespace"])
             self.cache[uid] = ch.obj
             b.w[uid] = cols
             b.event(uid, "claimed", message=f"{ch.kind.name} {cols['namespace']}/{cols['name']} claimed")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -95,7 +96,7 @@ class HandoverBook:
                 self._gone.add(uid)
             return
         md = wl.meta(obj)
-        self.jobs[uid] = self._group((str(md.get("namespace") or ""), kind.name, controller_of(kind, obj)))
+        self.jobs[sys.intern(uid)] = self._group((str(md.get("namespace") or ""), kind.name, controller_of(kind, obj)))
         if kind.managed_by(obj) != labels.MULTIKUEUE and self.policies and uid not in self._recorded:
             self._todo[uid] = (kind, dict(obj))
 

@@ -11,6 +11,7 @@ resumes with the same order and usage), and ``schedule`` in the placement round.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -114,9 +115,11 @@ class QueueingState:
             label = (wl.meta(obj).get("labels") or {}).get(api.PRIORITY_CLASS_LABEL)
             inputs = (str(label or ""), tuple(str(p["priorityClassName"]) for p in row.get("podsets") or []
                                               if p.get("priorityClassName")))
-        return Entry(priority_inputs=inputs, uid=row["uid"], namespace=row["namespace"], name=row["name"], queue=row["queue"],
-                     priority=int(row["priority"]), queued_at=queued.timestamp(), seq=int(row.get("queue_seq") or 0),
-                     need=need, placement=placement, excluded=excluded, pinned=row.get("pinned"), stored_cq=stored)
+        # uids, namespaces and queue names shared with the engine's other maps (issue 15: 100,000 entries)
+        return Entry(priority_inputs=inputs, uid=sys.intern(row["uid"]), namespace=sys.intern(row["namespace"]),
+                     name=row["name"], queue=sys.intern(row["queue"]), priority=int(row["priority"]),
+                     queued_at=queued.timestamp(), seq=int(row.get("queue_seq") or 0), need=need, placement=placement,
+                     excluded=excluded, pinned=row.get("pinned"), stored_cq=sys.intern(stored) if stored else stored)
 
     def _queues_anew(self, row: Mapping[str, Any], cache: Mapping[str, Mapping[str, Any]]) -> bool:
         """Whether ``sync`` (re)builds the queue entry of this pending, not suspended row."""
@@ -141,7 +144,7 @@ class QueueingState:
              needs: dict[str, Need]) -> None:
         """Bring queue membership and quota in line with these (just written) rows."""
         for row in rows:
-            uid = row["uid"]
+            uid = sys.intern(row["uid"])
             state = row["state"]
             if state == "pending" and not row["suspended"]:
                 self.queues.release(uid)
