@@ -408,7 +408,7 @@ def _parse(values: Mapping[str, str], where: str) -> Resources:
     return out
 
 
-@dataclass
+@dataclass(slots=True)
 class _Reservation:
     cluster: str
     total: Resources
@@ -445,7 +445,8 @@ class CapacityBook:
         self.received.pop(name, None)
 
     def reserve(self, uid: str, cluster: str, total: Resources) -> None:
-        self.reservations[uid] = _Reservation(cluster, dict(total))
+        """``total`` is kept, not copied (a Workload's shared Need's; never changed): issue 15's memory goal."""
+        self.reservations[uid] = _Reservation(cluster, total)
 
     def accepted(self, uid: str, at: datetime) -> None:
         if (res := self.reservations.get(uid)) is not None:

@@ -23,6 +23,7 @@ import importlib.metadata
 import logging
 import os
 import ssl
+import sys
 import threading
 import time
 import uuid
@@ -200,7 +201,7 @@ def _guard(what: str) -> Iterator[None]:
 
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     meta = obj.get("metadata") or {}
-    return str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    return sys.intern(str(meta.get("namespace") or "")), str(meta.get("name") or "")  # few namespaces, many objects
 
 
 def _rv(obj: Mapping[str, Any]) -> str:

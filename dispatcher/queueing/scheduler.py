@@ -22,6 +22,7 @@ fits; short of quota (that it could have), it blocks its ClusterQueue. Holds are
 from __future__ import annotations
 
 import heapq
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -475,7 +476,7 @@ class Queues:
         if e.note:
             text = f"{text}; {e.note}"
         if e.reason != text or e.step != step:
-            e.reason, e.step = text, step
+            e.reason, e.step = sys.intern(text), step  # thousands wait for the same reason: one string (issue 15)
             e.word = "QuotaNotReserved" if why == "quota" else "NoFittingCluster"
             result.waiting.append(e)
         if e.set_aside_since is None:
