@@ -86,8 +86,12 @@ async def _dispatcher(settings_json: str, conn: Any, trace: bool) -> None:
                            "pending": len(engine.queueing.queues.entries), "inbox": engine.inbox.qsize(),
                            "listed": intake.ready.is_set(), "started": d.startup.done})
                 if conn.poll():
-                    conn.recv()
-                    if trace:
+                    if conn.recv() == "trim":  # what glibc would give back now (--probe-trim)
+                        import ctypes
+                        before = status_kib(os.getpid())["VmRSS"]
+                        ctypes.CDLL("libc.so.6").malloc_trim(0)
+                        conn.send({"trimmed": (before, status_kib(os.getpid())["VmRSS"])})
+                    elif trace:
                         import tracemalloc
                         snap = tracemalloc.take_snapshot()
                         stats = snap.statistics("lineno")
@@ -124,7 +128,7 @@ class Running:
         deadline = time.monotonic() + wait
         while self.conn.poll(max(0.0, deadline - time.monotonic())):
             msg = self.conn.recv()
-            if "trace" in msg:
+            if "trace" in msg or "trimmed" in msg:
                 return msg  # type: ignore[no-any-return]
             self.state = msg
         return self.state
@@ -156,6 +160,15 @@ class Running:
                 print(f"  tracemalloc, top {TRACE_TOP} lines by memory held ({label} dispatcher):")
                 for line in msg["trace"]:
                     print(f"    {line}")
+                return
+
+    def probe_trim(self) -> None:
+        self.conn.send("trim")
+        for _ in range(30):
+            msg = self.poll(2.0)
+            if "trimmed" in msg:
+                before, after = msg["trimmed"]
+                print(f"    probe: glibc malloc_trim(0) took RSS from {mb(before):.0f} to {mb(after):.0f} MB", flush=True)
                 return
 
     def stop(self) -> None:
@@ -194,7 +207,8 @@ PHASES = (("claimed", "the dispatcher that claimed them", "claiming"),
           ("restarted", "rebuilt from SQL, every Job listed", "restarting"))
 
 
-def run(n: int, placed_fraction: float, use_postgres: bool, trace: bool, concurrency: int) -> dict[str, Any]:
+def run(n: int, placed_fraction: float, use_postgres: bool, trace: bool, concurrency: int,
+        probe_trim: bool = False) -> dict[str, Any]:
     from dispatcher.settings import DispatcherSettings
 
     load = os.getloadavg()
@@ -237,6 +251,8 @@ def run(n: int, placed_fraction: float, use_postgres: bool, trace: bool, concurr
                 result[phase] = show(f"{phase} ({label})", dispatcher.proc.pid, dispatcher.state, n, empty)
                 if trace:
                     dispatcher.print_trace(phase)
+                if probe_trim:
+                    dispatcher.probe_trim()
                 dispatcher.stop()  # the next phase: a new dispatcher on the same database and manager
                 dispatcher = None
         finally:
@@ -253,10 +269,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--placed", type=float, default=0.5, help="the fraction of Jobs the agents' capacity fits")
     p.add_argument("--sqlite", action="store_true", help="use SQLite even when PostgreSQL is reachable")
     p.add_argument("--tracemalloc", action="store_true", help="print where the restarted dispatcher's memory is")
+    p.add_argument("--probe-trim", action="store_true",
+                   help="after each figure, call glibc's malloc_trim(0) in the dispatcher and print the RSS after")
     p.add_argument("--concurrency", type=int, default=32, help="creations in flight")
     args = p.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped: still stop the processes, drop the database
-    run(args.n, args.placed, not args.sqlite, args.tracemalloc, args.concurrency)
+    run(args.n, args.placed, not args.sqlite, args.tracemalloc, args.concurrency, args.probe_trim)
     return 0
 
 
