@@ -498,7 +498,7 @@ class Result:
 
 
 async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent_args: list[str],
-              py_spy: bool = False, rate: float | None = None) -> Result:
+              py_spy: bool = False, rate: float | None = None, py_spy_kubesims: bool = False) -> Result:
     logs = state / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     procs = Processes(logs)
@@ -577,7 +577,7 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
         load_before = uptime()
         cpu = await meter(procs, dbname, use_mosquitto)
         sampler = asyncio.create_task(keep_sampling(cpu, dbname))
-        spies = await start_py_spy(procs, logs) if py_spy else {}
+        spies = await start_py_spy(procs, logs, py_spy_kubesims) if py_spy or py_spy_kubesims else {}
         started = time.monotonic()
         create_seconds = await create_all(lambda _: kubes["manager"], manifests, times.created, rate)
         deadline = time.monotonic() + max(120.0, n / 10)
@@ -634,8 +634,10 @@ def uptime() -> str:
     return f"{one:.2f}, {five:.2f}, {fifteen:.2f}"
 
 
-async def start_py_spy(procs: Processes, logs: Path) -> dict[str, tuple[asyncio.subprocess.Process, Path]]:
-    """py-spy record (collapsed stacks) of the dispatcher and one agent; empty when py-spy is not installed.
+async def start_py_spy(procs: Processes, logs: Path, kubesims: bool = False
+                       ) -> dict[str, tuple[asyncio.subprocess.Process, Path]]:
+    """py-spy record (collapsed stacks) of the dispatcher and one agent (with ``kubesims``, also the manager's
+    and the first worker's kubesim); empty when py-spy is not installed.
 
     ``--gil``: only the thread holding the GIL is sampled, i.e. where Python CPU goes; without it the
     threads blocked in socket reads (watches, urllib3 responses) fill the top of the table.
@@ -649,7 +651,8 @@ async def start_py_spy(procs: Processes, logs: Path) -> dict[str, tuple[asyncio.
         print("py-spy not installed in this environment: no profile", flush=True)
         return {}
     out: dict[str, tuple[asyncio.subprocess.Process, Path]] = {}
-    for name, pid in procs.pids(("dispatcher", f"agent-{WORKERS[0]}")).items():
+    names = ("dispatcher", f"agent-{WORKERS[0]}") + (("kubesim-manager", f"kubesim-{WORKERS[0]}") if kubesims else ())
+    for name, pid in procs.pids(names).items():
         path = logs / f"py-spy-{name}.txt"
         proc = await asyncio.create_subprocess_exec(
             str(exe), "record", "--pid", str(pid), "--format", "raw", "--rate", "50", "--nonblocking", "--gil",
@@ -736,6 +739,8 @@ def main() -> None:
     parser.add_argument("--dispatcher-args", default="", help="extra mkctl dispatcher flags (one string)")
     parser.add_argument("--py-spy", action="store_true",
                         help="record the dispatcher and one agent with py-spy during the end-to-end phase")
+    parser.add_argument("--py-spy-kubesims", action="store_true",
+                        help="as --py-spy, and record the manager's and the first worker's kubesim too")
     parser.add_argument("--agent-args", default="", help="extra mkctl agent flags (one string)")
     parser.add_argument("--rate", type=float, default=None,
                         help="paced: offer this many jobs/s (issue 15's latency goal is at 100) instead of "
@@ -749,7 +754,8 @@ def main() -> None:
     results = []
     for n in args.n or [1000]:
         result = asyncio.run(run(n, args.state_dir / f"n{n}-{uuid.uuid4().hex[:4]}", args.nodes,
-                                 args.dispatcher_args.split(), args.agent_args.split(), args.py_spy, args.rate))
+                                 args.dispatcher_args.split(), args.agent_args.split(), args.py_spy, args.rate,
+                                 args.py_spy_kubesims))
         print("\n".join(result.lines()), flush=True)
         results.append(result)
     if args.write_results:

@@ -2,8 +2,10 @@
 
 Prints pod creates/s from one official-client thread and from eight, PyTorchJob creates and updates/s
 with mkd's CRDs (CEL rules) and deploy/admission's ValidatingAdmissionPolicies installed, the latency of listing 10,000 pods
-(raw bytes and typed), watch delivery latency p50/p99 and the server's RSS at 100,000 pods (``--quick``
-uses smaller counts and says so). Pods name a scheduler that does not exist so that they stay Pending:
+(raw bytes and typed), watch delivery latency p50/p99, the server's RSS at 100,000 pods (``--quick``
+uses smaller counts and says so), and the server's CPU-µs per request for each verb of the traffic mkd
+causes per job (``--verbs`` prints only those: creates of PyTorchJobs, Services and Pods, status writes by
+merge patch and by PUT, gets, lists, and watch events fanned out to several watchers). Pods name a scheduler that does not exist so that they stay Pending:
 the figures are the API server's, not the simulated kubelet's.
 
     .venv/bin/python bench/kubesim_bench.py [--quick]
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -294,10 +297,193 @@ def watch_latency(kc: Path, count: int, rate: float) -> tuple[float, float]:
     return statistics.median(lat) * 1000, lat[int(len(lat) * 0.99) - 1] * 1000
 
 
+VERB_PATHS = {"pytorchjobs": "/apis/kubeflow.org/v1/namespaces/{ns}/pytorchjobs",
+              "services": "/api/v1/namespaces/{ns}/services", "pods": "/api/v1/namespaces/{ns}/pods"}
+
+
+def install_mkd(srv: Server) -> None:
+    """mkd's CRDs (CEL rules) and deploy/admission's ValidatingAdmissionPolicies, as the clusters of a run have."""
+    from federation.kinds.crds import load_crds
+
+    api = new_client(srv.kubeconfig)
+    ext = client.ApiextensionsV1Api(api)
+    for crd in load_crds():
+        with _suppress_conflict():
+            ext.create_custom_resource_definition(crd)
+    ar = client.AdmissionregistrationV1Api(api)
+    for f in sorted((ROOT / "deploy" / "admission").glob("*.yaml")):
+        for doc in yaml.safe_load_all(f.read_text()):
+            with _suppress_conflict():
+                if doc and doc["kind"] == "ValidatingAdmissionPolicy":
+                    ar.create_validating_admission_policy(doc)
+                elif doc and doc["kind"] == "ValidatingAdmissionPolicyBinding":
+                    ar.create_validating_admission_policy_binding(doc)
+    co = client.CustomObjectsApi(api)
+    while True:  # a freshly installed CRD takes a moment to be served
+        try:
+            co.list_namespaced_custom_object("kubeflow.org", "v1", NS, "pytorchjobs")
+            return
+        except client.ApiException:
+            time.sleep(0.1)
+
+
+class _suppress_conflict:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, typ: Any, exc: Any, tb: Any) -> bool:
+        return isinstance(exc, client.ApiException) and exc.status == 409
+
+
+def e2e_job(name: str) -> dict[str, Any]:
+    """The PyTorchJob e2e_bench creates (1 Master + 1 Worker, pods that run for an hour)."""
+    def replica() -> dict[str, Any]:
+        return {"replicas": 1, "restartPolicy": "OnFailure", "template": {
+            "metadata": {"annotations": {"kubesim.mkd.dev/run-seconds": "3600"}},
+            "spec": {"containers": [{"name": "pytorch", "image": "docker.io/kubeflowkatib/pytorch-mnist:v1beta1",
+                                     "resources": {"requests": {"cpu": "1", "memory": "1Gi"},
+                                                   "limits": {"cpu": "1", "memory": "1Gi"}}}]}}}
+    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+            "metadata": {"name": name, "labels": {"kueue.x-k8s.io/queue-name": "user-queue"}},
+            "spec": {"runPolicy": {"managedBy": "kueue.x-k8s.io/multikueue", "suspend": False},
+                     "pytorchReplicaSpecs": {"Master": replica(), "Worker": replica()}}}
+
+
+def running_status(i: int) -> dict[str, Any]:
+    return {"conditions": [
+        {"type": "Created", "status": "True", "reason": "PyTorchJobCreated", "message": f"job-{i} created",
+         "lastUpdateTime": "2026-01-01T00:00:00Z", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+        {"type": "Running", "status": "True", "reason": "PyTorchJobRunning", "message": f"job-{i} running",
+         "lastUpdateTime": "2026-01-01T00:00:01Z", "lastTransitionTime": "2026-01-01T00:00:01Z"}],
+        "replicaStatuses": {"Master": {"active": 1}, "Worker": {"active": 1}}, "startTime": "2026-01-01T00:00:01Z"}
+
+
+def service_body(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "labels": {"training.kubeflow.org/job-name": name}},
+            "spec": {"clusterIP": "None", "selector": {"training.kubeflow.org/job-name": name},
+                     "ports": [{"name": "pytorchjob-port", "port": 23456, "targetPort": 23456}]}}
+
+
+def running_pod_body(name: str) -> dict[str, Any]:
+    """A pod the default scheduler binds and the simulated kubelet starts (so its writes are counted too)."""
+    body = pod_body(name)
+    del body["spec"]["schedulerName"]
+    body["metadata"]["annotations"]["kubesim.mkd.dev/run-seconds"] = "3600"
+    for c in body["spec"]["containers"]:
+        c["resources"] = {"requests": {"cpu": "10m", "memory": "10Mi"}, "limits": {"cpu": "10m", "memory": "10Mi"}}
+    return body
+
+
+async def verb_costs(srv: Server, n: int, watchers: int = 3, concurrency: int = 16) -> list[tuple[str, float]]:
+    """The server's CPU-µs per request for each verb of mkd's per-job traffic, over raw HTTP (``concurrency``
+    requests in flight, as the federation's clients keep several): measured as the server process's CPU time
+    across ``n`` requests of one verb, waiting for the simulated scheduler and kubelet to settle where pods
+    are involved (their binds and status writes are part of a pod create's cost)."""
+    kcfg = yaml.safe_load(srv.kubeconfig.read_text())
+    host = kcfg["clusters"][0]["cluster"]["server"]
+    token = kcfg["users"][0]["user"]["token"]
+    ns = "verbs"
+    base = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+    out: list[tuple[str, float]] = []
+
+    async with aiohttp.ClientSession(headers=base) as session:
+        async def call(method: str, path: str, body: Any = None, ctype: str = "application/json",
+                       ok: tuple[int, ...] = (200, 201)) -> bytes:
+            data = None if body is None else orjson.dumps(body)
+            async with session.request(method, host + path, data=data,
+                                       headers={"Content-Type": ctype} if data is not None else None) as r:
+                got = await r.read()
+                if r.status not in ok:
+                    raise RuntimeError(f"{method} {path}: {r.status} {got[:300]!r}")
+                return got
+
+        async def measure(label: str, reqs: list[tuple[str, str, Any, str]], settle: float = 0.0) -> None:
+            """The first request is a warm-up (first-use costs are not per-request costs): not counted."""
+            await call(*reqs[0])
+            reqs = reqs[1:]
+            it = iter(reqs)
+
+            async def worker() -> None:
+                for method, path, body, ctype in it:
+                    await call(method, path, body, ctype)
+            await asyncio.sleep(0.2)  # let the previous phase's deferred work finish
+            cpu0 = sum(srv.ps.cpu_times()[:2])
+            await asyncio.gather(*(worker() for _ in range(concurrency)))
+            if settle:
+                await asyncio.sleep(settle)
+            used = sum(srv.ps.cpu_times()[:2]) - cpu0
+            out.append((label, used * 1e6 / len(reqs)))
+
+        await call("POST", "/api/v1/namespaces", {"metadata": {"name": ns}})
+        jobs = VERB_PATHS["pytorchjobs"].format(ns=ns)
+        merge = "application/merge-patch+json"
+        await measure("create PyTorchJob (CEL rules, policies; no watch open)",
+                      [("POST", jobs, e2e_job(f"a-{i}"), "application/json") for i in range(n)])
+        streams = []
+        for _ in range(watchers):  # informers: the dispatcher's or agent's, and the benchmark's
+            resp = await session.get(host + f"/apis/kubeflow.org/v1/pytorchjobs?watch=true&resourceVersion="
+                                     f"{orjson.loads(await call('GET', jobs + '?limit=1'))['metadata']['resourceVersion']}"
+                                     "&allowWatchBookmarks=true", timeout=aiohttp.ClientTimeout(total=None))
+            streams.append((resp, asyncio.create_task(_drain(resp))))
+        await measure(f"create PyTorchJob, {watchers} watches open",
+                      [("POST", jobs, e2e_job(f"b-{i}"), "application/json") for i in range(n)], settle=0.3)
+        await measure(f"merge-patch status (the mirror), {watchers} watches",
+                      [("PATCH", f"{jobs}/b-{i}/status", {"status": running_status(i)}, merge) for i in range(n)],
+                      settle=0.3)
+        listed = orjson.loads(await call("GET", jobs + "?labelSelector=kueue.x-k8s.io/queue-name"))["items"]
+        puts = []
+        for obj in listed:
+            if obj["metadata"]["name"].startswith("a-"):
+                obj["status"] = running_status(0)
+                puts.append(("PUT", f"{jobs}/{obj['metadata']['name']}/status", obj, "application/json"))
+        await measure(f"PUT status (the agent's), {watchers} watches", puts, settle=0.3)
+        await measure(f"merge-patch labels, {watchers} watches",
+                      [("PATCH", f"{jobs}/b-{i}", {"metadata": {"labels": {"mkd.dev/x": "y"}}}, merge)
+                       for i in range(n)], settle=0.3)
+        await measure("get PyTorchJob", [("GET", f"{jobs}/a-{i}", None, "") for i in range(n)])
+        await measure(f"list {2 * n} PyTorchJobs", [("GET", jobs, None, "") for _ in range(10)])
+        for resp, task in streams:
+            task.cancel()
+            resp.close()
+        await measure("create Service (headless)",
+                      [("POST", VERB_PATHS["services"].format(ns=ns), service_body(f"s-{i}"), "application/json")
+                       for i in range(n)])
+        pods = min(n, 200)  # the two nodes take 220 pods: every one is bound and started
+        await measure("create Pod (+ the sim's bind and kubelet writes)",
+                      [("POST", VERB_PATHS["pods"].format(ns=ns), running_pod_body(f"p-{i}"), "application/json")
+                       for i in range(pods)], settle=1.5)
+    return out
+
+
+async def _drain(resp: aiohttp.ClientResponse) -> None:
+    with contextlib.suppress(Exception):
+        async for _ in resp.content.iter_any():
+            pass
+
+
+def print_verbs(srv: Server, n: int) -> None:
+    install_mkd(srv)
+    print(f"server CPU-µs per request, by verb ({n} requests each, 16 in flight, raw HTTP):")
+    for label, us in asyncio.run(verb_costs(srv, n)):
+        print(f"  {label:<55} {us:8.0f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small counts, a few seconds")
+    ap.add_argument("--verbs", action="store_true", help="only the CPU-µs per request of each verb")
+    ap.add_argument("--verbs-n", type=int, default=500, help="requests per verb for the per-verb figures")
     args = ap.parse_args()
+    if args.verbs:
+        with tempfile.TemporaryDirectory() as d:
+            srv = Server(Path(d))
+            try:
+                client.CoreV1Api(new_client(srv.kubeconfig)).create_namespace({"metadata": {"name": NS}})
+                print_verbs(srv, args.verbs_n)
+            finally:
+                srv.close()
+        return
     one = 300 if args.quick else 2000
     eight = 60 if args.quick else 400
     list_n = 2000 if args.quick else 10_000
@@ -343,6 +529,7 @@ def main() -> None:
             total = len(json.loads(client.CoreV1Api(new_client(kc)).list_namespaced_pod(
                 NS, _preload_content=False).data)["items"])
             print(f"server RSS at {total} pods: {srv.rss_mb():.0f} MB")
+            print_verbs(srv, 300 if args.quick else 500)
         finally:
             srv.close()
 
