@@ -112,8 +112,10 @@ class Catalogue:
 
     def __init__(self) -> None:
         self.by_key: dict[str, ResourceType] = {}
+        """Served types by storage key; change it only through ``add_crd`` / ``remove`` (``groups`` is cached)."""
         for rt in BUILTINS:
             self.by_key[rt.key] = rt
+        self._groups: dict[str, list[str]] | None = None
 
     def find(self, group: str, version: str, plural: str) -> ResourceType | None:
         rt = self.by_key.get(f"{plural}.{group}" if group else plural)
@@ -122,7 +124,13 @@ class Catalogue:
         return rt
 
     def groups(self) -> dict[str, list[str]]:
-        """group -> served versions (preferred first), for the non-core groups."""
+        """group -> served versions (preferred first), for the non-core groups (computed again only after
+        a type was added or removed: every /apis request asks; callers must not change it)."""
+        if self._groups is None:
+            self._groups = self._compute_groups()
+        return self._groups
+
+    def _compute_groups(self) -> dict[str, list[str]]:
         out: dict[str, list[str]] = {}
         for rt in self.by_key.values():
             if not rt.group:
@@ -170,12 +178,14 @@ class Catalogue:
             printer_columns={v["name"]: list(v.get("additionalPrinterColumns") or []) for v in versions},
         )
         self.by_key[rt.key] = rt
+        self._groups = None
         return rt
 
     def remove(self, key: str) -> None:
         rt = self.by_key.get(key)
         if rt is not None and not rt.builtin:
             del self.by_key[key]
+            self._groups = None
 
     def api_resource_list(self, group: str, version: str) -> dict[str, Any]:
         """The APIResourceList body for /api/v1 or /apis/<group>/<version>."""
