@@ -57,8 +57,15 @@ class Attributes:
     namespace: str
     name: str
     dry_run: bool = False
-    uid: str = field(default_factory=lambda: str(uuid.uuid4()))
     options: dict[str, Any] | None = None
+    _uid: str = field(default="", repr=False)
+
+    @property
+    def uid(self) -> str:
+        """The request's uid, made when first asked for (most writes never need one)."""
+        if not self._uid:
+            self._uid = str(uuid.uuid4())
+        return self._uid
 
     @property
     def resource(self) -> str:
