@@ -61,7 +61,7 @@ class Store(DeletionMixin):
         self.rv = 0
         self.history: deque[tuple[int, str, str, Rec, Rec | None]] = deque(maxlen=history)
         self.compacted = 0  # events with rv <= this are gone from history
-        self._subs: builtins.list[Subscriber] = []
+        self._subs: builtins.list[tuple[Subscriber, frozenset[str] | None]] = []
         self._raw_subs: builtins.list[RawSubscriber] = []
         self._next_ip = 1
         # Deferred work (GC, namespace finalization); the server points this at loop.call_soon so the
@@ -103,9 +103,13 @@ class Store(DeletionMixin):
         """The kubelet's closing DELETE with gracePeriodSeconds=0 (still waits for finalizers)."""
         return self.delete(res, namespace, name, "Background", grace_period=0)
 
-    def subscribe(self, fn: Subscriber) -> Callable[[], None]:
-        self._subs.append(fn)
-        return lambda: self._subs.remove(fn) if fn in self._subs else None
+    def subscribe(self, fn: Subscriber, resources: builtins.set[str] | frozenset[str] | None = None
+                  ) -> Callable[[], None]:
+        """Call ``fn(type, res, parsed object)`` after each commit (of ``resources`` only, when given: the
+        object is parsed for a commit only if some subscriber wants its resource)."""
+        entry = (fn, None if resources is None else frozenset(resources))
+        self._subs.append(entry)
+        return lambda: self._subs.remove(entry) if entry in self._subs else None
 
     def subscribe_raw(self, fn: RawSubscriber) -> Callable[[], None]:
         """Like subscribe but gets (type, res, rec, previous rec) without parsing; used by watches."""
@@ -202,8 +206,12 @@ class Store(DeletionMixin):
             except Exception:  # a broken watcher must not break the write that triggered it
                 log.exception("kubesim: watch callback failed on %s %s", etype, rt.key)
         if self._subs:
-            parsed = rec.obj()
-            for fn in list(self._subs):
+            parsed: dict[str, Any] | None = None
+            for fn, wants in list(self._subs):
+                if wants is not None and rt.key not in wants:
+                    continue
+                if parsed is None:
+                    parsed = rec.obj()
                 try:
                     fn(etype, rt.key, parsed)
                 except Exception:

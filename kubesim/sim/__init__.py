@@ -38,6 +38,9 @@ from kubesim.sim.scheduler import Scheduler
 
 __all__ = ["Simulation", "start"]
 
+RESOURCES = frozenset({"pods", "nodes", "jobs.batch"})
+"""What the simulated components react to (``Simulation._dispatch``); other commits are not parsed for them."""
+
 
 class Simulation:
     """The running simulated components of one cluster."""
@@ -55,7 +58,7 @@ class Simulation:
     def start(self) -> None:
         # Subscribing and replaying what the store already holds happen in one loop step, so no
         # change falls between them. Nodes first (capacity), then Jobs (owners), then pods.
-        self._unsubscribe = self.store.subscribe(self._on_change)
+        self._unsubscribe = self.store.subscribe(self._on_change, RESOURCES)
         for res in ("nodes", "jobs.batch", "pods"):
             try:
                 objects = self.store.list(res)
