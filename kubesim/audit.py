@@ -12,7 +12,6 @@ the path as their resource and group ``""``, under the verb ``get``.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -59,23 +58,28 @@ def classify(method: str, path: str, watch: bool) -> tuple[str, str, str, str]:
 
 
 class AuditLog:
-    """Every request this server answered, as :class:`Access` records (bounded, oldest dropped)."""
+    """Every request this server answered, as :class:`Access` records (bounded, oldest dropped).
+
+    A request is kept as it arrived (User-Agent, method, path, watch) and classified only when the records
+    are read: the log is read by a few tests, and written on every request.
+    """
 
     def __init__(self, limit: int = 200_000) -> None:
         self.limit = limit
-        self.records: list[Access] = []
+        self._raw: list[tuple[str, str, str, bool]] = []
+
+    @property
+    def records(self) -> list[Access]:
+        return [Access(ua, *classify(method, path, watch)) for ua, method, path, watch in self._raw]
+
+    def record(self, request: web.BaseRequest) -> None:
+        """Keep one request (as it arrives: a watch is answered only when it ends)."""
+        if len(self._raw) >= self.limit:
+            del self._raw[: self.limit // 10]
+        self._raw.append((request.headers.get("User-Agent", ""), request.method, request.path,
+                          request.query.get("watch", "") in ("1", "true")))
 
     def by(self, user_agent_prefix: str) -> set[tuple[str, str, str]]:
         """The (verb, group, resource) triples that clients whose User-Agent starts with the prefix used."""
         return {(a.verb, a.group, a.resource) for a in self.records if a.user_agent.startswith(user_agent_prefix)}
 
-    @web.middleware
-    async def middleware(self, request: web.Request,
-                         handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
-        # Recorded as the request arrives: a watch is answered only when it ends.
-        watch = request.query.get("watch", "") in ("1", "true")
-        verb, group, resource, namespace = classify(request.method, request.path, watch)
-        if len(self.records) >= self.limit:
-            del self.records[: self.limit // 10]
-        self.records.append(Access(request.headers.get("User-Agent", ""), verb, group, resource, namespace))
-        return await handler(request)

@@ -108,7 +108,7 @@ class ApiServer:
         """TokenReview / SubjectAccessReview (kubesim/reviews.py); ``reviews.add_token`` adds users."""
 
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self.audit.middleware])
+        app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_route("*", "/{tail:.*}", self.handle)
         return app
 
@@ -123,6 +123,7 @@ class ApiServer:
     # ------------------------------------------------------------------ entry
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.audit.record(request)
         f = self.faults
         while f.pause_until and time.monotonic() < f.pause_until:  # noqa: ASYNC110 - set from other threads
             # Short naps so that Faults.clear() releases held requests promptly.
