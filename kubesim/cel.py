@@ -404,18 +404,56 @@ def _walk(node: Node, path: str, val: Any, old: Any, ratchet: bool, errs: list[d
             _walk(node.items, index(path, i), item, ov, r, errs, warns)
 
 
+_CACHEABLE = (str, int, bool, type(None))
+_RESULTS: dict[tuple[str, type, Any, type, Any], tuple[bool, Any]] = {}
+"""(rule source, self, oldSelf) -> (evaluated, value or error text) for rules over scalars: a rule is a pure
+function of its variables, and most rules guard strings, enums and integers that repeat from write to write."""
+
+
+def _eval_rule(rule: Rule, val: Any, old: Any, acts: list[Any]) -> Any:
+    """``rule`` over (self, oldSelf); ``acts`` holds the activations built so far ([plain, optional])."""
+    key = None
+    if type(val) in _CACHEABLE and type(old) in _CACHEABLE:
+        key = (rule.program.source, type(val), val, type(old), old)
+        hit = _RESULTS.get(key)
+        if hit is not None:
+            if hit[0]:
+                return hit[1]
+            raise EvalError(hit[1])
+    if rule.optional_old_self:
+        if acts[1] is None:
+            acts[1] = activation({"self": val, "oldSelf": None, "kubesimOld": old,
+                                  "kubesimHasOld": old is not None}, OPTIONAL_VARS)
+        act = acts[1]
+    else:
+        if acts[0] is None:
+            acts[0] = activation({"self": val, "oldSelf": old}, CRD_VARS)
+        act = acts[0]
+    try:
+        ok = rule.program.eval(act)
+    except EvalError as e:
+        if key is not None:
+            _remember(key, (False, str(e)))
+        raise
+    if key is not None and type(ok) in _CACHEABLE:
+        _remember(key, (True, ok))
+    return ok
+
+
+def _remember(key: tuple[str, type, Any, type, Any], result: tuple[bool, Any]) -> None:
+    if len(_RESULTS) >= 4096:
+        _RESULTS.clear()
+    _RESULTS[key] = result
+
+
 def _run_rules(node: Node, path: str, val: Any, old: Any, ratchet: bool, errs: list[dict[str, str]],
                warns: list[str]) -> None:
-    data = activation({"self": val, "oldSelf": old}, CRD_VARS)
-    optional_data = None
+    acts: list[Any] = [None, None]  # built only when a rule is evaluated (not answered from _RESULTS)
     for rule in node.rules:
         if rule.program.uses_old_self and old is None and not rule.optional_old_self:
             continue  # transition rules need a comparable old value, unless oldSelf is optional
-        if rule.optional_old_self and optional_data is None:
-            optional_data = activation({"self": val, "oldSelf": None, "kubesimOld": old,
-                                        "kubesimHasOld": old is not None}, OPTIONAL_VARS)
         try:
-            ok = rule.program.eval(optional_data if rule.optional_old_self else data)
+            ok = _eval_rule(rule, val, old, acts)
         except EvalError as e:
             text = str(e)
             if text.startswith("no such overload"):
@@ -429,8 +467,10 @@ def _run_rules(node: Node, path: str, val: Any, old: Any, ratchet: bool, errs: l
             continue
         detail = ""
         if rule.message_expr is not None:
+            if acts[0] is None:
+                acts[0] = activation({"self": val, "oldSelf": old}, CRD_VARS)
             try:
-                m = rule.message_expr.eval(data)
+                m = rule.message_expr.eval(acts[0])
                 if isinstance(m, str) and m.strip() and "\n" not in m.strip() and len(m.strip()) <= MAX_MESSAGE:
                     detail = m.strip()
             except EvalError:
