@@ -28,11 +28,48 @@ if TYPE_CHECKING:
 JSON = "application/json"
 
 
+class Feed:
+    """A watch's pending lines. Commits append to it; the watch's writer takes everything pending at once
+    and sleeps on a bare future when nothing is (no task and no queue getter per event, as
+    ``asyncio.wait_for(queue.get())`` costs). ``None`` ends the watch."""
+
+    __slots__ = ("items", "loop", "waiter")
+
+    def __init__(self) -> None:
+        self.items: list[bytes | None] = []
+        self.loop = asyncio.get_running_loop()
+        self.waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, item: bytes | None) -> None:
+        self.items.append(item)
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def take(self, seconds: float) -> list[bytes | None]:
+        """Everything pending, waiting up to ``seconds`` for something (empty: the time passed)."""
+        if not self.items:
+            w = self.waiter = self.loop.create_future()
+            timer = self.loop.call_later(seconds, _wake, w)
+            try:
+                await w
+            finally:
+                timer.cancel()
+                self.waiter = None
+        items, self.items = self.items, []
+        return items
+
+
+def _wake(w: asyncio.Future[None]) -> None:
+    if not w.done():
+        w.set_result(None)
+
+
 @dataclass(eq=False)
 class Watcher:
-    """One open watch: its event queue and connection (so that faults can cut it)."""
+    """One open watch: its pending events and connection (so that faults can cut it)."""
 
-    queue: asyncio.Queue[bytes | None]
+    queue: Feed
     transport: Any
 
 
@@ -51,7 +88,7 @@ async def serve_watch(server: ApiServer, request: web.Request, t: Target, name: 
     timeout = float(q.get("timeoutSeconds") or 0) or 1800.0
     rv_param = q.get("resourceVersion") or ""
     send_initial = q.get("sendInitialEvents") == "true"
-    queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+    queue = Feed()
     fields_match = store.fields_match
 
     def wanted(rec: Rec | None) -> bool:
@@ -125,22 +162,18 @@ async def serve_watch(server: ApiServer, request: web.Request, t: Target, name: 
             if left <= 0:
                 break
             wait = min(left, server.bookmark_seconds) if bookmarks else left
-            try:
-                item = await asyncio.wait_for(queue.get(), wait)
-            except TimeoutError:
+            items = await queue.take(wait)
+            if not items:
                 if bookmarks and time.monotonic() - last_bookmark >= server.bookmark_seconds * 0.99:
                     await resp.write(bookmark(rt, store.rv))
                     last_bookmark = time.monotonic()
                 continue
-            if item is None:
+            if None in items:  # the watch is being cut: what came before still goes out
+                items = items[:items.index(None)]
+                if items:
+                    await resp.write(b"".join(items))  # type: ignore[arg-type]
                 break
-            chunk = [item]
-            while not queue.empty():
-                nxt = queue.get_nowait()
-                if nxt is None:
-                    break
-                chunk.append(nxt)
-            await resp.write(b"".join(chunk))
+            await resp.write(b"".join(items))  # type: ignore[arg-type]
         await resp.write_eof()
     except (ConnectionResetError, asyncio.CancelledError, RuntimeError):
         pass
