@@ -66,14 +66,14 @@ class SimCluster:
         self.url = f"http://127.0.0.1:{self.port}"
         self.server.address = f"127.0.0.1:{self.port}"
         self.kubeconfig = write_kubeconfig(state_dir / f"{spec.name}.kubeconfig", spec.name, self.url)
-        self._runner: web.AppRunner | None = None
+        self._runner: web.ServerRunner | None = None
         self._sim: Any = None
         self.running = False
 
     async def start(self) -> None:
         if self.running:
             return
-        self._runner = web.AppRunner(self.server.app(), access_log=None, handle_signals=False)
+        self._runner = web.ServerRunner(self.server.http_server(), handle_signals=False)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True, backlog=1024)
         await site.start()

@@ -19,7 +19,7 @@ from urllib.parse import unquote
 
 import orjson
 import yaml
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from kubesim import printing, schema
 from kubesim.admission import Attributes
@@ -45,6 +45,7 @@ PATCH_TYPES = {
     "application/apply-patch+json": "apply",
 }
 JSON = "application/json"
+MAX_BODY = 64 * 1024 * 1024
 
 
 @dataclass
@@ -107,10 +108,26 @@ class ApiServer:
         self.reviews = Reviews(store)
         """TokenReview / SubjectAccessReview (kubesim/reviews.py); ``reviews.add_token`` adds users."""
 
-    def app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_route("*", "/{tail:.*}", self.handle)
-        return app
+    def http_server(self) -> web.Server:
+        """aiohttp's low-level server with ``handle`` for every path: one handler routes everything, so an
+        Application (router, match info, middleware chain) would be work per request for nothing."""
+        loop = asyncio.get_running_loop()
+
+        def make_request(message: Any, payload: Any, protocol: Any, writer: Any, task: Any) -> web.BaseRequest:
+            return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=MAX_BODY)
+
+        return web.Server(self._serve, request_factory=make_request, access_log=None)
+
+    async def _serve(self, request: web.BaseRequest) -> web.StreamResponse:
+        expect = request.headers.get("Expect")
+        if expect:  # what aiohttp's Application does for a route's default expect handler
+            if request.version == HttpVersion11:
+                if expect.lower() != "100-continue":
+                    raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
+                await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+                request.writer.output_size = 0  # the main body has not started yet
+            await request.writer.drain()
+        return await self.handle(request)  # type: ignore[arg-type]
 
     def drop_watches(self) -> None:
         for w in list(self.watchers):
