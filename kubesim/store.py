@@ -476,7 +476,7 @@ class Store(DeletionMixin):
         new["metadata"]["managedFields"] = managed
         return self._replace(rt, rec, new, subresource, dry_run)
 
-    def bind(self, namespace: str, name: str, node: str) -> dict[str, Any]:
+    def bind(self, namespace: str, name: str, node: str) -> Rec:
         """What POST pods/binding does: set spec.nodeName (otherwise immutable) and PodScheduled=True."""
         rt = self.rtype("pods")
         rec = self._must(rt, namespace, name)
@@ -495,7 +495,7 @@ class Store(DeletionMixin):
         conds.append({"type": "PodScheduled", "status": "True", "lastProbeTime": None,
                       "lastTransitionTime": now()})
         status["conditions"] = conds
-        return self._commit(rt, pod, "MODIFIED", rec).obj()
+        return self._commit(rt, pod, "MODIFIED", rec)
 
     # ------------------------------------------------------------------ history
 

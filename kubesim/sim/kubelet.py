@@ -252,7 +252,7 @@ class Kubelet:
 
     def _write_status(self, run: PodRun, pod: dict[str, Any]) -> None:
         try:
-            self.store.update("pods", pod, subresource="status")
+            self.store.update_rec("pods", pod, subresource="status")  # the written object is not needed
         except Exception as exc:
             log.warning("kubelet status for %s/%s not written: %s", run.key[0], run.key[1], exc)
 
