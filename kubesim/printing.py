@@ -540,6 +540,8 @@ def table(rt: ResourceType, version: str, objs: list[dict[str, Any]], meta: dict
 
 def wants_table(accept: str) -> bool:
     """Whether the first acceptable media type of an Accept header is the meta.k8s.io/v1 Table."""
+    if "Table" not in accept:  # as=Table is the only way to ask for one (most requests: a quick no)
+        return False
     for part in accept.split(","):
         params = {p.split("=", 1)[0].strip(): p.split("=", 1)[1].strip() for p in part.split(";")[1:] if "=" in p}
         if params.get("as") == "Table" and params.get("g", "meta.k8s.io") == "meta.k8s.io" \

@@ -26,13 +26,11 @@ pkg/apiserver/validation/validation.go and kube-openapi pkg/validation/{validate
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import logging
 import math
 import re
-from collections.abc import Iterator
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -62,20 +60,28 @@ class RequestScope:
 _SCOPE: ContextVar[RequestScope | None] = ContextVar("kubesim_request_scope", default=None)
 
 
-@contextlib.contextmanager
-def request_scope(field_validation: str | None, method: str = "POST") -> Iterator[RequestScope]:
-    """Set for the duration of one API request; in-process writers (controllers) run without one."""
-    directive = field_validation or "Warn"
-    if directive not in FIELD_VALIDATION:
-        # Upstream validates CreateOptions/UpdateOptions/PatchOptions.fieldValidation: 400 BadRequest.
-        raise ApiError(400, "BadRequest", f'fieldValidation: Unsupported value: "{directive}": supported values: '
-                       '"Ignore", "Strict", "Warn"')
-    scope = RequestScope(directive, method)
-    token = _SCOPE.set(scope)
-    try:
-        yield scope
-    finally:
-        _SCOPE.reset(token)
+class request_scope:  # named as the function it replaced: ``with request_scope(...) as scope``
+    """Set for the duration of one API request; in-process writers (controllers) run without one.
+    (A class rather than a generator context manager: it is entered on every request.)"""
+
+    __slots__ = ("scope", "token")
+
+    def __init__(self, field_validation: str | None, method: str = "POST") -> None:
+        directive = field_validation or "Warn"
+        if directive not in FIELD_VALIDATION:
+            # Upstream validates CreateOptions/UpdateOptions/PatchOptions.fieldValidation: 400 BadRequest.
+            raise ApiError(400, "BadRequest", f'fieldValidation: Unsupported value: "{directive}": supported '
+                           'values: "Ignore", "Strict", "Warn"')
+        self.scope = RequestScope(directive, method)
+        self.token: Token[RequestScope | None] | None = None
+
+    def __enter__(self) -> RequestScope:
+        self.token = _SCOPE.set(self.scope)
+        return self.scope
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.token is not None
+        _SCOPE.reset(self.token)
 
 
 def current_scope() -> RequestScope | None:
