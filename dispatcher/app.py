@@ -20,6 +20,7 @@ from typing import Any
 from dispatcher import db
 from dispatcher.db.queries import list_clusters, list_placements, show_workload
 from dispatcher.engine import Engine, Tick
+from dispatcher.identity import OutboxSealing
 from dispatcher.intake import Intake
 from dispatcher.jobcache import JobCache
 from dispatcher.kubewriter import KubeWriter
@@ -90,8 +91,11 @@ class Dispatcher:
                              recheck_seconds=s.kind_recheck_seconds)
         # one id per replica: two replicas sharing one would knock each other off the broker
         base = f"{s.mqtt.client_id or f'mkd-dispatcher-{s.origin}'}-{s.replica_id or socket.gethostname()}"[:200]
+        engine = self.engine
+        sealing = OutboxSealing(engine.identity, epoch=lambda: engine.epoch, fresh=lambda: engine.outbox_ids.next(),
+                                root=s.mqtt.topic_root)
         self.publisher = Publisher(s, sessions, self.clock, self.engine.outbox_wake, client_id=f"{base}-out",
-                                   fresh=self.engine.fresh, unanswered=self.engine.unanswered)
+                                   seal=sealing, fresh=self.engine.fresh, unanswered=self.engine.unanswered)
         self.reports = ReportSubscriber(s, self.engine, self.clock, client_id=f"{base}-in")
         leadership, publisher = self.leadership, self.publisher
         self.leases = self.reports.leases = LeaseDesk(self.engine, publisher.publish_now, lambda: leadership.active)

@@ -234,9 +234,8 @@ class EngineCore:
         body = messages.encode(cmd)
         if isinstance(cmd, messages.Place):  # manifests and env values: for the cluster's agent only
             body = self.identity.seal_place(cluster, topic, body)
-        row_id = self.outbox_ids.next()
-        payload = self.identity.seal(topic, body, epoch=self.epoch, n=row_id)
-        b.outbox.append({"id": row_id, "cluster": cluster, "topic": topic, "payload": payload, "workload_uid": uid,
+        row_id = self.outbox_ids.next()  # signed as published, alone or in a batch (dispatcher/outbox.py)
+        b.outbox.append({"id": row_id, "cluster": cluster, "topic": topic, "payload": body, "workload_uid": uid,
                          "created_at": b.now})
 
     def _reject(self, b: Batch, row: dict[str, Any], problems: list[Invalid], *, record: bool = True,

@@ -1,7 +1,9 @@
 """Who may speak to the dispatcher: the clusters' public keys and the seal check on every Report.
 
-``Identity`` holds the dispatcher's own :class:`~federation.signing.Sealer` (every Command is sealed
-as it is queued in the outbox: stream ``e<epoch>``, n = the outbox row id) and the keys of the
+``Identity`` holds the dispatcher's own :class:`~federation.signing.Sealer` (Commands are signed as the
+outbox publishes them, stream ``e<epoch>``: a row alone with n = its row id, several rows for one
+cluster as one batch with a new outbox id, ``seal_rows``; a batch goes only to an agent whose live
+stream sent a batch of Reports, ``takes_batches``) and the keys of the
 clusters: those registered in the database (``mkctl clusters register``, read again every
 ``cluster_keys_refresh_seconds``) and those in ``cluster_public_keys``. A Report is accepted only
 when its topic's cluster has a key and the seal checks out (``federation.signing.Opener``: key,
@@ -16,6 +18,7 @@ cluster with no key gets none (:class:`~federation.sealing.NoKey`, naming ``mkct
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from datetime import datetime
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -23,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dispatcher.db import queries as q
 from dispatcher.settings import DispatcherSettings
+from federation import messages, topics
 from federation.errors import Invalid
 from federation.refusals import refused
 from federation.sealing import NoKey, PlaceSealer
@@ -57,6 +61,8 @@ class Identity:
         self._rebuild()
         self.streams: dict[str, str] = {}
         """Per cluster, the stream its newest accepted Report was sealed on (its live link)."""
+        self._batching: dict[str, str] = {}
+        """Per cluster, the stream on which it last sent a batch of Reports (``takes_batches``)."""
         self.pending: dict[str, tuple[str, str, int, datetime]] = {}
         """Refused senders not yet written to the database: name -> (reason, message, count, last)."""
 
@@ -91,6 +97,25 @@ class Identity:
     def seal(self, topic: str, body: bytes, *, epoch: int, n: int) -> bytes:
         return self.sealer.seal(topic, body, stream=f"e{epoch}", n=n)
 
+    def seal_rows(self, topic: str, rows: list[tuple[int, bytes]], *, epoch: int, fresh: Callable[[], int]) -> bytes:
+        """Outbox rows (id, Command bytes) for one cluster as one signed message: a single row alone,
+        numbered by its row id (published again, it is the same message: a repeat the agent refuses);
+        several as a batch (``messages.encode_commands``) numbered by ``fresh()``, a new outbox id."""
+        if len(rows) == 1:
+            return self.seal(topic, rows[0][1], epoch=epoch, n=rows[0][0])
+        return self.seal(topic, messages.encode_commands([body for _, body in rows]), epoch=epoch, n=fresh())
+
+    def batches(self, cluster: str, stream: str) -> None:
+        """``cluster`` sent a batch of Reports on ``stream``: an agent that opens batched Commands too."""
+        self._batching[cluster] = stream
+
+    def takes_batches(self, cluster: str) -> bool:
+        """Whether Commands to ``cluster`` may go in batches: its live stream (the link it speaks on now) sent
+        a batch of Reports. An agent of an earlier version never does, so it gets one Command per message."""
+        stream = self._batching.get(cluster)
+        return stream is not None and stream == self.streams.get(cluster)
+
+
     def seal_place(self, cluster: str, topic: str, body: bytes) -> bytes:
         """A Place's JSON encrypted to every key of ``cluster`` (two while its key is rotated); NoKey without one."""
         keys = self.keys.get(cluster)
@@ -119,3 +144,23 @@ class Identity:
         else:
             self.streams[cluster] = opened.stream
         return opened
+
+
+class OutboxSealing:
+    """The outbox publisher's signing (``dispatcher.outbox.Sealing``): this identity, the engine's current
+    epoch and its outbox ids (callables: both are set when the engine starts)."""
+
+    def __init__(self, identity: Identity, *, epoch: Callable[[], int], fresh: Callable[[], int], root: str) -> None:
+        self.identity = identity
+        self.epoch = epoch
+        self.fresh = fresh
+        self.root = root
+
+    def rows(self, topic: str, rows: list[tuple[int, bytes]]) -> bytes:
+        return self.identity.seal_rows(topic, rows, epoch=self.epoch(), fresh=self.fresh)
+
+    def batches(self, topic: str) -> bool:
+        try:
+            return self.identity.takes_batches(topics.parse(topic, self.root).cluster)
+        except Invalid:
+            return False

@@ -1,5 +1,10 @@
 """The outbox publisher: drains unsent Command rows to MQTT, marking each sent after the broker's ack.
 
+Rows hold Commands unsigned (a Place already encrypted to its cluster); they are signed as they are
+published (``Sealing``, ``dispatcher.identity.OutboxSealing``). The rows taken together for one agent
+that opens batches go as one message of Commands (``federation.messages.encode_commands``: one
+signature, one broker message); a Resync, and everything to an agent of an earlier version, goes alone.
+
 A round reads up to ``outbox_batch_size`` unsent rows in id order, publishes them all at once
 (QoS 1; many in flight on one connection) and, once every PUBACK is in, marks them sent in one
 transaction. A crash or a lost connection between publish and mark means the round is published
@@ -14,27 +19,46 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import timedelta
+from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dispatcher.db import queries as q
 from dispatcher.db import transient
 from dispatcher.settings import DispatcherSettings
+from federation import messages
 from federation.clock import Clock
 from federation.errors import Transport
 from federation.mqtt import LinkHealth, MqttLink
 from federation.retry import Backoff
+from federation.signing import peek
 from federation.tasks import TaskSet
 
 log = logging.getLogger(__name__)
 
 
+_RESYNC = b'{"v":1,"type":"resync"'
+
+
+class Sealing(Protocol):
+    """How the publisher signs rows (the engine's identity, epoch and outbox ids; ``dispatcher.app``)."""
+
+    def rows(self, topic: str, rows: list[tuple[int, bytes]]) -> bytes:
+        """One signed message carrying ``rows`` (id, Command bytes) to the cluster of ``topic``."""
+
+    def batches(self, topic: str) -> bool:
+        """Whether the agent of ``topic``'s cluster opens batches of Commands."""
+
+
 class Publisher:
     def __init__(self, settings: DispatcherSettings, sessions: async_sessionmaker[AsyncSession], clock: Clock,
-                 wake: asyncio.Event, *, client_id: str,
+                 wake: asyncio.Event, *, client_id: str, seal: Sealing,
                  fresh: list[tuple[int, str, bytes, tuple[str, int] | None]] | None = None,
                  unanswered: dict[tuple[str, int], float] | None = None) -> None:
         self.settings = settings
+        self.seal = seal
+        self.messages = 0
+        """MQTT messages published for rows (``sent`` / ``messages``: Commands per message)."""
         self.sessions = sessions
         self.clock = clock
         self.wake = wake
@@ -106,15 +130,57 @@ class Publisher:
                         type(exc).__name__, str(exc)[:300])
         await self.clock.sleep(self._db.failed())
 
-    async def _one(self, row_id: int, topic: str, payload: bytes) -> None:
+    async def _one(self, row_ids: list[int], topic: str, payload: bytes) -> None:
         try:
             await self._link.publish(topic, payload)
-            self._acked.append(row_id)
+            self._acked.extend(row_ids)
+            self.messages += 1
         except Transport as exc:  # the link broke: expected, the round is published again after reconnecting
             self._failed.append(exc)
         finally:  # anything else fails the task: logged and counted by the task set, then handed to publish_failed
-            self._inflight.pop(row_id, None)
+            for row_id in row_ids:
+                self._inflight.pop(row_id, None)
             self.wake.set()
+
+    def _messages(self, rows: list[tuple[int, str, bytes]]) -> list[tuple[str, list[int], bytes]]:
+        """Rows as the messages that carry them, signed (``Sealing``): for a cluster that takes batches
+        (``Sealing.batches``) its rows in order as batches of up to ``MAX_COMMANDS_PER_MESSAGE`` and about
+        ``MAX_BATCH_BYTES``; a Resync always alone (published again, the same message: a repeat the agent
+        refuses, never a stale Resync applied after a later Place); a row an earlier version stored signed,
+        as it is. Per cluster the messages keep the rows' order."""
+        out: list[tuple[str, list[int], bytes]] = []
+        groups: dict[str, tuple[list[tuple[int, bytes]], list[int]]] = {}  # topic -> (rows, [bytes])
+        takes: dict[str, bool] = {}
+
+        def flush(topic: str) -> None:
+            group = groups.pop(topic, None)
+            if group is not None:
+                out.append((topic, [row_id for row_id, _ in group[0]], self.seal.rows(topic, group[0])))
+
+        for row_id, topic, payload in rows:
+            if peek(payload) is not None:  # signed when queued (an earlier version): as it is
+                flush(topic)
+                out.append((topic, [row_id], payload))
+                continue
+            batching = takes.get(topic)
+            if batching is None:
+                batching = takes[topic] = self.seal.batches(topic)
+            if not batching or payload.startswith(_RESYNC):
+                flush(topic)
+                out.append((topic, [row_id], self.seal.rows(topic, [(row_id, payload)])))
+                continue
+            group = groups.get(topic)
+            if group is not None and (len(group[0]) >= messages.MAX_COMMANDS_PER_MESSAGE
+                                      or group[1][0] + len(payload) > messages.MAX_BATCH_BYTES):
+                flush(topic)
+                group = None
+            if group is None:
+                group = groups[topic] = ([], [0])
+            group[0].append((row_id, payload))
+            group[1][0] += len(payload) + 1
+        for topic in list(groups):
+            flush(topic)
+        return out
 
     async def publish_now(self, topic: str, payload: bytes) -> None:
         """Publish on the outbox's link outside any row (the lease desk's Leases); Transport while it is down."""
@@ -161,8 +227,10 @@ class Publisher:
             if len(self._scanned) > 100_000:
                 self._scanned.clear()
             self._scanned.update(r[0] for r in rows)
-        for row_id, topic, payload in rows:
-            self._inflight[row_id] = self.publishes.spawn(self._one(row_id, topic, payload), name=f"publish-{row_id}")
+        for topic, row_ids, payload in self._messages(rows):
+            task = self.publishes.spawn(self._one(row_ids, topic, payload), name=f"publish-{row_ids[0]}")
+            for row_id in row_ids:
+                self._inflight[row_id] = task
         if rows:
             self.rounds += 1
         return len(rows)

@@ -85,6 +85,8 @@ class ReportSubscriber:
             log.warning("refused a batch of %d Reports on %s: a batch goes on the reports topic, every Report "
                         "numbered on the stream its seal names", len(reports), topic)
             return
+        if batch:
+            self.engine.identity.batches(where.cluster, opened.stream)
         for report in reports:
             self._one(where.cluster, topic, report, opened.n, retained)
 

@@ -151,6 +151,15 @@ class Lease(_Message):
 
 Command = Annotated[Place | Delete | Resync | Lease, Field(discriminator="type")]
 
+MAX_COMMANDS_PER_MESSAGE = 256
+"""At most this many Commands share one message to an agent (``encode_commands``)."""
+COMMANDS_PREFIX: Final = b'{"v":1,"type":"commands","items":['
+"""How every batch of Commands begins: ``{"v":1,"type":"commands","items":[<Command>, ...]}`` + seal.
+
+An item is a Command's JSON, or a sealed Place (``federation.sealing``, encrypted on its own). The
+batch is signed once; the agent applies the items in order, each as if it came alone
+(``worker_agent.identity``). There is no pydantic model for it: the items are decoded one by one."""
+
 # --- Reports --------------------------------------------------------------------------------
 
 
@@ -405,3 +414,24 @@ def decode_reports(payload: bytes) -> list[Accepted | Rejected | Status | Heartb
     except (RecursionError, ValueError, TypeError) as exc:
         raise MessageRefused(f"report is malformed: {exc}") from None
     return list(batch.items)
+
+
+def encode_commands(items: list[bytes]) -> bytes:
+    """One batch message of Commands already encoded (a Command's JSON, or a sealed Place), in order."""
+    return COMMANDS_PREFIX + b",".join(items) + b"]}"
+
+
+def split_commands(payload: bytes) -> list[bytes]:
+    """The items of a batch of Commands (see ``COMMANDS_PREFIX``), each as its own JSON bytes, or
+    ``[payload]`` for a single Command; raises :class:`MessageRefused` for a malformed batch."""
+    if not payload.startswith(COMMANDS_PREFIX):
+        return [payload]
+    try:
+        raw = orjson.loads(payload)
+    except (ValueError, RecursionError) as exc:
+        raise MessageRefused(f"command batch is not JSON: {exc}") from None
+    items = raw.get("items") if isinstance(raw, dict) and set(raw) == {"v", "type", "items"} else None
+    if not isinstance(items, list) or not 0 < len(items) <= MAX_COMMANDS_PER_MESSAGE \
+            or not all(isinstance(item, dict) for item in items):
+        raise MessageRefused(f"command batch must hold 1 to {MAX_COMMANDS_PER_MESSAGE} JSON objects")
+    return [orjson.dumps(item) for item in items]

@@ -11,7 +11,7 @@ import functools
 import itertools
 import uuid
 
-from federation import sealing, signing
+from federation import messages, sealing, signing
 
 DISPATCHER = "mkd-dispatcher"
 KNOWN_CLUSTERS = tuple(f"worker-{i}" for i in range(1, 10))
@@ -55,6 +55,16 @@ def unseal(payload: bytes, topic: str) -> bytes:
         return body
     cluster = topic.rsplit("/", 2)[-2]
     return opener(cluster).open(topic, body)
+
+
+def unseal_all(payload: bytes, topic: str) -> list[bytes]:
+    """The Commands in one message (one, or a batch's items: ``messages.split_commands``), each as
+    ``unseal`` gives it: sealed Places decrypted with the key of the cluster of ``topic``."""
+    tail = payload.rfind(b',"seal":')
+    body = payload[:tail] + b"}" if tail >= 0 else payload
+    cluster = topic.rsplit("/", 2)[-2]
+    return [opener(cluster).open(topic, item) if sealing.is_sealed(item) else item
+            for item in messages.split_commands(body)]
 
 
 @functools.cache

@@ -281,8 +281,8 @@ class Agent:
                     log.info("connected to the broker; inventory of %d jobs sent", len(items))
                     try:
                         async for message in link.messages():
-                            body = self.identity.open_command(message.topic, message.payload, self.first_link_ms)
-                            if body is not None:
+                            for body in self.identity.open_commands(message.topic, message.payload,
+                                                                    self.first_link_ms):
                                 self.inbox.receive(body)
                     except asyncio.CancelledError:
                         with contextlib.suppress(Exception):

@@ -12,7 +12,8 @@ back (refused, it went unanswered and the dispatcher moved its Job, attempt afte
 one this process already carried out is a ``replay``. A Delete applies whenever it was sealed (see
 ``_is_delete``). A Place arrives encrypted to this agent's key (``federation.sealing``) and is
 decrypted only after its seal checked out; one that does not decrypt is refused (``bad_ciphertext``,
-``not_for_us``) and counted like any other refusal.
+``not_for_us``) and counted like any other refusal. A message may carry several Commands
+(``federation.messages.COMMANDS_PREFIX``), signed once: each item is judged as above and applied in order.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from __future__ import annotations
 import logging
 
 from federation.errors import Invalid
-from federation.messages import MessageRefused, decode_command
+from federation.messages import MessageRefused, decode_command, split_commands
 from federation.refusals import refused
 from federation.sealing import PlaceOpener, is_sealed
 from federation.signing import Opener, Refused, Sealer, load_private_key, parse_public_key
@@ -52,30 +53,47 @@ class AgentIdentity:
         return self.sealer.seal(topic, body, stream=stream, n=n)
 
     def open_command(self, topic: str, payload: bytes, linked_at_ms: int) -> bytes | None:
-        """The Command's own bytes, or None when refused (logged and counted by reason).
+        """The bytes of a message holding one Command, or None when refused (see ``open_commands``)."""
+        bodies = self.open_commands(topic, payload, linked_at_ms)
+        return bodies[0] if len(bodies) == 1 else None
 
-        ``linked_at_ms``: when this process's first link came up (not the current link's: see the module)."""
+    def open_commands(self, topic: str, payload: bytes, linked_at_ms: int) -> list[bytes]:
+        """The Commands' own bytes, in order: one, or the items of a batch (``messages.split_commands``);
+        a refused message gives none, a refused item is left out (each logged and counted by reason).
+
+        ``linked_at_ms``: when this process's first link came up (not the current link's: see the module).
+        A batch is signed once: its time judges every item, a Delete applying whenever it was sealed."""
         try:
             opened = self.opener.open(topic, payload, self.dispatcher_keys)
+            bodies = split_commands(opened.body)
         except Refused as exc:
             self.refused += 1
             log.warning("refused command on %s (%s): %s", topic, exc.why, exc.message)
-            return None
-        if opened.t < linked_at_ms - self.skew_ms and not self._is_delete(opened.body):
+            return []
+        except MessageRefused as exc:
             self.refused += 1
-            refused("expired")
-            log.warning("refused command on %s (expired): sealed before this agent first connected (a replay, "
-                        "or a Command the dispatcher sends again on its own)", topic)
-            return None
-        if is_sealed(opened.body):
-            try:
-                return self.places.open(topic, opened.body)
-            except Refused as exc:
+            refused("malformed")
+            log.warning("refused command on %s (malformed): %s", topic, exc)
+            return []
+        early = opened.t < linked_at_ms - self.skew_ms
+        out: list[bytes] = []
+        for body in bodies:
+            if early and not self._is_delete(body):
                 self.refused += 1
-                refused(exc.why)
-                log.warning("refused command on %s (%s): %s", topic, exc.why, exc.message)
-                return None
-        return opened.body
+                refused("expired")
+                log.warning("refused command on %s (expired): sealed before this agent first connected (a replay, "
+                            "or a Command the dispatcher sends again on its own)", topic)
+                continue
+            if is_sealed(body):
+                try:
+                    body = self.places.open(topic, body)
+                except Refused as exc:
+                    self.refused += 1
+                    refused(exc.why)
+                    log.warning("refused command on %s (%s): %s", topic, exc.why, exc.message)
+                    continue
+            out.append(body)
+        return out
 
     @staticmethod
     def _is_delete(body: bytes) -> bool:

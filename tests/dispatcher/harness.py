@@ -138,6 +138,8 @@ class FakeAgent:
         self._beats: asyncio.Task[None] | None = None
         self.commands: list[messages.Place | messages.Delete | messages.Resync] = []
         self.leases: list[messages.Lease] = []
+        self.messages: list[int] = []
+        """Per message received on the commands topic, how many Commands it carried."""
         self.seq = 0
         self.link: MqttLink | None = None
         self._task: asyncio.Task[None] | None = None
@@ -194,6 +196,14 @@ class FakeAgent:
         topic = topics.reports(self.name, self.root)
         await self.link.publish(topic, self.signer.seal(topic, messages.encode(msg)))
 
+    async def report_batch(self, msgs: list[messages.ReportBase]) -> None:
+        """Several Reports in one message, numbered on this agent's stream, as the agent's outbox sends them
+        (the dispatcher then knows it opens batched Commands too)."""
+        assert self.link is not None
+        topic = topics.reports(self.name, self.root)
+        parts = [messages.encode_numbered(m, self.signer.stream, next(self.signer._n)) for m in msgs]
+        await self.link.publish(topic, self.signer.seal(topic, messages.encode_reports(parts)))
+
     def next_seq(self) -> int:
         self.seq += 1
         return self.seq
@@ -207,12 +217,15 @@ class FakeAgent:
     async def _listen(self) -> None:
         assert self.link is not None
         async for msg in self.link.messages():
-            cmd = messages.decode_command(keys.unseal(msg.payload, msg.topic))
-            if isinstance(cmd, messages.Lease):  # a renewal per heartbeat (fencing): kept apart
-                self.leases.append(cmd)
-                continue
-            self.commands.append(cmd)
-            self.received.set()
-            if isinstance(cmd, messages.Place) and self.auto_accept:
-                await self.report(messages.Accepted(cluster=self.name, placement=cmd.placement,
-                                                    spec_version=cmd.spec_version, seq=self.next_seq()))
+            items = keys.unseal_all(msg.payload, msg.topic)
+            self.messages.append(len(items))
+            for item in items:
+                cmd = messages.decode_command(item)
+                if isinstance(cmd, messages.Lease):  # a renewal per heartbeat (fencing): kept apart
+                    self.leases.append(cmd)
+                    continue
+                self.commands.append(cmd)
+                self.received.set()
+                if isinstance(cmd, messages.Place) and self.auto_accept:
+                    await self.report(messages.Accepted(cluster=self.name, placement=cmd.placement,
+                                                        spec_version=cmd.spec_version, seq=self.next_seq()))
