@@ -76,6 +76,35 @@ def main() -> None:
         print(f"{name:10} {len(wire):>6} {t_enc:>8.1f} {t_seal:>8.1f} {t_open:>8.1f} {t_dec:>8.1f}  "
               f"{(t_seal + t_open) / (t_enc + t_dec):.1f}x")
     seal_places(n, private, topic)
+    batches(n, sealer, keys, samples["Status"][2])  # type: ignore[arg-type]
+
+
+def batches(n: int, sealer: signing.Sealer, keys: list[object], status: messages.Status) -> None:
+    """Several Reports per message (issue 15): per Report, the agent's encode + seal and the dispatcher's
+    open + decode, for batches of 1 (a single Report, as before), 10 and 50 Statuses."""
+    topic = "mkd/v1/worker-1/reports"
+    print("\nStatus Reports per message; CPU µs per Report")
+    print(f"{'per message':12} {'send':>8} {'receive':>8} {'sum':>8}")
+    for size in (1, 10, 50):
+        rounds = max(n // size, 1)
+        counter = iter(range(1, 10**9))
+
+        def send(size: int = size, counter: object = counter) -> bytes:
+            first = next(counter)  # type: ignore[call-overload]
+            if size == 1:
+                return sealer.seal(topic, messages.encode(messages.numbered(status, "s", first)), stream="s", n=first)
+            parts = [messages.encode_numbered(status, "s", first + i) for i in range(size)]
+            for _ in range(size - 1):
+                next(counter)  # type: ignore[call-overload]
+            return sealer.seal(topic, messages.encode_reports(parts), stream="s", n=first + size - 1)
+        t_send = cpu_us(send, rounds) / size
+        wires = [send() for _ in range(rounds)]
+        opener, it = signing.Opener(), iter(wires)
+
+        def receive(opener: signing.Opener = opener, it: object = it) -> None:
+            messages.decode_reports(opener.open(topic, next(it), keys).body)  # type: ignore[call-overload,arg-type]
+        t_receive = cpu_us(receive, rounds) / size
+        print(f"{size:>12} {t_send:>8.1f} {t_receive:>8.1f} {t_send + t_receive:>8.1f}")
 
 
 def seal_places(n: int, agent_private: str, topic: str) -> None:
