@@ -9,10 +9,10 @@ Fields a manager applied before and omits now are removed unless another manager
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from kubesim.errors import ApiError
+from kubesim.records import json_copy
 
 Path = tuple[str, ...]
 _META_KEYS = ("labels", "annotations", "finalizers", "ownerReferences")
@@ -84,7 +84,7 @@ def plan(current: dict[str, Any], applied: dict[str, Any], manager: str, subreso
          force: bool, api_version: str, stamp: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Return (object with dropped fields removed, new managedFields); raise 409 on conflicts."""
     mine = leaves(applied_part(applied))
-    entries = copy.deepcopy((current.get("metadata") or {}).get("managedFields") or [])
+    entries = json_copy((current.get("metadata") or {}).get("managedFields") or [])
     key = (manager, "Apply", subresource)
     previous: set[Path] = set()
     others: list[tuple[dict[str, Any], set[Path]]] = []
@@ -119,7 +119,7 @@ def plan(current: dict[str, Any], applied: dict[str, Any], manager: str, subreso
         listing = "\n".join(f'- {c["message"]}: {c["field"]}' for c in causes)
         raise ApiError(409, "Conflict", f"Apply failed with {n} conflict{'s' if n > 1 else ''}: {listing}",
                        {"causes": causes})
-    result = copy.deepcopy(current)
+    result = json_copy(current)
     still_owned = set().union(*(o for _, o in others)) if others else set()
     for path in previous - set(mine):
         # A main-resource applier never drops status fields, a status applier only status fields.

@@ -8,10 +8,10 @@ ownerReferences by uid, ...) and the ``$patch`` / ``$deleteFromPrimitiveList`` /
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 from kubesim.errors import ApiError
+from kubesim.records import json_copy
 
 # Lists merged by key: field name -> merge key. "ports" depends on context (see _merge_key).
 MERGE_KEYS: dict[str, str] = {
@@ -29,7 +29,7 @@ MERGE_PRIMITIVES = {"finalizers"}
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: null deletes, objects merge recursively, everything else replaces."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return json_copy(patch)
     result = dict(target) if isinstance(target, dict) else {}
     for k, v in patch.items():
         if v is None:
@@ -118,22 +118,22 @@ def json_patch(doc: Any, ops: Any) -> Any:
     if not isinstance(ops, list):
         raise ApiError(400, "BadRequest",
                        "json: cannot unmarshal object into Go value of type jsonpatch.Patch")
-    doc = copy.deepcopy(doc)
+    doc = json_copy(doc)
     for op in ops:
         if not isinstance(op, dict) or "op" not in op:
             raise ApiError(400, "BadRequest", "Unexpected kind: missing op")
         kind, path = op["op"], op.get("path", "")
         if kind == "add":
-            doc = _add(doc, path, copy.deepcopy(op.get("value")))
+            doc = _add(doc, path, json_copy(op.get("value")))
         elif kind == "remove":
             _remove(doc, path)
         elif kind == "replace":
-            doc = _add(doc, path, copy.deepcopy(op.get("value")), replace=True)
+            doc = _add(doc, path, json_copy(op.get("value")), replace=True)
         elif kind == "move":
             val = _remove(doc, op["from"])
             doc = _add(doc, path, val)
         elif kind == "copy":
-            doc = _add(doc, path, copy.deepcopy(_get(doc, op["from"])))
+            doc = _add(doc, path, json_copy(_get(doc, op["from"])))
         elif kind == "test":
             if _get(doc, path) != op.get("value"):
                 raise ApiError(422, "Invalid", f"testing value {path} failed: test failed")
@@ -153,9 +153,9 @@ def _merge_key(field: str, path: tuple[str, ...]) -> str | None:
 def strategic_merge(target: Any, patch: Any, path: tuple[str, ...] = ()) -> Any:
     """Strategic merge patch of ``patch`` onto ``target`` (neither is mutated)."""
     if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
+        return json_copy(patch)
     if patch.get("$patch") == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+        return {k: json_copy(v) for k, v in patch.items() if k != "$patch"}
     if patch.get("$patch") == "delete":
         return None
     result = dict(target) if isinstance(target, dict) else {}
@@ -196,9 +196,9 @@ def _merge_list(field: str, cur: Any, patch: list[Any], path: tuple[str, ...]) -
         return out
     key = _merge_key(field, path)
     if key is None or not isinstance(cur, list) or not all(isinstance(x, dict) for x in patch):
-        return [x for x in copy.deepcopy(patch) if not (isinstance(x, dict) and x.get("$patch"))]
+        return [x for x in json_copy(patch) if not (isinstance(x, dict) and x.get("$patch"))]
     if any(isinstance(x, dict) and x.get("$patch") == "replace" for x in patch):
-        return [copy.deepcopy(x) for x in patch if not x.get("$patch")]
+        return [json_copy(x) for x in patch if not x.get("$patch")]
     out = [dict(x) if isinstance(x, dict) else x for x in cur]
     for item in patch:
         kv = item.get(key)

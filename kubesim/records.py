@@ -6,6 +6,7 @@ garbage collection read without parsing.
 
 from __future__ import annotations
 
+import copy
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -40,3 +41,19 @@ class Rec:
 
     def obj(self) -> dict[str, Any]:
         return orjson.loads(self.raw)  # type: ignore[no-any-return]
+
+
+_ATOMS = (str, int, float, bool, type(None))
+
+
+def json_copy(value: Any) -> Any:
+    """A deep copy of a JSON tree (dicts, lists, scalars; anything else by ``copy.deepcopy``): what patches
+    and defaults copy on every request, several times faster than ``copy.deepcopy``'s general machinery."""
+    t = type(value)
+    if t is dict:
+        return {k: json_copy(v) for k, v in value.items()}
+    if t is list:
+        return [json_copy(v) for v in value]
+    if t in _ATOMS:
+        return value
+    return copy.deepcopy(value)

@@ -26,7 +26,6 @@ pkg/apiserver/validation/validation.go and kube-openapi pkg/validation/{validate
 
 from __future__ import annotations
 
-import copy
 import logging
 import math
 import re
@@ -38,6 +37,7 @@ import orjson
 
 from kubesim import builtin_fields
 from kubesim.errors import ApiError, invalid
+from kubesim.records import json_copy
 from kubesim.resources import ResourceType
 
 log = logging.getLogger("kubesim.schema")
@@ -232,7 +232,7 @@ def apply_defaults(value: Any, s: Schema | None) -> None:
         props: dict[str, Schema] = s.get("properties") or {}
         for k, ps in props.items():
             if "default" in ps and (k not in value or (value[k] is None and not ps.get("nullable"))):
-                value[k] = copy.deepcopy(ps["default"])
+                value[k] = json_copy(ps["default"])
         addl = s.get("additionalProperties")
         for k, v in value.items():
             child: Schema | None = props.get(k)
