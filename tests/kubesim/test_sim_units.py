@@ -94,3 +94,19 @@ def test_success_policy_rules() -> None:
     assert success_policy({"rules": [{"succeededCount": 3}]}, {2, 5, 7}) == "Matched rules at index 0"
     assert success_policy({"rules": [{"succeededIndexes": "0,2"}]}, {0}) is None
     assert success_policy(None, {0, 1}) is None
+
+
+def test_the_simulation_is_told_of_commits_outside_the_request() -> None:
+    """Subscribers (the simulated control plane) run without the request scope of the write that woke them,
+    so what they schedule then is not taken for a client's request (fieldValidation, warnings)."""
+    from kubesim import schema
+    from kubesim.spec import ClusterSpec, NodeSpec
+    from kubesim.store import Store
+
+    store = Store(ClusterSpec("units", [NodeSpec("n1")]))
+    seen: list[Any] = []
+    store.subscribe(lambda _etype, _res, _obj: seen.append(schema.current_scope()), {"configmaps"})
+    with schema.request_scope("Strict", "POST") as scope:
+        store.create_rec("configmaps", {"metadata": {"name": "c", "namespace": "default"}})
+        assert schema.current_scope() is scope
+    assert seen == [None]
