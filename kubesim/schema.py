@@ -29,6 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import re
+from collections.abc import Callable
 from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any
@@ -82,6 +83,17 @@ class request_scope:  # named as the function it replaced: ``with request_scope(
     def __exit__(self, *exc: object) -> None:
         assert self.token is not None
         _SCOPE.reset(self.token)
+
+
+def outside_request(fn: Callable[..., None], *args: Any) -> None:
+    """Call ``fn`` as kubesim's own controllers run: with no request scope. The simulation is told of
+    commits while a request is served, and what it schedules then would otherwise inherit (asyncio copies
+    the context) the scope of a request that has long been answered."""
+    token = _SCOPE.set(None)
+    try:
+        fn(*args)
+    finally:
+        _SCOPE.reset(token)
 
 
 def current_scope() -> RequestScope | None:

@@ -213,7 +213,7 @@ class Store(DeletionMixin):
                 if parsed is None:
                     parsed = rec.obj()
                 try:
-                    fn(etype, rt.key, parsed)
+                    schema.outside_request(fn, etype, rt.key, parsed)
                 except Exception:
                     log.exception("kubesim: subscriber failed on %s %s %s", etype, rt.key, name)
         return rec
