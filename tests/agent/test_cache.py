@@ -67,3 +67,17 @@ def test_selector_terms() -> None:
     assert not sel.matches({"a": "1", "b": "2", "d": "", "e": "x"})
     with pytest.raises(ValueError):
         Selector.parse("a in (1,2)")
+
+
+def test_echo_of_a_held_version_keeps_the_local_deleting_mark() -> None:
+    """The watch delivering the version the agent created, after the agent deleted the pod, must not show
+    it alive again: the next pass would count it active (and a Failed one would be deleted twice)."""
+    cache = ObjectCache("pods")
+    created = {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "7", "uid": "u"},
+               "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Pending"}}
+    cache.upsert(dict(created))  # the create's answer
+    cache.mark_deleting(("ns", "p"), "2026-01-01T00:00:00Z")
+    echo = {**created, "metadata": dict(created["metadata"])}
+    assert cache.upsert(echo)  # the watch's ADDED of that same version, arriving late
+    assert (cache.get(("ns", "p")) or {})["metadata"].get("deletionTimestamp") == "2026-01-01T00:00:00Z"
+    assert echo == {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "7", "uid": "u"}}  # shrunk
