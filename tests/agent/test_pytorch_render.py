@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 import pytest
 
-from tests.agent.render_harness import MemCluster, example
+from tests.agent.render_harness import T0, MemCluster, example
+from worker_agent.reconcilers.base import Observed
 from worker_agent.reconcilers.pytorch import PyTorchJobReconciler
 
 OP = "training.kubeflow.org/operator-name"
@@ -278,3 +280,21 @@ def test_template_restart_policy_overwritten_with_event() -> None:
     c.step()
     assert c.pod("pytorch-simple-master-0")["spec"]["restartPolicy"] == "Never"
     assert any(r == "SetPodTemplateRestartPolicy" for _, r, _ in c.events)
+
+
+def test_render_leaves_the_observed_job_as_read() -> None:
+    """Defaulting (the port on the main container) is in memory only: the job the pass read, whose status
+    the apply loop then writes, is not changed by the render, and every pod gets its own copy."""
+    job = example("pytorch-simple.yaml")
+    for rspec in job["spec"]["pytorchReplicaSpecs"].values():
+        for container in rspec["template"]["spec"]["containers"]:
+            container.pop("ports", None)
+    job["metadata"]["uid"] = "u1"
+    read = copy.deepcopy(job)
+    plan = PyTorchJobReconciler().render(Observed(job=job, children={}, now=T0))
+    assert job == read
+    pods = [body for res, body in plan.creates if res.plural == "pods"]
+    assert [p["spec"]["containers"][0]["ports"] for p in pods] == [[{"name": "pytorchjob-port",
+                                                                     "containerPort": 23456}]] * 2
+    pods[0]["spec"]["containers"][0]["ports"].append({"name": "x"})
+    assert len(pods[1]["spec"]["containers"][0]["ports"]) == 1

@@ -139,29 +139,46 @@ class KubeflowV1Reconciler:
                               fix=f"use one of {', '.join(self.replica_types)}")
             body = body or {}
             replicas = body.get("replicas")
-            template = json_copy(body.get("template") or {})
-            self.default_port_on(template)
+            template = self.default_port_on(body.get("template") or {})
             found[rtype] = ReplicaSpec(rtype, 1 if replicas is None else int(replicas), template,
                                        str(body.get("restartPolicy") or self.default_restart))
         return {t: found[t] for t in self.replica_types if t in found}
 
-    def main_container(self, template: Mapping[str, Any], *, fallback: bool) -> dict[str, Any] | None:
+    def _main_index(self, template: Mapping[str, Any], *, fallback: bool) -> int | None:
+        """Index of the main container (by name; else the first one when ``fallback``), None if none."""
         containers = (template.get("spec") or {}).get("containers") or []
-        for container in containers:
+        for i, container in enumerate(containers):
             if container.get("name") == self.container:
-                return dict(container) if not isinstance(container, dict) else container
-        if fallback and containers:
-            first: dict[str, Any] = containers[0]
-            return first
-        return None
+                return i
+        return 0 if fallback and containers else None
 
-    def default_port_on(self, template: dict[str, Any]) -> None:
-        container = self.main_container(template, fallback=True)
-        if container is None or not self.port_name:
-            return
-        ports = container.setdefault("ports", [])
-        if not any(p.get("name") == self.port_name for p in ports):
-            ports.append({"name": self.port_name, "containerPort": self.default_port})
+    def main_container(self, template: Mapping[str, Any], *, fallback: bool) -> dict[str, Any] | None:
+        index = self._main_index(template, fallback=fallback)
+        if index is None:
+            return None
+        container = template["spec"]["containers"][index]
+        return container if isinstance(container, dict) else dict(container)
+
+    def default_port_on(self, template: Mapping[str, Any]) -> dict[str, Any]:
+        """``template`` with the default port on its main container (upstream's in-memory defaulting).
+
+        The job's own template is never changed: when a port is added, the dicts and lists on the way to
+        it (template, spec, containers, that container) are copied and the rest is shared, so a pass
+        copies nothing for a template that already names its port. ``build_pod`` deep-copies the result
+        before it changes anything."""
+        out = dict(template)
+        index = self._main_index(template, fallback=True)
+        if index is None or not self.port_name:
+            return out
+        containers = list(template["spec"]["containers"])
+        container = containers[index]
+        ports = container.get("ports") or []
+        if any(p.get("name") == self.port_name for p in ports):
+            return out
+        containers[index] = {**container, "ports": [*ports, {"name": self.port_name,
+                                                             "containerPort": self.default_port}]}
+        out["spec"] = {**template["spec"], "containers": containers}
+        return out
 
     def port_of(self, spec: ReplicaSpec | None) -> int | None:
         if spec is None:
