@@ -39,8 +39,10 @@ def get_condition(status: dict[str, Any], ctype: str) -> dict[str, Any] | None:
 
 
 def has_true(status: dict[str, Any], ctype: str) -> bool:
-    cond = get_condition(status, ctype)
-    return cond is not None and cond.get("status") == "True"
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == ctype:
+            return bool(cond.get("status") == "True")
+    return False
 
 
 def is_finished(status: dict[str, Any]) -> bool:

@@ -57,6 +57,8 @@ class ReplicaSpec:
 
 def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     meta = obj.get("metadata")
+    if type(meta) is dict:  # what JSON decodes to; the ABC check below costs ten times as much
+        return meta
     return meta if isinstance(meta, Mapping) else {}
 
 
@@ -404,9 +406,10 @@ class KubeflowV1Reconciler:
     @staticmethod
     def _slices(objs: list[dict[str, Any]], rtype: str, replicas: int) -> list[list[dict[str, Any]]]:
         by_index: dict[int, list[dict[str, Any]]] = {}
+        wanted = rtype.lower()
         for obj in objs:
             obj_labels = _meta(obj).get("labels") or {}
-            if obj_labels.get(REPLICA_TYPE) != rtype.lower():
+            if obj_labels.get(REPLICA_TYPE) != wanted:
                 continue
             try:
                 index = int(obj_labels.get(REPLICA_INDEX, ""))
