@@ -197,8 +197,9 @@ class EngineCore:
         if not missing:
             return
         rows, current = await q.load_current(s, missing)
+        names = q.LIGHT_NAMES
         for uid, r in rows.items():
-            b.w[uid] = {k: v for k, v in r._mapping.items() if not k.startswith("p__")}
+            b.w[uid] = dict(zip(names, r))  # the Workload's columns (the placement's follow, prefixed p__)
         for key, p in current.items():
             b.p.setdefault(key, p)
 

@@ -12,7 +12,10 @@ than a statement that can never succeed.
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
+
+import orjson
 
 from alembic import command
 from alembic.config import Config
@@ -45,9 +48,29 @@ def async_url(url: str) -> str:
                   fix="use sqlite+aiosqlite:// (SQLite) or postgresql+asyncpg:// (PostgreSQL)")
 
 
+def json_dumps(value: Any) -> str:
+    """The JSON columns' serializer: orjson (the stdlib's ``json.dumps`` was 5 % of the dispatcher's CPU),
+    the same values as ``json.dumps`` wrote (compact text, non-ASCII as UTF-8 rather than escaped);
+    what orjson refuses (an integer above 64 bits) still goes through ``json.dumps``."""
+    try:
+        return orjson.dumps(value, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(value)
+
+
+def json_loads(text: str | bytes) -> Any:
+    """The JSON columns' deserializer: orjson, and the stdlib for what only it reads (NaN, huge numbers)."""
+    try:
+        return orjson.loads(text)
+    except ValueError:  # orjson.JSONDecodeError
+        return json.loads(text)
+
+
 def make_engine(url: str, **kwargs: Any) -> AsyncEngine:
-    """An async engine for ``url`` with the per-backend settings mkd relies on."""
+    """An async engine for ``url`` with the per-backend settings mkd relies on (JSON through orjson)."""
     url = async_url(url)
+    kwargs.setdefault("json_serializer", json_dumps)
+    kwargs.setdefault("json_deserializer", json_loads)
     if url.startswith("sqlite"):
         engine = create_async_engine(url, connect_args={"timeout": 30}, **kwargs)
 

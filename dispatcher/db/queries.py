@@ -7,12 +7,15 @@ State changes that two dispatcher replicas could race on are compare-and-set: ``
 ``UPDATE ... WHERE last_status_seq < :seq``; the loser of a race sees no row and does nothing.
 The read-only functions at the end serve ``mkctl`` (``list_placements``, ``show_workload``,
 ``list_clusters``).
+
+The statements the engine runs for every batch are built once per dialect (``_built``) and take
+their values as bound parameters: building a statement and computing its cache key cost more of the
+dispatcher's CPU than running it.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -22,6 +25,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher import states
+from dispatcher.db import json_dumps
 from dispatcher.db.models import (
     cluster_refusals,
     clusters,
@@ -60,6 +64,30 @@ def _in(session: AsyncSession, col: sa.ColumnElement[Any], values: Sequence[Any]
     if _pg(session):
         return col == sa.any_(sa.bindparam(None, list(values), type_=postgresql.ARRAY(col.type)))
     return col.in_(list(values))
+
+
+_BUILT: dict[tuple[Any, ...], Any] = {}
+
+
+def _built(session: AsyncSession, key: tuple[Any, ...], build: Callable[[bool], Any]) -> Any:
+    """The statement ``build(pg)`` made once per dialect and ``key``: executing the same statement object
+    again reuses its memoized cache key and compiled form; values travel as bound parameters."""
+    pg = _pg(session)
+    full = (pg, *key)
+    stmt = _BUILT.get(full)
+    if stmt is None:
+        if len(_BUILT) >= 1024:  # the column sets of bulk updates are few; never grow without bound
+            _BUILT.clear()
+        stmt = _BUILT[full] = build(pg)
+    return stmt
+
+
+def _in_param(pg: bool, col: sa.ColumnElement[Any], name: str) -> sa.ColumnElement[bool]:
+    """``col IN :name`` with a list bound at execution: ``= ANY(:array)`` on PostgreSQL (one statement
+    text whatever the number of values), an expanding IN elsewhere."""
+    if pg:
+        return col == sa.any_(sa.bindparam(name, type_=postgresql.ARRAY(col.type)))
+    return col.in_(sa.bindparam(name, expanding=True))
 
 
 _CHUNK = 1000  # SQLite's bound-parameter limit is far above this; PostgreSQL takes one array anyway
@@ -107,11 +135,11 @@ async def claim(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> set
     if not rows:
         return set()
     if _pg(session):  # one statement, one round trip, same text every time: INSERT ... SELECT FROM unnest
-        params = {c: [json.dumps(r[c]) if t == "JSON" else r[c] for r in rows] for c, t in _CLAIM_COLUMNS}
+        params = {c: [json_dumps(r[c]) if t == "JSON" else r[c] for r in rows] for c, t in _CLAIM_COLUMNS}
         result = await session.execute(_CLAIM_PG, params)
         return {r[0] for r in result.all()}
-    stmt = _insert(session, workloads).on_conflict_do_nothing(index_elements=["uid"]).returning(
-        workloads.c.uid)
+    stmt = _built(session, ("claim",), lambda pg: _insert(session, workloads).on_conflict_do_nothing(
+        index_elements=["uid"]).returning(workloads.c.uid))
     result = await session.execute(stmt, list(rows))
     return {r[0] for r in result.all()}
 
@@ -127,6 +155,11 @@ async def load_workloads(session: AsyncSession, uids: Iterable[str]) -> dict[str
 
 _LIGHT = [c for c in workloads.c if c.name not in ("requests", "podsets")]
 """Workload columns without the PodSet JSON: what decisions on Reports and Job changes read."""
+LIGHT_NAMES = tuple(c.name for c in _LIGHT)
+"""The names of ``_LIGHT``: the first columns of each row ``load_current`` returns, in this order."""
+_P_NAMES = tuple(c.name for c in placements.c)
+_P_LABELLED = [c.label(f"p__{c.name}") for c in placements.c]
+assert _P_NAMES[0] == "id"
 
 
 async def load_current(session: AsyncSession, uids: Iterable[str]
@@ -136,28 +169,26 @@ async def load_current(session: AsyncSession, uids: Iterable[str]
     keys = list(set(uids))
     rows: dict[str, sa.Row[Any]] = {}
     current: dict[tuple[str, int], dict[str, Any]] = {}
-    pcols = [c.label(f"p__{c.name}") for c in placements.c]
+    stmt = _built(session, ("load_current",), lambda pg: sa.select(*_LIGHT, *_P_LABELLED)
+                  .outerjoin(placements, sa.and_(placements.c.workload_uid == workloads.c.uid,
+                                                 placements.c.attempt == workloads.c.attempt))
+                  .where(_in_param(pg, workloads.c.uid, "uids")))
+    width = len(_LIGHT)
     for chunk in _chunks(session, keys):
-        result = await session.execute(
-            sa.select(*_LIGHT, *pcols)
-            .outerjoin(placements, sa.and_(placements.c.workload_uid == workloads.c.uid,
-                                           placements.c.attempt == workloads.c.attempt))
-            .where(_in(session, workloads.c.uid, chunk)))
-        for r in result:
-            m = r._mapping
+        for r in await session.execute(stmt, {"uids": list(chunk)}):
             rows[r.uid] = r
-            if m["p__id"] is not None:
-                current[(r.uid, r.attempt)] = {c.name: m[f"p__{c.name}"] for c in placements.c}
+            if r[width] is not None:  # p__id: the current placement exists
+                current[(r.uid, r.attempt)] = dict(zip(_P_NAMES, r[width:], strict=True))
     return rows, current
 
 
 async def load_podsets(session: AsyncSession, uids: Iterable[str]) -> dict[str, list[dict[str, Any]]]:
     """uid -> ``podsets`` of these Workloads (the column ``load_current`` leaves out)."""
     out: dict[str, list[dict[str, Any]]] = {}
+    stmt = _built(session, ("load_podsets",), lambda pg: sa.select(workloads.c.uid, workloads.c.podsets)
+                  .where(_in_param(pg, workloads.c.uid, "uids")))
     for chunk in _chunks(session, list(set(uids))):
-        result = await session.execute(sa.select(workloads.c.uid, workloads.c.podsets)
-                                       .where(_in(session, workloads.c.uid, chunk)))
-        out.update({r.uid: r.podsets for r in result})
+        out.update({r.uid: r.podsets for r in await session.execute(stmt, {"uids": list(chunk)})})
     return out
 
 
@@ -186,14 +217,17 @@ async def update_workload(session: AsyncSession, uid: str, **values: Any) -> Non
     await session.execute(sa.update(workloads).where(workloads.c.uid == uid).values(**values))
 
 
+_NO_SYNC = {"synchronize_session": False}
+
+
 async def update_workloads(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> None:
     """Bulk update by primary key: each row holds ``b_uid`` plus the columns to set (same keys in all)."""
     if not rows:
         return
-    cols = [k for k in rows[0] if k != "b_uid"]
-    stmt = sa.update(workloads).where(workloads.c.uid == sa.bindparam("b_uid")).values(
-        {c: sa.bindparam(c) for c in cols})
-    await session.execute(stmt, list(rows), execution_options={"synchronize_session": False})
+    cols = tuple(k for k in rows[0] if k != "b_uid")
+    stmt = _built(session, ("update_workloads", *cols), lambda pg: sa.update(workloads).where(
+        workloads.c.uid == sa.bindparam("b_uid")).values({c: sa.bindparam(c) for c in cols}))
+    await session.execute(stmt, list(rows), execution_options=_NO_SYNC)
 
 
 async def pending_workloads(session: AsyncSession, limit: int) -> list[Any]:
@@ -202,6 +236,14 @@ async def pending_workloads(session: AsyncSession, limit: int) -> list[Any]:
         sa.select(workloads).where(workloads.c.state == "pending", workloads.c.suspended.is_(False))
         .order_by(workloads.c.priority.desc(), workloads.c.queued_at, workloads.c.queue_seq).limit(limit))
     return list(result.all())
+
+
+_MARK_PLACED_PG = sa.text(
+    "UPDATE workloads SET state = 'placed', attempt = workloads.attempt + 1, cluster = v.cluster, "
+    "reason = '', updated_at = :now FROM unnest(CAST(:uids AS VARCHAR[]), CAST(:clusters AS VARCHAR[])) "
+    "AS v(uid, cluster) WHERE workloads.uid = v.uid AND workloads.state = 'pending' "
+    "RETURNING workloads.uid, workloads.attempt"
+).bindparams(sa.bindparam("now", type_=sa.DateTime(timezone=True)))
 
 
 async def mark_placed(session: AsyncSession, by_cluster: Mapping[str, Sequence[str]], now: datetime
@@ -216,23 +258,17 @@ async def mark_placed(session: AsyncSession, by_cluster: Mapping[str, Sequence[s
         uids = [u for c in by_cluster for u in by_cluster[c]]
         names = [c for c in by_cluster for _ in by_cluster[c]]
         if uids:
-            result = await session.execute(sa.text(
-                "UPDATE workloads SET state = 'placed', attempt = workloads.attempt + 1, cluster = v.cluster, "
-                "reason = '', updated_at = :now FROM unnest(CAST(:uids AS VARCHAR[]), CAST(:clusters AS VARCHAR[])) "
-                "AS v(uid, cluster) WHERE workloads.uid = v.uid AND workloads.state = 'pending' "
-                "RETURNING workloads.uid, workloads.attempt"
-            ).bindparams(sa.bindparam("now", type_=sa.DateTime(timezone=True))),
-                {"uids": uids, "clusters": names, "now": now})
+            result = await session.execute(_MARK_PLACED_PG, {"uids": uids, "clusters": names, "now": now})
             won.update({r.uid: r.attempt for r in result})
         return won
+    stmt = _built(session, ("mark_placed",), lambda pg: sa.update(workloads)
+                  .where(_in_param(pg, workloads.c.uid, "uids"), workloads.c.state == "pending")
+                  .values(state="placed", attempt=workloads.c.attempt + 1, cluster=sa.bindparam("cluster"),
+                          reason="", updated_at=sa.bindparam("now", type_=workloads.c.updated_at.type))
+                  .returning(workloads.c.uid, workloads.c.attempt))
     for cluster, members in by_cluster.items():
         for chunk in _chunks(session, members):
-            result = await session.execute(
-                sa.update(workloads)
-                .where(_in(session, workloads.c.uid, chunk), workloads.c.state == "pending")
-                .values(state="placed", attempt=workloads.c.attempt + 1, cluster=cluster, reason="",
-                        updated_at=now)
-                .returning(workloads.c.uid, workloads.c.attempt))
+            result = await session.execute(stmt, {"uids": list(chunk), "cluster": cluster, "now": now})
             won.update({r.uid: r.attempt for r in result})
     return won
 
@@ -240,9 +276,14 @@ async def mark_placed(session: AsyncSession, by_cluster: Mapping[str, Sequence[s
 # --- placements ------------------------------------------------------------------------------
 
 
+_INSERT_PLACEMENTS = sa.insert(placements)
+_INSERT_EVENTS = sa.insert(events)
+_INSERT_OUTBOX = sa.insert(outbox)
+
+
 async def add_placements(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> None:
     if rows:
-        await session.execute(sa.insert(placements), list(rows))
+        await session.execute(_INSERT_PLACEMENTS, list(rows))
 
 
 async def load_placements(session: AsyncSession, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], sa.Row[Any]]:
@@ -272,12 +313,12 @@ async def update_placements(session: AsyncSession, rows: Sequence[Mapping[str, A
     """Bulk update by (``b_uid``, ``b_attempt``); every row sets the same columns."""
     if not rows:
         return
-    cols = [k for k in rows[0] if k not in ("b_uid", "b_attempt")]
-    stmt = (sa.update(placements)
-            .where(placements.c.workload_uid == sa.bindparam("b_uid"),
-                   placements.c.attempt == sa.bindparam("b_attempt"))
-            .values({c: sa.bindparam(c) for c in cols}))
-    await session.execute(stmt, list(rows), execution_options={"synchronize_session": False})
+    cols = tuple(k for k in rows[0] if k not in ("b_uid", "b_attempt"))
+    stmt = _built(session, ("update_placements", *cols), lambda pg: sa.update(placements)
+                  .where(placements.c.workload_uid == sa.bindparam("b_uid"),
+                         placements.c.attempt == sa.bindparam("b_attempt"))
+                  .values({c: sa.bindparam(c) for c in cols}))
+    await session.execute(stmt, list(rows), execution_options=_NO_SYNC)
 
 
 async def advance_status_seq(session: AsyncSession, uid: str, attempt: int, seq: int) -> bool:
@@ -339,7 +380,7 @@ async def add_events(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -
     """Append history rows: workload_uid, at, type, cluster, reason, message (missing keys default)."""
     if rows:
         full = [{"workload_uid": None, "cluster": None, "reason": "", "message": "", **r} for r in rows]
-        await session.execute(sa.insert(events), full)
+        await session.execute(_INSERT_EVENTS, full)
 
 
 async def add_outbox(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> None:
@@ -349,7 +390,7 @@ async def add_outbox(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -
     RETURNING round trip, and the publisher can mark in-memory rows sent by id.
     """
     if rows:
-        await session.execute(sa.insert(outbox), list(rows))
+        await session.execute(_INSERT_OUTBOX, list(rows))
 
 
 class OutboxIds:
@@ -378,9 +419,10 @@ async def unsent(session: AsyncSession, limit: int, *, before: datetime | None =
 
 
 async def mark_sent(session: AsyncSession, ids: Sequence[int], now: datetime) -> None:
+    stmt = _built(session, ("mark_sent",), lambda pg: sa.update(outbox).where(_in_param(pg, outbox.c.id, "ids"))
+                  .values(sent_at=sa.bindparam("now", type_=outbox.c.sent_at.type), attempts=outbox.c.attempts + 1))
     for chunk in _chunks(session, ids):
-        await session.execute(sa.update(outbox).where(_in(session, outbox.c.id, chunk))
-                              .values(sent_at=now, attempts=outbox.c.attempts + 1))
+        await session.execute(stmt, {"ids": list(chunk), "now": now})
 
 
 async def purge_sent(session: AsyncSession, before: datetime) -> int:
