@@ -22,6 +22,8 @@ shows their pods in the agent's own figures.
 
 from __future__ import annotations
 
+import functools
+import heapq
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -63,6 +65,20 @@ class Need:
     total: Resources
     pods: tuple[tuple[str, Resources], ...]  # (PodSet name, per-pod requests)
     podsets: tuple[PodSetDemand, ...] = ()
+
+    @functools.cached_property
+    def fit_order(self) -> tuple[tuple[PodSetDemand, Resources, tuple[tuple[str, Decimal, Decimal], ...], bool], ...]:
+        """The PodSets in the order ``fit_nodes`` places them (largest pods first), each with its positive
+        requests, the per-resource checks (resource, amount, what a node that does not report it has)
+        and whether it has no node constraint: computed once per Need, not at every fit."""
+        order = sorted(self.podsets, key=lambda p: sorted(((k, -v) for k, v in p.requests.items())))
+        order = sorted(order, key=lambda p: -sum((v for k, v in p.requests.items() if k not in OPTIONAL), ZERO))
+        out = []
+        for ps in order:
+            wanted = {k: v for k, v in ps.requests.items() if v > 0}
+            checks = tuple((k, v, ZERO if k not in OPTIONAL else v) for k, v in wanted.items())
+            out.append((ps, wanted, checks, not ps.node_selector and not ps.affinity))
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -186,14 +202,8 @@ def fit_nodes(need: Need, nodes: Sequence[NodeView]) -> str | None:
 def _first_fit(need: Need, nodes: Sequence[NodeView]) -> tuple[str | None, dict[int, dict[str, Decimal]]]:
     """The pods of ``need`` onto ``nodes``: (None, the touched nodes' new free figures) or (why not, ...)."""
     used: dict[int, dict[str, Decimal]] = {}   # copies of the nodes a pod went to (the rest untouched)
-    order = sorted(need.podsets, key=lambda p: sorted(((k, -v) for k, v in p.requests.items())))
-    order = sorted(order, key=lambda p: -sum((v for k, v in p.requests.items() if k not in OPTIONAL), ZERO))
     count = len(nodes)
-    for ps in order:
-        wanted = {k: v for k, v in ps.requests.items() if v > 0}
-        # (resource, amount, what a node that does not report it has): the scarce ones first
-        checks = tuple((k, v, ZERO if k not in OPTIONAL else v) for k, v in wanted.items())
-        plain = not ps.node_selector and not ps.affinity
+    for ps, wanted, checks, plain in need.fit_order:
         start = 0  # the pods of a PodSet are identical: a node one of them did not fit, no later one fits
         for n in range(ps.count):
             i = start
@@ -425,15 +435,22 @@ class CapacityBook:
     reservations: dict[str, _Reservation] = field(default_factory=dict)  # by workload uid
     version: int = 0
     """Bumped whenever room may have grown (a heartbeat that changed, a reservation released)."""
+    _settling: dict[str, list[tuple[datetime, str]]] = field(default_factory=dict, repr=False)
+    """Cluster -> heap of (accepted_at, uid) of its accepted reservations: a heartbeat drops the settled
+    ones without walking every reservation of every cluster (entries of a reservation replaced or
+    released since are stale and skipped)."""
 
     def heartbeat(self, hb: messages.Heartbeat, received_at: datetime) -> bool:
         """Record a heartbeat; True when it may let something new fit (capacity or a cluster came online)."""
         old = self.heartbeats.get(hb.cluster)
         self.heartbeats[hb.cluster] = hb
         self.received[hb.cluster] = received_at
-        settle = timedelta(seconds=self.settle_seconds)
-        for uid, res in list(self.reservations.items()):
-            if res.cluster == hb.cluster and res.accepted_at is not None and hb.sent_at >= res.accepted_at + settle:
+        settled = hb.sent_at - timedelta(seconds=self.settle_seconds)  # accepted by then: in the agent's figures
+        heap = self._settling.get(hb.cluster)
+        while heap and heap[0][0] <= settled:
+            at, uid = heapq.heappop(heap)
+            res = self.reservations.get(uid)
+            if res is not None and res.cluster == hb.cluster and res.accepted_at == at:
                 del self.reservations[uid]
         changed = old is None or old.online != hb.online or old.capacity != hb.capacity
         if changed:
@@ -451,6 +468,7 @@ class CapacityBook:
     def accepted(self, uid: str, at: datetime) -> None:
         if (res := self.reservations.get(uid)) is not None:
             res.accepted_at = at
+            heapq.heappush(self._settling.setdefault(res.cluster, []), (at, uid))
 
     def release(self, uid: str) -> bool:
         """Drop a placement's reservation (rejected, finished, deleted); True if there was one."""

@@ -93,6 +93,33 @@ def test_capacity_book_subtracts_recent_placements_until_a_later_heartbeat() -> 
     assert book.views()[0].free["cpu"] == 4 and not book.reservations
 
 
+
+def test_a_settled_heartbeat_drops_only_its_own_clusters_settled_reservations() -> None:
+    cap = messages.Capacity(allocatable={"cpu": "100"}, free={"cpu": "100"}, largest_node_free={"cpu": "100"})
+    book = CapacityBook(settle_seconds=5)
+    for c in ("w1", "w2"):
+        book.heartbeat(messages.Heartbeat(cluster=c, capacity=cap, sent_at=NOW), NOW)
+    book.reserve("early", "w1", {"cpu": D(1)})
+    book.accepted("early", NOW)
+    book.reserve("late", "w1", {"cpu": D(2)})
+    book.accepted("late", NOW + timedelta(seconds=3))
+    book.reserve("other", "w2", {"cpu": D(4)})
+    book.accepted("other", NOW)
+    book.reserve("again", "w1", {"cpu": D(8)})
+    book.accepted("again", NOW)
+    book.reserve("again", "w1", {"cpu": D(8)})  # placed anew (not accepted yet): its old acceptance is void
+    book.reserve("gone", "w1", {"cpu": D(16)})
+    book.accepted("gone", NOW)
+    book.release("gone")
+    book.heartbeat(messages.Heartbeat(cluster="w1", capacity=cap, sent_at=NOW + timedelta(seconds=5)), NOW)
+    assert set(book.reservations) == {"late", "other", "again"}
+    book.heartbeat(messages.Heartbeat(cluster="w1", capacity=cap, sent_at=NOW + timedelta(seconds=8)), NOW)
+    assert set(book.reservations) == {"other", "again"}
+    book.heartbeat(messages.Heartbeat(cluster="w2", capacity=cap, sent_at=NOW + timedelta(seconds=4)), NOW)
+    assert set(book.reservations) == {"other", "again"}
+    book.heartbeat(messages.Heartbeat(cluster="w2", capacity=cap, sent_at=NOW + timedelta(seconds=5)), NOW)
+    assert set(book.reservations) == {"again"}
+
 def test_a_pending_reason_whose_figures_alone_changed_is_not_rewritten_within_a_minute() -> None:
     from dispatcher.engine import Engine
 
