@@ -434,20 +434,26 @@ async def purge_sent(session: AsyncSession, before: datetime) -> int:
 
 
 async def upsert_cluster(session: AsyncSession, row: Mapping[str, Any]) -> None:
-    stmt = _insert(session, clusters).values(**row)
-    set_ = {k: stmt.excluded[k] for k in row if k != "name"}
-    if "lease_until" in row:  # never shortened: the lease desk (dispatcher/leases.py) may have written a later end
-        new, old = stmt.excluded.lease_until, clusters.c.lease_until
-        set_["lease_until"] = sa.case((old.is_(None), new), (new.is_(None), old), (old < new, new), else_=old)
-    stmt = stmt.on_conflict_do_update(index_elements=["name"], set_=set_)
-    await session.execute(stmt)
+    """Insert or update a cluster row (every heartbeat); ``lease_until`` is never shortened."""
+    cols = tuple(row)
+
+    def build(pg: bool) -> Any:
+        stmt = _insert(session, clusters).values({k: sa.bindparam(k, type_=clusters.c[k].type) for k in cols})
+        set_ = {k: stmt.excluded[k] for k in cols if k != "name"}
+        if "lease_until" in cols:  # the lease desk (dispatcher/leases.py) may have written a later end
+            new, old = stmt.excluded.lease_until, clusters.c.lease_until
+            set_["lease_until"] = sa.case((old.is_(None), new), (new.is_(None), old), (old < new, new), else_=old)
+        return stmt.on_conflict_do_update(index_elements=["name"], set_=set_)
+    await session.execute(_built(session, ("upsert_cluster", *cols), build), dict(row))
 
 
 async def extend_lease(session: AsyncSession, name: str, until: datetime) -> bool:
     """Move ``name``'s ``lease_until`` out to ``until`` (never back); False when no such cluster row exists."""
-    old = clusters.c.lease_until
-    result = await session.execute(sa.update(clusters).where(clusters.c.name == name).values(
-        lease_until=sa.case((old.is_(None), until), (old < until, until), else_=old)))
+    def build(pg: bool) -> Any:
+        old, new = clusters.c.lease_until, sa.bindparam("until", type_=clusters.c.lease_until.type)
+        return sa.update(clusters).where(clusters.c.name == sa.bindparam("b_name")).values(
+            lease_until=sa.case((old.is_(None), new), (old < new, new), else_=old))
+    result = await session.execute(_built(session, ("extend_lease",), build), {"b_name": name, "until": until})
     return bool(getattr(result, "rowcount", 0))
 
 
