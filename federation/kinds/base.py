@@ -10,10 +10,13 @@ and status rules. Nothing here talks to a cluster.
 
 from __future__ import annotations
 
+import collections
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
+
+import orjson
 
 from federation import labels
 from federation.errors import Invalid
@@ -101,7 +104,7 @@ def get_path(obj: Mapping[str, Any], path: Sequence[str]) -> Any:
     """The value at ``path`` or None when any step is missing or not a map."""
     node: Any = obj
     for key in path:
-        if not isinstance(node, Mapping):
+        if type(node) is not dict and not isinstance(node, Mapping):  # (the exact type first: ABC checks cost)
             return None
         node = node.get(key)
     return node
@@ -209,10 +212,34 @@ def int_or(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
+_VALID_TEMPLATES: collections.OrderedDict[bytes, None] = collections.OrderedDict()
+_VALID_TEMPLATES_MAX = 1024
+
+
 def validate_pod_template(
     template: Any, field: str, *, required_container: str | None = None
 ) -> list[Invalid]:
-    """A PodTemplateSpec with ≥1 container, each named and with an image, and parseable resources."""
+    """A PodTemplateSpec with ≥1 container, each named and with an image, and parseable resources.
+
+    Templates found valid are remembered (by their JSON, the field and the container rule): Jobs
+    submitted from one template repeat it, and adding up the requests again is most of a claim's
+    validation. Invalid ones are checked afresh each time (their problems are new objects)."""
+    try:
+        key = orjson.dumps([template, field, required_container], option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # not JSON (never from an API server): just check
+        key = b""
+    if key and key in _VALID_TEMPLATES:
+        _VALID_TEMPLATES.move_to_end(key)
+        return []
+    errors = _validate_pod_template(template, field, required_container)
+    if key and not errors:
+        _VALID_TEMPLATES[key] = None
+        if len(_VALID_TEMPLATES) > _VALID_TEMPLATES_MAX:
+            _VALID_TEMPLATES.popitem(last=False)
+    return errors
+
+
+def _validate_pod_template(template: Any, field: str, required_container: str | None) -> list[Invalid]:
     if not isinstance(template, Mapping):
         return [Invalid(field, "is required", fix="add a pod template with spec.containers")]
     spec = template.get("spec")

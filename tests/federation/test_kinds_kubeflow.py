@@ -344,3 +344,26 @@ def test_prepare_for_worker_strips_server_metadata_and_stamps_labels() -> None:
     assert job["metadata"]["uid"] == "0d7c" and "status" in job  # input untouched
     delegated = PYTORCHJOB.prepare_for_worker(job, stamp=stamp, managed_by=labels.TRAINING_OPERATOR)
     assert delegated["spec"]["runPolicy"]["managedBy"] == labels.TRAINING_OPERATOR
+
+
+def test_a_template_found_valid_once_is_still_checked_against_each_kinds_rules_and_edits() -> None:
+    """Valid pod templates are remembered (kinds/base.py): the memory is per template, field and
+    container rule, so another kind's rule, another field or an edited template is checked again."""
+    template = {"spec": {"containers": [{"name": "pytorch", "image": "x", "resources": {"requests": {"cpu": "1"}}}]}}
+
+    def job(kind_field: str, kind: str, tmpl: dict[str, Any]) -> dict[str, Any]:
+        return {"apiVersion": "kubeflow.org/v1", "kind": kind, "metadata": {"name": "j"},
+                "spec": {kind_field: {"Master": {"replicas": 1, "template": copy.deepcopy(tmpl)},
+                                      "Worker": {"replicas": 1, "template": copy.deepcopy(tmpl)}}}}
+    assert PYTORCHJOB.validate(job("pytorchReplicaSpecs", "PyTorchJob", template)) == []
+    assert PYTORCHJOB.validate(job("pytorchReplicaSpecs", "PyTorchJob", template)) == []
+    tf = TFJOB.validate(job("tfReplicaSpecs", "TFJob", {**template}))
+    assert any("name tensorflow" in e.message for e in tf)  # TFJob's container rule, same template
+    bad = copy.deepcopy(template)
+    bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "one"
+    errors = PYTORCHJOB.validate(job("pytorchReplicaSpecs", "PyTorchJob", bad))
+    assert [e.field for e in errors] == ["spec.pytorchReplicaSpecs.Master.template.spec.containers[0].resources"
+                                         ".requests.cpu", "spec.pytorchReplicaSpecs.Worker.template.spec"
+                                         ".containers[0].resources.requests.cpu"]
+    again = PYTORCHJOB.validate(job("pytorchReplicaSpecs", "PyTorchJob", bad))  # invalid: checked afresh
+    assert [e.field for e in again] == [e.field for e in errors] and not set(map(id, again)) & set(map(id, errors))
