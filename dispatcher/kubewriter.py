@@ -8,6 +8,10 @@ the manager Job's (a merge patch computed against the last status written, which
 the worker no longer has, nested ones included), keeping only mkd's own ``MultiCluster*``
 conditions, placed before the Job's own so that its latest condition stays last (the printer
 columns read ``conditions[-1:]``).
+
+Per Job only the status the manager Job has after the last write is remembered (packed): mkd's own
+conditions and the worker's part are read back from it, as after a restart they are read from the
+listed Job, so a write packs one status, not three.
 """
 
 from __future__ import annotations
@@ -61,13 +65,12 @@ class KubeWriter:
             from federation.kube import resource_for as default_resource_for
             resource_for = default_resource_for
         self._resource_for = resource_for
+        self._resources: dict[str, Any] = {}
         self._todo: dict[str, _Todo] = {}
         self._busy: set[str] = set()
         self._queue: asyncio.Queue[str] = asyncio.Queue()
-        # per Job, packed (dispatcher/jobcache.py: compressed JSON, issue 15's memory goal): mkd's own
-        # conditions, the worker's last status, the status the manager Job has after the last write
-        self._mkd: dict[str, bytes] = {}
-        self._worker_status: dict[str, bytes] = {}
+        # per Job, packed (dispatcher/jobcache.py: compressed JSON, issue 15's memory goal): the status the
+        # manager Job has after the last write (mkd's conditions and the worker's part are read from it)
         self._written: dict[str, bytes] = {}
         self._idle = asyncio.Event()
         self._idle.set()
@@ -98,8 +101,6 @@ class KubeWriter:
 
     def forget(self, uid: str) -> None:
         """The Job is gone: drop what is remembered about it (queued work still runs and meets NotFound)."""
-        self._mkd.pop(uid, None)
-        self._worker_status.pop(uid, None)
         self._written.pop(uid, None)
 
     async def wait_idle(self) -> None:
@@ -167,22 +168,21 @@ class KubeWriter:
     async def _apply(self, todo: _Todo) -> None:
         key = todo.key
         kind = by_name(key.kind)
-        res = self._resource_for(kind)  # type: ignore[arg-type]
+        res = self._resources.get(key.kind)
+        if res is None:
+            res = self._resources[key.kind] = self._resource_for(kind)  # type: ignore[arg-type]
         if todo.conditions or todo.status is not None:
             current = self._baseline(key.uid)
-            packed = self._mkd.get(key.uid)
-            mkd: dict[str, dict[str, Any]] | None = unpack(packed) if packed is not None else None
-            if mkd is None:  # after a restart: keep the conditions mkd wrote before
-                mkd = {c["type"]: c for c in (current or {}).get("conditions") or []
-                       if isinstance(c, dict) and c.get("type") in MKD_CONDITIONS}
+            # mkd's own conditions as the manager Job has them (written last time, or before a restart)
+            mkd = {c["type"]: c for c in (current or {}).get("conditions") or []
+                   if isinstance(c, dict) and c.get("type") in MKD_CONDITIONS}
             for type_, cond in todo.conditions.items():
                 old = mkd.get(type_)
                 if old is not None and old.get("status") == cond["status"]:
                     cond = {**cond, "lastTransitionTime": old.get("lastTransitionTime", cond["lastTransitionTime"])}
                 mkd[type_] = cond
-            last = self._worker_status.get(key.uid)
-            worker = todo.status if todo.status is not None else unpack(last) if last is not None else None
-            target = merge_status(worker, mkd, current)
+            # no new worker status: the worker's part of what the manager Job has stays (merge_status)
+            target = merge_status(todo.status, mkd, current)
             patch = merge_patch(current, target)
             if current is not None and not patch:
                 self.unchanged += 1  # e.g. a status re-reported after a Resync: nothing to write
@@ -192,9 +192,6 @@ class KubeWriter:
                 self.writes += 1
                 written = result.get("status") if isinstance(result, dict) else None
                 self._written[key.uid] = pack(written if isinstance(written, dict) else target)
-            self._mkd[key.uid] = pack(mkd)
-            if todo.status is not None:
-                self._worker_status[key.uid] = pack(todo.status)
         for type_, reason, message in todo.events:
             involved = {"apiVersion": kind.api_version, "kind": kind.name,
                         "metadata": {"namespace": key.namespace, "name": key.name, "uid": key.uid}}

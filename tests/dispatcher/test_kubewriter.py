@@ -1,0 +1,90 @@
+"""The KubeWriter remembers only the status it wrote last: mkd's conditions and the worker's part are read
+back from it (as after a restart from the listed Job). Checked on kubesim through the kubernetes client."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from dispatcher.jobcache import JobCache
+from dispatcher.kubewriter import JobKey, KubeWriter
+from dispatcher.workload import condition
+from federation import labels
+from federation.clock import SystemClock
+from federation.kube import Kube
+from tests.dispatcher.harness import PYTORCHJOBS, pytorchjob
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+async def test_conditions_and_mirrors_keep_each_other_and_transition_times(kube: Kube) -> None:
+    job = await kube.create(PYTORCHJOBS, pytorchjob("w"), "default")
+    key = JobKey(job["metadata"]["uid"], "PyTorchJob", "default", "w")
+    cache = JobCache()
+    cache[key.uid] = job
+    writer = KubeWriter(kube, cache, SystemClock(), workers=2)
+    task = asyncio.create_task(writer.run())
+
+    async def status() -> dict[str, Any]:
+        await writer.wait_idle()
+        return (await kube.get(PYTORCHJOBS, "w", "default")).get("status") or {}
+    try:
+        writer.condition(key, condition(labels.CONDITION_DISPATCHED, False, "NoFittingCluster", "wait", T0))
+        st = await status()
+        assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED]
+
+        later = T0 + timedelta(minutes=1)
+        writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Placed", "placed on worker-1", later))
+        worker = {"startTime": "2026-01-01T00:02:00Z", "replicaStatuses": {"Master": {"active": 1}},
+                  "conditions": [{"type": "Running", "status": "True", "reason": "PyTorchJobRunning",
+                                  "message": "running", "lastTransitionTime": "2026-01-01T00:02:00Z"}]}
+        writer.mirror(key, worker)
+        st = await status()
+        assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED, "Running"]
+        assert st["conditions"][0]["status"] == "True" and st["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:01:00Z"
+        assert st["replicaStatuses"] == {"Master": {"active": 1}}
+
+        # a condition alone keeps the worker's part; the same status keeps its transition time
+        writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Placed", "placed again",
+                                        T0 + timedelta(minutes=5)))
+        writer.condition(key, condition(labels.CONDITION_REJECTED, False, "Corrected", "valid", T0))
+        st = await status()
+        assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED, labels.CONDITION_REJECTED,
+                                                         "Running"]
+        assert st["conditions"][0]["message"] == "placed again"
+        assert st["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:01:00Z"
+        assert st["startTime"] == "2026-01-01T00:02:00Z" and st["replicaStatuses"] == {"Master": {"active": 1}}
+
+        # the worker's status replaces its part (nested keys it dropped are gone); mkd's conditions stay first
+        writer.mirror(key, {"replicaStatuses": {"Master": {"succeeded": 1}}, "conditions": [
+            {"type": "Succeeded", "status": "True", "reason": "PyTorchJobSucceeded", "message": "done",
+             "lastTransitionTime": "2026-01-01T00:09:00Z"}]})
+        st = await status()
+        assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED, labels.CONDITION_REJECTED,
+                                                         "Succeeded"]
+        assert "startTime" not in st and st["replicaStatuses"] == {"Master": {"succeeded": 1}}
+
+        # the same again changes nothing: no write
+        writes = writer.writes
+        writer.condition(key, condition(labels.CONDITION_REJECTED, False, "Corrected", "valid", T0))
+        await status()
+        assert writer.writes == writes and writer.unchanged >= 1
+
+        # a restarted dispatcher's writer (nothing remembered) reads both back from the listed Job
+        cache[key.uid] = await kube.get(PYTORCHJOBS, "w", "default")
+        fresh = KubeWriter(kube, cache, SystemClock(), workers=1)
+        task2 = asyncio.create_task(fresh.run())
+        try:
+            fresh.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Placed", "after restart",
+                                           T0 + timedelta(hours=1)))
+            await fresh.wait_idle()
+            st = (await kube.get(PYTORCHJOBS, "w", "default"))["status"]
+            assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED,
+                                                             labels.CONDITION_REJECTED, "Succeeded"]
+            assert st["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:01:00Z"
+            assert st["replicaStatuses"] == {"Master": {"succeeded": 1}}
+        finally:
+            task2.cancel()
+    finally:
+        task.cancel()
