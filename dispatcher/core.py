@@ -199,7 +199,7 @@ class EngineCore:
         rows, current = await q.load_current(s, missing)
         names = q.LIGHT_NAMES
         for uid, r in rows.items():
-            b.w[uid] = dict(zip(names, r))  # the Workload's columns (the placement's follow, prefixed p__)
+            b.w[uid] = dict(zip(names, r, strict=False))  # the Workload columns (then the placement's, p__)
         for key, p in current.items():
             b.p.setdefault(key, p)
 

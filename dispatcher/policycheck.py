@@ -74,6 +74,7 @@ class PolicyGate:
         ``job`` decodes the cached Job, called only when a (generation, policy) was not checked yet."""
         generation = head.generation
         out: dict[str, str] = {}
+        obj: Mapping[str, Any] | None = None  # decoded once, for the first policy not checked yet
         for name, hb in heartbeats.items():
             if hb.policy is None:
                 continue
@@ -83,7 +84,9 @@ class PolicyGate:
             if why is None:
                 policy = self._policy(text, hb)
                 namespace = policy.target_namespace(head.namespace or "default")
-                why = describe(policy.check(job(), namespace))
+                if obj is None:
+                    obj = job()
+                why = describe(policy.check(obj, namespace))
                 if len(self._cache) > 100_000:
                     self._cache.clear()
                 self._cache[key] = why

@@ -16,7 +16,6 @@ import json
 from typing import Any
 
 import orjson
-
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
