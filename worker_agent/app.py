@@ -28,7 +28,7 @@ from federation.messages import Capacity, Heartbeat, encode
 from federation.mqtt import LinkHealth, MqttLink, Will
 from federation.tasks import Supervisor
 from worker_agent.apply import ApplyLoop, JobKey
-from worker_agent.cache import ObjectCache, key_of, kind_resource
+from worker_agent.cache import ObjectCache, Stored, key_of, kind_resource
 from worker_agent.foreign import created_by, foreign_owner
 from worker_agent.identity import AgentIdentity
 from worker_agent.inbox import Inbox
@@ -206,7 +206,7 @@ class Agent:
             if self.lease is not None:
                 self.lease.job_seen(res.plural, obj)  # a copy marked fenced is resumed once a Resync lists it
             self.reporter.job_changed(kind, obj)
-            cache.upsert(obj)  # shrinks obj to its header: read it before
+            cache.upsert(obj, watched=True)  # shrinks obj to its header: read it before
             self.apply.enqueue((name, ns, job_name))
 
     async def follow_children(self, plural: str, namespace: str | None = None) -> None:
@@ -219,7 +219,14 @@ class Agent:
                 cache.delete_event(obj)
             else:
                 self._check_foreign(obj)  # before upsert, which shrinks obj to its header
-                if not cache.upsert(obj):
+                stored = cache.upsert(obj, watched=True)
+                if not stored:
+                    continue
+                if stored is Stored.SAME_CONTENT and plural != NODES.plural:
+                    # a pod scheduled (its node is for capacity only), a write that changed nothing the
+                    # reconcilers read: its job's pass would render what the last one did
+                    if plural == PODS.plural:
+                        self.capacity_changed.set()
                     continue
             if plural in (PODS.plural, NODES.plural):
                 self.capacity_changed.set()

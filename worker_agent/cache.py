@@ -6,11 +6,14 @@ resourceVersion, whether it came from a watch event or from the response to the 
 create / replace; a local delete leaves a tombstone so a late watch event of the old object
 cannot resurrect it. Pods are trimmed to what reconcilers and capacity need (metadata and status,
 plus the spec fields the scheduler counts) and every object is held as compact JSON next to a small
-header, so 20,000 pods fit in little memory.
+header, so 20,000 pods fit in little memory. A pod's node is kept for capacity only (``pod_usage``),
+not in the pod reconcilers read. ``upsert`` says whether a watched object changed in anything
+reconcilers read (``Stored``), so a watch event that changed nothing does not cost its job a pass.
 """
 
 from __future__ import annotations
 
+import enum
 import functools
 import re
 from collections.abc import Mapping
@@ -118,6 +121,19 @@ def trim(obj: dict[str, Any], plural: str) -> dict[str, Any]:
     return obj
 
 
+class Stored(enum.IntEnum):
+    """What ``ObjectCache.upsert`` did with an object; falsy only when it was refused."""
+
+    REFUSED = 0
+    """Older than the version held, or deleted here."""
+    HELD = 1
+    """The version held already (the watch echoing the agent's own write)."""
+    SAME_CONTENT = 2
+    """A newer version from the watch in which nothing a reconciler reads changed (only its resourceVersion, or
+    a pod's node): the previous one came from the watch too, so whoever needed to hear of it already did."""
+    CHANGED = 3
+
+
 _HEADER_META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences", "deletionTimestamp")
 
 
@@ -164,13 +180,22 @@ class ObjectCache:
         self.pod_usage: dict[Key, tuple[str, str | None, bytes]] = {}
         """pods only: (phase, nodeName, request shape as JSON) for capacity, without decoding pods."""
         self._shapes: dict[bytes, bytes] = {}
+        self._unwatched: set[Key] = set()
+        """Keys whose stored version came from the agent's own write and has not come from the watch yet."""
 
     def __len__(self) -> int:
         return len(self.headers)
 
     def get(self, key: Key) -> dict[str, Any] | None:
         raw = self.raw.get(key)
-        return None if raw is None else orjson.loads(raw)  # type: ignore[no-any-return]
+        return None if raw is None else self._decode(key, raw)
+
+    def _decode(self, key: Key, raw: bytes) -> dict[str, Any]:
+        obj: dict[str, Any] = orjson.loads(raw)
+        rv = self.headers[key]["metadata"].get("resourceVersion")
+        if rv is not None:  # kept in the header only, so that ``raw`` compares equal across versions
+            obj.setdefault("metadata", {})["resourceVersion"] = rv
+        return obj
 
     def header(self, key: Key) -> dict[str, Any] | None:
         return self.headers.get(key)
@@ -180,19 +205,29 @@ class ObjectCache:
 
     def values(self) -> list[dict[str, Any]]:
         """Every object, decoded (a snapshot; costs a decode per object)."""
-        return [orjson.loads(raw) for raw in list(self.raw.values())]
+        return [self._decode(key, raw) for key, raw in list(self.raw.items())]
 
-    def _put(self, key: Key, obj: dict[str, Any]) -> None:
+    def _put(self, key: Key, obj: dict[str, Any]) -> bool:
+        """Store ``obj``; True when what reconcilers read of it changed (more than its resourceVersion)."""
         old = self.headers.get(key)
         if old is not None:
             self._unindex(key, old)
-        self.raw[key] = pack(obj)
         if self.plural == "pods":
-            spec = obj.get("spec") or {}
+            spec = obj.get("spec")
+            spec = spec if isinstance(spec, dict) else {}
             shape = bytes(memoryview(orjson.dumps([spec.get("containers"), spec.get("initContainers"),
                                                    spec.get("overhead")])))
             shape = self._shapes.setdefault(shape, shape)  # thousands of replicas share a few shapes
-            self.pod_usage[key] = (str((obj.get("status") or {}).get("phase") or ""), spec.get("nodeName"), shape)
+            # the node is for capacity only: scheduling alone then leaves the stored pod as it was
+            self.pod_usage[key] = (str((obj.get("status") or {}).get("phase") or ""), spec.pop("nodeName", None),
+                                   shape)
+        meta = obj.get("metadata")
+        rv = meta.pop("resourceVersion", None) if isinstance(meta, dict) else None
+        raw = pack(obj)
+        if rv is not None:
+            meta["resourceVersion"] = rv  # type: ignore[index]
+        changed = self.raw.get(key) != raw
+        self.raw[key] = raw
         header_meta = _shrink(obj)
         self.headers[key] = obj
         self.by_namespace.setdefault(key[0], {})[key[1]] = obj
@@ -201,6 +236,7 @@ class ObjectCache:
             value = obj_labels.get(label)
             if value is not None:
                 index.setdefault((key[0], value), {})[key[1]] = obj
+        return changed
 
     def _unindex(self, key: Key, obj: Mapping[str, Any]) -> None:
         obj_labels = (obj.get("metadata") or {}).get("labels") or {}
@@ -224,26 +260,38 @@ class ObjectCache:
         dead = self.tombstones.get(key)
         return dead is None or rv < 0 or rv > dead
 
-    def upsert(self, obj: dict[str, Any]) -> bool:
-        """Store ``obj`` unless a newer version (or a local delete) is known; True if stored.
+    def upsert(self, obj: dict[str, Any], *, watched: bool = False) -> Stored:
+        """Store ``obj`` unless a newer version (or a local delete) is known; falsy (REFUSED) if not stored.
 
+        ``watched``: ``obj`` comes from the informer, not from the answer to the agent's own write.
         ``obj`` is shrunk to its header in place: use ``get`` for the object afterwards.
         """
         if not self.accepts(obj):
-            return False
+            return Stored.REFUSED
         key = key_of(obj)
         current = self.headers.get(key)
         if current is not None and rv_of(current) == rv_of(obj) >= 0:
             # this very version is held (the watch echoing the agent's own create or write, a relist):
             # storing it again would only cost a trim and an encode, and would undo ``mark_deleting``
             _shrink(obj)
-            return True
+            if watched:
+                self._unwatched.discard(key)
+            return Stored.HELD
         self.tombstones.pop(key, None)
-        self._put(key, trim(obj, self.plural))
-        return True
+        changed = self._put(key, trim(obj, self.plural))
+        if not watched:
+            self._unwatched.add(key)
+            return Stored.CHANGED
+        if key in self._unwatched:
+            # the version replaced was known from the agent's own write only: its echo never came (a relist,
+            # a watch that resumed later), so whatever that write was to cause has not been caused yet
+            self._unwatched.discard(key)
+            return Stored.CHANGED
+        return Stored.CHANGED if changed else Stored.SAME_CONTENT
 
     def remove(self, key: Key, *, rv: int = -1) -> None:
         current = self.headers.pop(key, None)
+        self._unwatched.discard(key)
         self.raw.pop(key, None)
         self.pod_usage.pop(key, None)
         if current is not None:
@@ -268,6 +316,9 @@ class ObjectCache:
         current = self.get(key)
         if current is not None:
             current.setdefault("metadata", {})["deletionTimestamp"] = stamp
+            usage = self.pod_usage.get(key)
+            if usage is not None and usage[1] is not None:  # the node lives in ``pod_usage`` only
+                current.setdefault("spec", {})["nodeName"] = usage[1]
             self._put(key, current)
 
     def delete_event(self, obj: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from worker_agent.cache import ObjectCache, Selector
+from worker_agent.cache import ObjectCache, Selector, Stored
 
 
 def obj(name: str, rv: int, uid: str = "u", **labels: str) -> dict[str, Any]:
@@ -55,7 +55,7 @@ def test_pods_trimmed_and_kept_compact() -> None:
                                 "ownerReferences": [{"uid": "j", "controller": True}]}}  # the header, in place
     assert cache.pod_usage[("ns", "p")][:2] == ("Running", "n")
     pod = cache.get(("ns", "p")) or {}
-    assert pod["spec"] == {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}], "nodeName": "n"}
+    assert pod["spec"] == {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}  # node: pod_usage
     assert pod["status"] == {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
                              "containerStatuses": [{"name": "c", "restartCount": 2, "state": {"running": {}}}]}
     assert pod["metadata"]["ownerReferences"] == [{"uid": "j", "controller": True}]
@@ -81,3 +81,30 @@ def test_echo_of_a_held_version_keeps_the_local_deleting_mark() -> None:
     assert cache.upsert(echo)  # the watch's ADDED of that same version, arriving late
     assert (cache.get(("ns", "p")) or {})["metadata"].get("deletionTimestamp") == "2026-01-01T00:00:00Z"
     assert echo == {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": "7", "uid": "u"}}  # shrunk
+
+
+def test_upsert_tells_a_change_reconcilers_read_from_a_new_version_alone() -> None:
+    """A pod scheduled (its node is for capacity only) or rewritten unchanged is SAME_CONTENT, which the agent
+    does not requeue its job for; a phase change is CHANGED; the agent's own write and its echo are never
+    SAME_CONTENT for the next watched version (the write's pass-after comes from its echo)."""
+    cache = ObjectCache("pods")
+
+    def pod(rv: int, phase: str = "Pending", node: str | None = None) -> dict[str, Any]:
+        spec: dict[str, Any] = {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}
+        if node:
+            spec["nodeName"] = node
+        return {"metadata": {"name": "p", "namespace": "ns", "resourceVersion": str(rv), "uid": "u"},
+                "spec": spec, "status": {"phase": phase}}
+
+    assert cache.upsert(pod(1)) is Stored.CHANGED  # the create's answer
+    assert cache.upsert(pod(2, node="n1"), watched=True) is Stored.CHANGED  # the echo of 1 never came
+    assert cache.pod_usage[("ns", "p")][:2] == ("Pending", "n1")
+    assert cache.upsert(pod(2, node="n1"), watched=True) is Stored.HELD
+    assert cache.upsert(pod(3, node="n1"), watched=True) is Stored.SAME_CONTENT
+    got = cache.get(("ns", "p")) or {}
+    assert got["metadata"]["resourceVersion"] == "3" and "nodeName" not in got["spec"]
+    assert cache.upsert(pod(4, "Running", node="n1"), watched=True) is Stored.CHANGED
+    assert cache.upsert(pod(3), watched=True) is Stored.REFUSED
+    cache.mark_deleting(("ns", "p"), "2026-01-01T00:00:00Z")  # the agent's own change
+    assert cache.pod_usage[("ns", "p")][:2] == ("Running", "n1")
+    assert cache.upsert(pod(5, "Running", node="n1"), watched=True) is Stored.CHANGED
