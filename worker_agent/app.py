@@ -201,6 +201,13 @@ class Agent:
                 continue
             if not cache.accepts(obj):
                 continue
+            key = (name, ns, job_name)
+            if self.apply.wrote_status(key, obj):
+                # the echo of the apply loop's own status write, which was reported as it was written and
+                # changed no label or annotation: only the pass after the write is still owed
+                cache.upsert(obj, watched=True)
+                self.apply.enqueue(key)
+                continue
             self.by_uid[uid] = (name, ns, job_name)
             self.inbox.job_seen(name, obj)
             if self.lease is not None:

@@ -79,6 +79,8 @@ class ApplyLoop:
         self._failures: dict[JobKey, int] = {}
         self._events: dict[JobKey, dict[tuple[str, str], float]] = {}
         self.passes = 0
+        self._status_written: dict[JobKey, int] = {}
+        """The resourceVersion of the last status write per job whose watch echo has not come yet."""
         self._awaiting_lease: set[JobKey] = set()
         """Jobs whose pass found objects to create but no lease (``may_start``): woken by ``lease_back``."""
         self.may_start: Callable[[], bool] | None = None
@@ -261,7 +263,7 @@ class ApplyLoop:
         if aborted:
             retry = 1.0
         elif plan.status is not None:
-            retry = await self._write_status(job_res, job, plan.status)
+            retry = await self._write_status(key, job_res, job, plan.status)
         for etype, reason, message in plan.events:
             if not self._fresh_event(key, reason, message):
                 continue  # the same warning every pass (too many Services, say) is recorded once a minute
@@ -286,8 +288,17 @@ class ApplyLoop:
                 del seen[old]
         return True
 
+    def wrote_status(self, key: JobKey, job: Mapping[str, Any]) -> bool:
+        """Whether ``job`` (from the watch) is the very version this loop's last status write of ``key`` made."""
+        written = self._status_written.get(key)
+        if written is None or written != rv_of(job):
+            return False
+        del self._status_written[key]
+        return True
+
     def forget(self, key: JobKey) -> None:
         """The job is gone: drop its per-key bookkeeping."""
+        self._status_written.pop(key, None)
         self._events.pop(key, None)
         self._failures.pop(key, None)
         timer = self._timers.pop(key, None)
@@ -324,7 +335,8 @@ class ApplyLoop:
             meta = body.setdefault("metadata", {})
             meta["annotations"] = {**(meta.get("annotations") or {}), labels.CREATED_BY: self.origin}
 
-    async def _write_status(self, res: Resource, job: dict[str, Any], status: dict[str, Any]) -> float | None:
+    async def _write_status(self, key: JobKey, res: Resource, job: dict[str, Any],
+                            status: dict[str, Any]) -> float | None:
         body = {**job, "status": status}
         meta = job.get("metadata") or {}
         cache = self.caches[res.plural]
@@ -336,6 +348,7 @@ class ApplyLoop:
             return 0.0
         if self.on_status is not None:
             self.on_status(str(job.get("kind")), updated)
+            self._status_written[key] = rv_of(updated)  # reported: its echo need not be (Agent.follow_jobs)
         cache.upsert(updated)
         return None
 
