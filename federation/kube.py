@@ -279,14 +279,19 @@ class _Http:
         for conn in idle:
             conn.close()
 
-    async def request(self, method: str, path: str, headers: Mapping[str, str], body: bytes | None,
+    @staticmethod
+    def header_block(headers: Mapping[str, str]) -> bytes:
+        """``headers`` as the lines of a request head (what ``request`` takes; built once, reused)."""
+        return "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1")
+
+    async def request(self, method: str, path: str, headers: bytes, body: bytes | None,
                       within: float) -> tuple[int, dict[str, str], bytes]:
-        """(status, headers with lower-case names, body); raises Transport when no answer came ``within`` s."""
-        head = [f"{method} {self.prefix}{path} HTTP/1.1\r\nHost: {self.authority}\r\n"]
-        head += [f"{k}: {v}\r\n" for k, v in headers.items()]
-        if body is not None or method in ("POST", "PUT", "PATCH"):
-            head.append(f"Content-Length: {len(body or b'')}\r\n")
-        data = "".join(head).encode("latin-1") + b"\r\n" + (body or b"")
+        """(status, headers with lower-case names, body); ``headers`` as ``header_block`` made them.
+        Raises Transport when no answer came ``within`` s."""
+        length = f"Content-Length: {len(body or b'')}\r\n" if body is not None or method in ("POST", "PUT", "PATCH") \
+            else ""
+        data = b"".join((f"{method} {self.prefix}{path} HTTP/1.1\r\nHost: {self.authority}\r\n".encode("latin-1"),
+                         headers, length.encode("latin-1"), b"\r\n", body or b""))
         async with self._slots:
             try:
                 async with asyncio.timeout(within):
@@ -392,6 +397,8 @@ class Kube:
         self._pool: ThreadPoolExecutor | None = None
         self._http: _Http | None = None
         self._auth: tuple[float, dict[str, str]] | None = None
+        self._blocks: dict[str | None, bytes] = {}
+        """Encoded request headers per content type for the authentication in ``_auth`` (``_header_block``)."""
         self._discovery: dict[str, tuple[float, set[str]]] = {}
         self._watches: set[_WatchStream] = set()
 
@@ -507,10 +514,22 @@ class Kube:
             with _guard(f"{method} {path}: authentication"):
                 self._api.update_params_for_auth(auth, [], ["BearerToken"], path, method, None)
             self._auth = (now, {str(k): str(v) for k, v in auth.items()})
+            self._blocks = {}
         headers = {"Accept": "application/json", "User-Agent": self.user_agent, **self._auth[1]}
         if content_type:
             headers["Content-Type"] = content_type
         return headers
+
+    def _header_block(self, method: str, path: str, content_type: str | None, *, fresh: bool = False) -> bytes:
+        """``_headers`` encoded for ``_Http.request``, kept per content type while the authentication is."""
+        auth = self._auth
+        if not fresh and auth is not None and time.monotonic() - auth[0] <= AUTH_TTL:
+            block = self._blocks.get(content_type)
+            if block is not None:
+                return block
+        headers = self._headers(method, path, content_type, fresh=fresh)
+        block = self._blocks[content_type] = _Http.header_block(headers)
+        return block
 
     async def _request_async(self, http: _Http, method: str, path: str, query: list[tuple[str, str]] | None,
                              payload: bytes | None, content_type: str | None, what: str) -> Any:
@@ -518,7 +537,7 @@ class Kube:
         for attempt in range(2):
             try:
                 status, headers, data = await http.request(
-                    method, target, self._headers(method, path, content_type, fresh=attempt > 0), payload,
+                    method, target, self._header_block(method, path, content_type, fresh=attempt > 0), payload,
                     self.settings.timeout)
             except Transport as exc:
                 if self.on_call is not None:
