@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
@@ -46,7 +46,7 @@ from federation.messages import (
     encode_reports,
 )
 from federation.mqtt import MqttLink
-from federation.podset import Resources, add, format_resources, parse_resources, pod_requests, sub
+from federation.podset import Resources, add, format_resources, parse_resources, pod_requests, scale, sub
 from federation.policy import PolicySettings
 from worker_agent.cache import ObjectCache
 from worker_agent.seq import Sequencer
@@ -404,10 +404,10 @@ class CapacityMeter:
             node_shapes[str((node.get("metadata") or {}).get("name"))] = node
         used: Resources = {}
         used_on: dict[str, Resources] = {}
-        for phase, node_name, shape in pods:
-            if phase in TERMINAL_PHASES:
-                continue
-            req = self._pod_requests(shape)
+        # thousands of pods share a few (node, shape) pairs: one sum per pair, not one per pod (issue 15)
+        pairs = Counter((node_name, shape) for phase, node_name, shape in pods if phase not in TERMINAL_PHASES)
+        for (node_name, shape), count in pairs.items():
+            req = scale(self._pod_requests(shape), count)
             used = add(used, req)
             if node_name is not None and node_name in per_node:
                 used_on[node_name] = add(used_on.get(node_name, {}), req)
