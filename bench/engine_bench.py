@@ -120,13 +120,17 @@ async def run(n: int, batch: int, url: str, profile: cProfile.Profile | None) ->
             profile.enable()
         for start in range(0, n, batch):
             jobs = [job(i) for i in range(start, min(n, start + batch))]
+            beats = [ReportIn(heartbeat(c), datetime.now(UTC)) for c in CLUSTERS] if start % (10 * batch) == 0 else []
             t = time.process_time()
-            await engine.handle([JobChange(PYTORCHJOB, j) for j in jobs])
+            await engine.handle([*beats, *(JobChange(PYTORCHJOB, j) for j in jobs)])  # heartbeats keep coming
             cpu["claim+place"] += time.process_time() - t
             batches["claim+place"] += 1
             async with engine.sessions() as s:  # where each Job went (the agents' side of the run)
                 rows, _ = await q.load_current(s, [j["metadata"]["uid"] for j in jobs])
             accepted, status = [], []
+            unplaced = [r for r in rows.values() if r.cluster is None]
+            if unplaced:
+                raise SystemExit(f"{len(unplaced)} Jobs not placed: {unplaced[0].state} {unplaced[0].reason!r}")
             for uid, r in rows.items():
                 key = messages.PlacementKey(workload_uid=uid, attempt=r.attempt, epoch=engine.epoch)
                 seq += 1

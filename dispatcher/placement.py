@@ -435,6 +435,13 @@ class CapacityBook:
     reservations: dict[str, _Reservation] = field(default_factory=dict)  # by workload uid
     version: int = 0
     """Bumped whenever room may have grown (a heartbeat that changed, a reservation released)."""
+    _held: dict[str, tuple[int, Resources]] = field(default_factory=dict, repr=False)
+    """Cluster -> (how many reservations, their summed totals): kept as reservations come and go, so a
+    round's views need not add up every reservation again."""
+    _parsed: dict[str, tuple[messages.Heartbeat, Resources, Resources, Resources, list[NodeView]]] = field(
+        default_factory=dict, repr=False)
+    """Cluster -> its heartbeat with the quantities parsed (allocatable, free, largest node free, nodes):
+    parsed once per heartbeat, not once per round."""
     _settling: dict[str, list[tuple[datetime, str]]] = field(default_factory=dict, repr=False)
     """Cluster -> heap of (accepted_at, uid) of its accepted reservations: a heartbeat drops the settled
     ones without walking every reservation of every cluster (entries of a reservation replaced or
@@ -452,6 +459,7 @@ class CapacityBook:
             res = self.reservations.get(uid)
             if res is not None and res.cluster == hb.cluster and res.accepted_at == at:
                 del self.reservations[uid]
+                self._hold(res, -1)
         changed = old is None or old.online != hb.online or old.capacity != hb.capacity
         if changed:
             self.version += 1
@@ -460,10 +468,25 @@ class CapacityBook:
     def forget_cluster(self, name: str) -> None:
         self.heartbeats.pop(name, None)
         self.received.pop(name, None)
+        self._parsed.pop(name, None)
 
     def reserve(self, uid: str, cluster: str, total: Resources) -> None:
         """``total`` is kept, not copied (a Workload's shared Need's; never changed): issue 15's memory goal."""
-        self.reservations[uid] = _Reservation(cluster, total)
+        old = self.reservations.get(uid)
+        if old is not None:
+            self._hold(old, -1)
+        res = self.reservations[uid] = _Reservation(cluster, total)
+        self._hold(res, 1)
+
+    def _hold(self, res: _Reservation, sign: int) -> None:
+        count, acc = self._held.get(res.cluster, (0, {}))
+        count += sign
+        if count <= 0:  # none left: start from nothing again (no zero entries, nothing to drift)
+            self._held.pop(res.cluster, None)
+            return
+        for k, v in res.total.items():
+            acc[k] = acc.get(k, ZERO) + v if sign > 0 else acc.get(k, ZERO) - v
+        self._held[res.cluster] = (count, acc)
 
     def accepted(self, uid: str, at: datetime) -> None:
         if (res := self.reservations.get(uid)) is not None:
@@ -472,31 +495,35 @@ class CapacityBook:
 
     def release(self, uid: str) -> bool:
         """Drop a placement's reservation (rejected, finished, deleted); True if there was one."""
-        if self.reservations.pop(uid, None) is None:
+        res = self.reservations.pop(uid, None)
+        if res is None:
             return False
+        self._hold(res, -1)
         self.version += 1
         return True
 
     def views(self) -> list[ClusterView]:
-        held: dict[str, Resources] = {}
-        for res in self.reservations.values():
-            acc = held.setdefault(res.cluster, {})
-            for k, v in res.total.items():
-                acc[k] = acc.get(k, ZERO) + v
         out = []
         for name, hb in self.heartbeats.items():
-            free = sub(_parse(hb.capacity.free, "free"), held.get(name, {}))
-            largest = _parse(hb.capacity.largest_node_free, "largest_node_free")
+            parsed = self._parsed.get(name)
+            if parsed is None or parsed[0] is not hb:
+                nodes = [NodeView(n.name, n.labels, tuple((t.key, t.value, t.effect) for t in n.taints),
+                                  _parse(n.free, "nodes.free")) for n in hb.capacity.nodes]
+                parsed = self._parsed[name] = (hb, _parse(hb.capacity.allocatable, "allocatable"),
+                                               _parse(hb.capacity.free, "free"),
+                                               _parse(hb.capacity.largest_node_free, "largest_node_free"), nodes)
+            _, allocatable, free, largest, nodes = parsed
+            held = self._held.get(name)
+            if held is not None:
+                free = sub(free, held[1])
+                if nodes:
+                    nodes = subtract_from_nodes(nodes, held[1])
             largest = {k: min(v, free.get(k, v)) for k, v in largest.items()}
             kinds = frozenset(hb.kinds_reconciled) | frozenset(hb.kinds_delegated)
-            nodes = [NodeView(n.name, n.labels, tuple((t.key, t.value, t.effect) for t in n.taints),
-                              _parse(n.free, "nodes.free")) for n in hb.capacity.nodes]
-            if nodes and name in held:
-                nodes = subtract_from_nodes(nodes, held[name])
             out.append(ClusterView(
                 name=name, online=hb.online, last_heartbeat=self.received.get(name),
-                allocatable=_parse(hb.capacity.allocatable, "allocatable"), free=free,
-                largest_node_free=largest, kinds=kinds or None, labels=dict(hb.labels), nodes=nodes,
+                allocatable=dict(allocatable), free=dict(free), largest_node_free=largest, kinds=kinds or None,
+                labels=dict(hb.labels), nodes=list(nodes),
             ))
         return out
 

@@ -111,14 +111,22 @@ def test_a_settled_heartbeat_drops_only_its_own_clusters_settled_reservations() 
     book.reserve("gone", "w1", {"cpu": D(16)})
     book.accepted("gone", NOW)
     book.release("gone")
+    def free() -> dict[str, D]:
+        return {v.name: v.free["cpu"] for v in book.views()}
+    assert free() == {"w1": 100 - 1 - 2 - 8, "w2": 100 - 4}  # "again" counted once, "gone" not at all
     book.heartbeat(messages.Heartbeat(cluster="w1", capacity=cap, sent_at=NOW + timedelta(seconds=5)), NOW)
     assert set(book.reservations) == {"late", "other", "again"}
+    assert free() == {"w1": 100 - 2 - 8, "w2": 100 - 4}
     book.heartbeat(messages.Heartbeat(cluster="w1", capacity=cap, sent_at=NOW + timedelta(seconds=8)), NOW)
     assert set(book.reservations) == {"other", "again"}
     book.heartbeat(messages.Heartbeat(cluster="w2", capacity=cap, sent_at=NOW + timedelta(seconds=4)), NOW)
     assert set(book.reservations) == {"other", "again"}
     book.heartbeat(messages.Heartbeat(cluster="w2", capacity=cap, sent_at=NOW + timedelta(seconds=5)), NOW)
     assert set(book.reservations) == {"again"}
+    assert free() == {"w1": 100 - 8, "w2": 100}
+    book.release("again")
+    book.reserve("new", "w2", {"cpu": D(3)})
+    assert free() == {"w1": 100, "w2": 100 - 3}
 
 def test_a_pending_reason_whose_figures_alone_changed_is_not_rewritten_within_a_minute() -> None:
     from dispatcher.engine import Engine
