@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import orjson
+
 from dispatcher.jobcache import Head, JobCache
 from federation import messages
 from federation.policy import Policy, describe
@@ -30,6 +32,9 @@ class PolicyGate:
         """uid -> (the queue entry, its own placement constraints before any policy exclusion), for the
         entries a policy excludes clusters of."""
         self._why: dict[str, dict[str, str]] = {}
+        self._by_spec: dict[tuple[str, str, bytes], str] = {}
+        """(policy, worker namespace, the Job's spec as JSON) -> the check's answer: a policy reads nothing
+        else of a Job, and Jobs submitted from one template would be checked alike again and again."""
 
     def apply(self, entries: Mapping[str, Any], cache: JobCache,
               heartbeats: Mapping[str, messages.Heartbeat]) -> None:
@@ -86,7 +91,18 @@ class PolicyGate:
                 namespace = policy.target_namespace(head.namespace or "default")
                 if obj is None:
                     obj = job()
-                why = describe(policy.check(obj, namespace))
+                try:
+                    spec = orjson.dumps(obj.get("spec"), option=orjson.OPT_SORT_KEYS)
+                except TypeError:  # not JSON (never from an API server): no sharing
+                    spec = b""
+                shared = self._by_spec.get((text, namespace, spec)) if spec else None
+                if shared is None:
+                    shared = describe(policy.check(obj, namespace))
+                    if spec:
+                        if len(self._by_spec) >= 1024:
+                            self._by_spec.clear()
+                        self._by_spec[(text, namespace, spec)] = shared
+                why = shared
                 if len(self._cache) > 100_000:
                     self._cache.clear()
                 self._cache[key] = why
