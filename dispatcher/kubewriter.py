@@ -9,6 +9,11 @@ the worker no longer has, nested ones included), keeping only mkd's own ``MultiC
 conditions, placed before the Job's own so that its latest condition stays last (the printer
 columns read ``conditions[-1:]``).
 
+A condition alone (a Workload accepted by its cluster, requeued, corrected) waits up to
+``condition_linger`` seconds for more work on its Job: the worker's first status usually follows the
+Accepted closely, and the two then cost one status write instead of two. A status or an Event to
+write takes the waiting conditions along at once.
+
 Per Job only the status the manager Job has after the last write is remembered (packed): mkd's own
 conditions and the worker's part are read back from it, as after a restart they are read from the
 listed Job, so a write packs one status, not three.
@@ -50,14 +55,18 @@ class _Todo:
     status: dict[str, Any] | None = None
     events: list[tuple[Literal["Normal", "Warning"], str, str]] = field(default_factory=list)
     tries: int = 0
+    lingering: bool = False
+    """Conditions only, not queued yet: waiting for a status or an Event to share the write."""
 
 
 class KubeWriter:
     """Per-Job serial, cross-Job parallel writer of manager Job status, conditions and Events."""
 
     def __init__(self, kube: Any, cache: MutableMapping[str, dict[str, Any]], clock: Clock, *,
-                 workers: int = 16, resource_for: Callable[[Any], Any] | None = None) -> None:
+                 workers: int = 16, resource_for: Callable[[Any], Any] | None = None,
+                 condition_linger: float = 0.5) -> None:
         self.kube = kube
+        self.condition_linger = condition_linger
         self.cache = cache
         self.clock = clock
         self.workers = workers
@@ -81,17 +90,33 @@ class KubeWriter:
 
     # --- what the engine calls (after its transaction committed) ------------------------------
 
-    def _entry(self, key: JobKey) -> _Todo:
+    def _entry(self, key: JobKey, *, linger: bool = False) -> _Todo:
         todo = self._todo.get(key.uid)
         if todo is None:
             todo = self._todo[key.uid] = _Todo(key)
-            if key.uid not in self._busy:
-                self._queue.put_nowait(key.uid)
             self._idle.clear()
+            if key.uid in self._busy:
+                pass  # queued again when the write in flight ends
+            elif linger and self.condition_linger > 0:
+                todo.lingering = True
+                # real time on purpose: a batching delay, not logic a test drives with a FakeClock
+                asyncio.get_running_loop().call_later(self.condition_linger, self._release, key.uid)
+            else:
+                self._queue.put_nowait(key.uid)
+        elif todo.lingering and not linger:
+            self._release(key.uid)
         return todo
 
+    def _release(self, uid: str) -> None:
+        """A lingering todo's wait is over (its time passed, or a status or Event came): queue it."""
+        todo = self._todo.get(uid)
+        if todo is not None and todo.lingering:
+            todo.lingering = False
+            if uid not in self._busy:
+                self._queue.put_nowait(uid)
+
     def condition(self, key: JobKey, cond: dict[str, Any]) -> None:
-        self._entry(key).conditions[cond["type"]] = cond
+        self._entry(key, linger=True).conditions[cond["type"]] = cond
 
     def mirror(self, key: JobKey, status: Mapping[str, Any]) -> None:
         self._entry(key).status = dict(status)

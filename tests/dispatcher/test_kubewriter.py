@@ -88,3 +88,34 @@ async def test_conditions_and_mirrors_keep_each_other_and_transition_times(kube:
             task2.cancel()
     finally:
         task.cancel()
+
+
+async def test_a_condition_alone_waits_for_the_jobs_status_and_shares_its_write(kube: Kube) -> None:
+    job = await kube.create(PYTORCHJOBS, pytorchjob("linger"), "default")
+    key = JobKey(job["metadata"]["uid"], "PyTorchJob", "default", "linger")
+    cache = JobCache()
+    cache[key.uid] = job
+    writer = KubeWriter(kube, cache, SystemClock(), workers=2, condition_linger=3600)  # only work on it ends the wait
+    task = asyncio.create_task(writer.run())
+    try:
+        writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Placed", "placed on worker-1", T0))
+        await asyncio.sleep(0.2)
+        assert writer.writes == 0 and writer.backlog == 1  # waiting for the worker's status
+        writer.mirror(key, {"conditions": [{"type": "Created", "status": "True", "reason": "PyTorchJobCreated",
+                                            "message": "created", "lastTransitionTime": "2026-01-01T00:00:01Z"}]})
+        await asyncio.wait_for(writer.wait_idle(), 30)
+        assert writer.writes == 1  # the condition and the status in one write
+        st = (await kube.get(PYTORCHJOBS, "linger", "default"))["status"]
+        assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED, "Created"]
+
+        writer.condition(key, condition(labels.CONDITION_REJECTED, True, "InvalidJob", "bad", T0))
+        await asyncio.sleep(0.2)
+        assert writer.writes == 1
+        writer.event(key, "Warning", "InvalidJob", "bad")  # an Event goes at once, and takes the condition along
+        await asyncio.wait_for(writer.wait_idle(), 30)
+        assert writer.writes == 2
+        st = (await kube.get(PYTORCHJOBS, "linger", "default"))["status"]
+        assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED, labels.CONDITION_REJECTED,
+                                                         "Created"]
+    finally:
+        task.cancel()
