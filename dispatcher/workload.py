@@ -38,7 +38,7 @@ def format_resources(resources: Resources) -> dict[str, str]:
 
 def meta(job: Mapping[str, Any]) -> Mapping[str, Any]:
     value = job.get("metadata")
-    return value if isinstance(value, Mapping) else {}
+    return value if type(value) is dict or isinstance(value, Mapping) else {}  # (the exact type first: ABC checks cost)
 
 
 def uid_of(job: Mapping[str, Any]) -> str:
