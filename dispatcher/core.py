@@ -151,8 +151,12 @@ class EngineCore:
             self.namespace_of = {sys.intern(u): sys.intern(ns) for u, ns in (await q.known_namespaces(s)).items()}
             book = CapacityBook(settle_seconds=self.settings.capacity_settle_seconds,
                                 heartbeats=self.book.heartbeats, received=self.book.received)
+            totals: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}  # one per distinct requests (issue 15)
             for row in await q.active_placements(s):
-                total = {k: parse_quantity(v, k) for k, v in (row.requests or {}).items()}
+                key = tuple(sorted((row.requests or {}).items()))
+                total = totals.get(key)
+                if total is None:
+                    total = totals[key] = {k: parse_quantity(v, k) for k, v in key}
                 book.reserve(sys.intern(row.workload_uid), row.cluster, total)
                 if row.accepted_at is not None:
                     book.accepted(row.workload_uid, row.accepted_at)
