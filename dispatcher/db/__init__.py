@@ -11,21 +11,22 @@ than a statement that can never succeed.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
+import sqlalchemy as sa
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
 from federation.errors import Invalid, Permanent
+
+if TYPE_CHECKING:  # alembic is imported only to migrate: a dispatcher never needs it (~11 MB, issue 15)
+    from alembic.config import Config
 
 UPGRADE_HINT = "mkctl db upgrade --database-url <url>"
 _ASYNC_DRIVERS = {"sqlite": "sqlite+aiosqlite", "postgresql": "postgresql+asyncpg",
@@ -116,6 +117,8 @@ def sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
 
 
 def alembic_config() -> Config:
+    from alembic.config import Config
+
     from migrations import DIRECTORY, INI
 
     cfg = Config(str(INI))
@@ -123,8 +126,33 @@ def alembic_config() -> Config:
     return cfg
 
 
+def migration_heads() -> list[str]:
+    """The revisions no other migration builds on, read from the migration files' ``revision`` and
+    ``down_revision`` (what alembic's ScriptDirectory finds, without importing alembic)."""
+    from migrations import DIRECTORY
+
+    revisions: set[str] = set()
+    below: set[str] = set()
+    for path in sorted((DIRECTORY / "versions").glob("*.py")):
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, ast.Assign) and len(node.targets) == 1:
+                target, value = node.targets[0], node.value
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                target, value = node.target, node.value
+            else:
+                continue
+            if not isinstance(target, ast.Name):
+                continue
+            if target.id == "revision":
+                revisions.add(ast.literal_eval(value))
+            elif target.id == "down_revision":
+                down = ast.literal_eval(value)
+                below.update([down] if isinstance(down, str) else down or ())
+    return sorted(revisions - below)
+
+
 def head() -> str:
-    heads = ScriptDirectory.from_config(alembic_config()).get_heads()
+    heads = migration_heads()
     if len(heads) != 1:
         raise Permanent(f"migrations have {len(heads)} heads ({heads}); merge them", reason="SchemaHeads")
     return heads[0]
@@ -145,10 +173,14 @@ async def _run(url: str, fn: Any, *args: Any) -> None:
 
 
 async def upgrade_async(url: str, revision: str = "head") -> None:
+    from alembic import command
+
     await _run(url, command.upgrade, revision)
 
 
 async def downgrade_async(url: str, revision: str) -> None:
+    from alembic import command
+
     await _run(url, command.downgrade, revision)
 
 
@@ -176,9 +208,20 @@ async def current_revision(url: str) -> str | None:
     engine = make_engine(url)
     try:
         async with engine.connect() as conn:
-            return await conn.run_sync(lambda c: MigrationContext.configure(c).get_current_revision())
+            return await conn.run_sync(_current_revision)
     finally:
         await engine.dispose()
+
+
+def _current_revision(conn: Connection) -> str | None:
+    """alembic's version table as its MigrationContext reads it (None: no table or no row)."""
+    if not sa.inspect(conn).has_table("alembic_version"):
+        return None
+    rows = list(conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalars())
+    if len(rows) > 1:
+        raise Permanent(f"the database's alembic_version table has {len(rows)} heads ({rows}); merge them",
+                        reason="SchemaHeads")
+    return str(rows[0]) if rows else None
 
 
 async def check_current(url: str) -> str:

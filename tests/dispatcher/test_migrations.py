@@ -18,6 +18,17 @@ from federation.errors import Invalid, Permanent
 def test_one_head() -> None:
     heads = ScriptDirectory.from_config(db.alembic_config()).get_heads()
     assert len(heads) == 1, heads
+    assert db.migration_heads() == heads and db.head() == heads[0]  # read without alembic, the same
+
+
+def test_a_dispatcher_never_imports_alembic() -> None:
+    """alembic is for migrating; the dispatcher only reads the head and the version table (issue 15: ~11 MB)."""
+    import subprocess
+    import sys
+
+    code = "import sys, dispatcher.app; print('alembic' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 async def _fill(url: str) -> None:
