@@ -4,7 +4,7 @@
 that is behind, naming ``mkctl db upgrade``; a database that is not reachable yet is waited for, see
 :mod:`dispatcher.startup`), is elected, takes a fencing epoch, and runs these named tasks under one Supervisor
 until ``stop`` is set: ``intake/<Kind>[/<namespace>]`` per JobKind, ``engine``, ``reports``,
-``outbox``, ``kube-writer``, ``ticker`` and ``cluster-keys``. ``Dispatcher`` is the same thing as an object, for
+``outbox``, ``kube-writer``, ``ticker``, ``cluster-keys`` and ``memory``. ``Dispatcher`` is the same thing as an object, for
 tests and the benchmark that want to look inside (engine counters, the writer's backlog).
 """
 
@@ -30,7 +30,7 @@ from dispatcher.outbox import Publisher
 from dispatcher.queueing.watcher import QueueWatcher
 from dispatcher.reports import ReportSubscriber
 from dispatcher.settings import DispatcherSettings
-from dispatcher.startup import Startup, Stopped
+from dispatcher.startup import Startup, Stopped, trim_memory
 from federation.clock import Clock, SystemClock
 from federation.kinds.base import JobKind
 from federation.kinds.registry import KINDS
@@ -170,6 +170,7 @@ class Dispatcher:
         sup.start("leases", self.leases.run, restart=True)  # heartbeat -> persisted -> Lease, beside the engine
         sup.start("ticker", self._ticker, restart=True)
         sup.start("cluster-keys", self._cluster_keys, restart=True)
+        sup.start("memory", lambda: trim_memory(self.clock), restart=True)  # RSS back down after bursts
         assert self.queue_watcher is not None
         watcher = self.queue_watcher
         for object_kind in watcher.kinds():

@@ -107,3 +107,34 @@ def permanent(exc: Exception) -> Exception:
         return Invalid("database_url", f"the database refused the dispatcher: {first}",
                        fix="check --database-url / MKD_DISPATCHER_DATABASE_URL (host, database, user, password)")
     return exc
+
+
+TRIM_SECONDS = 30.0
+"""How often the ``memory`` task gives the C allocator's free memory back (:func:`trim_memory`)."""
+
+
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        import ctypes
+        import ctypes.util
+
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim: Callable[[int], int] = libc.malloc_trim
+    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to trim
+        return None
+    return trim
+
+
+async def trim_memory(clock: Clock, every: float = TRIM_SECONDS) -> None:
+    """Every ``every`` seconds, glibc's ``malloc_trim(0)``: return the free pages of its heap to the system.
+
+    glibc keeps what Python frees of its larger blocks (over 512 bytes: sealed Commands of 2 KiB, list
+    pages, dict tables) for reuse and never shrinks the heap below the highest block still in use, so a
+    dispatcher's RSS stays at the peak of a burst of claims long after (issue 15: 165 -> 147 MB at 20,000
+    Workloads once the Places were published). A trim takes milliseconds; a no-op on other C libraries."""
+    trim = _malloc_trim()
+    if trim is None:
+        return
+    while True:
+        await clock.sleep(every)
+        trim(0)

@@ -12,6 +12,7 @@ import logging
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -20,6 +21,7 @@ from sqlalchemy.engine import make_url
 from dispatcher import db
 from dispatcher.app import Dispatcher
 from dispatcher.settings import DispatcherSettings
+from federation.clock import FakeClock
 from federation.errors import Invalid
 from federation.kube import Kube
 from mkctl.errors import EXIT_USAGE, describe
@@ -143,3 +145,27 @@ async def test_a_refused_login_at_start_names_the_setting(manager: Path, mqtt_ur
         with pytest.raises(Invalid, match=r"database_url: the database refused the dispatcher: .*mkd-no-such-role") as err:
             await asyncio.wait_for(d.run(asyncio.Event()), 30)
     assert describe(err.value) == (str(err.value), EXIT_USAGE) and "\n" not in str(err.value)
+
+
+async def test_the_memory_task_returns_the_c_heaps_free_pages_every_period(monkeypatch: Any) -> None:
+    """Issue 15: after a burst of claims glibc keeps the freed heap; the ``memory`` task trims it periodically."""
+    from dispatcher import startup
+
+    assert startup._malloc_trim() is not None  # this is a glibc system: the real one is found
+    calls: list[int] = []
+    monkeypatch.setattr(startup, "_malloc_trim", lambda: calls.append)
+    clock = FakeClock()
+    task = asyncio.ensure_future(startup.trim_memory(clock, every=30.0))
+    await clock.wait_for_sleepers()
+    assert calls == []
+    clock.advance(30.0)
+    await clock.wait_for_sleepers()
+    clock.advance(29.0)
+    await asyncio.sleep(0)
+    assert calls == [0]  # once per period, not before
+    clock.advance(1.0)
+    await clock.wait_for_sleepers()
+    assert calls == [0, 0]
+    task.cancel()
+    monkeypatch.setattr(startup, "_malloc_trim", lambda: None)  # not glibc: the task has nothing to do
+    await asyncio.wait_for(startup.trim_memory(clock), 5)
