@@ -17,6 +17,12 @@ Two figures, both read from ``/proc/PID/status`` (VmRSS now, VmHWM the peak):
    dispatcher does after every upgrade or failover), measured once its intake has listed
    everything and its engine is idle. Its peak includes the start-up listing.
 
+Both figures are taken in the dispatcher's steady state: inbox drained and every committed Command
+published (a Place waits in memory, sealed, while the agents' unanswered-Place budget is spent).
+``--probe-trim`` then calls glibc's ``malloc_trim(0)`` in it and prints the RSS after (the dispatcher's
+``memory`` task does the same every 30 s); with ``RSS_BENCH_MALLOCSTATS=1`` also CPython's and glibc's
+allocator statistics and a census of the objects the garbage collector tracks (on its stderr).
+
 With ``--tracemalloc`` both dispatchers trace their allocations and print the top lines (tracing
 costs memory and time itself: the RSS figures of such a run are not the ones to record). A run of
 another size than 100,000 also prints the RSS its bytes per Workload project at 100,000.
@@ -84,12 +90,25 @@ async def _dispatcher(settings_json: str, conn: Any, trace: bool) -> None:
                 await asyncio.sleep(1.0)
                 conn.send({"known": len(engine.known), "cache": len(engine.cache),
                            "pending": len(engine.queueing.queues.entries), "inbox": engine.inbox.qsize(),
+                           "unpublished": len(engine.fresh),  # Commands committed, waiting for the publisher
                            "listed": intake.ready.is_set(), "started": d.startup.done})
                 if conn.poll():
                     if conn.recv() == "trim":  # what glibc would give back now (--probe-trim)
                         import ctypes
                         before = status_kib(os.getpid())["VmRSS"]
+                        if os.environ.get("RSS_BENCH_MALLOCSTATS"):
+                            ctypes.CDLL("libc.so.6").malloc_stats()
                         ctypes.CDLL("libc.so.6").malloc_trim(0)
+                        if os.environ.get("RSS_BENCH_MALLOCSTATS"):
+                            sys._debugmallocstats()
+                            ctypes.CDLL("libc.so.6").malloc_stats()
+                            import collections
+                            import gc
+                            census: collections.Counter[str] = collections.Counter()
+                            for o in gc.get_objects():
+                                name = type(o).__name__
+                                census[f"{name}{len(o) if name == 'tuple' else ''}"] += 1
+                            print("census", census.most_common(25), file=sys.stderr, flush=True)
                         conn.send({"trimmed": (before, status_kib(os.getpid())["VmRSS"])})
                     elif trace:
                         import tracemalloc
@@ -135,14 +154,17 @@ class Running:
 
     def settle(self, n: int, timeout: float, what: str) -> None:
         """Wait until the dispatcher knows ``n`` Workloads, has listed the manager, its inbox is (nearly)
-        empty and the number of pending Workloads has not changed, five reports in a row."""
+        empty, the Commands it committed are published (a Place waits in memory while the agents'
+        unanswered-Place budget is spent) and the number of pending Workloads has not changed, five
+        reports in a row: its steady state."""
         deadline, calm, last_print, pending = time.monotonic() + timeout, 0, 0.0, -1
         while time.monotonic() < deadline:
             if not self.proc.is_alive():
                 raise RuntimeError(f"the dispatcher exited ({self.proc.exitcode}) while {what}")
             s = self.poll(1.5)
             done = (s.get("started") and s.get("listed") and s.get("known", 0) >= n
-                    and s.get("inbox", 1000) <= 50 and s.get("pending") == pending)  # heartbeats, late answers
+                    and s.get("inbox", 1000) <= 50 and s.get("unpublished", 1000) <= 50  # heartbeats, late answers
+                    and s.get("pending") == pending)
             pending = s.get("pending", -1)
             calm = calm + 1 if done else 0
             if calm >= 5:
