@@ -58,6 +58,11 @@ RETRY_PAUSE = 0.2
 """Seconds a sender waits after a failed publish on a link that is still up, before the next try."""
 
 
+MESSAGES_IN_FLIGHT = 4
+"""Batches of Reports awaiting their PUBACK at once, at most (heartbeats go outside this limit). What is
+queued while they are out goes as the next batch: a burst of Reports becomes a few messages instead of one
+per sender. A few, not one: a PUBACK takes a broker round trip, and one slow message must not hold the rest."""
+
 _Item = list[Any]
 """[topic, report, retain]: a list, so a queued Status can be replaced in its place."""
 
@@ -78,13 +83,18 @@ class Outbox:
     Each Report is numbered as it goes out (``ReportBase.stream`` / ``n``): the stream is the
     current link, a new random id on every attach, so the dispatcher can tell a lost Report
     (a hole in ``n`` that does not fill) from one still in flight. The Reports waiting when a sender
-    is free go as one message (``federation.messages.Reports``); ``seal`` (the agent's
+    is free go as one message (``federation.messages.Reports``), at most ``max_in_flight`` such
+    messages awaiting their PUBACK at once; ``seal`` (the agent's
     ``federation.signing`` sealer) signs each message once, with the stream and the number of its last
     Report. Heartbeats go first and alone.
     """
 
-    def __init__(self, *, limit: int = 200_000, seal: Callable[[str, bytes, str, int], bytes] | None = None) -> None:
+    def __init__(self, *, limit: int = 200_000, seal: Callable[[str, bytes, str, int], bytes] | None = None,
+                 max_in_flight: int = MESSAGES_IN_FLIGHT) -> None:
         self._seal = seal
+        self.max_in_flight = max_in_flight
+        self._in_flight = 0
+        """Batches of Reports published and not acknowledged yet (heartbeats not counted)."""
         self._items: deque[_Item] = deque()
         self._limit = limit
         self._queued_status: dict[tuple[str, int, int], _Item] = {}
@@ -200,15 +210,16 @@ class Outbox:
         """One sender; runs until cancelled. The heartbeat goes first and alone; the Reports waiting go
         as one batch (``_take_batch``). A failed publish is put back for the next link, in order."""
         while True:
-            while not self.pending():
+            while not self._sendable():
                 self._ready.clear()
                 await self._ready.wait()
             await self._linked.wait()
             link = self._link
-            if link is None or not self.pending():
+            if link is None or not self._sendable():
                 continue
-            if self._beat is not None:
-                item, self._beat = self._beat, None
+            beat, reports = self._beat, int(self._beat is None)
+            if beat is not None:
+                item, self._beat = beat, None
                 try:
                     payload = encode_numbered(item[1], self.stream, self._n + 1)
                 except MessageRefused as exc:
@@ -224,6 +235,7 @@ class Outbox:
             topic, retain = batch[0][0], batch[0][2]
             if self._seal is not None:
                 payload = self._seal(topic, payload, self.stream, self._n)
+            self._in_flight += reports
             try:
                 await link.publish(topic, payload, retain=retain)
                 self.sent += len(batch)
@@ -242,6 +254,13 @@ class Outbox:
                 if self._link is link:
                     self.attach(None)
                 log.info("publish failed (%s); waiting for the link", exc)
+            finally:
+                self._in_flight -= reports
+                self._ready.set()  # a slot is free: what queued meanwhile goes as the next batch
+
+    def _sendable(self) -> bool:
+        """A heartbeat waits (it goes first, outside the limit), or Reports wait and a batch may start."""
+        return self._beat is not None or (bool(self._items) and self._in_flight < self.max_in_flight)
 
     def pending(self) -> int:
         return len(self._items) + (self._beat is not None)

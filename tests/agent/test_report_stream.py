@@ -261,3 +261,37 @@ async def test_the_heartbeat_goes_alone_before_the_batch_and_a_retained_report_i
     await drain(outbox, link, 4)
     assert [(t, len(decode_reports(p))) for t, p in link.messages] == [("t/presence", 1), ("t/reports", 3)]
     assert link.messages[0][1].startswith(b'{"v":1,"stream":')  # a single Report: the retained presence
+
+
+async def test_reports_queued_while_batches_await_their_puback_go_as_one_and_a_heartbeat_does_not_wait() -> None:
+    class HeldLink(RecordingLink):
+        """Holds every Report's PUBACK until ``release`` is set (a broker round trip); heartbeats pass."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.release = asyncio.Event()
+
+        async def publish(self, topic: str, payload: bytes, *, retain: bool = False) -> None:
+            await super().publish(topic, payload, retain=retain)
+            if not retain:
+                await self.release.wait()
+
+    outbox, link = Outbox(max_in_flight=1), HeldLink()
+    outbox.attach(link)  # type: ignore[arg-type]
+    senders = [asyncio.create_task(outbox.run_sender()) for _ in range(4)]
+    try:
+        outbox.put("t/reports", status(0))
+        await link.wait_reports(1)  # out, awaiting its PUBACK: the one slot is taken
+        for i in range(1, 6):
+            outbox.put("t/reports", status(i))
+        outbox.put_heartbeat("t/presence", Heartbeat(cluster="w1", capacity=Capacity()))
+        await link.wait_reports(2)
+        assert isinstance(link.published[1], Heartbeat)  # past the limit, ahead of the queued Reports
+        assert len(link.messages) == 2 and outbox.pending() == 5
+        link.release.set()
+        await link.wait_reports(7)
+    finally:
+        for sender in senders:
+            sender.cancel()
+    assert [len(decode_reports(p)) for _, p in link.messages] == [1, 1, 5]
+    assert [r.n for r in link.published] == list(range(1, 8))
