@@ -102,7 +102,8 @@ class Outbox:
         self.coalesced = 0
         self._beat: _Item | None = None
         """The newest heartbeat not yet published: it goes before every queued Report (``put_heartbeat``)."""
-        self._ready = asyncio.Event()
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        """Senders with nothing to do, parked; ``_wake`` lets one go (not all: no herd on every Report)."""
         self._link: MqttLink | None = None
         self._linked = asyncio.Event()
         self.sent = 0
@@ -129,7 +130,7 @@ class Outbox:
         self._items.append(item)
         if isinstance(report, Status):
             self._queued_status[_status_key(report)] = item
-        self._ready.set()
+        self._wake()
 
     def _forget(self, item: _Item) -> None:
         if isinstance(item[1], Status) and self._queued_status.get(_status_key(item[1])) is item:
@@ -140,7 +141,7 @@ class Outbox:
         heartbeat earns runs from when it was queued (``worker_agent.lease``), so it must not wait behind a
         backlog, and an older heartbeat says nothing the newer one does not."""
         self._beat = [topic, heartbeat, True]
-        self._ready.set()
+        self._wake()
 
     def _take(self) -> _Item:
         if self._beat is not None:
@@ -160,7 +161,7 @@ class Outbox:
             self._items.appendleft(item)
             if isinstance(item[1], Status):
                 self._queued_status[_status_key(item[1])] = item
-        self._ready.set()
+        self._wake()
 
     @staticmethod
     def new_stream() -> str:
@@ -211,8 +212,7 @@ class Outbox:
         as one batch (``_take_batch``). A failed publish is put back for the next link, in order."""
         while True:
             while not self._sendable():
-                self._ready.clear()
-                await self._ready.wait()
+                await self._park()
             await self._linked.wait()
             link = self._link
             if link is None or not self._sendable():
@@ -232,6 +232,8 @@ class Outbox:
                 if taken is None:
                     continue
                 batch, payload = taken
+                if self._sendable():
+                    self._wake()  # more than one message's worth waits and a slot is free: another sender
             topic, retain = batch[0][0], batch[0][2]
             if self._seal is not None:
                 payload = self._seal(topic, payload, self.stream, self._n)
@@ -256,7 +258,24 @@ class Outbox:
                 log.info("publish failed (%s); waiting for the link", exc)
             finally:
                 self._in_flight -= reports
-                self._ready.set()  # a slot is free: what queued meanwhile goes as the next batch
+                self._wake()  # a slot is free: what queued meanwhile goes as the next batch
+
+    async def _park(self) -> None:
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self._wake()  # woken, then cancelled before it ran: the wake-up goes to another sender
+            raise
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
 
     def _sendable(self) -> bool:
         """A heartbeat waits (it goes first, outside the limit), or Reports wait and a batch may start."""

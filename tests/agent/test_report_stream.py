@@ -295,3 +295,42 @@ async def test_reports_queued_while_batches_await_their_puback_go_as_one_and_a_h
             sender.cancel()
     assert [len(decode_reports(p)) for _, p in link.messages] == [1, 1, 5]
     assert [r.n for r in link.published] == list(range(1, 8))
+
+
+async def test_a_report_wakes_one_parked_sender_and_a_backlog_fills_every_free_slot() -> None:
+    from federation.messages import MAX_REPORTS_PER_MESSAGE
+
+    class HeldLink(RecordingLink):
+        def __init__(self) -> None:
+            super().__init__()
+            self.release = asyncio.Event()
+
+        async def publish(self, topic: str, payload: bytes, *, retain: bool = False) -> None:
+            await super().publish(topic, payload, retain=retain)
+            await self.release.wait()
+
+    outbox, link = Outbox(max_in_flight=2), HeldLink()
+    outbox.attach(link)  # type: ignore[arg-type]
+    senders = [asyncio.create_task(outbox.run_sender()) for _ in range(8)]
+    try:
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert sum(not w.done() for w in outbox._waiters) == 8  # all parked
+        outbox.put("t/reports", status(0))
+        await link.wait_reports(1)
+        assert sum(not w.done() for w in outbox._waiters) == 7  # one woke (and is publishing), not eight
+        link.release.set()
+        for _ in range(3):
+            await asyncio.sleep(0)
+        link.release.clear()
+        backlog = 2 * MAX_REPORTS_PER_MESSAGE + 5
+        for i in range(backlog):
+            outbox.put("t/reports", status(i + 1))
+        await link.wait_calls(3)  # two slots: two full batches out at once, the rest waits for a PUBACK
+        assert [len(decode_reports(p)) for _, p in link.messages[1:]] == [MAX_REPORTS_PER_MESSAGE] * 2
+        link.release.set()
+        await link.wait_reports(backlog + 1)
+    finally:
+        for sender in senders:
+            sender.cancel()
+    assert [r.n for r in link.published] == list(range(1, backlog + 2))
