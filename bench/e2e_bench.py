@@ -26,7 +26,8 @@ PostgreSQL backends serving this run's database, the benchmark) in each phase, a
 timestamps for every job (from the dispatcher's tables, the benchmark's watches, and a tap on the
 agents' Report topics that notes when each agent sealed its Accepted and its first Status with
 startTime: see ``bench/e2e_measure.STAGES``) as p50/p99, so the table shows where jobs wait. ``--py-spy`` records
-the dispatcher and one agent during the end-to-end phase and prints their top frames.
+the dispatcher and one agent during the end-to-end phase and prints their top frames
+(``--py-spy-kubesims``: the manager's and the first worker's kubesim too).
 """
 
 from __future__ import annotations
