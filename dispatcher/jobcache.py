@@ -59,40 +59,62 @@ def _dictionary(value: Any, data: bytes) -> int:
         return found
 
 
-def pack(value: Any) -> bytes:
-    """``value`` as compressed JSON, exact-size: one byte naming the preset dictionary, then raw DEFLATE."""
+def pack(value: Any, prefix: bytes = b"") -> bytes:
+    """``value`` as compressed JSON, exact-size: one byte naming the preset dictionary, then raw DEFLATE
+    (after ``prefix``, when given: the cache's header)."""
     data = orjson.dumps(value)
     ident = _dictionary(value, data)
     zdict = _DICTIONARIES[ident]
     # level 1: most of the gain at a fraction of the CPU of higher levels
     c = (zlib.compressobj(1, zlib.DEFLATED, -15, 8, zlib.Z_DEFAULT_STRATEGY, zdict) if zdict
          else zlib.compressobj(1, zlib.DEFLATED, -15))
-    return b"".join((_IDS[ident], c.compress(data), c.flush()))
+    return b"".join((prefix, _IDS[ident], c.compress(data), c.flush()))
 
 
 _IDS = [bytes((i,)) for i in range(MAX_DICTIONARIES)]
 
 
-def unpack(raw: bytes) -> Any:
-    """A fresh copy of what :func:`pack` packed."""
-    zdict = _DICTIONARIES[raw[0]]
+def unpack(raw: bytes, start: int = 0) -> Any:
+    """A fresh copy of what :func:`pack` packed (from ``start``: after a prefix)."""
+    zdict = _DICTIONARIES[raw[start]]
     d = zlib.decompressobj(-15, zdict=zdict) if zdict else zlib.decompressobj(-15)
-    return orjson.loads(d.decompress(memoryview(raw)[1:]))
+    return orjson.loads(d.decompress(memoryview(raw)[start + 1:]))
 
 
 class Head:
-    """What is read of a cached Job without decoding it."""
+    """What is read of a cached Job without decoding it (read from the first bytes of its entry)."""
 
-    __slots__ = ("deleting", "generation", "managed_by", "namespace", "raw")
+    __slots__ = ("deleting", "generation", "managed_by", "namespace")
 
-    def __init__(self, obj: Mapping[str, Any], raw: bytes) -> None:
+    def __init__(self, namespace: str, generation: int, deleting: bool, managed_by: str | None) -> None:
+        self.namespace = namespace
+        self.generation = generation
+        self.deleting = deleting
+        self.managed_by = managed_by
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> Head:
         meta = obj.get("metadata") or {}
-        self.namespace: str = sys.intern(str(meta.get("namespace") or ""))
         generation = meta.get("generation")
-        self.generation: int = generation if isinstance(generation, int) else 0
-        self.deleting: bool = bool(meta.get("deletionTimestamp"))
-        self.managed_by: str | None = _managed_by(obj, str(obj.get("kind") or ""))
-        self.raw = raw
+        return cls(sys.intern(str(meta.get("namespace") or "")),
+                   generation if isinstance(generation, int) and generation >= 0 else 0,
+                   bool(meta.get("deletionTimestamp")), _managed_by(obj, str(obj.get("kind") or "")))
+
+
+class _Names:
+    """A few distinct strings (namespaces, managedBy values) by a small index, ``limit`` at most."""
+
+    def __init__(self, limit: int, *first: str | None) -> None:
+        self.limit = limit
+        self.names: list[str | None] = list(first)
+        self.index: dict[str | None, int] = {n: i for i, n in enumerate(first)}
+
+    def index_of(self, name: str | None) -> int | None:
+        found = self.index.get(name)
+        if found is None and len(self.names) < self.limit:
+            found = self.index[name] = len(self.names)
+            self.names.append(name)
+        return found
 
 
 def _managed_by(obj: Mapping[str, Any], kind: str) -> str | None:
@@ -105,32 +127,74 @@ def _managed_by(obj: Mapping[str, Any], kind: str) -> str | None:
 
 class JobCache(MutableMapping[str, dict[str, Any]]):
     """uid → manager Job (module docstring). ``cache[uid]`` / ``get`` decode a fresh copy; ``head``
-    reads the header only."""
+    reads the header only.
+
+    An entry is one bytes object: a header of a few bytes — managedBy (an index, 7 bits) and whether the
+    Job is being deleted (1 bit), its namespace (an index, 2 bytes), its generation (a varint) — then the
+    packed Job; no object per Job beside it (issue 15: 100,000 of them). A Job whose namespace or
+    managedBy does not fit an index (more than 65,535 namespaces, 127 managedBy values) is kept with a
+    :class:`Head` object instead.
+    """
 
     def __init__(self) -> None:
-        self._heads: dict[str, Head] = {}
+        self._entries: dict[str, bytes | tuple[Head, bytes]] = {}
+        self._namespaces = _Names(1 << 16, "")
+        self._managers = _Names(1 << 7, None)
 
     def __getitem__(self, uid: str) -> dict[str, Any]:
-        return unpack(self._heads[uid].raw)  # type: ignore[no-any-return]
+        entry = self._entries[uid]
+        if isinstance(entry, tuple):
+            return unpack(entry[1])  # type: ignore[no-any-return]
+        return unpack(entry, _header_length(entry))  # type: ignore[no-any-return]
 
     def __setitem__(self, uid: str, obj: dict[str, Any]) -> None:
-        self._heads[uid] = Head(obj, pack(obj))
+        head = Head.of(obj)
+        ns, manager = self._namespaces.index_of(head.namespace), self._managers.index_of(head.managed_by)
+        if ns is None or manager is None:
+            self._entries[uid] = (head, pack(obj))
+            return
+        generation, varint = head.generation, bytearray()
+        while generation > 0x7F:
+            varint.append(generation & 0x7F | 0x80)
+            generation >>= 7
+        varint.append(generation)
+        header = bytes((manager | (0x80 if head.deleting else 0), ns & 0xFF, ns >> 8)) + varint
+        self._entries[uid] = pack(obj, header)
 
     def __delitem__(self, uid: str) -> None:
-        del self._heads[uid]
+        del self._entries[uid]
 
     def __contains__(self, uid: object) -> bool:
-        return uid in self._heads
+        return uid in self._entries
 
     def __iter__(self) -> Iterator[str]:
-        return iter(self._heads)
+        return iter(self._entries)
 
     def __len__(self) -> int:
-        return len(self._heads)
+        return len(self._entries)
 
     def head(self, uid: str) -> Head | None:
-        return self._heads.get(uid)
+        entry = self._entries.get(uid)
+        if entry is None or isinstance(entry, tuple):
+            return entry[0] if entry is not None else None
+        generation, shift, i = 0, 0, 3
+        while True:
+            byte = entry[i]
+            generation |= (byte & 0x7F) << shift
+            i += 1
+            if byte < 0x80:
+                break
+            shift += 7
+        return Head(self._namespaces.names[entry[1] | entry[2] << 8] or "", generation, entry[0] >= 0x80,
+                    self._managers.names[entry[0] & 0x7F])
 
     def held_bytes(self) -> int:
-        """The compressed Jobs' total size (the benchmark prints it)."""
-        return sum(len(h.raw) for h in self._heads.values())
+        """The cache's entries' total size (headers and compressed Jobs)."""
+        return sum(len(e if isinstance(e, bytes) else e[1]) for e in self._entries.values())
+
+
+def _header_length(entry: bytes) -> int:
+    i = 3
+    while entry[i] >= 0x80:
+        i += 1
+    return i + 1

@@ -106,3 +106,26 @@ def test_packed_values_read_back_whatever_their_shape_and_jobs_of_a_kind_share_a
     raw = jobcache.pack(more)
     assert raw[0] == 0 and jobcache.unpack(raw) == more
     assert jobcache.unpack(jobcache.pack(values[0])) == values[0]  # the kinds registered before still use theirs
+
+
+def test_the_header_reads_back_any_generation_namespace_and_managed_by_also_past_the_index_limits() -> None:
+    cache = JobCache()
+    cache._namespaces.limit = 3  # "" and two more fit an index; the rest fall back to a header object
+    cache._managers.limit = 2    # None and one value
+    cases = []
+    for i, generation in enumerate((0, 1, 127, 128, 300, 2**40)):
+        obj = job(f"u{i}", generation=generation, managed_by=(labels.MULTIKUEUE, None, "example.com/x")[i % 3])
+        obj["metadata"]["namespace"] = f"ns-{i % 4}"
+        if i % 2:
+            obj["metadata"]["deletionTimestamp"] = "2026-11-24T07:00:00Z"
+        cache[f"u{i}"] = obj
+        cases.append((f"u{i}", obj))
+    for uid, obj in cases:
+        head = cache.head(uid)
+        assert head is not None and cache[uid] == obj
+        assert (head.namespace, head.generation, head.deleting, head.managed_by) == (
+            obj["metadata"]["namespace"], obj["metadata"]["generation"], "deletionTimestamp" in obj["metadata"],
+            obj["spec"].get("runPolicy", {}).get("managedBy"))
+    assert any(isinstance(e, tuple) for e in cache._entries.values())  # some past the limits
+    assert any(isinstance(e, bytes) for e in cache._entries.values())
+    assert cache.held_bytes() > 0
