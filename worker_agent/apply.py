@@ -40,6 +40,10 @@ LEASE_POLL = 5.0
 """Seconds between passes of a Job that waits for the lease to create its objects (``ApplyLoop.lease_back``
 wakes it sooner)."""
 EVENT_REPEAT_SECONDS = 60.0
+REPASS_DELAY = 0.05
+"""Seconds a job that changed during its own pass waits before the next one (real time): the watch echoes of
+the pass's own writes (one per child created, the status) arrive over some milliseconds, and one pass then
+sees them all instead of one pass each (issue 15)."""
 
 
 def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
@@ -73,6 +77,8 @@ class ApplyLoop:
         self._queued: set[JobKey] = set()
         self._running: set[JobKey] = set()
         self._dirty: set[JobKey] = set()
+        self._holding: set[JobKey] = set()
+        """Jobs changed during their pass, waiting ``REPASS_DELAY`` for the next one (``enqueue`` leaves them)."""
         self._timers: dict[JobKey, tuple[float, asyncio.Task[None]]] = {}
         self.timers = TaskSet("apply")
         """The requeue timers, one task each (``enqueue_after``): tracked, a failure logged and counted."""
@@ -100,6 +106,8 @@ class ApplyLoop:
             return
         if key in self._running:
             self._dirty.add(key)
+        elif key in self._holding:
+            return  # its next pass is due in a moment (``_release``)
         elif key not in self._queued:
             self._queued.add(key)
             self._queue.put_nowait(key)
@@ -156,7 +164,12 @@ class ApplyLoop:
                 self._running.discard(key)
                 if key in self._dirty:
                     self._dirty.discard(key)
-                    self.enqueue(key)
+                    self._holding.add(key)
+                    asyncio.get_running_loop().call_later(REPASS_DELAY, self._release, key)
+
+    def _release(self, key: JobKey) -> None:
+        self._holding.discard(key)
+        self.enqueue(key)
 
     pass_observer: Callable[[str, float], None] | None = None
     """Called with the job kind and seconds of every reconcile pass (the agent's metrics)."""
