@@ -48,6 +48,7 @@ class Answers(EngineCore):
             if row is None or p is None or p["cluster"] != r.cluster:
                 log.debug("report %s for an unknown or old placement %s from %s dropped", r.type, key, r.cluster)
                 continue
+            self._resent.pop(key, None)  # answered: nothing to pace any more (issue 15: was kept until 100,000)
             current = row["attempt"] == key[1] and row["state"] != "deleted"
             if isinstance(r, messages.Accepted):
                 self._accepted(b, row, p, r, current)
@@ -215,7 +216,7 @@ class Answers(EngineCore):
         if resent:
             log.warning("re-sent %d Place commands not answered within %gs (at most %d per cluster at a time%s)",
                         resent, wait, per_cluster, f"; {waiting} more at the next ticks" if waiting else "")
-        if len(self._resent) > 100_000:
+        if len(self._resent) > 1_000:  # an entry older than ``wait`` no longer holds a re-send back
             self._resent = {k: t for k, t in self._resent.items() if now - t < wait}
 
 

@@ -144,7 +144,9 @@ class Queues:
         self.policy = policy
         self.entries: dict[str, Entry] = {}
         self.admitted: dict[str, Admitted] = {}
-        self.heaps: dict[str | None, list[tuple[tuple[int, float, int], str]]] = {}
+        self.heaps: dict[str | None, list[tuple[int, float, int, str]]] = {}
+        """Per ClusterQueue: (-priority, queued_at, seq, uid), an entry's key and uid in one tuple (issue 15:
+        one per pending Workload); stale ones are dropped when they reach the top."""
         self.aside: dict[str | None, dict[str, Entry]] = {}
         self.held = Holds(hold_seconds)          # starving heads' holds on a cluster or their queue
         self.tree = QuotaTree(catalog)
@@ -199,7 +201,7 @@ class Queues:
                 self._told.append(e)
                 return
             e.step = "queued"
-        heapq.heappush(self.heaps.setdefault(e.cq, []), (e.key(), e.uid))
+        heapq.heappush(self.heaps.setdefault(e.cq, []), (-e.priority, e.queued_at, e.seq, e.uid))
 
     def hold_quota(self, a: Admitted) -> None:
         """Record quota held by an admitted Workload (at admission, or rebuilt from SQL)."""
@@ -234,7 +236,7 @@ class Queues:
             if e.set_aside == why:
                 del aside[uid]
                 e.set_aside = ""
-                heapq.heappush(self.heaps.setdefault(cq, []), (e.key(), uid))
+                heapq.heappush(self.heaps.setdefault(cq, []), (-e.priority, e.queued_at, e.seq, uid))
 
     def refresh(self) -> None:
         """Queue objects changed: rebuild the quota tree and route every pending Workload again."""
@@ -258,9 +260,10 @@ class Queues:
     def _head(self, cq: str | None) -> Entry | None:
         heap = self.heaps.get(cq)
         while heap:
-            key, uid = heap[0]
+            priority, queued_at, seq, uid = heap[0]
             e = self.entries.get(uid)
-            if e is None or e.cq != cq or e.set_aside or e.key() != key:
+            if (e is None or e.cq != cq or e.set_aside or -e.priority != priority or e.queued_at != queued_at
+                    or e.seq != seq):
                 heapq.heappop(heap)
                 continue
             return e
@@ -268,7 +271,7 @@ class Queues:
 
     def _pop(self, e: Entry) -> None:
         heap = self.heaps.get(e.cq)
-        if heap and heap[0][1] == e.uid:
+        if heap and heap[0][3] == e.uid:
             heapq.heappop(heap)
 
     # --- the pass --------------------------------------------------------------------------------
