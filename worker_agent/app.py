@@ -33,7 +33,7 @@ from worker_agent.foreign import created_by, foreign_owner
 from worker_agent.identity import AgentIdentity
 from worker_agent.inbox import Inbox
 from worker_agent.lease import LeaseKeeper
-from worker_agent.policy import Policy
+from worker_agent.policy import CheckedPolicy
 from worker_agent.reconcilers.base import Reconciler
 from worker_agent.reconcilers.registry import reconcilers as all_reconcilers
 from worker_agent.reports import CapacityMeter, Outbox, Reporter, heartbeat, sleep_or
@@ -107,7 +107,7 @@ class Agent:
                                origin=self.settings.origin)
         self.inbox = Inbox(self.kube, self.caches, self.reporter, origin=self.settings.origin, kinds={},
                            delegate=self.delegated, create_namespaces=self.settings.create_namespaces,
-                           policy=Policy(self.policy))
+                           policy=CheckedPolicy(self.policy))
         self.lease = LeaseKeeper(self.kube, self.caches, self.inbox.kinds, origin=self.settings.origin,
                                  clock=self.clock, startup_grace=self.settings.lease_startup_grace_seconds,
                                  stop_before=self.settings.lease_stop_before_seconds,
