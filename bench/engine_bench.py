@@ -34,6 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from sqlalchemy import event  # noqa: E402
 
+from bench.dispatch_bench import drop_postgres, fresh_postgres  # noqa: E402
+from bench.e2e_bench import job as e2e_job  # noqa: E402
 from dispatcher import db  # noqa: E402
 from dispatcher.batch import JobChange, ReportIn  # noqa: E402
 from dispatcher.db import queries as q  # noqa: E402
@@ -41,7 +43,7 @@ from dispatcher.engine import Engine  # noqa: E402
 from dispatcher.jobcache import JobCache  # noqa: E402
 from dispatcher.kubewriter import KubeWriter  # noqa: E402
 from dispatcher.settings import DispatcherSettings  # noqa: E402
-from federation import messages, signing  # noqa: E402
+from federation import labels, messages, signing  # noqa: E402
 from federation.clock import SystemClock  # noqa: E402
 from federation.kinds.pytorch import PYTORCHJOB  # noqa: E402
 from federation.settings import SigningSettings  # noqa: E402
@@ -51,17 +53,10 @@ CLUSTERS = ("worker-1", "worker-2", "worker-3")
 
 def job(i: int) -> dict[str, Any]:
     """The e2e run's PyTorchJob (1 Master + 1 Worker), as the manager's API server lists it."""
-    def replica() -> dict[str, Any]:
-        return {"replicas": 1, "restartPolicy": "OnFailure", "template": {
-            "metadata": {"annotations": {"kubesim.mkd.dev/run-seconds": "3600"}},
-            "spec": {"containers": [{"name": "pytorch", "image": "docker.io/kubeflowkatib/pytorch-mnist:v1beta1",
-                                     "command": ["python3", "/opt/pytorch-mnist/mnist.py", "--epochs=1"],
-                                     "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}
-    return {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
-            "metadata": {"name": f"bench-{i}", "namespace": "bench", "uid": str(uuid.uuid4()), "generation": 1,
-                         "resourceVersion": str(1000 + i), "creationTimestamp": "2026-01-01T00:00:00Z"},
-            "spec": {"runPolicy": {"cleanPodPolicy": "None", "managedBy": "kueue.x-k8s.io/multikueue"},
-                     "pytorchReplicaSpecs": {"Master": replica(), "Worker": replica()}}}
+    obj = e2e_job(f"bench-{i}", "bench", labels.MULTIKUEUE)
+    obj["metadata"].update({"uid": str(uuid.uuid4()), "generation": 1, "resourceVersion": str(1000 + i),
+                            "creationTimestamp": "2026-01-01T00:00:00Z"})
+    return obj
 
 
 def heartbeat(cluster: str) -> messages.Heartbeat:
@@ -71,26 +66,6 @@ def heartbeat(cluster: str) -> messages.Heartbeat:
     return messages.Heartbeat(cluster=cluster, capacity=messages.Capacity(
         allocatable=alloc, free=alloc, largest_node_free={"cpu": "2500", "memory": "25000Gi", "pods": "25000"},
         nodes=nodes), kinds_reconciled=["PyTorchJob"])
-
-
-async def fresh_postgres() -> tuple[str, str]:
-    import asyncpg
-    name = f"mkd_engine_bench_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test")
-    try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await admin.close()
-    return f"postgresql+asyncpg://postgres@127.0.0.1:5432/{name}", name
-
-
-async def drop_postgres(name: str) -> None:
-    import asyncpg
-    admin = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test")
-    try:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-    finally:
-        await admin.close()
 
 
 async def run(n: int, batch: int, url: str, profile: cProfile.Profile | None) -> dict[str, Any]:

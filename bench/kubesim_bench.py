@@ -190,26 +190,8 @@ def admission_rates(srv: Server, n: int) -> tuple[float, float, float, float]:
     deploy/admission policies installed, plus the server's CPU-ms per create and per update. Every update
     runs the CRD's transition rule and the runPolicy policy (two variables, one validation); the other
     policy is only matched against."""
-    from federation.kinds.crds import load_crds
-
-    api = new_client(srv.kubeconfig)
-    ext = client.ApiextensionsV1Api(api)
-    for crd in load_crds():
-        ext.create_custom_resource_definition(crd)
-    ar = client.AdmissionregistrationV1Api(api)
-    for f in sorted((ROOT / "deploy" / "admission").glob("*.yaml")):
-        for doc in yaml.safe_load_all(f.read_text()):
-            if doc and doc["kind"] == "ValidatingAdmissionPolicy":
-                ar.create_validating_admission_policy(doc)
-            elif doc and doc["kind"] == "ValidatingAdmissionPolicyBinding":
-                ar.create_validating_admission_policy_binding(doc)
-    co = client.CustomObjectsApi(api)
-    while True:  # a freshly installed CRD takes a moment to be served
-        try:
-            co.list_namespaced_custom_object("kubeflow.org", "v1", NS, "pytorchjobs")
-            break
-        except client.ApiException:
-            time.sleep(0.1)
+    install_mkd(srv)
+    co = client.CustomObjectsApi(new_client(srv.kubeconfig))
     cpu0 = sum(srv.ps.cpu_times()[:2])
     start = time.perf_counter()
     for i in range(n):

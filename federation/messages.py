@@ -384,6 +384,10 @@ def _decode(payload: bytes, adapter: TypeAdapter[Any], what: str) -> Any:
         if type(version) is not int or version != SCHEMA_VERSION:  # true == 1 and 1.0 == 1 in Python
             raise MessageRefused(f"{what} schema version {version!r} is not supported "
                                  f"(this side speaks {SCHEMA_VERSION})")
+    return _validate(payload, adapter, what)
+
+
+def _validate(payload: bytes, adapter: TypeAdapter[Any], what: str) -> Any:
     try:
         # strict: JSON false is not attempt 0, "3" is not seq 3 (lax mode would coerce both)
         return adapter.validate_json(bytes(payload), strict=True)
@@ -409,14 +413,7 @@ def decode_reports(payload: bytes) -> list[Accepted | Rejected | Status | Heartb
         return [decode_report(payload)]
     if len(payload) > MAX_PAYLOAD_BYTES:
         raise MessageRefused(f"report payload is {len(payload)} bytes, above {MAX_PAYLOAD_BYTES}")
-    try:
-        batch: Reports = _REPORTS.validate_json(bytes(payload), strict=True)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "(root)"
-        raise MessageRefused(f"report field {where}: {first['msg']}") from None
-    except (RecursionError, ValueError, TypeError) as exc:
-        raise MessageRefused(f"report is malformed: {exc}") from None
+    batch: Reports = _validate(payload, _REPORTS, "report")
     return list(batch.items)
 
 
