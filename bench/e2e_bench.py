@@ -50,7 +50,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.e2e_measure import collapsed_top, cpu_lines, pct, report_stamps, stage_table  # noqa: E402
-from federation import labels, signing, topics  # noqa: E402
+from federation import gctune, labels, signing, topics  # noqa: E402
 from federation.errors import AlreadyExists  # noqa: E402
 from federation.kinds.crds import load_crds  # noqa: E402
 from federation.kinds.registry import by_name  # noqa: E402
@@ -732,6 +732,7 @@ def write_results(results: list[Result]) -> None:
 
 
 def main() -> None:
+    gctune.tune()  # this process watches four clusters and the Reports: the services' collector settings too
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, action="append", help="jobs per run (repeatable); default 1000")
     parser.add_argument("--state-dir", type=Path, default=REPO / "state" / "e2e-bench")

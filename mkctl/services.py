@@ -21,6 +21,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import BaseModel
 
+from federation import gctune
 from mkctl import flags
 from mkctl.errors import EXIT_USAGE, CommandFailed
 
@@ -43,6 +44,8 @@ def setup_logging(debug: bool) -> None:
 
 def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     """``asyncio.run`` a service whose ``stop`` event is set by SIGINT or SIGTERM (staged shutdown)."""
+
+    gctune.tune()  # imports are done: keep them out of the collector's passes (federation/gctune.py)
 
     async def runner() -> None:
         stop = asyncio.Event()

@@ -1,0 +1,54 @@
+"""The collector's settings of the long-running services (federation/gctune.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+from collections.abc import Iterator
+
+import pytest
+
+from federation import gctune
+from mkctl.services import run_until_signal
+
+
+@pytest.fixture
+def collector() -> Iterator[None]:
+    threshold = gc.get_threshold()
+    yield
+    gc.unfreeze()
+    gc.set_threshold(*threshold)
+
+
+@pytest.mark.usefixtures("collector")
+def test_a_service_runs_with_its_imports_frozen_and_collections_spaced_out() -> None:
+    seen: dict[str, object] = {}
+
+    async def main(stop: asyncio.Event) -> None:
+        seen["threshold"] = gc.get_threshold()
+        seen["frozen"] = gc.get_freeze_count()
+
+    gc.unfreeze()
+    gc.set_threshold(700, 10, 10)
+    run_until_signal(main)
+    assert seen["threshold"] == (gctune.YOUNG, gctune.MIDDLE, gctune.OLD)
+    assert isinstance(seen["frozen"], int) and seen["frozen"] > 10_000  # the imported modules and classes
+
+
+@pytest.mark.usefixtures("collector")
+def test_cyclic_garbage_is_still_collected() -> None:
+    gctune.tune()
+
+    class Node:
+        def __init__(self) -> None:
+            self.other: Node | None = None
+
+    collected: list[int] = []
+    gc.callbacks.append(lambda phase, info: collected.append(info["collected"]) if phase == "stop" else None)
+    try:
+        for _ in range(gctune.YOUNG * 2):  # cycles only the collector frees: it must run on its own
+            a, b = Node(), Node()
+            a.other, b.other = b, a
+    finally:
+        gc.callbacks.pop()
+    assert sum(collected) > 0
