@@ -252,6 +252,21 @@ async def test_a_failed_batch_is_put_back_in_order_and_a_newer_status_replaces_i
     assert len(second.messages) == 1
 
 
+class HeldLink(RecordingLink):
+    """Holds every PUBACK until ``release`` is set (a broker round trip); with ``hold_retained`` False a
+    retained message (the heartbeat on the presence topic) passes at once."""
+
+    def __init__(self, *, hold_retained: bool) -> None:
+        super().__init__()
+        self.release = asyncio.Event()
+        self.hold_retained = hold_retained
+
+    async def publish(self, topic: str, payload: bytes, *, retain: bool = False) -> None:
+        await super().publish(topic, payload, retain=retain)
+        if self.hold_retained or not retain:
+            await self.release.wait()
+
+
 async def test_the_heartbeat_goes_alone_before_the_batch_and_a_retained_report_is_never_batched() -> None:
     outbox, link = Outbox(), RecordingLink()
     outbox.attach(link)  # type: ignore[arg-type]
@@ -264,19 +279,7 @@ async def test_the_heartbeat_goes_alone_before_the_batch_and_a_retained_report_i
 
 
 async def test_reports_queued_while_batches_await_their_puback_go_as_one_and_a_heartbeat_does_not_wait() -> None:
-    class HeldLink(RecordingLink):
-        """Holds every Report's PUBACK until ``release`` is set (a broker round trip); heartbeats pass."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.release = asyncio.Event()
-
-        async def publish(self, topic: str, payload: bytes, *, retain: bool = False) -> None:
-            await super().publish(topic, payload, retain=retain)
-            if not retain:
-                await self.release.wait()
-
-    outbox, link = Outbox(max_in_flight=1), HeldLink()
+    outbox, link = Outbox(max_in_flight=1), HeldLink(hold_retained=False)
     outbox.attach(link)  # type: ignore[arg-type]
     senders = [asyncio.create_task(outbox.run_sender()) for _ in range(4)]
     try:
@@ -300,16 +303,7 @@ async def test_reports_queued_while_batches_await_their_puback_go_as_one_and_a_h
 async def test_a_report_wakes_one_parked_sender_and_a_backlog_fills_every_free_slot() -> None:
     from federation.messages import MAX_REPORTS_PER_MESSAGE
 
-    class HeldLink(RecordingLink):
-        def __init__(self) -> None:
-            super().__init__()
-            self.release = asyncio.Event()
-
-        async def publish(self, topic: str, payload: bytes, *, retain: bool = False) -> None:
-            await super().publish(topic, payload, retain=retain)
-            await self.release.wait()
-
-    outbox, link = Outbox(max_in_flight=2), HeldLink()
+    outbox, link = Outbox(max_in_flight=2), HeldLink(hold_retained=True)
     outbox.attach(link)  # type: ignore[arg-type]
     senders = [asyncio.create_task(outbox.run_sender()) for _ in range(8)]
     try:
