@@ -82,12 +82,10 @@ def run(specs: list[ClusterSpec], state_dir: Path, ports: dict[str, int] | None 
     # The built-in kinds' field trees (the official client's models) are resolved before "ready", as a real
     # server has its types compiled in; otherwise the first pod create pays about a second of imports.
     builtin_fields.warm(list(Catalogue().by_key.values()))
-    # What is loaded by now lives as long as the process: keep it out of the collector's full passes, and
-    # space the passes out (a young one every 10,000 net allocations, not 700): the same settings as mkd's
-    # services (federation/gctune.py, not imported here: kubesim is a distribution of its own).
+    # What is loaded by now lives as long as the process: keep it out of the collector's full passes (as
+    # mkd's services do: federation/gctune.py, not imported here: kubesim is a distribution of its own).
     gc.collect()
     gc.freeze()
-    gc.set_threshold(10_000, 20, 50)
     with serve(specs, state_dir, ports=ports) as sim:
         for name in sim.names:
             print(f"kubesim: cluster {name} at {sim.url(name)} kubeconfig {sim.kubeconfig(name)}", flush=True)

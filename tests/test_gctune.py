@@ -21,7 +21,7 @@ def collector() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("collector")
-def test_a_service_runs_with_its_imports_frozen_and_collections_spaced_out() -> None:
+def test_a_service_runs_with_its_imports_frozen_and_the_default_thresholds() -> None:
     seen: dict[str, object] = {}
 
     async def main(stop: asyncio.Event) -> None:
@@ -29,14 +29,14 @@ def test_a_service_runs_with_its_imports_frozen_and_collections_spaced_out() -> 
         seen["frozen"] = gc.get_freeze_count()
 
     gc.unfreeze()
-    gc.set_threshold(700, 10, 10)
+    before = gc.get_threshold()
     run_until_signal(main)
-    assert seen["threshold"] == (gctune.YOUNG, gctune.MIDDLE, gctune.OLD)
+    assert seen["threshold"] == before  # cyclic garbage holding a connection is freed as soon as before
     assert isinstance(seen["frozen"], int) and seen["frozen"] > 10_000  # the imported modules and classes
 
 
 @pytest.mark.usefixtures("collector")
-def test_cyclic_garbage_is_still_collected() -> None:
+def test_cyclic_garbage_made_after_the_freeze_is_still_collected() -> None:
     gctune.tune()
 
     class Node:
@@ -46,7 +46,7 @@ def test_cyclic_garbage_is_still_collected() -> None:
     collected: list[int] = []
     gc.callbacks.append(lambda phase, info: collected.append(info["collected"]) if phase == "stop" else None)
     try:
-        for _ in range(gctune.YOUNG * 2):  # cycles only the collector frees: it must run on its own
+        for _ in range(20_000):  # cycles only the collector frees: it must run on its own
             a, b = Node(), Node()
             a.other, b.other = b, a
     finally:
