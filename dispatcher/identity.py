@@ -115,7 +115,6 @@ class Identity:
         stream = self._batching.get(cluster)
         return stream is not None and stream == self.streams.get(cluster)
 
-
     def seal_place(self, cluster: str, topic: str, body: bytes) -> bytes:
         """A Place's JSON encrypted to every key of ``cluster`` (two while its key is rotated); NoKey without one."""
         keys = self.keys.get(cluster)

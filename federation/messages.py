@@ -345,12 +345,7 @@ def encode_numbered(report: ReportBase, stream: str, n: int) -> bytes:
     data = report.model_dump_json().encode()
     if not data.startswith(_UNNUMBERED) or not _STREAM.fullmatch(stream) or n < 0:
         return encode(numbered(report, stream, n))
-    data = b'{"v":1,"stream":"%s","n":%d,' % (stream.encode(), n) + data[len(_UNNUMBERED):]
-    if len(data) > MAX_PAYLOAD_BYTES:
-        raise MessageRefused(
-            f"message is {len(data)} bytes, above the {MAX_PAYLOAD_BYTES}-byte limit; "
-            "shrink the Job (large inline data belongs in a ConfigMap or volume)")
-    return data
+    return _within_limit(b'{"v":1,"stream":"%s","n":%d,' % (stream.encode(), n) + data[len(_UNNUMBERED):])
 
 
 def encode_reports(items: list[bytes]) -> bytes:
@@ -360,7 +355,10 @@ def encode_reports(items: list[bytes]) -> bytes:
 
 def encode(message: _Message) -> bytes:
     """Serialise any Command or Report to the JSON bytes sent on the wire."""
-    data = message.model_dump_json().encode()
+    return _within_limit(message.model_dump_json().encode())
+
+
+def _within_limit(data: bytes) -> bytes:
     if len(data) > MAX_PAYLOAD_BYTES:
         raise MessageRefused(
             f"message is {len(data)} bytes, above the {MAX_PAYLOAD_BYTES}-byte limit; "
