@@ -23,6 +23,7 @@ from dispatcher import workload as wl
 from dispatcher.batch import Batch, job_key
 from dispatcher.core import EngineCore, oversize_problem
 from dispatcher.db import queries as q
+from dispatcher.placement import eligible
 from dispatcher.policycheck import reason as policy_reason
 from dispatcher.queueing.scheduler import Admission, Entry, Eviction
 from dispatcher.queueing.state import usage_to_json
@@ -61,10 +62,15 @@ class PlacementRound(EngineCore):
         cordoned = frozenset(getattr(self, "cordoned", ()))  # admin cordons (dispatcher.adminactions)
         # and clusters heard but no longer registered: a Place is sealed to its cluster's key (federation.sealing)
         cordoned |= frozenset(name for name in self.book.heartbeats if name not in self.identity.keys)
-        if self.book.version != qs.capacity_version or cordoned != qs.cordoned:
-            qs.capacity_version, qs.cordoned = self.book.version, cordoned
-            qs.queues.capacity_changed()  # room may have grown: set-aside Workloads try again
         views = [v for v in self.book.views() if v.name not in cordoned]
+        # A cluster silent past the timeout at the last pass and heard again is room that came back with the
+        # same figures (the book's version does not move): after an outage that held the batch past the timeout,
+        # every Workload it decided was set aside as if no cluster were online, and stayed there.
+        live = frozenset(v.name for v in views
+                         if eligible(v, now=b.now, timeout=self.settings.heartbeat_timeout_seconds))
+        if self.book.version != qs.capacity_version or cordoned != qs.cordoned or not live <= qs.live:
+            qs.queues.capacity_changed()  # room may have grown: set-aside Workloads try again
+        qs.capacity_version, qs.cordoned, qs.live = self.book.version, cordoned, live
         for uid, priority, source in qs.reprice():  # claimed before the priority classes were listed
             b.w_updates.setdefault(uid, {}).update(priority=priority, priority_source=source[:253])
             if uid in b.w:

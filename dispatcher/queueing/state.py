@@ -77,8 +77,11 @@ class QueueingState:
                              preemption_strategies=preemption_strategies, hold_seconds=hold_seconds)
         self.seq = 0
         self.capacity_version = -1
-        self.cordoned: frozenset[str] = frozenset()
         """The capacity book's version at the last pass (see ``CapacityBook.version``)."""
+        self.cordoned: frozenset[str] = frozenset()
+        self.live: frozenset[str] = frozenset()
+        """The clusters the last pass could place on (heard from within the heartbeat timeout). One that
+        was silent and beats again is room that came back, even when its figures did not change."""
         self.shown: dict[str, tuple[str, datetime]] = {}
         self._needs: dict[tuple[str, bytes], Need] = {}
         """uid -> (reason, when) last written to the Job for a waiting Workload."""
