@@ -23,6 +23,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from dispatcher import workload as wl
 from dispatcher.batch import Batch, Item, engine_inbox, job_key
 from dispatcher.db import queries as q
+from dispatcher.freshrows import FreshRows
 from dispatcher.identity import Identity
 from dispatcher.jobcache import JobCache
 from dispatcher.kubewriter import KubeWriter
@@ -104,9 +105,9 @@ class EngineCore:
         self.epoch = 0
         self.outbox_ids = q.OutboxIds(0)
         self.outbox_wake = asyncio.Event()
-        self.fresh: list[tuple[int, str, bytes, tuple[str, int] | None]] = []
+        self.fresh = FreshRows(settings.outbox_memory_bytes)
         """Outbox rows committed by this engine, handed to the publisher in memory (it need not read
-        them back); the database copy is what survives a crash."""
+        them back, within a byte budget: dispatcher/freshrows.py); the database copy is what survives a crash."""
         self.observers: list[Callable[[str, str], None]] = []
         self.stale_dropped = 0
         self.unanswered: dict[tuple[str, int], float] = {}

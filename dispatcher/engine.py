@@ -199,8 +199,8 @@ class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, F
             await q.add_events(s, b.events)
             await q.add_outbox(s, b.outbox)
         self.batches += 1
-        self.fresh.extend((row["id"], row["topic"], row["payload"], b.place_keys.get(row["id"]))
-                          for row in b.outbox)
+        for row in b.outbox:
+            self.fresh.add(row["id"], row["topic"], row["payload"], b.place_keys.get(row["id"]))
         for fn in b.after:
             fn()
         jobevents.announce(self.writer, b.w, b.events, self.cache)  # Events on the manager Jobs (dispatcher/jobevents.py)

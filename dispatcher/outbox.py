@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dispatcher.db import queries as q
 from dispatcher.db import transient
+from dispatcher.freshrows import FreshRows
 from dispatcher.settings import DispatcherSettings
 from federation import messages
 from federation.clock import Clock
@@ -53,7 +54,7 @@ class Sealing(Protocol):
 class Publisher:
     def __init__(self, settings: DispatcherSettings, sessions: async_sessionmaker[AsyncSession], clock: Clock,
                  wake: asyncio.Event, *, client_id: str, seal: Sealing,
-                 fresh: list[tuple[int, str, bytes, tuple[str, int] | None]] | None = None,
+                 fresh: FreshRows | None = None,
                  unanswered: dict[tuple[str, int], float] | None = None) -> None:
         self.settings = settings
         self.seal = seal
@@ -66,7 +67,7 @@ class Publisher:
         self.sent = 0
         self.rounds = 0
         self._last_purge = 0.0
-        self.fresh = fresh if fresh is not None else []
+        self.fresh = fresh if fresh is not None else FreshRows(settings.outbox_memory_bytes)
         self.unanswered = unanswered if unanswered is not None else {}
         self._scanned: set[int] = set()
         self._startup = True
@@ -215,7 +216,7 @@ class Publisher:
         room = self.settings.outbox_batch_size - len(self._inflight)
         rows: list[tuple[int, str, bytes]] = []
         if room > 0 and self.fresh:
-            rows = self._take_fresh(room)
+            rows = await self._take_fresh(room)
         elif room > 0 and not self._inflight and not self._acked:  # a scan must not see rows not yet marked
             # After (re)connecting, everything unsent; later only rows old enough that they are not
             # this engine's fresh rows (rows of another dispatcher, or left by a crash).
@@ -235,12 +236,14 @@ class Publisher:
             self.rounds += 1
         return len(rows)
 
-    def _take_fresh(self, room: int) -> list[tuple[int, str, bytes]]:
+    async def _take_fresh(self, room: int) -> list[tuple[int, str, bytes]]:
         """Fresh rows in order, while in-flight slots and the unanswered-Place budget last.
 
         Each Place is answered at once by its agent; Mosquitto drops QoS 1 messages for a subscriber
         with more than ``max_queued_messages`` waiting, so at most ``max_unanswered_places`` Places
-        may wait for an answer (an entry expires after ``place_resend_seconds``).
+        may wait for an answer (an entry expires after ``place_resend_seconds``). Rows queued without
+        their bytes (past ``outbox_memory_bytes``) have them read back from the database first; the
+        rows leave ``fresh`` only once that read succeeded, so an outage loses none of them.
         """
         now = self.clock.monotonic()
         expiry = self.settings.place_resend_seconds
@@ -248,19 +251,31 @@ class Publisher:
             for stale in [k for k, t in self.unanswered.items() if now - t > expiry]:
                 del self.unanswered[stale]
         budget = self.settings.max_unanswered_places - len(self.unanswered)
-        out: list[tuple[int, str, bytes]] = []
+        chosen: list[tuple[int, str, bytes | None, tuple[str, int] | None]] = []
         taken = 0
         for row_id, topic, payload, key in self.fresh:
-            if len(out) >= room or (key is not None and budget <= 0):
+            if len(chosen) >= room or (key is not None and budget <= 0):
                 break
             taken += 1
             if row_id in self._scanned or row_id in self._inflight:
                 continue
             if key is not None:
-                self.unanswered[key] = now
                 budget -= 1
-            out.append((row_id, topic, payload))
-        del self.fresh[:taken]
+            chosen.append((row_id, topic, payload, key))
+        missing = [row_id for row_id, _, payload, _ in chosen if payload is None]
+        stored: dict[int, bytes] = {}
+        if missing:  # the engine only appends meanwhile: the first ``taken`` rows stay the same
+            async with self.sessions() as s:
+                stored = await q.payloads(s, missing)
+        self.fresh.drop(taken)
+        out: list[tuple[int, str, bytes]] = []
+        for row_id, topic, payload, key in chosen:
+            body = payload if payload is not None else stored.get(row_id)
+            if body is None:  # gone from the table: sent and purged by an earlier round
+                continue
+            if key is not None:
+                self.unanswered[key] = now
+            out.append((row_id, topic, body))
         return out
 
     async def _mark(self) -> None:

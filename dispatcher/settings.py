@@ -158,6 +158,11 @@ class DispatcherSettings(BaseSettings):
     Mosquitto drops QoS 1 messages for a subscriber with more than ``max_queued_messages`` (default
     1000) waiting: this keeps the dispatcher's Report subscription below that."""
 
+    outbox_memory_bytes: int = Field(default=32 * 1024 * 1024, ge=0)
+    """Bytes of committed Commands (sealed Places, mostly) held in memory for the publisher; past this,
+    rows wait in the database only and the publisher reads them back as it takes them. A burst of
+    100,000 claims would otherwise hold every Place no agent can take yet (the budget above) in RSS."""
+
     outbox_poll_seconds: float = Field(default=2.0, gt=0)
     """How often the publisher looks for unsent rows when nothing woke it (rows written by a
     second dispatcher, or left by a crash)."""

@@ -418,6 +418,16 @@ async def unsent(session: AsyncSession, limit: int, *, before: datetime | None =
     return list(result.all())
 
 
+async def payloads(session: AsyncSession, ids: Sequence[int]) -> dict[int, bytes]:
+    """The Command bytes of outbox rows by id (rows the engine queued for the publisher without them)."""
+    stmt = _built(session, ("outbox_payloads",),
+                  lambda pg: sa.select(outbox.c.id, outbox.c.payload).where(_in_param(pg, outbox.c.id, "ids")))
+    out: dict[int, bytes] = {}
+    for chunk in _chunks(session, ids):
+        out.update((row.id, row.payload) for row in await session.execute(stmt, {"ids": list(chunk)}))
+    return out
+
+
 async def mark_sent(session: AsyncSession, ids: Sequence[int], now: datetime) -> None:
     stmt = _built(session, ("mark_sent",), lambda pg: sa.update(outbox).where(_in_param(pg, outbox.c.id, "ids"))
                   .values(sent_at=sa.bindparam("now", type_=outbox.c.sent_at.type), attempts=outbox.c.attempts + 1))
