@@ -11,8 +11,13 @@ columns read ``conditions[-1:]``).
 
 A condition alone (a Workload accepted by its cluster, requeued, corrected) waits up to
 ``condition_linger`` seconds for more work on its Job: the worker's first status usually follows the
-Accepted closely, and the two then cost one status write instead of two. A status or an Event to
-write takes the waiting conditions along at once.
+Accepted closely, and the two then cost one status write instead of two. A worker status the Job
+leaves on its own within moments (``lingering`` from the engine: no condition of the Job's own yet, or
+only Kubeflow's ``Created``; never a finished one) waits up to ``status_linger`` seconds the same way,
+so Accepted, Created and Running usually reach the manager Job in one write, not three (issue 15: the
+manager's status writes are most of what a Job costs its API server). Any other status, or an Event,
+goes at once and takes whatever waits along; a later status replaces an earlier one, so the last
+written is always the newest (a finished Job's status is never held back).
 
 Per Job only the status the manager Job has after the last write is remembered (packed): mkd's own
 conditions and the worker's part are read back from it, as after a restart they are read from the
@@ -55,8 +60,8 @@ class _Todo:
     status: dict[str, Any] | None = None
     events: list[tuple[Literal["Normal", "Warning"], str, str]] = field(default_factory=list)
     tries: int = 0
-    lingering: bool = False
-    """Conditions only, not queued yet: waiting for a status or an Event to share the write."""
+    lingering: float | None = None
+    """Not queued yet, until this loop time: conditions or a passing status waiting for more to share the write."""
 
 
 class KubeWriter:
@@ -64,9 +69,10 @@ class KubeWriter:
 
     def __init__(self, kube: Any, cache: MutableMapping[str, dict[str, Any]], clock: Clock, *,
                  workers: int = 16, resource_for: Callable[[Any], Any] | None = None,
-                 condition_linger: float = 0.5) -> None:
+                 condition_linger: float = 0.5, status_linger: float = 2.0) -> None:
         self.kube = kube
         self.condition_linger = condition_linger
+        self.status_linger = status_linger
         self.cache = cache
         self.clock = clock
         self.workers = workers
@@ -90,36 +96,51 @@ class KubeWriter:
 
     # --- what the engine calls (after its transaction committed) ------------------------------
 
-    def _entry(self, key: JobKey, *, linger: bool = False) -> _Todo:
+    def _entry(self, key: JobKey, linger: float = 0.0) -> _Todo:
+        """The Job's pending work; ``linger`` > 0: it may wait that long for more (see the module docstring),
+        0: it goes now, with whatever waits."""
         todo = self._todo.get(key.uid)
         if todo is None:
             todo = self._todo[key.uid] = _Todo(key)
             self._idle.clear()
             if key.uid in self._busy:
                 pass  # queued again when the write in flight ends
-            elif linger and self.condition_linger > 0:
-                todo.lingering = True
-                # real time on purpose: a batching delay, not logic a test drives with a FakeClock
-                asyncio.get_running_loop().call_later(self.condition_linger, self._release, key.uid)
+            elif linger > 0:
+                self._linger(todo, linger)
             else:
                 self._queue.put_nowait(key.uid)
-        elif todo.lingering and not linger:
-            self._release(key.uid)
+        elif todo.lingering is not None:
+            if linger > 0:
+                self._linger(todo, linger)
+            else:
+                self._release(key.uid)
         return todo
 
-    def _release(self, uid: str) -> None:
-        """A lingering todo's wait is over (its time passed, or a status or Event came): queue it."""
+    def _linger(self, todo: _Todo, seconds: float) -> None:
+        """Hold ``todo`` until ``seconds`` from now at least (real time on purpose: a batching delay, not
+        logic a test drives with a FakeClock)."""
+        loop = asyncio.get_running_loop()
+        due = loop.time() + seconds
+        if todo.lingering is None or due > todo.lingering:
+            todo.lingering = due
+            loop.call_at(due, self._release, todo.key.uid, due)
+
+    def _release(self, uid: str, due: float | None = None) -> None:
+        """A lingering todo's wait is over (its time passed — ``due``, unless extended since — or a write
+        that does not wait came): queue it."""
         todo = self._todo.get(uid)
-        if todo is not None and todo.lingering:
-            todo.lingering = False
+        if todo is not None and todo.lingering is not None and (due is None or due >= todo.lingering):
+            todo.lingering = None
             if uid not in self._busy:
                 self._queue.put_nowait(uid)
 
     def condition(self, key: JobKey, cond: dict[str, Any]) -> None:
-        self._entry(key, linger=True).conditions[cond["type"]] = cond
+        self._entry(key, self.condition_linger).conditions[cond["type"]] = cond
 
-    def mirror(self, key: JobKey, status: Mapping[str, Any]) -> None:
-        self._entry(key).status = dict(status)
+    def mirror(self, key: JobKey, status: Mapping[str, Any], *, lingering: bool = False) -> None:
+        """Write the worker's ``status``; ``lingering``: one the Job leaves soon on its own (never a finished
+        one), which may wait ``status_linger`` for the next to share its write."""
+        self._entry(key, self.status_linger if lingering else 0.0).status = dict(status)
 
     def event(self, key: JobKey, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
         self._entry(key).events.append((type_, reason, message))

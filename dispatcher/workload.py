@@ -219,6 +219,23 @@ def condition(type_: str, status: bool, reason: str, message: str, now: datetime
 MKD_CONDITIONS = (labels.CONDITION_DISPATCHED, labels.CONDITION_REJECTED, *labels.KUEUE_CONDITIONS)
 
 
+PASSING_CONDITIONS = frozenset({"Created"})
+"""A Job's own conditions that it leaves on its own within moments: the Kubeflow v1 family's first
+(``JobCreated``, until its pods run)."""
+
+
+def passing(status: Mapping[str, Any]) -> bool:
+    """Whether a worker's (unfinished) ``status`` is one its Job leaves on its own soon: no condition of the
+    Job's own is True yet (a batch Job or a JobSet before it ends, any Job before its controller's first
+    write), or the latest is :data:`PASSING_CONDITIONS`' (Kubeflow's ``Created``). Running, Restarting,
+    Suspended and the finished conditions are not."""
+    last = None
+    for c in status.get("conditions") or ():
+        if isinstance(c, Mapping) and c.get("status") == "True" and c.get("type") not in MKD_CONDITIONS:
+            last = c.get("type")
+    return last is None or last in PASSING_CONDITIONS
+
+
 def merge_status(worker: Mapping[str, Any] | None, mkd: Mapping[str, dict[str, Any]],
                  current: Mapping[str, Any] | None) -> dict[str, Any]:
     """The manager Job's new ``.status``: the worker's, replacing the manager's, plus mkd's own conditions.

@@ -9,7 +9,7 @@ from typing import Any
 
 from dispatcher.jobcache import JobCache
 from dispatcher.kubewriter import JobKey, KubeWriter
-from dispatcher.workload import condition
+from dispatcher.workload import condition, passing
 from federation import labels
 from federation.clock import SystemClock
 from federation.kube import Kube
@@ -117,5 +117,68 @@ async def test_a_condition_alone_waits_for_the_jobs_status_and_shares_its_write(
         st = (await kube.get(PYTORCHJOBS, "linger", "default"))["status"]
         assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED, labels.CONDITION_REJECTED,
                                                          "Created"]
+    finally:
+        task.cancel()
+
+
+def _created(at: str = "2026-01-01T00:00:01Z") -> dict[str, Any]:
+    return {"startTime": at, "conditions": [{"type": "Created", "status": "True", "reason": "PyTorchJobCreated",
+                                             "message": "created", "lastTransitionTime": at}]}
+
+
+def _running() -> dict[str, Any]:
+    st = _created()
+    st["replicaStatuses"] = {"Master": {"active": 1}}
+    st["conditions"].append({"type": "Running", "status": "True", "reason": "PyTorchJobRunning",
+                             "message": "running", "lastTransitionTime": "2026-01-01T00:00:02Z"})
+    return st
+
+
+def test_a_status_passes_when_the_job_has_no_condition_of_its_own_or_only_created() -> None:
+    assert passing({}) and passing({"active": 1, "startTime": "2026-01-01T00:00:01Z"})
+    assert passing(_created())
+    assert passing({"conditions": [condition(labels.CONDITION_DISPATCHED, True, "Placed", "placed", T0),
+                                   {"type": "Running", "status": "False"}]})
+    assert not passing(_running())
+    assert not passing({"conditions": [{"type": "Suspended", "status": "True"}]})
+    assert not passing({"conditions": [{"type": "Complete", "status": "True"}]})
+
+
+async def test_accepted_created_and_running_share_one_write(kube: Kube) -> None:
+    job = await kube.create(PYTORCHJOBS, pytorchjob("passing"), "default")
+    key = JobKey(job["metadata"]["uid"], "PyTorchJob", "default", "passing")
+    cache = JobCache()
+    cache[key.uid] = job
+    writer = KubeWriter(kube, cache, SystemClock(), workers=2, condition_linger=3600, status_linger=3600)
+    task = asyncio.create_task(writer.run())
+    try:
+        writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Placed", "placed on worker-1", T0))
+        writer.mirror(key, _created(), lingering=True)  # Created: the Job leaves it soon, it waits too
+        await asyncio.sleep(0.2)
+        assert writer.writes == 0 and writer.backlog == 1
+        writer.mirror(key, _running())  # Running goes at once, with what waited
+        await asyncio.wait_for(writer.wait_idle(), 30)
+        assert writer.writes == 1
+        st = (await kube.get(PYTORCHJOBS, "passing", "default"))["status"]
+        assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED, "Created", "Running"]
+    finally:
+        task.cancel()
+
+
+async def test_a_passing_status_alone_is_written_once_its_wait_is_over(kube: Kube) -> None:
+    job = await kube.create(PYTORCHJOBS, pytorchjob("slow"), "default")
+    key = JobKey(job["metadata"]["uid"], "PyTorchJob", "default", "slow")
+    cache = JobCache()
+    cache[key.uid] = job
+    writer = KubeWriter(kube, cache, SystemClock(), workers=2, condition_linger=0.05, status_linger=0.3)
+    task = asyncio.create_task(writer.run())
+    try:
+        writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Placed", "placed on worker-1", T0))
+        await asyncio.sleep(0.01)
+        writer.mirror(key, _created(), lingering=True)  # extends the condition's wait: both go together
+        await asyncio.wait_for(writer.wait_idle(), 30)
+        assert writer.writes == 1
+        st = (await kube.get(PYTORCHJOBS, "slow", "default"))["status"]
+        assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED, "Created"]
     finally:
         task.cancel()
