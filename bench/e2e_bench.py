@@ -656,7 +656,7 @@ async def start_py_spy(procs: Processes, logs: Path, kubesims: bool = False
     for name, pid in procs.pids(names).items():
         path = logs / f"py-spy-{name}.txt"
         proc = await asyncio.create_subprocess_exec(
-            str(exe), "record", "--pid", str(pid), "--format", "raw", "--rate", "50", "--nonblocking", "--gil",
+            str(exe), "record", "--pid", str(pid), "--format", "raw", "--rate", os.environ.get("E2E_PY_SPY_RATE", "50"), "--nonblocking", "--gil",
             "--output", str(path), stdout=asyncio.subprocess.DEVNULL, stderr=(logs / f"py-spy-{name}.log").open("w"))
         out[name] = (proc, path)
     return out
