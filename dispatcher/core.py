@@ -138,6 +138,9 @@ class EngineCore:
         self.parked: list[Any] = []
         self._retrying: list[Any] = []
         self._stale = False
+        self._heard: tuple[dict[str, messages.Heartbeat], dict[str, datetime]] | None = None
+        """The capacity book's heartbeats (and when each came) as the last committed batch left them, kept
+        when a batch fails: the try that commits must see the change each of its heartbeats brings."""
         self.queueing = QueueingState(starvation_seconds=settings.starvation_seconds,
                                       max_attempts_per_pass=settings.max_admissions_per_pass,
                                       fair_sharing=settings.fair_sharing.enable,
@@ -150,8 +153,10 @@ class EngineCore:
             # one string per uid, kind and namespace across the engine's maps (issue 15: 100,000 Workloads)
             self.known = {sys.intern(u): sys.intern(k) for u, k in (await q.known_uids(s)).items()}
             self.namespace_of = {sys.intern(u): sys.intern(ns) for u, ns in (await q.known_namespaces(s)).items()}
+            # a failed batch recorded its heartbeats in the book: start again from those heard before it
+            heard = self._heard or (self.book.heartbeats, self.book.received)
             book = CapacityBook(settle_seconds=self.settings.capacity_settle_seconds,
-                                heartbeats=self.book.heartbeats, received=self.book.received)
+                                heartbeats=dict(heard[0]), received=dict(heard[1]))
             totals: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}  # one per distinct requests (issue 15)
             for row in await q.active_placements(s):
                 key = tuple(sorted((row.requests or {}).items()))
@@ -161,8 +166,12 @@ class EngineCore:
                 book.reserve(sys.intern(row.workload_uid), row.cluster, total)
                 if row.accepted_at is not None:
                     book.accepted(row.workload_uid, row.accepted_at)
+            clusters = await q.load_clusters(s)
             self.book = book
-            for c in await q.load_clusters(s):
+            self._heard = None
+            # lost as the database says: a failed batch may have marked a cluster lost in memory only
+            self.lost.clear()
+            for c in clusters:
                 if c.lost_since is not None:
                     self.lost[c.name] = c.lost_since
                 if c.last_heartbeat is not None:

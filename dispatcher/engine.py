@@ -95,12 +95,16 @@ class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, F
         """
         tries = 0
         while True:
+            heard = None
             try:
                 if self._stale:  # a failed batch may have left the in-memory view ahead of the database
                     await self.rebuild()
                     self._stale = False
+                heard = (dict(self.book.heartbeats), dict(self.book.received))  # as committed so far
                 await self._handle(items)
             except Exception as exc:  # a batch must not kill the loop
+                if heard is not None:
+                    self._heard = heard  # what the book had heard before this batch (``rebuild`` starts there)
                 self._stale = True
                 if transient(exc) or isinstance(exc, Temporary):
                     await self._ride_out(exc, len(items))

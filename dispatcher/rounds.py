@@ -189,7 +189,8 @@ class PlacementRound(EngineCore):
         old = self.queueing.shown.get(e.uid)
         if old is not None and (old[0] == reason or self._same_story(reason, old[0], old[1], b.now)):
             return
-        self.queueing.shown[e.uid] = (reason, b.now)
+        shown = (reason, b.now)  # once committed: a batch that fails and is tried again writes it all again
+        b.after.append(lambda uid=e.uid: self.queueing.shown.__setitem__(uid, shown))  # type: ignore[misc]
         if e.uid in b.w:
             b.set_w(e.uid, reason=reason, updated_at=b.now)
         else:  # not loaded: only the columns written (the row's state is not this pass's to know)

@@ -91,10 +91,13 @@ async def held(engine: Engine, fault: FailingCommit, clock: FakeClock, items: li
         clock.advance(0.5)
         down += 0.5
     assert fault.failed >= 2 and not task.done()
-    fault.armed = False
-    await clock.wait_for_sleepers()
-    clock.advance(engine.settings.outage_retry_max_seconds)
-    await asyncio.wait_for(task, 30)
+    fault.armed = False  # the database is back: the next try (running now, or after its backoff) commits
+    while not task.done():
+        sleeping = asyncio.ensure_future(clock.wait_for_sleepers())
+        await asyncio.wait({task, sleeping}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
+        sleeping.cancel()
+        clock.advance(engine.settings.outage_retry_max_seconds)
+    await task
 
 
 async def states(db_url: str, prefix: str) -> dict[str, tuple[str, int]]:
@@ -143,3 +146,52 @@ async def test_a_cluster_silent_past_the_timeout_takes_what_waited_for_it_when_i
     (w,) = await rows(db_url, m.workloads)
     assert (w.state, w.attempt, w.cluster) == ("placed", 1, "worker-1"), w.reason
 
+
+
+# --- what a batch that failed must not leave ahead of the database -----------------------------------------
+
+
+async def test_a_cluster_found_silent_by_a_held_batch_is_recorded_lost_when_the_batch_is_decided(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    """The failed try marked the cluster lost in memory only; the try that commits must write it (the
+    admin views, ``mkctl clusters``, a standby that takes over read ``lost_since``) and its history row."""
+    clock = FakeClock(datetime.now(UTC))
+    s = settings(manager, db_url, mqtt_url, topic_root, heartbeat_timeout_seconds=TIMEOUT)
+    async with engine_of(s, clock) as engine:
+        await engine.handle([heartbeat(clock)])
+        clock.advance(TIMEOUT + 1)
+        await held(engine, FailingCommit(engine), clock, [Tick()], seconds=2.0)
+    (c,) = await rows(db_url, m.clusters)
+    assert c.lost_since is not None
+    assert [e.reason for e in await rows(db_url, m.events) if e.type == "cluster_lost"] == ["HeartbeatTimeout"]
+
+
+async def test_a_will_message_in_a_held_batch_is_recorded_as_in_a_batch_that_never_failed(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    """The failed try recorded the heartbeat in the capacity book; the try that commits must still see
+    the change it brings (the cluster went offline: lost since then, a history row)."""
+    clock = FakeClock(datetime.now(UTC))
+    s = settings(manager, db_url, mqtt_url, topic_root, heartbeat_timeout_seconds=TIMEOUT)
+    async with engine_of(s, clock) as engine:
+        fault = FailingCommit(engine)
+        await held(engine, fault, clock, [heartbeat(clock)], seconds=1.0)  # the cluster's first heartbeat
+        clock.advance(1)
+        await held(engine, fault, clock, [heartbeat(clock, online=False)], seconds=1.0)
+    (c,) = await rows(db_url, m.clusters)
+    assert c.online is False and c.lost_since is not None
+    assert [(e.type, e.reason) for e in await rows(db_url, m.events) if e.type.startswith("cluster_")] == [
+        ("cluster_online", ""), ("cluster_lost", "Offline")]
+
+
+async def test_why_a_workload_waits_is_written_by_the_batch_that_is_decided(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    """The failed try's pass noted the reason as shown; the try that commits must write it (the
+    Workload's reason, its history row, and the Job's condition)."""
+    clock = FakeClock(datetime.now(UTC))
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with engine_of(s, clock) as engine:  # no cluster yet: the Job waits
+        job = await kube.create(PYTORCHJOBS, pytorchjob("waits", workers=0), "default")
+        await held(engine, FailingCommit(engine), clock, [JobChange(PYTORCH, job)], seconds=1.0)
+    (w,) = await rows(db_url, m.workloads)
+    assert w.state == "pending" and "no worker cluster is known yet" in w.reason, w.reason
+    assert [e.type for e in await rows(db_url, m.events, workload_uid=w.uid)] == ["claimed", "pending"]
