@@ -15,7 +15,6 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dispatcher import workload as wl
 from dispatcher.batch import Batch, ReportIn, job_key
 from dispatcher.core import EngineCore
 from dispatcher.db import queries as q
@@ -144,9 +143,8 @@ class Answers(EngineCore):
             return  # nothing to mirror: keep the last status the manager Job shows
         key = job_key(row)
         status = r.status
-        # a status the Job soon leaves (Created) may wait for the next to share its write; a finished one never
-        lingering = r.finished is None and not r.gone and wl.passing(status)
-        b.after.append(lambda: self.writer.mirror(key, status, lingering=lingering))
+        finished = r.finished is not None or r.gone  # never held back (KubeWriter.mirror)
+        b.after.append(lambda: self.writer.mirror(key, status, finished=finished))
 
     async def _inventory(self, s: AsyncSession, b: Batch, r: messages.Inventory) -> None:
         have = {(i.placement.workload_uid, i.placement.attempt): i for i in r.items}

@@ -279,7 +279,7 @@ class EngineCore:
                             f"placed on cluster {cluster} (attempt {p['attempt']})", b.now)
         now = b.now
         b.after.append(lambda: self.book.accepted(uid, now))
-        b.after.append(lambda: self.writer.condition(key, cond))
+        b.after.append(lambda: self.writer.condition(key, cond, status_follows=True))  # shares its first write
 
     def _requeue(self, b: Batch, row: dict[str, Any], reason: str, *, excluded: list[str] | None = None) -> None:
         uid = row["uid"]

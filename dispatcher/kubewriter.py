@@ -12,12 +12,13 @@ columns read ``conditions[-1:]``).
 A condition alone (a Workload accepted by its cluster, requeued, corrected) waits up to
 ``condition_linger`` seconds for more work on its Job: the worker's first status usually follows the
 Accepted closely, and the two then cost one status write instead of two. A worker status the Job
-leaves on its own within moments (``lingering`` from the engine: no condition of the Job's own yet, or
-only Kubeflow's ``Created``; never a finished one) waits up to ``status_linger`` seconds the same way,
-so Accepted, Created and Running usually reach the manager Job in one write, not three (issue 15: the
-manager's status writes are most of what a Job costs its API server). Any other status, or an Event,
-goes at once and takes whatever waits along; a later status replaces an earlier one, so the last
-written is always the newest (a finished Job's status is never held back).
+leaves on its own within moments (no condition of the Job's own yet, or only Kubeflow's ``Created``),
+or one whose latest condition the manager Job shows already (only counts changed), waits up to
+``status_linger`` seconds the same way, and so does the Accepted's condition: Accepted, Created and
+Running usually reach the manager Job in one write, not three (issue 15: the manager's status writes
+are most of what a Job costs its API server). A status that changes the Job's latest condition
+(Running), a finished Job's status, or an Event goes at once and takes whatever waits along; a later
+status replaces an earlier one, so the last written is always the newest.
 
 Per Job only the status the manager Job has after the last write is remembered (packed): mkd's own
 conditions and the worker's part are read back from it, as after a restart they are read from the
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dispatcher.jobcache import pack, unpack
-from dispatcher.workload import MKD_CONDITIONS, merge_patch, merge_status
+from dispatcher.workload import MKD_CONDITIONS, latest_condition, merge_patch, merge_status, passing
 from federation.clock import Clock
 from federation.errors import FederationError, NotFound, Temporary
 from federation.kinds.registry import by_name
@@ -134,13 +135,27 @@ class KubeWriter:
             if uid not in self._busy:
                 self._queue.put_nowait(uid)
 
-    def condition(self, key: JobKey, cond: dict[str, Any]) -> None:
-        self._entry(key, self.condition_linger).conditions[cond["type"]] = cond
+    def condition(self, key: JobKey, cond: dict[str, Any], *, status_follows: bool = False) -> None:
+        """Set one of mkd's conditions; it waits ``condition_linger`` for more work on the Job, or
+        ``status_linger`` when the worker's status surely follows (the Workload was just accepted)."""
+        linger = self.status_linger if status_follows else self.condition_linger
+        self._entry(key, linger).conditions[cond["type"]] = cond
 
-    def mirror(self, key: JobKey, status: Mapping[str, Any], *, lingering: bool = False) -> None:
-        """Write the worker's ``status``; ``lingering``: one the Job leaves soon on its own (never a finished
-        one), which may wait ``status_linger`` for the next to share its write."""
-        self._entry(key, self.status_linger if lingering else 0.0).status = dict(status)
+    def mirror(self, key: JobKey, status: Mapping[str, Any], *, finished: bool = True) -> None:
+        """Write the worker's ``status``. One of a Job not ``finished`` waits up to ``status_linger`` for the
+        next to share its write when the Job soon leaves it on its own (:func:`passing`), or when its latest
+        condition is the one the manager Job shows already (only counts changed); any other goes at once."""
+        linger = 0.0
+        if not finished and (passing(status) or self._same_state(key.uid, status)):
+            linger = self.status_linger
+        self._entry(key, linger).status = dict(status)
+
+    def _same_state(self, uid: str, status: Mapping[str, Any]) -> bool:
+        written = self._written.get(uid)
+        if written is None:
+            return False
+        new = latest_condition(status)
+        return new is not None and new == latest_condition(unpack(written))
 
     def event(self, key: JobKey, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
         self._entry(key).events.append((type_, reason, message))

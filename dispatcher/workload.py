@@ -224,15 +224,21 @@ PASSING_CONDITIONS = frozenset({"Created"})
 (``JobCreated``, until its pods run)."""
 
 
+def latest_condition(status: Mapping[str, Any]) -> str | None:
+    """The type of the Job's own latest True condition in ``status`` (mkd's are not the Job's), if any."""
+    last = None
+    for c in status.get("conditions") or ():
+        if isinstance(c, Mapping) and c.get("status") == "True" and c.get("type") not in MKD_CONDITIONS:
+            last = c.get("type")
+    return last if isinstance(last, str) else None
+
+
 def passing(status: Mapping[str, Any]) -> bool:
     """Whether a worker's (unfinished) ``status`` is one its Job leaves on its own soon: no condition of the
     Job's own is True yet (a batch Job or a JobSet before it ends, any Job before its controller's first
     write), or the latest is :data:`PASSING_CONDITIONS`' (Kubeflow's ``Created``). Running, Restarting,
     Suspended and the finished conditions are not."""
-    last = None
-    for c in status.get("conditions") or ():
-        if isinstance(c, Mapping) and c.get("status") == "True" and c.get("type") not in MKD_CONDITIONS:
-            last = c.get("type")
+    last = latest_condition(status)
     return last is None or last in PASSING_CONDITIONS
 
 

@@ -153,14 +153,28 @@ async def test_accepted_created_and_running_share_one_write(kube: Kube) -> None:
     task = asyncio.create_task(writer.run())
     try:
         writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Placed", "placed on worker-1", T0))
-        writer.mirror(key, _created(), lingering=True)  # Created: the Job leaves it soon, it waits too
+        writer.mirror(key, _created(), finished=False)  # Created: the Job leaves it soon, it waits too
         await asyncio.sleep(0.2)
         assert writer.writes == 0 and writer.backlog == 1
-        writer.mirror(key, _running())  # Running goes at once, with what waited
+        writer.mirror(key, _running(), finished=False)  # Running goes at once, with what waited
         await asyncio.wait_for(writer.wait_idle(), 30)
         assert writer.writes == 1
         st = (await kube.get(PYTORCHJOBS, "passing", "default"))["status"]
         assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED, "Created", "Running"]
+
+        more = _running()
+        more["replicaStatuses"]["Worker"] = {"active": 1}
+        writer.mirror(key, more, finished=False)  # still Running, counts changed: waits for more
+        await asyncio.sleep(0.2)
+        assert writer.writes == 1 and writer.backlog == 1
+        done = _running()
+        done["conditions"].append({"type": "Succeeded", "status": "True", "reason": "PyTorchJobSucceeded",
+                                   "message": "done", "lastTransitionTime": "2026-01-01T00:00:03Z"})
+        writer.mirror(key, done)  # finished: at once, replacing what waited
+        await asyncio.wait_for(writer.wait_idle(), 30)
+        assert writer.writes == 2
+        st = (await kube.get(PYTORCHJOBS, "passing", "default"))["status"]
+        assert st["conditions"][-1]["type"] == "Succeeded" and "Worker" not in st["replicaStatuses"]
     finally:
         task.cancel()
 
@@ -175,7 +189,7 @@ async def test_a_passing_status_alone_is_written_once_its_wait_is_over(kube: Kub
     try:
         writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Placed", "placed on worker-1", T0))
         await asyncio.sleep(0.01)
-        writer.mirror(key, _created(), lingering=True)  # extends the condition's wait: both go together
+        writer.mirror(key, _created(), finished=False)  # extends the condition's wait: both go together
         await asyncio.wait_for(writer.wait_idle(), 30)
         assert writer.writes == 1
         st = (await kube.get(PYTORCHJOBS, "slow", "default"))["status"]
