@@ -9,7 +9,7 @@ writes to the manager cluster), so nothing leaves the process before the commit.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -40,8 +40,14 @@ class JobChange:
     def obj(self) -> dict[str, Any]:
         if self._obj is None:
             assert self._raw is not None
-            self._obj, self._raw = unpack(self._raw), None
+            self._obj = unpack(self._raw)
         return self._obj
+
+    @property
+    def packed(self) -> bytes | None:
+        """The Job as :func:`~dispatcher.jobcache.pack` packed it, as intake saw it: what the Job cache
+        stores (``JobCache.put``), without packing it again."""
+        return self._raw
 
     def __repr__(self) -> str:
         return f"JobChange({self.kind.name}, {self.obj.get('metadata', {}).get('uid')!r}, deleted={self.deleted})"
@@ -113,6 +119,9 @@ class Batch:
     placement_due: bool = False
     resync: set[str] = field(default_factory=set)                        # clusters sent a Resync this batch
     place_keys: dict[int, tuple[str, int]] = field(default_factory=dict)  # outbox id -> Place's placement
+    jobs: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Manager Jobs claimed or changed in this batch, decoded: read here, not decoded from the cache again
+    (queued and placed in the same batch). Read only."""
 
     def set_w(self, uid: str, **values: Any) -> None:
         if "state" in values:  # every state change passes the one table (dispatcher.states)
@@ -132,6 +141,28 @@ class Batch:
                             "reason": reason[:128], "message": message})
         if uid is not None:
             self.notes.append((type_, uid))
+
+
+class JobsOf(Mapping[str, dict[str, Any]]):
+    """The Job cache as a batch reads it: a Job decoded in the batch (``Batch.jobs``) as it is, others from
+    the cache (decoded each time)."""
+
+    def __init__(self, batch: Batch, cache: Mapping[str, dict[str, Any]]) -> None:
+        self.batch = batch
+        self.cache = cache
+
+    def __getitem__(self, uid: str) -> dict[str, Any]:
+        job = self.batch.jobs.get(uid)
+        return job if job is not None else self.cache[uid]
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self.batch.jobs or uid in self.cache
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.cache)
+
+    def __len__(self) -> int:
+        return len(self.cache)
 
 
 def job_key(row: Mapping[str, Any]) -> JobKey:

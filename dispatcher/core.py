@@ -21,7 +21,7 @@ import orjson
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dispatcher import workload as wl
-from dispatcher.batch import Batch, Item, engine_inbox, job_key
+from dispatcher.batch import Batch, Item, JobsOf, engine_inbox, job_key
 from dispatcher.db import queries as q
 from dispatcher.freshrows import FreshRows
 from dispatcher.identity import Identity
@@ -194,8 +194,9 @@ class EngineCore:
         for rows in p_cols.values():
             await q.update_placements(s, rows)
         b.p_updates.clear()
-        await self._load_podsets(s, b, self.queueing.lacking_podsets(b.w.values(), self.cache, self.needs))
-        self.queueing.sync(b.w.values(), self.cache, self.needs)
+        jobs = JobsOf(b, self.cache)  # the batch's decoded Jobs first (issue 15: each decode ~15 us)
+        await self._load_podsets(s, b, self.queueing.lacking_podsets(b.w.values(), jobs, self.needs))
+        self.queueing.sync(b.w.values(), jobs, self.needs)
 
     async def _load_podsets(self, s: AsyncSession, b: Batch, uids: list[str]) -> None:
         """The PodSets of these batch rows (loaded light, see ``_load``) whose need is not known yet,

@@ -148,10 +148,14 @@ class JobCache(MutableMapping[str, dict[str, Any]]):
         return unpack(entry, _header_length(entry))  # type: ignore[no-any-return]
 
     def __setitem__(self, uid: str, obj: dict[str, Any]) -> None:
+        self.put(uid, obj)
+
+    def put(self, uid: str, obj: dict[str, Any], packed: bytes | None = None) -> None:
+        """``cache[uid] = obj``; ``packed``: ``pack(obj)`` made already (the inbox's copy), not made again."""
         head = Head.of(obj)
         ns, manager = self._namespaces.index_of(head.namespace), self._managers.index_of(head.managed_by)
         if ns is None or manager is None:
-            self._entries[uid] = (head, pack(obj))
+            self._entries[uid] = (head, packed if packed is not None else pack(obj))
             return
         generation, varint = head.generation, bytearray()
         while generation > 0x7F:
@@ -159,7 +163,7 @@ class JobCache(MutableMapping[str, dict[str, Any]]):
             generation >>= 7
         varint.append(generation)
         header = bytes((manager | (0x80 if head.deleting else 0), ns & 0xFF, ns >> 8)) + varint
-        self._entries[uid] = pack(obj, header)
+        self._entries[uid] = header + packed if packed is not None else pack(obj, header)
 
     def __delitem__(self, uid: str) -> None:
         del self._entries[uid]

@@ -92,7 +92,8 @@ class JobChanges(EngineCore):
             d = described[uid]
             self.known[uid] = ch.kind.name
             self.namespace_of[uid] = sys.intern(cols["namespace"])
-            self.cache[uid] = ch.obj
+            self.cache.put(uid, ch.obj, ch.packed)
+            b.jobs[uid] = ch.obj  # queued and placed in this batch: not decoded from the cache again
             b.w[uid] = cols
             b.event(uid, "claimed", message=f"{ch.kind.name} {cols['namespace']}/{cols['name']} claimed")
             if d.problems:
@@ -110,7 +111,8 @@ class JobChanges(EngineCore):
         if ch.deleted or wl.being_deleted(ch.obj):
             self._delete(b, row, "the Job was deleted on the manager cluster")
             return
-        self.cache[uid] = ch.obj
+        self.cache.put(uid, ch.obj, ch.packed)
+        b.jobs[uid] = ch.obj
         managed_by = ch.kind.managed_by(ch.obj)
         if managed_by != labels.MULTIKUEUE:
             if row["state"] == "rejected" and row["reason"].startswith("managedBy"):

@@ -100,9 +100,10 @@ class PlacementRound(EngineCore):
             attempt = won[uid]
             row.update(state="placed", attempt=attempt, cluster=a.cluster, reason="")
             kind = by_name(row["kind"])
+            job = b.jobs.get(uid)  # claimed in this batch: decoded already
             try:
-                self._send_place(b, row, kind, self.cache[uid], attempt=attempt, cluster=a.cluster,
-                                 spec_version=row["spec_version"])
+                self._send_place(b, row, kind, job if job is not None else self.cache[uid], attempt=attempt,
+                                 cluster=a.cluster, spec_version=row["spec_version"])
             except messages.MessageRefused as exc:  # e.g. above the payload limit: cannot be sent anywhere
                 # No placement row (a `sent` one would be expected on the cluster forever) and the
                 # attempt is given back: nothing was placed, and no quota is held.

@@ -129,3 +129,20 @@ def test_the_header_reads_back_any_generation_namespace_and_managed_by_also_past
     assert any(isinstance(e, tuple) for e in cache._entries.values())  # some past the limits
     assert any(isinstance(e, bytes) for e in cache._entries.values())
     assert cache.held_bytes() > 0
+
+
+def test_put_takes_the_packed_job_as_is() -> None:
+    from dispatcher.batch import JobChange
+    from federation.kinds.pytorch import PYTORCHJOB
+
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",
+           "metadata": {"name": "p", "namespace": "team-a", "uid": "u-1", "generation": 300},
+           "spec": {"runPolicy": {"managedBy": "kueue.x-k8s.io/multikueue"}}}
+    change = JobChange(PYTORCHJOB, job)
+    assert change.obj == job and change.packed is not None  # decoded, and its packed form kept
+    cache, again = JobCache(), JobCache()
+    cache.put("u-1", change.obj, change.packed)
+    again["u-1"] = job
+    assert cache["u-1"] == job and cache._entries["u-1"] == again._entries["u-1"]
+    head = cache.head("u-1")
+    assert head is not None and (head.namespace, head.generation) == ("team-a", 300)
