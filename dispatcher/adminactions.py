@@ -29,12 +29,11 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dispatcher import workload as wl
+from dispatcher import conditions as jc
 from dispatcher.batch import Batch, job_key
 from dispatcher.core import EngineCore
 from dispatcher.db import queries as q
 from dispatcher.db.models import clusters, workloads
-from federation import labels
 
 log = logging.getLogger("dispatcher.engine")
 
@@ -201,6 +200,6 @@ class AdminActions(EngineCore):
         row.update(state="pending", cluster=None)
         b.event(uid, type_, cluster=cluster, reason=type_.capitalize(), message=reason)
         key = job_key(row)
-        cond = wl.condition(labels.CONDITION_DISPATCHED, False, type_.capitalize(), reason, b.now)
-        b.after.append(lambda: self.writer.condition(key, cond))
+        conds = jc.requeued(type_.capitalize(), reason, b.now)
+        b.after.append(lambda: self._write(key, conds, clear=True))
         b.placement_due = True

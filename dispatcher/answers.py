@@ -15,6 +15,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from dispatcher import conditions as jc
 from dispatcher.batch import Batch, ReportIn, job_key
 from dispatcher.core import EngineCore
 from dispatcher.db import queries as q
@@ -129,6 +130,7 @@ class Answers(EngineCore):
             return
         if p["state"] == "sent":  # Status before Accepted (lost or reordered): it evidently runs
             self._mark_accepted(b, row, p, r.cluster)
+        conds: jc.Conditions = []
         if r.finished is not None and p["state"] not in ("finished", "failed"):
             outcome = "finished" if r.finished == "Succeeded" else "failed"
             b.set_p(pkey, state=outcome, finished_at=b.now)
@@ -136,6 +138,9 @@ class Answers(EngineCore):
             b.event(uid, outcome, cluster=r.cluster, reason=r.finished, message=_last_condition(r.status))
             b.after.append(lambda: self.book.release(uid))
             b.placement_due = True
+            if row.get("cluster_queue"):  # Kueue's Finished, where its conditions are written (not open mode)
+                done = by_name(row["kind"]).finished({"status": r.status})
+                conds = jc.finished(r.finished, done.message if done else "", b.now)
         elif r.finished is None and p["state"] in ("sent", "accepted") and r.status.get("startTime"):
             b.set_p(pkey, state="running")
             b.event(uid, "running", cluster=r.cluster, message=f"started on {r.cluster}")
@@ -144,7 +149,11 @@ class Answers(EngineCore):
         key = job_key(row)
         status = r.status
         finished = r.finished is not None or r.gone  # never held back (KubeWriter.mirror)
-        b.after.append(lambda: self.writer.mirror(key, status, finished=finished))
+
+        def write() -> None:  # the Finished condition shares the terminal status's write
+            self._write(key, conds)
+            self.writer.mirror(key, status, finished=finished)
+        b.after.append(write)
 
     async def _inventory(self, s: AsyncSession, b: Batch, r: messages.Inventory) -> None:
         have = {(i.placement.workload_uid, i.placement.attempt): i for i in r.items}

@@ -20,6 +20,7 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from dispatcher import conditions as jc
 from dispatcher import workload as wl
 from dispatcher.batch import Batch, Item, JobsOf, engine_inbox, job_key
 from dispatcher.db import queries as q
@@ -261,10 +262,11 @@ class EngineCore:
             b.set_w(row["uid"], state="rejected", reason=text, updated_at=b.now)
         b.event(row["uid"], "invalid", reason=reason, message=text)
         key = job_key(row)
-        cond = wl.condition(labels.CONDITION_REJECTED, True, reason, text, b.now)
+        conds = jc.refused(reason, text, b.now)
 
         def write() -> None:
-            self.writer.condition(key, cond)
+            for c in conds:
+                self.writer.condition(key, c)
             for p in problems:
                 self.writer.event(key, "Warning", reason, p.message)
         b.after.append(write)
@@ -276,11 +278,10 @@ class EngineCore:
             b.set_w(uid, state="running", reason="", updated_at=b.now)
         b.event(uid, "accepted", cluster=cluster, message=f"attempt {p['attempt']} accepted by {cluster}")
         key = job_key(row)
-        cond = wl.condition(labels.CONDITION_DISPATCHED, True, "Placed",
-                            f"placed on cluster {cluster} (attempt {p['attempt']})", b.now)
+        conds = jc.accepted(f"placed on cluster {cluster} (attempt {p['attempt']})", b.now)
         now = b.now
         b.after.append(lambda: self.book.accepted(uid, now))
-        b.after.append(lambda: self.writer.condition(key, cond, status_follows=True))  # shares its first write
+        b.after.append(lambda: self._write(key, conds, status_follows=True))  # shares its first write
 
     def _requeue(self, b: Batch, row: dict[str, Any], reason: str, *, excluded: list[str] | None = None) -> None:
         uid = row["uid"]
@@ -292,14 +293,13 @@ class EngineCore:
             text = f"gave up after {row['attempt']} placement attempts; last: {reason}"
             b.set_w(uid, state="failed", reason=text, cluster=None, updated_at=b.now)
             b.event(uid, "failed", reason="PlacementAttemptsExhausted", message=text)
-            cond = wl.condition(labels.CONDITION_DISPATCHED, False, "PlacementFailed", text, b.now)
             # 'failed' is final: the manager Job says so as mkd's other final refusals do, instead of looking
             # like a Job still waiting for a placement (Dispatched=False alone)
-            final = wl.condition(labels.CONDITION_REJECTED, True, "PlacementAttemptsExhausted", text, b.now)
+            conds = [wl.condition(labels.CONDITION_DISPATCHED, False, "PlacementFailed", text, b.now),
+                     *jc.refused("PlacementAttemptsExhausted", text, b.now)]
 
             def write() -> None:
-                self.writer.condition(key, cond)
-                self.writer.condition(key, final)
+                self._write(key, conds, clear=True)
                 self.writer.event(key, "Warning", "PlacementFailed", text)
             b.after.append(write)
             return
@@ -308,9 +308,18 @@ class EngineCore:
         else:
             b.set_w(uid, state="pending", reason=reason, cluster=None, updated_at=b.now)
         b.event(uid, "requeued", message=reason)
-        cond = wl.condition(labels.CONDITION_DISPATCHED, False, "Requeued", reason, b.now)
-        b.after.append(lambda: self.writer.condition(key, cond))
+        conds = jc.requeued("Requeued", reason, b.now)
+        b.after.append(lambda: self._write(key, conds, clear=True))
         b.placement_due = True
+
+    def _write(self, key: Any, conds: jc.Conditions, *, clear: bool = False, status_follows: bool = False) -> None:
+        """One step's conditions to the Job (they share its next write); ``clear``: its worker copy is gone
+        (deleted, lost, refused), so is that copy's status (a Job requeued must not read Running);
+        ``status_follows``: the worker's first status surely follows (see ``KubeWriter.condition``)."""
+        for c in conds:
+            self.writer.condition(key, c, status_follows=status_follows)
+        if clear:
+            self.writer.mirror(key, {})
 
     async def _resync(self, s: AsyncSession, b: Batch, cluster: str) -> list[Any]:
         """Queue a Resync listing every placement expected on ``cluster`` (call it after the batch's

@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from dispatcher import conditions as jc
 from dispatcher import workload as wl
 from dispatcher.batch import Batch, JobChange, job_key
 from dispatcher.core import EDIT_REFUSED, SUSPENDED_REASON, EngineCore, unsendable_problem
@@ -126,10 +127,9 @@ class JobChanges(EngineCore):
                     updated_at=b.now)
             b.event(uid, "rejected", reason="ManagedByChanged", message=problem.message)
             key = job_key(row)
-            cond = wl.condition(labels.CONDITION_REJECTED, True, "ManagedByChanged", problem.message, b.now)
-            b.after.append(lambda: self.writer.condition(key, cond))
+            conds = jc.refused("ManagedByChanged", problem.message, b.now)
             # the worker copy's status (Running=True, ...) is no longer true of this Job
-            b.after.append(lambda: self.writer.mirror(key, {}))
+            b.after.append(lambda: self._write(key, conds, clear=True))
             b.after.append(lambda: self.writer.event(key, "Warning", "ManagedByChanged", problem.message))
             return
         generation = wl.generation_of(ch.obj)

@@ -5,7 +5,8 @@ commit the engine hands its history rows here; the ones users act on become Even
 :class:`~dispatcher.kubewriter.KubeWriter` (serial per Job, after the conditions). ``pending`` rows
 are written by the placement round only when the reason's story changes (not once per pass), so each
 becomes one Event; the same holds for the others, which happen once per decision. Rejections and
-give-ups already get their Warning Events where they are decided (``dispatcher.core``).
+give-ups already get their Warning Events where they are decided (``dispatcher.core``), and so does a
+preemption its Normal ``Preempted`` (as Kueue's; ``dispatcher.rounds``).
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ def announce(writer: Any, rows: Mapping[str, Mapping[str, Any]], history: Iterab
         what = EVENTS.get(str(h.get("type")))
         uid = h.get("workload_uid")
         row = _row_of(str(uid), rows, jobs or {}) if uid and what is not None else None
-        if what is None or row is None:
-            continue
+        if what is None or row is None or (h.get("type") == "evicted" and h.get("reason") == "Preempted"):
+            continue  # a preemption has its Normal "Preempted" Event where it is decided (dispatcher.rounds)
         type_, reason = what
         if h.get("type") == "pending" and h.get("reason"):
             reason = str(h["reason"])  # why it waits: NoFittingCluster, ...

@@ -34,7 +34,15 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dispatcher.jobcache import pack, unpack
-from dispatcher.workload import MKD_CONDITIONS, latest_condition, merge_patch, merge_status, passing
+from dispatcher.workload import (
+    IF_TRUE,
+    MKD_CONDITIONS,
+    REMOVE,
+    latest_condition,
+    merge_patch,
+    merge_status,
+    passing,
+)
 from federation.clock import Clock
 from federation.errors import FederationError, NotFound, Temporary
 from federation.kinds.registry import by_name
@@ -136,10 +144,12 @@ class KubeWriter:
                 self._queue.put_nowait(uid)
 
     def condition(self, key: JobKey, cond: dict[str, Any], *, status_follows: bool = False) -> None:
-        """Set one of mkd's conditions; it waits ``condition_linger`` for more work on the Job, or
-        ``status_linger`` when the worker's status surely follows (the Workload was just accepted)."""
+        """Set one of mkd's conditions (also ``workload.reset`` / ``workload.removal``); it waits
+        ``condition_linger`` for more work on the Job, or ``status_linger`` when the worker's status surely
+        follows (the Workload was just accepted)."""
         linger = self.status_linger if status_follows else self.condition_linger
-        self._entry(key, linger).conditions[cond["type"]] = cond
+        conds = self._entry(key, linger).conditions
+        conds[cond["type"]] = _fold(conds.get(cond["type"]), cond)
 
     def mirror(self, key: JobKey, status: Mapping[str, Any], *, finished: bool = True) -> None:
         """Write the worker's ``status``. One of a Job not ``finished`` waits up to ``status_linger`` for the
@@ -213,7 +223,10 @@ class KubeWriter:
             self._todo[old.key.uid] = old
             return
         # newer work wins over the failed one, events are kept in order
-        newer.conditions = {**old.conditions, **newer.conditions}
+        conds = dict(old.conditions)
+        for type_, cond in newer.conditions.items():
+            conds[type_] = _fold(conds.get(type_), cond)
+        newer.conditions = conds
         newer.status = newer.status if newer.status is not None else old.status
         newer.events = old.events + newer.events
         newer.tries = old.tries
@@ -239,6 +252,13 @@ class KubeWriter:
                    if isinstance(c, dict) and c.get("type") in MKD_CONDITIONS}
             for type_, cond in todo.conditions.items():
                 old = mkd.get(type_)
+                if REMOVE in cond:
+                    mkd.pop(type_, None)
+                    continue
+                if IF_TRUE in cond:
+                    if old is None or old.get("status") != "True":
+                        continue  # only a condition that holds is reset
+                    cond = _resolved(cond, old)
                 if old is not None and old.get("status") == cond["status"]:
                     cond = {**cond, "lastTransitionTime": old.get("lastTransitionTime", cond["lastTransitionTime"])}
                 mkd[type_] = cond
@@ -258,3 +278,22 @@ class KubeWriter:
                         "metadata": {"namespace": key.namespace, "name": key.name, "uid": key.uid}}
             await self.kube.event(involved, type=type_, reason=reason, message=message, component=COMPONENT)
         todo.events.clear()
+
+
+def _resolved(reset: dict[str, Any], old: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``workload.reset`` applied to the True condition ``old``: the False condition it writes."""
+    out = {k: v for k, v in reset.items() if k != IF_TRUE}
+    if reset[IF_TRUE] == "previously":
+        out["message"] = f"Previously: {old.get('message', '')}"[:32768]
+    return out
+
+
+def _fold(prior: dict[str, Any] | None, cond: dict[str, Any]) -> dict[str, Any]:
+    """What a Job's queued work says of one condition type after ``cond``, given ``prior`` queued before it
+    (not written yet): a reset of a condition queued True resolves against it now, one queued False or
+    removed stays as it was; anything else replaces what was queued."""
+    if prior is None or IF_TRUE not in cond or IF_TRUE in prior:
+        return cond
+    if REMOVE in prior or prior.get("status") != "True":
+        return prior
+    return _resolved(cond, prior)

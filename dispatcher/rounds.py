@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dispatcher import workload as wl
+from dispatcher import conditions as jc
 from dispatcher.batch import Batch, job_key
 from dispatcher.core import EngineCore, oversize_problem
 from dispatcher.db import queries as q
@@ -27,15 +27,8 @@ from dispatcher.placement import eligible
 from dispatcher.policycheck import reason as policy_reason
 from dispatcher.queueing.scheduler import Admission, Entry, Eviction
 from dispatcher.queueing.state import usage_to_json
-from federation import labels, messages
+from federation import messages
 from federation.kinds.registry import by_name
-from federation.labels import (
-    CONDITION_ADMITTED,
-    CONDITION_EVICTED,
-    CONDITION_PREEMPTED,
-    CONDITION_QUOTA_RESERVED,
-    CONDITION_REQUEUED,
-)
 from federation.sealing import NoKey
 
 _DIGITS = re.compile(r"(?<![-\w])[0-9.]+[a-zA-Z]*")  # figures, not the digits in cluster names
@@ -146,17 +139,10 @@ class PlacementRound(EngineCore):
                 updated_at=b.now)
         b.event(uid, "evicted", cluster=row.get("cluster"), reason="Preempted", message=v.message)
         key = job_key(row)
-        now = b.now
-        conds = [wl.condition(CONDITION_EVICTED, True, "Preempted", v.message, now),
-                 wl.condition(CONDITION_PREEMPTED, True, v.reason, v.message, now),
-                 wl.condition(CONDITION_QUOTA_RESERVED, False, "Preempted", v.message, now),
-                 wl.condition(CONDITION_ADMITTED, False, "Preempted", v.message, now),
-                 wl.condition(CONDITION_REQUEUED, True, "Preempted", "requeued after the eviction", now),
-                 wl.condition(labels.CONDITION_DISPATCHED, False, "Preempted", v.message, now)]
+        conds = jc.preempted(v.reason, v.message, b.now)
 
         def write() -> None:
-            for c in conds:
-                self.writer.condition(key, c)
+            self._write(key, conds, clear=True)
             self.writer.event(key, "Normal", "Preempted", v.message)
         b.after.append(write)
         b.placement_due = True
@@ -172,14 +158,10 @@ class PlacementRound(EngineCore):
             text += ", borrowing from its cohort"
         b.event(row["uid"], "quota_reserved", reason="QuotaReserved", message=text)
         key = job_key(row)
-        now = b.now
-        reserved = wl.condition(CONDITION_QUOTA_RESERVED, True, "QuotaReserved", text, now)
-        admitted = wl.condition(CONDITION_ADMITTED, True, "Admitted",
-                                f"The workload is admitted: placed on cluster {a.cluster}", now)
+        conds = jc.admitted(text, f"The workload is admitted: placed on cluster {a.cluster}", b.now)
 
         def write() -> None:
-            self.writer.condition(key, reserved)
-            self.writer.condition(key, admitted)
+            self._write(key, conds)
             self.writer.event(key, "Normal", "QuotaReserved", text)
         b.after.append(write)
 
@@ -200,13 +182,13 @@ class PlacementRound(EngineCore):
         key = job_key(row)
         if refused:  # no cluster left but those whose policy refuses it: say which and why, on the Job
             b.event(e.uid, "pending", reason="PolicyViolation", message=reason)
-            cond = wl.condition(labels.CONDITION_DISPATCHED, False, "PolicyViolation", reason, b.now)
+            conds = jc.waiting("PolicyViolation", reason, b.now, step="placement")
             b.after.append(lambda key=key, reason=reason: self.writer.event(  # type: ignore[misc]
                 key, "Warning", "PolicyViolation", reason))
         elif e.step == "placement":
             b.event(e.uid, "pending", reason=e.word, message=e.reason)
-            cond = wl.condition(labels.CONDITION_DISPATCHED, False, "NoFittingCluster", e.reason, b.now)
+            conds = jc.waiting("NoFittingCluster", e.reason, b.now, step="placement")
         else:
             b.event(e.uid, "pending", reason=e.word, message=e.reason)
-            cond = wl.condition(CONDITION_QUOTA_RESERVED, False, "Pending", e.reason, b.now)
-        b.after.append(lambda key=key, cond=cond: self.writer.condition(key, cond))  # type: ignore[misc]
+            conds = jc.waiting(e.word or "Pending", e.reason, b.now, step="queue")
+        b.after.append(lambda key=key, conds=conds: self._write(key, conds))  # type: ignore[misc]

@@ -216,7 +216,32 @@ def condition(type_: str, status: bool, reason: str, message: str, now: datetime
     return out
 
 
-MKD_CONDITIONS = (labels.CONDITION_DISPATCHED, labels.CONDITION_REJECTED, *labels.KUEUE_CONDITIONS)
+def reset(type_: str, reason: str, message: str, now: datetime, *, previously: bool = False) -> dict[str, Any]:
+    """``type_`` set to False, but only where the Job has it True now (the writer decides, against what the
+    Job shows): Kueue's ``resetActiveCondition`` (``previously``: the message becomes "Previously: " and the
+    old message) and ``SyncAdmittedCondition``, which change nothing on a Workload that never had it."""
+    return {**condition(type_, False, reason, message, now), IF_TRUE: "previously" if previously else "as is"}
+
+
+def removal(type_: str) -> dict[str, Any]:
+    """``type_`` taken off the Job (mkd's ``MultiClusterPending`` once the Workload no longer waits)."""
+    return {"type": type_, REMOVE: True}
+
+
+IF_TRUE = "_ifTrue"
+REMOVE = "_remove"
+"""Keys of the writer's instructions (``reset``, ``removal``); never written to a Job."""
+
+MKD_CONDITIONS = (*labels.KUEUE_CONDITIONS, labels.CONDITION_DISPATCHED, labels.CONDITION_PENDING,
+                  labels.CONDITION_REJECTED)
+"""mkd's conditions on the manager Job, in the order they are written there (those False first): with no
+condition of its own yet, the Job's STATE (the last type) is what holds now: MultiClusterPending while it
+waits, MultiClusterDispatched once placed, MultiClusterRejected when mkd will not run it."""
+_RANK = {t: i for i, t in enumerate(MKD_CONDITIONS)}
+
+
+def _rank(cond: Mapping[str, Any]) -> tuple[bool, int]:
+    return cond.get("status") == "True", _RANK.get(cond.get("type"), -1)  # type: ignore[arg-type]
 
 
 PASSING_CONDITIONS = frozenset({"Created"})
@@ -246,11 +271,12 @@ def merge_status(worker: Mapping[str, Any] | None, mkd: Mapping[str, dict[str, A
                  current: Mapping[str, Any] | None) -> dict[str, Any]:
     """The manager Job's new ``.status``: the worker's, replacing the manager's, plus mkd's own conditions.
 
-    Only mkd's ``MultiCluster*`` conditions are mkd's to keep; everything else comes from the
+    Only mkd's conditions (``MKD_CONDITIONS``) are mkd's to keep; everything else comes from the
     worker, whole (nothing the worker no longer has survives; see :func:`merge_patch`). mkd's
     conditions go **first**: every Kubeflow CRD prints ``.status.conditions[-1:].type`` as its
-    STATE column, so the Job's own latest condition must stay last. Before any worker status
-    arrived (``worker`` None), the manager's own non-mkd status is kept.
+    STATE column, so the Job's own latest condition must stay last; among mkd's, those False go
+    first (see ``MKD_CONDITIONS``). Before any worker status arrived (``worker`` None), the
+    manager's own non-mkd status is kept.
     """
     base = dict(worker) if worker is not None else {
         k: v for k, v in (current or {}).items() if k != "conditions"}
@@ -258,7 +284,7 @@ def merge_status(worker: Mapping[str, Any] | None, mkd: Mapping[str, dict[str, A
     own = [c for c in (conds or []) if isinstance(c, Mapping) and c.get("type") not in MKD_CONDITIONS]
     out: dict[str, Any] = {k: v for k, v in base.items() if k != "conditions" and v is not None}
     if own or mkd:
-        out["conditions"] = [*mkd.values(), *own]
+        out["conditions"] = [*sorted(mkd.values(), key=_rank), *own]
     return out
 
 

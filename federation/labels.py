@@ -60,6 +60,11 @@ Resync lists the Job again."""
 CONDITION_DISPATCHED = "MultiClusterDispatched"
 """Set on the manager Job: True with the cluster name once placed, False with the reason while pending."""
 CONDITION_REJECTED = "MultiClusterRejected"
+"""Set on the manager Job when mkd cannot run it (invalid spec, unknown runtime, managedBy changed)."""
+CONDITION_PENDING = "MultiClusterPending"
+"""Set on the manager Job while its Workload waits (for quota, a cluster, or after an eviction or requeue):
+True with the reason, removed once it is admitted. The CRDs' STATE column prints the last condition's type,
+so a waiting Job reads ``MultiClusterPending`` there rather than the type of a condition that is False."""
 CONDITION_QUOTA_RESERVED = "QuotaReserved"
 """Kueue's condition: quota reserved in the Job's ClusterQueue (True), or why not (False, reason Pending)."""
 CONDITION_ADMITTED = "Admitted"
@@ -67,9 +72,12 @@ CONDITION_ADMITTED = "Admitted"
 CONDITION_EVICTED = "Evicted"
 CONDITION_PREEMPTED = "Preempted"
 CONDITION_REQUEUED = "Requeued"
-KUEUE_CONDITIONS = (CONDITION_QUOTA_RESERVED, CONDITION_ADMITTED, CONDITION_EVICTED, CONDITION_PREEMPTED,
-                    CONDITION_REQUEUED)
-"""Set on the manager Job when mkd cannot run it (invalid spec, unknown runtime, managedBy changed)."""
+CONDITION_FINISHED = "Finished"
+"""Kueue's condition: the Job ended (reason Succeeded / Failed, the Job's own message); its quota is released
+while QuotaReserved and Admitted stay True, as on Kueue's Workload."""
+KUEUE_CONDITIONS = (CONDITION_REQUEUED, CONDITION_EVICTED, CONDITION_PREEMPTED, CONDITION_QUOTA_RESERVED,
+                    CONDITION_ADMITTED, CONDITION_FINISHED)
+"""The Kueue Workload conditions mkd writes on the manager Job (it has no Workload object of its own)."""
 
 
 def origin_selector(origin: str) -> str:

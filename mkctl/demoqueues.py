@@ -3,9 +3,10 @@
 Read from the manager cluster only, as a user with ``kubectl`` sees them. A :class:`QueueLine` is a
 ClusterQueue's ``status`` as the dispatcher writes it (pending, admitted, usage per resource and the
 part of it borrowed from the cohort) next to its spec (cohort, nominal quota). A :class:`QueueEvent`
-is read from a Job's conditions: ``Preempted=True`` (its message names the preemptor) or
-``QuotaReserved=True`` with "borrowing from its cohort". :class:`QueuePanel` keeps every event the
-first time it is seen, so a preemption stays in the table after the victim runs again.
+is read from a Job's conditions: ``Preempted`` (True, or False with "Previously: " once admitted
+again; its message names the preemptor) or ``QuotaReserved=True`` with "borrowing from its cohort".
+:class:`QueuePanel` keeps every event the first time it is seen, so a preemption stays in the table
+after the victim runs again.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ log = logging.getLogger(__name__)
 
 PREEMPTED = "preempted"
 BORROWS = "borrows"
+PREVIOUSLY = "Previously: "
 
 
 @dataclass(frozen=True)
@@ -90,9 +92,12 @@ def job_events(key: str, job: Mapping[str, Any] | None) -> list[QueueEvent]:
     """The queueing events a manager Job's conditions tell: preempted (by whom), admitted borrowing."""
     out = []
     for cond in ((job or {}).get("status") or {}).get("conditions") or []:
-        if cond.get("status") != "True":
-            continue
         message = str(cond.get("message") or "")
+        if cond.get("status") != "True":
+            # admitted again since: Kueue turns Preempted False, its message "Previously: <the preemption>"
+            if cond.get("type") == labels.CONDITION_PREEMPTED and message.startswith(PREVIOUSLY):
+                out.append(QueueEvent(PREEMPTED, key, message.removeprefix(PREVIOUSLY)))
+            continue
         if cond.get("type") == labels.CONDITION_PREEMPTED:
             out.append(QueueEvent(PREEMPTED, key, message))
         elif cond.get("type") == labels.CONDITION_QUOTA_RESERVED and "borrowing" in message:

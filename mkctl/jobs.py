@@ -228,6 +228,8 @@ def observe(sample: Sample, job: Mapping[str, Any] | None) -> Observation:
         obs.finished_at = parse_time(status.get("completionTime")) or _last_transition(job)
     elif rejected is not None and rejected.get("status") == "True":
         obs.state, obs.reason = "Rejected", str(rejected.get("message") or rejected.get("reason") or "")
+    elif (pending := condition(job, labels.CONDITION_PENDING)) is not None and pending.get("status") == "True":
+        obs.state, obs.reason = "Pending", str(pending.get("message") or pending.get("reason") or "")
     elif dispatched is not None and dispatched.get("status") == "False":
         obs.state, obs.reason = "Pending", str(dispatched.get("message") or dispatched.get("reason") or "")
     elif dispatched is not None:

@@ -22,9 +22,17 @@ async def test_dispatched_goes_from_false_to_true_when_a_cluster_appears(
             return c if c and c["status"] == value else None
         c = await eventually(lambda: status_is("False"), what="pending condition")
         assert c["reason"] == "NoFittingCluster"
+        # kubectl get's STATE column is the last condition's type (the CRD prints .status.conditions[-1:].type):
+        # a Job that fits nowhere must not read "MultiClusterDispatched" there, but pending, and say why
+        conds = (await kube.get(PYTORCHJOBS, "early", "default"))["status"]["conditions"]
+        assert conds[-1]["type"] == labels.CONDITION_PENDING
+        assert (conds[-1]["status"], conds[-1]["reason"], conds[-1]["message"]) == (
+            "True", "NoFittingCluster", c["message"])
         async with FakeAgent("worker-1", mqtt_url, topic_root) as agent:
             await eventually(lambda: agent.places(), what="placed once the agent heartbeats")
             await eventually(lambda: status_is("True"), what="MultiClusterDispatched=True")
+            conds = (await kube.get(PYTORCHJOBS, "early", "default"))["status"]["conditions"]
+            assert [c["type"] for c in conds] == [labels.CONDITION_DISPATCHED]  # pending no more
             await agent.status(agent.places()[0], {"startTime": "2026-01-01T00:00:00Z", "conditions": [
                 {"type": "Created", "status": "True", "reason": "Created", "message": "",
                  "lastTransitionTime": "2026-01-01T00:00:00Z"}]})

@@ -9,7 +9,7 @@ from typing import Any
 
 from dispatcher.jobcache import JobCache
 from dispatcher.kubewriter import JobKey, KubeWriter
-from dispatcher.workload import condition, passing
+from dispatcher.workload import condition, passing, removal, reset
 from federation import labels
 from federation.clock import SystemClock
 from federation.kube import Kube
@@ -50,10 +50,11 @@ async def test_conditions_and_mirrors_keep_each_other_and_transition_times(kube:
                                         T0 + timedelta(minutes=5)))
         writer.condition(key, condition(labels.CONDITION_REJECTED, False, "Corrected", "valid", T0))
         st = await status()
-        assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED, labels.CONDITION_REJECTED,
+        # mkd's False conditions before its True ones (the last of them is the STATE of a Job with none of its own)
+        assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_REJECTED, labels.CONDITION_DISPATCHED,
                                                          "Running"]
-        assert st["conditions"][0]["message"] == "placed again"
-        assert st["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:01:00Z"
+        assert st["conditions"][1]["message"] == "placed again"
+        assert st["conditions"][1]["lastTransitionTime"] == "2026-01-01T00:01:00Z"
         assert st["startTime"] == "2026-01-01T00:02:00Z" and st["replicaStatuses"] == {"Master": {"active": 1}}
 
         # the worker's status replaces its part (nested keys it dropped are gone); mkd's conditions stay first
@@ -61,7 +62,7 @@ async def test_conditions_and_mirrors_keep_each_other_and_transition_times(kube:
             {"type": "Succeeded", "status": "True", "reason": "PyTorchJobSucceeded", "message": "done",
              "lastTransitionTime": "2026-01-01T00:09:00Z"}]})
         st = await status()
-        assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED, labels.CONDITION_REJECTED,
+        assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_REJECTED, labels.CONDITION_DISPATCHED,
                                                          "Succeeded"]
         assert "startTime" not in st and st["replicaStatuses"] == {"Master": {"succeeded": 1}}
 
@@ -80,9 +81,9 @@ async def test_conditions_and_mirrors_keep_each_other_and_transition_times(kube:
                                            T0 + timedelta(hours=1)))
             await fresh.wait_idle()
             st = (await kube.get(PYTORCHJOBS, "w", "default"))["status"]
-            assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED,
-                                                             labels.CONDITION_REJECTED, "Succeeded"]
-            assert st["conditions"][0]["lastTransitionTime"] == "2026-01-01T00:01:00Z"
+            assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_REJECTED,
+                                                             labels.CONDITION_DISPATCHED, "Succeeded"]
+            assert st["conditions"][1]["lastTransitionTime"] == "2026-01-01T00:01:00Z"
             assert st["replicaStatuses"] == {"Master": {"succeeded": 1}}
         finally:
             task2.cancel()
@@ -116,7 +117,45 @@ async def test_a_condition_alone_waits_for_the_jobs_status_and_shares_its_write(
         assert writer.writes == 2
         st = (await kube.get(PYTORCHJOBS, "linger", "default"))["status"]
         assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED, labels.CONDITION_REJECTED,
-                                                         "Created"]
+                                                         "Created"]  # both True: in MKD_CONDITIONS' order
+    finally:
+        task.cancel()
+
+
+async def test_a_reset_flips_only_what_holds_and_a_removal_takes_a_condition_off(kube: Kube) -> None:
+    """Kueue's resetActiveCondition: a condition is set False ("Previously: ...") only where the Job has it
+    True, judged against what the Job shows (or what is queued for it and not written yet)."""
+    job = await kube.create(PYTORCHJOBS, pytorchjob("resets"), "default")
+    key = JobKey(job["metadata"]["uid"], "PyTorchJob", "default", "resets")
+    cache = JobCache()
+    cache[key.uid] = job
+    writer = KubeWriter(kube, cache, SystemClock(), workers=1, condition_linger=0)
+    task = asyncio.create_task(writer.run())
+
+    async def conds() -> dict[str, tuple[str, str, str]]:
+        await writer.wait_idle()
+        st = (await kube.get(PYTORCHJOBS, "resets", "default")).get("status") or {}
+        return {c["type"]: (c["status"], c["reason"], c["message"]) for c in st.get("conditions") or []}
+    later = T0 + timedelta(minutes=1)
+    try:
+        writer.condition(key, reset(labels.CONDITION_EVICTED, "QuotaReserved", "", T0, previously=True))
+        writer.condition(key, condition(labels.CONDITION_PENDING, True, "NoFittingCluster", "wait", T0))
+        assert await conds() == {labels.CONDITION_PENDING: ("True", "NoFittingCluster", "wait")}  # nothing to reset
+
+        writer.condition(key, condition(labels.CONDITION_EVICTED, True, "Preempted", "by high", T0))
+        await conds()
+        writer.condition(key, reset(labels.CONDITION_EVICTED, "QuotaReserved", "", later, previously=True))
+        writer.condition(key, reset(labels.CONDITION_ADMITTED, "NoReservation", "none", later))
+        writer.condition(key, removal(labels.CONDITION_PENDING))
+        assert await conds() == {labels.CONDITION_EVICTED: ("False", "QuotaReserved", "Previously: by high")}
+
+        # queued together before a write: the reset resolves against the condition queued True
+        writer.condition(key, condition(labels.CONDITION_PREEMPTED, True, "InClusterQueue", "by urgent", T0))
+        writer.condition(key, reset(labels.CONDITION_PREEMPTED, "QuotaReserved", "", later, previously=True))
+        writer.condition(key, reset(labels.CONDITION_EVICTED, "QuotaReserved", "", later, previously=True))
+        got = await conds()
+        assert got[labels.CONDITION_PREEMPTED] == ("False", "QuotaReserved", "Previously: by urgent")
+        assert got[labels.CONDITION_EVICTED] == ("False", "QuotaReserved", "Previously: by high")  # False: kept
     finally:
         task.cancel()
 

@@ -21,7 +21,7 @@ from dispatcher.db import models as m
 from dispatcher.queueing import views
 from federation import labels
 from federation.kinds.crds import load_crds
-from federation.kube import CRDS, Kube, Resource
+from federation.kube import CRDS, EVENTS, Kube, Resource
 from tests.dispatcher.harness import (
     PYTORCHJOBS,
     FakeAgent,
@@ -220,6 +220,13 @@ async def test_a_higher_priority_job_preempts_and_the_victim_is_requeued_with_it
         await kube.create(PYTORCHJOBS, labelled(pytorchjob("low", workers=0), **{labels.QUEUE_NAME: "team-a"}),
                           "default")
         await eventually(lambda: _has(db_url, "low"), what="low placed", within=30)
+        await agent.status(agent.places()[0], {"startTime": "2026-01-01T00:00:00Z", "conditions": [
+            {"type": "Running", "status": "True", "reason": "PyTorchJobRunning", "message": "running",
+             "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+
+        async def low_runs() -> Any:
+            return ((await kube.get(PYTORCHJOBS, "low", "default")).get("status") or {}).get("startTime")
+        await eventually(low_runs, what="low's worker status mirrored", within=30)
         await kube.create(PYTORCHJOBS, labelled(pytorchjob("high", workers=0), **{
             labels.QUEUE_NAME: "team-a", "kueue.x-k8s.io/priority-class": "urgent"}), "default")
         await eventually(lambda: _has(db_url, "high"), what="high placed after preempting low", within=30)
@@ -234,6 +241,70 @@ async def test_a_higher_priority_job_preempts_and_the_victim_is_requeued_with_it
         assert low.state == "pending" and low.queued_at > low.created_at    # back in its queue at the eviction time
         types = [e.type for e in await rows(db_url, m.events, workload_uid=low.uid)]
         assert types[:1] == ["claimed"] and "placed" in types and "evicted" in types   # its history kept
+
+        # what Kueue writes on an evicted Workload (scheduler, then the job reconciler's eviction step):
+        # Evicted and Preempted, Requeued=True with the eviction's reason and message, the quota given back
+        why = c["message"]
+        st = (await kube.get(PYTORCHJOBS, "low", "default"))["status"]
+        got = _conds(st)
+        # (QuotaReserved=False says the eviction until the next scheduling pass says what it waits for, as in Kueue)
+        assert {t: v[:2] for t, v in got.items() if t in ("QuotaReserved", labels.CONDITION_PENDING)} == {
+            "QuotaReserved": ("False", "Pending"),
+            labels.CONDITION_PENDING: ("True", "Preempted" if got["QuotaReserved"][2] == why else "QuotaNotReserved")}
+        assert {t: v for t, v in got.items() if t not in ("QuotaReserved", labels.CONDITION_PENDING)} == {
+            "Evicted": ("True", "Preempted", why), "Preempted": ("True", "InClusterQueue", why),
+            "Requeued": ("True", "Preempted", why),
+            "Admitted": ("False", "NoReservation", "The workload has no reservation"),
+            labels.CONDITION_DISPATCHED: ("False", "Preempted", why)}
+        # its copy is gone, so is the copy's status: kubectl get does not show the evicted Job Running
+        assert "startTime" not in st and _state(st) == labels.CONDITION_PENDING
+        # one Event for the preemption, Normal as Kueue's "Preempted" (not a second, Warning "Evicted")
+        found = (await kube.list(EVENTS, "default")).items
+        assert [(e["type"], e["reason"]) for e in found if e["involvedObject"]["name"] == "low"
+                and e["reason"] in ("Preempted", "Evicted")] == [("Normal", "Preempted")]
+        requeued_at = cond({"status": st}, "Requeued")["lastTransitionTime"]  # type: ignore[index]
+
+        high_place = next(p for p in agent.places() if p.job.name == "high")
+        await agent.status(high_place, {
+            "startTime": "2026-01-01T00:01:00Z", "completionTime": "2026-01-01T00:02:00Z", "conditions": [
+                {"type": "Succeeded", "status": "True", "reason": "PyTorchJobSucceeded",
+                 "message": "PyTorchJob high is successfully completed.",
+                 "lastTransitionTime": "2026-01-01T00:02:00Z"}]}, finished="Succeeded")
+
+        async def readmitted() -> Any:
+            c = cond(await kube.get(PYTORCHJOBS, "low", "default"), labels.CONDITION_QUOTA_RESERVED)
+            return c if c and c["status"] == "True" else None
+        await eventually(readmitted, what="low admitted again once high finished", within=30)
+        # Kueue's SetQuotaReservation: Evicted and Preempted flip to False ("Previously: ..."), Requeued stays
+        st = (await kube.get(PYTORCHJOBS, "low", "default"))["status"]
+        got = _conds(st)
+        assert got["Evicted"] == ("False", "QuotaReserved", f"Previously: {why}")
+        assert got["Preempted"] == ("False", "QuotaReserved", f"Previously: {why}")
+        assert got["Requeued"] == ("True", "Preempted", why)
+        assert cond({"status": st}, "Requeued")["lastTransitionTime"] == requeued_at  # type: ignore[index]
+        assert got["Admitted"][0] == "True" and labels.CONDITION_PENDING not in got
+        assert st["conditions"][-1]["status"] == "True"  # STATE: what holds now, not what was undone
+
+        # a finished Workload: Finished=True with the Job's own words; its quota is released, while
+        # QuotaReserved and Admitted stay True as on Kueue's Workload; the Job's own condition stays last
+        async def finished() -> Any:
+            st = (await kube.get(PYTORCHJOBS, "high", "default")).get("status") or {}
+            return st if st.get("completionTime") else None
+        st = await eventually(finished, what="high's end mirrored", within=30)
+        got = _conds(st)
+        assert got["Finished"] == ("True", "Succeeded", "PyTorchJob high is successfully completed.")
+        assert got["QuotaReserved"][0] == "True" and got["Admitted"][0] == "True"
+        assert _state(st) == "Succeeded"
+
+
+def _conds(st: dict[str, Any]) -> dict[str, tuple[str, str, str]]:
+    return {c["type"]: (c["status"], c.get("reason", ""), c.get("message", "")) for c in st.get("conditions") or []}
+
+
+def _state(st: dict[str, Any]) -> str:
+    """The STATE column of ``kubectl get pytorchjobs``: the CRD prints ``.status.conditions[-1:].type``."""
+    conds = st.get("conditions") or []
+    return str(conds[-1]["type"]) if conds else ""
 
 
 async def test_a_starving_job_that_fits_nowhere_lets_go_of_its_hold_and_why_says_so(
@@ -283,3 +354,36 @@ async def test_a_restarted_dispatcher_queues_its_pending_workloads_without_a_fai
             await eventually(lambda: _count(db_url, 3), what="all three placed", within=30)
     failed = [r.getMessage() for r in caplog.records if "failed" in r.getMessage()]
     assert failed == []
+
+
+async def test_a_workload_sent_back_to_its_queue_gives_its_quota_back_on_the_job_too(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    """A placement refused for good puts the Workload back in its queue and frees its quota: the Job must
+    not keep saying QuotaReserved=True / Admitted=True (Kueue's UnsetQuotaReservationWithCondition and
+    SyncAdmittedCondition), and kubectl get reads it as pending."""
+    from federation import messages
+    await install_kueue(kube)
+    await kube.create(FLAVORS, {"apiVersion": f"{KUEUE}/v1beta2", "kind": "ResourceFlavor",
+                                "metadata": {"name": "default"}})
+    await kube.create(CQS, _cq("team-a", "2"))
+    await kube.create(LQS, {"apiVersion": f"{KUEUE}/v1beta2", "kind": "LocalQueue",
+                            "metadata": {"name": "team-a", "namespace": "default"}, "spec": {"clusterQueue": "team-a"}},
+                      "default")
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with FakeAgent("worker-1", mqtt_url, topic_root, auto_accept=False) as picky, running(s):
+        await kube.create(PYTORCHJOBS, labelled(pytorchjob("picky", workers=0), **{labels.QUEUE_NAME: "team-a"}),
+                          "default")
+        await eventually(lambda: picky.places(), what="placed", within=30)
+
+        async def reserved(value: str) -> Any:
+            c = cond(await kube.get(PYTORCHJOBS, "picky", "default"), labels.CONDITION_QUOTA_RESERVED)
+            return c if c and c["status"] == value else None
+        await eventually(lambda: reserved("True"), what="QuotaReserved=True", within=30)
+        await picky.report(messages.Rejected(cluster="worker-1", placement=picky.places()[0].placement,
+                                             spec_version=1, seq=1, reason="KindNotSupported",
+                                             message="no operator here", permanent=True))
+        c = await eventually(lambda: reserved("False"), what="QuotaReserved=False once requeued", within=30)
+        assert c["reason"] == "Pending" and "rejected by worker-1" in c["message"]
+        st = (await kube.get(PYTORCHJOBS, "picky", "default"))["status"]
+        assert _conds(st)["Admitted"] == ("False", "NoReservation", "The workload has no reservation")
+        assert _state(st) == labels.CONDITION_PENDING
