@@ -134,10 +134,11 @@ class PlacementRound(EngineCore):
         if row is None or row["state"] not in ("placed", "running"):
             return
         uid = row["uid"]
+        cluster = row.get("cluster")  # the history row names the cluster it leaves (_send_delete clears it)
         self._send_delete(b, row, f"preempted: {v.message}")
         b.set_w(uid, state="pending", reason=v.message, cluster=None, queued_at=b.now, usage=None,
                 updated_at=b.now)
-        b.event(uid, "evicted", cluster=row.get("cluster"), reason="Preempted", message=v.message)
+        b.event(uid, "evicted", cluster=cluster, reason="Preempted", message=v.message)
         key = job_key(row)
         conds = jc.preempted(v.reason, v.message, b.now)
 

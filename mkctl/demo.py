@@ -203,7 +203,8 @@ class PlacementReader:
 
 def merge(obs: Observation, row: Mapping[str, Any] | None) -> Observation:
     if row:
-        obs.cluster = obs.cluster or str(row.get("cluster") or "")
+        if obs.state not in ("Waiting", "Pending"):  # the row is the latest placement: a waiting Job left it
+            obs.cluster = obs.cluster or str(row.get("cluster") or "")
         obs.queue = str(row.get("queue") or obs.queue)
         if obs.state in ("Waiting", "Pending") and row.get("reason") and not obs.reason:
             obs.reason = str(row["reason"])

@@ -239,8 +239,10 @@ async def test_a_higher_priority_job_preempts_and_the_victim_is_requeued_with_it
         assert c["reason"] == "InClusterQueue" and "default/high" in c["message"]
         low = {r.name: r for r in await rows(db_url, m.workloads)}["low"]
         assert low.state == "pending" and low.queued_at > low.created_at    # back in its queue at the eviction time
-        types = [e.type for e in await rows(db_url, m.events, workload_uid=low.uid)]
+        history = await rows(db_url, m.events, workload_uid=low.uid)
+        types = [e.type for e in history]
         assert types[:1] == ["claimed"] and "placed" in types and "evicted" in types   # its history kept
+        assert [e.cluster for e in history if e.type == "evicted"] == ["worker-1"]     # and where it was evicted from
 
         # what Kueue writes on an evicted Workload (scheduler, then the job reconciler's eviction step):
         # Evicted and Preempted, Requeued=True with the eviction's reason and message, the quota given back

@@ -166,3 +166,13 @@ def test_the_live_view_shows_the_borrow_and_the_preemption() -> None:
     assert demo.queue_problems(load_examples(DEMO), panel) == []
     assert demo.queue_problems(load_examples(DEMO), QueuePanel()) == [
         "the queueing demo never showed a Job that borrows", "the queueing demo never showed a Job that preempted another"]
+
+
+def test_the_demo_table_shows_no_cluster_for_a_job_that_waits_again() -> None:
+    """A preempted Job waits again; its latest placement row still names the cluster it left (the demo
+    showed ``cluster=worker-2  Pending``)."""
+    from mkctl.demo import merge
+    from mkctl.jobs import Observation
+    row = {"cluster": "worker-2", "queue": "team-a", "reason": "Preempted to accommodate a workload"}
+    assert merge(Observation("team-a/low-1", "PyTorchJob", "team-a", "Pending", "Preempted"), row).cluster == ""
+    assert merge(Observation("team-a/low-1", "PyTorchJob", "team-a", "Running"), row).cluster == "worker-2"
