@@ -13,8 +13,10 @@ the path as their resource and group ``""``, under the verb ``get``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from aiohttp import web
+if TYPE_CHECKING:
+    from kubesim.httpserver import Request
 
 
 @dataclass(frozen=True)
@@ -72,7 +74,7 @@ class AuditLog:
     def records(self) -> list[Access]:
         return [Access(ua, *classify(method, path, watch)) for ua, method, path, watch in self._raw]
 
-    def record(self, request: web.BaseRequest) -> None:
+    def record(self, request: Request) -> None:
         """Keep one request (as it arrives: a watch is answered only when it ends)."""
         if len(self._raw) >= self.limit:
             del self._raw[: self.limit // 10]

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from aiohttp import web
 
+from kubesim.httpserver import HttpServer
 from kubesim.server import ApiServer, Faults
 from kubesim.spec import ClusterSpec
 from kubesim.store import Store
@@ -66,17 +66,15 @@ class SimCluster:
         self.url = f"http://127.0.0.1:{self.port}"
         self.server.address = f"127.0.0.1:{self.port}"
         self.kubeconfig = write_kubeconfig(state_dir / f"{spec.name}.kubeconfig", spec.name, self.url)
-        self._runner: web.ServerRunner | None = None
+        self._http: HttpServer | None = None
         self._sim: Any = None
         self.running = False
 
     async def start(self) -> None:
         if self.running:
             return
-        self._runner = web.ServerRunner(self.server.http_server(), handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True, backlog=1024)
-        await site.start()
+        self._http = self.server.http_server()
+        await self._http.start("127.0.0.1", self.port, backlog=1024)
         self.running = True
         self._sim = await _start_sim(self.store, self.spec, self.loop)
 
@@ -91,9 +89,9 @@ class SimCluster:
                 log.exception("kubesim: simulator stop failed for %s", self.name)
             self._sim = None
         self.server.drop_watches()
-        if self._runner is not None:
-            await self._runner.cleanup()
-            self._runner = None
+        if self._http is not None:
+            await self._http.close()
+            self._http = None
 
 
 async def _start_sim(store: Store, spec: ClusterSpec, loop: asyncio.AbstractEventLoop) -> Any:

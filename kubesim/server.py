@@ -19,12 +19,12 @@ from urllib.parse import unquote
 
 import orjson
 import yaml
-from aiohttp import HttpVersion11, web
 
 from kubesim import printing, schema
 from kubesim.admission import Attributes
 from kubesim.audit import AuditLog
 from kubesim.errors import ApiError, not_found
+from kubesim.httpserver import HttpServer, Request, Response, StreamResponse
 from kubesim.resources import ResourceType
 from kubesim.reviews import Reviews
 from kubesim.store import RETURNS_OBJECT, Rec, Store
@@ -45,7 +45,6 @@ PATCH_TYPES = {
     "application/apply-patch+json": "apply",
 }
 JSON = "application/json"
-MAX_BODY = 64 * 1024 * 1024
 
 
 @dataclass
@@ -90,8 +89,8 @@ def status_body(e: ApiError) -> bytes:
     return orjson.dumps(e.status())
 
 
-def error_response(e: ApiError, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(body=status_body(e), status=e.code, content_type=JSON, headers=headers)
+def error_response(e: ApiError, headers: dict[str, str] | None = None) -> Response:
+    return Response(body=status_body(e), status=e.code, content_type=JSON, headers=headers)
 
 
 class ApiServer:
@@ -108,26 +107,10 @@ class ApiServer:
         self.reviews = Reviews(store)
         """TokenReview / SubjectAccessReview (kubesim/reviews.py); ``reviews.add_token`` adds users."""
 
-    def http_server(self) -> web.Server:
-        """aiohttp's low-level server with ``handle`` for every path: one handler routes everything, so an
-        Application (router, match info, middleware chain) would be work per request for nothing."""
-        loop = asyncio.get_running_loop()
-
-        def make_request(message: Any, payload: Any, protocol: Any, writer: Any, task: Any) -> web.BaseRequest:
-            return web.BaseRequest(message, payload, protocol, writer, task, loop, client_max_size=MAX_BODY)
-
-        return web.Server(self._serve, request_factory=make_request, access_log=None)
-
-    async def _serve(self, request: web.BaseRequest) -> web.StreamResponse:
-        expect = request.headers.get("Expect")
-        if expect:  # what aiohttp's Application does for a route's default expect handler
-            if request.version == HttpVersion11:
-                if expect.lower() != "100-continue":
-                    raise web.HTTPExpectationFailed(text=f"Unknown Expect: {expect}")
-                await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                request.writer.output_size = 0  # the main body has not started yet
-            await request.writer.drain()
-        return await self.handle(request)  # type: ignore[arg-type]
+    def http_server(self) -> HttpServer:
+        """The HTTP front end (kubesim/httpserver.py) with ``handle`` for every request: one handler routes
+        everything, and what a general web framework does per request was most of the CPU per request."""
+        return HttpServer(self.handle, asyncio.get_running_loop())
 
     def drop_watches(self) -> None:
         for w in list(self.watchers):
@@ -139,7 +122,7 @@ class ApiServer:
 
     # ------------------------------------------------------------------ entry
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: Request) -> Response | StreamResponse:
         self.audit.record(request)
         f = self.faults
         while f.pause_until and time.monotonic() < f.pause_until:  # noqa: ASYNC110 - set from other threads
@@ -168,14 +151,14 @@ class ApiServer:
             log.exception("kubesim handler failed: %s %s", request.method, request.path)
             return error_response(ApiError(500, "InternalError", f"Internal error occurred: {e!r}"))
 
-    async def _route(self, request: web.Request) -> web.StreamResponse:
+    async def _route(self, request: Request) -> Response | StreamResponse:
         path = request.path
         parts = [unquote(p) for p in path.strip("/").split("/")] if path.strip("/") else []
         if not parts:
             return self._json({"paths": ["/api", "/api/v1", "/apis", "/version", "/healthz"]})
         head = parts[0]
         if head in ("healthz", "readyz", "livez"):
-            return web.Response(text="ok")
+            return Response(text="ok")
         if head == "version":
             return self._json(VERSION_INFO)
         if head == "openapi" and len(parts) >= 2 and parts[1] == "v3":
@@ -211,7 +194,7 @@ class ApiServer:
         target = self._target(group, version, rest)
         return await self._dispatch(request, target, watch_path)
 
-    def _openapi_v3(self, gv_parts: list[str]) -> web.Response:
+    def _openapi_v3(self, gv_parts: list[str]) -> Response:
         """Just enough OpenAPI v3 for kubectl: per group-version paths whose PATCH operations name their
         kind and accept ``fieldValidation``, so kubectl validates server-side (kubesim.schema applies it to
         custom resources); there are no schemas, so kubectl falls back to its built-in patch metadata."""
@@ -266,7 +249,7 @@ class ApiServer:
 
     # ------------------------------------------------------------------ dispatch
 
-    async def _dispatch(self, request: web.Request, t: Target, watch_path: bool) -> web.StreamResponse:
+    async def _dispatch(self, request: Request, t: Target, watch_path: bool) -> Response | StreamResponse:
         q = request.query
         m = request.method
         dry = q.get("dryRun") == "All"
@@ -297,7 +280,7 @@ class ApiServer:
             return await self._scale(request, t)
         if t.sub == "log":
             store.get_rec(rt.key, t.namespace, name) or self._raise_nf(t)
-            return web.Response(text="", content_type="text/plain")
+            return Response(text="", content_type="text/plain")
         if t.sub == "binding":
             return await self._binding(request, t)
         # namespaces/finalize writes spec.finalizers; it is a main-resource write with a narrower body.
@@ -383,7 +366,7 @@ class ApiServer:
     def _raise_nf(self, t: Target) -> Rec:
         raise not_found(t.rt.plural, t.rt.group, t.name or "")
 
-    async def _body(self, request: web.Request) -> dict[str, Any]:
+    async def _body(self, request: Request) -> dict[str, Any]:
         raw = await request.read()
         try:
             obj = orjson.loads(raw) if raw.lstrip()[:1] in (b"{", b"[") else yaml.safe_load(raw.decode())
@@ -432,8 +415,8 @@ class ApiServer:
         raw = rec.raw
         return b"{" + raw[len(prefix):] if raw.startswith(prefix) else raw
 
-    def _obj(self, rec: Rec, t: Target, status: int = 200, warnings: list[str] | None = None) -> web.Response:
-        resp = web.Response(body=self.render(rec, t), status=status, content_type=JSON)
+    def _obj(self, rec: Rec, t: Target, status: int = 200, warnings: list[str] | None = None) -> Response:
+        resp = Response(body=self.render(rec, t), status=status, content_type=JSON)
         for k, v in warning_headers(warnings or []):
             resp.headers.add(k, v)
         return resp
@@ -443,10 +426,10 @@ class ApiServer:
         ns = (namespace or "default") if t.rt.namespaced else ""
         return Attributes(t.rt, t.version, op, None, None, t.sub or "", ns, name, dry)
 
-    def _json(self, body: Any, status: int = 200) -> web.Response:
-        return web.Response(body=orjson.dumps(body), status=status, content_type=JSON)
+    def _json(self, body: Any, status: int = 200) -> Response:
+        return Response(body=orjson.dumps(body), status=status, content_type=JSON)
 
-    def _list(self, request: web.Request, t: Target) -> web.Response:
+    def _list(self, request: Request, t: Target) -> Response:
         q = request.query
         rt = t.rt
         recs = self.store.list_recs(rt.key, t.namespace, q.get("labelSelector"), q.get("fieldSelector"))
@@ -471,16 +454,16 @@ class ApiServer:
             return self._table(request, t, recs, meta)
         head = orjson.dumps({"kind": f"{rt.kind}List", "apiVersion": rt.api_version(t.version), "metadata": meta})
         body = b"".join((head[:-1], b',"items":[', b",".join(self.list_item(r, t) for r in recs), b"]}"))
-        return web.Response(body=body, content_type=JSON)
+        return Response(body=body, content_type=JSON)
 
-    def _table(self, request: web.Request, t: Target, recs: list[Rec], meta: dict[str, Any]) -> web.Response:
+    def _table(self, request: Request, t: Target, recs: list[Rec], meta: dict[str, Any]) -> Response:
         """Server-side printing (kubesim.printing): the Table ``kubectl get`` asks for."""
         objs = [orjson.loads(self.render(r, t)) for r in recs]
         return self._json(printing.table(t.rt, t.version, objs, meta, request.query.get("includeObject", "Metadata")))
 
     # ------------------------------------------------------------------ delete
 
-    async def _delete_options(self, request: web.Request) -> dict[str, Any]:
+    async def _delete_options(self, request: Request) -> dict[str, Any]:
         opts: dict[str, Any] = {}
         raw = await request.read()
         if raw.strip():
@@ -497,7 +480,7 @@ class ApiServer:
                 else "Background"
         return opts
 
-    async def _delete(self, request: web.Request, t: Target) -> web.Response:
+    async def _delete(self, request: Request, t: Target) -> Response:
         opts = await self._delete_options(request)
         pre = opts.get("preconditions") or {}
         rt = t.rt
@@ -520,7 +503,7 @@ class ApiServer:
             return resp
         return self._obj(rec, t, 200, warns)
 
-    def _delete_collection(self, request: web.Request, t: Target) -> web.Response:
+    def _delete_collection(self, request: Request, t: Target) -> Response:
         q = request.query
         recs = self.store.list_recs(t.rt.key, t.namespace, q.get("labelSelector"), q.get("fieldSelector"))
         items = []
@@ -530,11 +513,11 @@ class ApiServer:
                 items.append(self.render(rec, t))
         head = orjson.dumps({"kind": f"{t.rt.kind}List", "apiVersion": t.rt.api_version(t.version),
                              "metadata": {"resourceVersion": str(self.store.rv)}})
-        return web.Response(body=head[:-1] + b',"items":[' + b",".join(items) + b"]}", content_type=JSON)
+        return Response(body=head[:-1] + b',"items":[' + b",".join(items) + b"]}", content_type=JSON)
 
     # ------------------------------------------------------------------ subresources
 
-    async def _binding(self, request: web.Request, t: Target) -> web.Response:
+    async def _binding(self, request: Request, t: Target) -> Response:
         if request.method != "POST":
             raise ApiError(405, "MethodNotAllowed", "the server does not allow this method", {})
         body = await self._body(request)
@@ -546,7 +529,7 @@ class ApiServer:
         return self._json({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201},
                           201)
 
-    async def _scale(self, request: web.Request, t: Target) -> web.Response:
+    async def _scale(self, request: Request, t: Target) -> Response:
         rt = t.rt
         assert t.name is not None and rt.scale is not None
         rec = self.store.get_rec(rt.key, t.namespace, t.name) or self._raise_nf(t)

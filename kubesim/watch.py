@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import orjson
-from aiohttp import web
 
 from kubesim import printing
 from kubesim.errors import ApiError
+from kubesim.httpserver import Request, StreamResponse
 from kubesim.records import Rec
 from kubesim.resources import ResourceType
 from kubesim.selectors import matches, parse_field_selector, parse_label_selector
@@ -73,8 +73,8 @@ class Watcher:
     transport: Any
 
 
-async def serve_watch(server: ApiServer, request: web.Request, t: Target, name: str | None = None
-                      ) -> web.StreamResponse:
+async def serve_watch(server: ApiServer, request: Request, t: Target, name: str | None = None
+                      ) -> StreamResponse:
     q = request.query
     rt = t.rt
     store = server.store
@@ -125,7 +125,7 @@ async def serve_watch(server: ApiServer, request: web.Request, t: Target, name: 
         if now_ok:
             queue.put_nowait(line(etype, rec))
 
-    resp = web.StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
+    resp = StreamResponse(headers={"Content-Type": JSON, "Cache-Control": "no-cache, private"})
     resp.enable_chunked_encoding()
     initial: list[bytes] = []
     # Subscribe and read the starting state in one synchronous step, so no event falls in between.
