@@ -94,30 +94,49 @@ def unknown_fields(rt: ResourceType, obj: dict[str, Any]) -> list[str]:
     if root is None:
         return []
     out: list[str] = []
-    _walk(obj, root, "", out)
+    _walk(obj, root, None, out)
     return out
 
 
-def _walk(value: Any, node: Node, path: str, out: list[str]) -> None:
+Path = tuple[Any, str, Any] | None
+"""Where a value is: None at the root, else (the parent's Path, "." or "[", key or index); spelt out only
+for a field that is reported (most writes have none, and every request walks its whole object)."""
+
+
+def _spell(path: Path) -> str:
+    parts: list[str] = []
+    while path is not None:
+        path, sep, key = path
+        parts.append(f"[{key}]" if sep == "[" else (f".{key}" if path is not None else str(key)))
+    return "".join(reversed(parts))
+
+
+def _walk(value: Any, node: Node, path: Path, out: list[str]) -> None:
     if node is None:
         return
     kind, inner = node
     if kind == "model":
         if not isinstance(value, dict):
             return
-        for k in list(value):
+        unknown: list[str] | None = None
+        for k, v in value.items():
             field = inner.get(k)
-            child = f"{path}.{k}" if path else k
             if field is None:
-                del value[k]
-                out.append(child)
+                if unknown is None:
+                    unknown = []
+                unknown.append(k)
+                out.append(_spell((path, ".", k)))
                 continue
-            sub = field.get()
-            if sub is not None and value[k] is not None:
-                _walk(value[k], sub, child, out)
+            if v is not None:
+                sub = field.get()
+                if sub is not None:
+                    _walk(v, sub, (path, ".", k), out)
+        if unknown is not None:
+            for k in unknown:
+                del value[k]
     elif kind == "list" and isinstance(value, list):
         for i, item in enumerate(value):
-            _walk(item, inner, f"{path}[{i}]", out)
+            _walk(item, inner, (path, "[", i), out)
     elif kind == "map" and isinstance(value, dict):
         for k, item in value.items():
-            _walk(item, inner, f"{path}[{k}]", out)
+            _walk(item, inner, (path, "[", k), out)
