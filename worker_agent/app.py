@@ -27,7 +27,7 @@ from federation.labels import origin_selector
 from federation.messages import Capacity, Heartbeat, encode
 from federation.mqtt import LinkHealth, MqttLink, Will
 from federation.tasks import Supervisor
-from worker_agent.apply import ApplyLoop, JobKey
+from worker_agent.apply import ApplyLoop, JobKey, StatusEcho
 from worker_agent.cache import ObjectCache, Stored, key_of, kind_resource
 from worker_agent.foreign import created_by, foreign_owner
 from worker_agent.identity import AgentIdentity
@@ -202,11 +202,13 @@ class Agent:
             if not cache.accepts(obj):
                 continue
             key = (name, ns, job_name)
-            if self.apply.wrote_status(key, obj):
+            echo = self.apply.status_echo(key, obj)
+            if echo in (StatusEcho.PASS_OWED, StatusEcho.SETTLED):
                 # the echo of the apply loop's own status write, which was reported as it was written and
-                # changed no label or annotation: only the pass after the write is still owed
+                # changed no label or annotation: only the pass after the write may still be owed
                 cache.upsert(obj, watched=True)
-                self.apply.enqueue(key)
+                if echo is StatusEcho.PASS_OWED:
+                    self.apply.enqueue(key)
                 continue
             self.by_uid[uid] = (name, ns, job_name)
             self.inbox.job_seen(name, obj)
@@ -214,7 +216,8 @@ class Agent:
                 self.lease.job_seen(res.plural, obj)  # a copy marked fenced is resumed once a Resync lists it
             self.reporter.job_changed(kind, obj)
             cache.upsert(obj, watched=True)  # shrinks obj to its header: read it before
-            self.apply.enqueue((name, ns, job_name))
+            if echo is not StatusEcho.EARLY_SETTLED:  # that status write's pass needs no other
+                self.apply.enqueue((name, ns, job_name))
 
     async def follow_children(self, plural: str, namespace: str | None = None) -> None:
         res = self.child_resources[plural]
@@ -222,6 +225,7 @@ class Agent:
         assert self.apply is not None
         async for event in self.kube.informer(res, namespace):
             obj = event.object
+            stored: Stored | None = None
             if event.type == "DELETED":
                 cache.delete_event(obj)
             else:
@@ -238,7 +242,9 @@ class Agent:
             if plural in (PODS.plural, NODES.plural):
                 self.capacity_changed.set()
             if plural != NODES.plural:
-                self.apply.enqueue_owner(obj, self.by_uid)
+                echo = stored is not None and self.apply.own_echo(plural, key_of(obj), stored,
+                                                                  added=event.type == "ADDED")
+                self.apply.enqueue_owner(obj, self.by_uid, echo=echo)
 
     def _check_foreign(self, child: dict[str, Any]) -> None:
         """A child another controller made for a copy the agent runs: refuse that job (worker_agent.foreign)."""

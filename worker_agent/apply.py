@@ -9,14 +9,21 @@ owner reference to the job so the cluster's GC removes them), updates, writes ``
 through the status subresource only when it changed, records Events and schedules a requeue
 after ``requeue_after`` seconds on the injected clock. A create that finds its name taken aborts
 the pass before the status write, as upstream does; Temporary errors retry with a capped backoff.
+
+The watch echoes of a pass's own writes (a child it created, the status it wrote) carry nothing the pass
+did not already put in the caches. When the reconciler says a render right after them plans nothing more
+(``settles_after``; the Kubeflow v1 family, for a job not finished) they start no pass (``own_echo``,
+``status_echo``); otherwise they do, since that next render may still plan something.
 """
 
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from federation import labels
@@ -25,7 +32,7 @@ from federation.errors import AlreadyExists, Conflict, FederationError, NotFound
 from federation.kube import Kube, Resource
 from federation.retry import capped
 from federation.tasks import TaskSet
-from worker_agent.cache import Key, ObjectCache, rv_of
+from worker_agent.cache import Key, ObjectCache, Stored, rv_of
 from worker_agent.reconcilers.base import Observed, Plan, Reconciler
 
 log = logging.getLogger(__name__)
@@ -44,6 +51,47 @@ REPASS_DELAY = 0.05
 """Seconds a job that changed during its own pass waits before the next one (real time): the watch echoes of
 the pass's own writes (one per child created, the status) arrive over some milliseconds, and one pass then
 sees them all instead of one pass each (issue 15)."""
+
+
+class StatusEcho(enum.Enum):
+    """What a job's watch event is to the apply loop (``ApplyLoop.status_echo``)."""
+
+    NOT_OURS = 0
+    """Not the echo of the loop's last status write: a change like any other."""
+    PASS_OWED = 1
+    """The echo of its own write, after which the job still needs a pass."""
+    SETTLED = 2
+    """The echo of its own write, with nothing else changed, after which the job settles: no pass owed."""
+    EARLY_SETTLED = 3
+    """The echo of a status write not answered yet (the watch was quicker), after which the job settles: handled
+    as any change (reported, stored) but starts no pass."""
+
+
+@dataclass
+class _StatusWrite:
+    """A status write in flight: the job as the pass read it, the status sent, whether the job settles with it."""
+
+    job: Mapping[str, Any]
+    status: Mapping[str, Any]
+    settled: bool
+    echoed: bool = False
+    """Its watch echo came before its answer (``ApplyLoop.status_echo``)."""
+
+
+def settles(reconciler: object, status: Mapping[str, Any] | None = None) -> bool:
+    """Whether a render right after the reconciler's own creates and a status write of ``status`` (None: no
+    status write) plans nothing more (its optional ``settles_after``; without one, never)."""
+    check = getattr(reconciler, "settles_after", None)
+    return check is not None and bool(check(status))
+
+
+def _same_but_status(read: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
+    """Whether the answer to a status write is the job the pass read with only its status (and version) new."""
+    if read.get("spec") != written.get("spec"):
+        return False
+    skip = ("resourceVersion", "managedFields")
+    mine, theirs = read.get("metadata") or {}, written.get("metadata") or {}
+    return ({k: v for k, v in mine.items() if k not in skip} == {k: v for k, v in theirs.items() if k not in skip})
 
 
 def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
@@ -85,8 +133,14 @@ class ApplyLoop:
         self._failures: dict[JobKey, int] = {}
         self._events: dict[JobKey, dict[tuple[str, str], float]] = {}
         self.passes = 0
-        self._status_written: dict[JobKey, int] = {}
-        """The resourceVersion of the last status write per job whose watch echo has not come yet."""
+        self._status_written: dict[JobKey, tuple[int, bool]] = {}
+        """Per job whose last status write's watch echo has not come yet: that write's resourceVersion, and
+        whether the job settled with it (``status_echo``)."""
+        self._writing: dict[JobKey, _StatusWrite] = {}
+        """The status writes awaiting their answer, per job (their watch echo may come first: ``status_echo``)."""
+        self._creating: set[tuple[str, str, str]] = set()
+        """(plural, namespace, name) of the children passes are creating now: their watch echo may come before
+        the answer does (``own_echo``)."""
         self._awaiting_lease: set[JobKey] = set()
         """Jobs whose pass found objects to create but no lease (``may_start``): woken by ``lease_back``."""
         self.may_start: Callable[[], bool] | None = None
@@ -127,21 +181,32 @@ class ApplyLoop:
         self._timers.pop(key, None)
         self.enqueue(key)
 
-    def enqueue_owner(self, child: Mapping[str, Any], by_uid: Mapping[str, JobKey]) -> None:
-        """A child changed: requeue its controlling job (or, for label-only children, every job so named)."""
+    def enqueue_owner(self, child: Mapping[str, Any], by_uid: Mapping[str, JobKey], *, echo: bool = False) -> None:
+        """A child changed: requeue its controlling job (or, for label-only children, every job so named).
+        ``echo``: the event only echoes the loop's own write of the child (``own_echo``): a job whose
+        reconciler settles after its creates is left alone (a status written with them has its own echo)."""
         meta = child.get("metadata") or {}
         for ref in meta.get("ownerReferences") or []:
             if ref.get("controller"):
                 key = by_uid.get(str(ref.get("uid")))
                 if key is not None:
-                    self.enqueue(key)
+                    if not (echo and settles(self.reconcilers.get(key[0]))):
+                        self.enqueue(key)
                     return
         job_name = (meta.get("labels") or {}).get("training.kubeflow.org/job-name")
         if job_name:
             ns = str(meta.get("namespace") or "")
             for kind, res in self.resources.items():
                 if kind in self.reconcilers and self.caches[res.plural].header((ns, job_name)) is not None:
-                    self.enqueue((kind, ns, job_name))
+                    if not (echo and settles(self.reconcilers[kind])):
+                        self.enqueue((kind, ns, job_name))
+
+    def own_echo(self, plural: str, key: Key, stored: Stored, *, added: bool) -> bool:
+        """Whether a child's watch event (``stored`` as the cache took it) only echoes this loop's own write:
+        the very version the cache held already, or the ADDED event of a child a pass is creating right now
+        (its answer brings the same version). Not a later event of that child: a pod may be scheduled and
+        running before the pass's other creates are answered, and that is news."""
+        return stored is Stored.HELD or (added and (plural, key[0], key[1]) in self._creating)
 
     async def run(self) -> None:
         """Run the worker pool until cancelled."""
@@ -256,8 +321,14 @@ class ApplyLoop:
             return None
         if plan.creates:
             owner = owner_reference(job)
-            results = await asyncio.gather(*(self._create(res, body, ns, owner) for res, body in plan.creates),
-                                           return_exceptions=True)
+            creating = [(res.plural, ns, str((body.get("metadata") or {}).get("name") or ""))
+                        for res, body in plan.creates]
+            self._creating.update(creating)
+            try:
+                results = await asyncio.gather(*(self._create(res, body, ns, owner) for res, body in plan.creates),
+                                               return_exceptions=True)
+            finally:
+                self._creating.difference_update(creating)
             for result in results:
                 if isinstance(result, AlreadyExists):
                     log.info("reconcile %s/%s/%s: %s", kind, ns, name, result)
@@ -301,17 +372,24 @@ class ApplyLoop:
                 del seen[old]
         return True
 
-    def wrote_status(self, key: JobKey, job: Mapping[str, Any]) -> bool:
-        """Whether ``job`` (from the watch) is the very version this loop's last status write of ``key`` made."""
+    def status_echo(self, key: JobKey, job: Mapping[str, Any]) -> StatusEcho:
+        """Whether ``job`` (from the watch) is the very version this loop's last status write of ``key`` made,
+        and if so whether a pass is still owed after it."""
         written = self._status_written.get(key)
-        if written is None or written != rv_of(job):
-            return False
+        if written is None or written[0] != rv_of(job):
+            write = self._writing.get(key)
+            if (write is not None and write.settled and not write.echoed and job.get("status") == write.status
+                    and _same_but_status(write.job, job)):
+                write.echoed = True
+                return StatusEcho.EARLY_SETTLED
+            return StatusEcho.NOT_OURS
         del self._status_written[key]
-        return True
+        return StatusEcho.SETTLED if written[1] else StatusEcho.PASS_OWED
 
     def forget(self, key: JobKey) -> None:
         """The job is gone: drop its per-key bookkeeping."""
         self._status_written.pop(key, None)
+        self._writing.pop(key, None)
         self._events.pop(key, None)
         self._failures.pop(key, None)
         timer = self._timers.pop(key, None)
@@ -353,15 +431,20 @@ class ApplyLoop:
         body = {**job, "status": status}
         meta = job.get("metadata") or {}
         cache = self.caches[res.plural]
+        write = self._writing[key] = _StatusWrite(job, status, settles(self.reconcilers.get(key[0]), status))
         try:
             updated = await self.kube.replace(res, body, meta.get("namespace"), subresource="status")
         except Conflict:
             fresh = await self.kube.get(res, str(meta.get("name")), meta.get("namespace"))
             cache.upsert(fresh)
             return 0.0
+        finally:
+            if self._writing.get(key) is write:
+                del self._writing[key]
         if self.on_status is not None:
             self.on_status(str(job.get("kind")), updated)
-            self._status_written[key] = rv_of(updated)  # reported: its echo need not be (Agent.follow_jobs)
+            if not write.echoed:  # reported: its echo need not be (Agent.follow_jobs), nor start a pass if it settles
+                self._status_written[key] = (rv_of(updated), write.settled and _same_but_status(job, updated))
         cache.upsert(updated)
         return None
 
@@ -370,4 +453,4 @@ def job_key(kind: str, key: Key) -> JobKey:
     return kind, key[0], key[1]
 
 
-__all__ = ["ApplyLoop", "FederationError", "JobKey", "job_key", "owner_reference"]
+__all__ = ["ApplyLoop", "FederationError", "JobKey", "StatusEcho", "job_key", "owner_reference", "settles"]

@@ -7,6 +7,11 @@ reads the job and lists its children by ``child_selector``, calls ``render`` and
 creates, updates, deletes, the status write (status subresource, only when changed), Events,
 and a requeue after ``requeue_after`` seconds for deadlines and TTLs. Children created from a
 Plan get an owner reference to the job (controller, blockOwnerDeletion) added by the apply loop.
+
+A reconciler may define ``settles_after(status) -> bool``: whether a render right after its own creates
+and a status write of ``status`` (None: no status write; the created children as the API server answered
+them) plans nothing more. The watch echoes of such writes then start no pass (``worker_agent.apply``).
+Deletes always bring events of their own.
 """
 
 from __future__ import annotations

@@ -222,6 +222,14 @@ class KubeflowV1Reconciler:
         return False
 
     # --- the pass -----------------------------------------------------------------------------
+    @staticmethod
+    def settles_after(status: Mapping[str, Any] | None) -> bool:
+        """Whether a render right after a pass's own creates and status write (``status``; None: none)
+        plans nothing (tests/agent/test_settles.py): new pods count in no replica status until their phase
+        changes, an event of its own, and a running job's status is a fixed point of the pass that wrote
+        it. Not a finished one: the pass after it moves active replicas to succeeded, as upstream's does."""
+        return status is None or not cond.is_finished(dict(status))
+
     def render(self, observed: Observed) -> Plan:
         job, now = observed.job, observed.now
         plan = Plan()
