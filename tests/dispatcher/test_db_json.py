@@ -69,3 +69,49 @@ async def test_json_columns_round_trip(db_url: str) -> None:
             assert (await q.load_podsets(s, ["u1", "u2"])) == {"u1": VALUES["podsets"], "u2": VALUES["podsets"]}
     finally:
         await engine.dispose()
+
+
+async def test_rows_as_one_json_text_store_what_sqlalchemy_stores(db_url: str, monkeypatch: Any) -> None:
+    """On PostgreSQL a batch's inserts and updates travel as one JSON text (``json_to_recordset``), not as
+    SQLAlchemy's executemany: the rows stored are the same, to the JSON text of each column, a JSON None
+    stored as JSON ``null`` (as SQLAlchemy's JSON type does) and the datetimes' instants kept."""
+    from dispatcher.db.models import events, placements
+
+    engine = db.make_engine(db_url)
+    sessions = db.sessionmaker(engine)
+    now = datetime.now(UTC)
+    stored: dict[str, list[tuple[Any, ...]]] = {}
+    try:
+        for way in ("json", "executemany"):
+            if way == "executemany":
+                monkeypatch.setattr(q, "_rows_json", lambda rows: None)  # SQLAlchemy's path, as on SQLite
+            uids = [f"{way}-{i}" for i in range(3)]
+            async with sessions.begin() as s:
+                assert await q.claim(s, [row(u, now) for u in uids]) == set(uids)
+                await q.update_workloads(s, [{"b_uid": u, "flavors": None if i else VALUES["flavors"],
+                                              "usage": {"default/cpu": "2"}, "suspended": True, "reason": "Zürich ☃",
+                                              "reserved_at": now} for i, u in enumerate(uids)])
+                await q.add_placements(s, [{"workload_uid": u, "attempt": 1, "cluster": "worker-1", "epoch": 7,
+                                            "state": "sent", "spec_version": 1, "created_at": now, "reason": "fits"}
+                                           for u in uids])
+                await q.update_placements(s, [{"b_uid": u, "b_attempt": 1, "state": "accepted", "accepted_at": now,
+                                               "last_status_seq": 2**60} for u in uids])
+                await q.add_events(s, [{"workload_uid": u, "at": now, "type": "accepted", "cluster": "worker-1",
+                                        "message": "attempt 1 accepted"} for u in uids] + [
+                                   {"at": now, "type": "cluster_online", "cluster": "worker-1"}])
+            async with sessions() as s:
+                text = [sa.cast(c, sa.Text) if isinstance(c.type, sa.JSON) else c
+                        for c in workloads.c if c.name not in ("uid", "name")]
+                stored[way] = [tuple(r) for r in (await s.execute(
+                    sa.select(*text).where(workloads.c.uid.in_(uids)).order_by(workloads.c.uid))).all()]
+                stored[way] += [tuple(r) for r in (await s.execute(
+                    sa.select(*[c for c in placements.c if c.name not in ("id", "workload_uid")])
+                    .where(placements.c.workload_uid.in_(uids)).order_by(placements.c.workload_uid))).all()]
+                stored[way] += [tuple(r) for r in (await s.execute(
+                    sa.select(*[c for c in events.c if c.name not in ("id", "workload_uid")])
+                    .where(sa.or_(events.c.workload_uid.in_(uids), events.c.type == "cluster_online"))
+                    .order_by(events.c.id))).all()][-4:]
+        assert stored["json"] == stored["executemany"]
+        assert ("null",) == tuple(r for r in stored["json"][1] if r == "null")  # flavors: JSON null, not NULL
+    finally:
+        await engine.dispose()
