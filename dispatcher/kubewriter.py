@@ -263,7 +263,7 @@ class KubeWriter:
                     cond = {**cond, "lastTransitionTime": old.get("lastTransitionTime", cond["lastTransitionTime"])}
                 mkd[type_] = cond
             # no new worker status: the worker's part of what the manager Job has stays (merge_status)
-            target = merge_status(todo.status, mkd, current)
+            target = merge_status(todo.status, mkd, current, kind.max_conditions)
             patch = merge_patch(current, target)
             if current is not None and not patch:
                 self.unchanged += 1  # e.g. a status re-reported after a Resync: nothing to write

@@ -268,7 +268,7 @@ def passing(status: Mapping[str, Any]) -> bool:
 
 
 def merge_status(worker: Mapping[str, Any] | None, mkd: Mapping[str, dict[str, Any]],
-                 current: Mapping[str, Any] | None) -> dict[str, Any]:
+                 current: Mapping[str, Any] | None, limit: int | None = None) -> dict[str, Any]:
     """The manager Job's new ``.status``: the worker's, replacing the manager's, plus mkd's own conditions.
 
     Only mkd's conditions (``MKD_CONDITIONS``) are mkd's to keep; everything else comes from the
@@ -276,7 +276,9 @@ def merge_status(worker: Mapping[str, Any] | None, mkd: Mapping[str, dict[str, A
     conditions go **first**: every Kubeflow CRD prints ``.status.conditions[-1:].type`` as its
     STATE column, so the Job's own latest condition must stay last; among mkd's, those False go
     first (see ``MKD_CONDITIONS``). Before any worker status arrived (``worker`` None), the
-    manager's own non-mkd status is kept.
+    manager's own non-mkd status is kept. ``limit``: the kind's CRD holds at most that many conditions
+    (TrainJob: 8) and refuses a status above it whole: mkd's go first, from the front (False ones, then
+    the True ones least telling of where the Job stands); the Job's own are never dropped.
     """
     base = dict(worker) if worker is not None else {
         k: v for k, v in (current or {}).items() if k != "conditions"}
@@ -284,7 +286,10 @@ def merge_status(worker: Mapping[str, Any] | None, mkd: Mapping[str, dict[str, A
     own = [c for c in (conds or []) if isinstance(c, Mapping) and c.get("type") not in MKD_CONDITIONS]
     out: dict[str, Any] = {k: v for k, v in base.items() if k != "conditions" and v is not None}
     if own or mkd:
-        out["conditions"] = [*sorted(mkd.values(), key=_rank), *own]
+        ours = sorted(mkd.values(), key=_rank)
+        if limit is not None and len(ours) + len(own) > limit:
+            ours = ours[len(ours) + len(own) - limit:] if len(own) < limit else []
+        out["conditions"] = [*ours, *own]
     return out
 
 

@@ -83,6 +83,8 @@ class JobKind(Protocol):
     def controller(self) -> str: ...  # the kind's own managedBy value (federation.labels)
     @property
     def managed_by_path(self) -> tuple[str, ...]: ...
+    @property
+    def max_conditions(self) -> int | None: ...  # the CRD's maxItems on status.conditions (TrainJob: 8)
 
     def managed_by(self, job: Mapping[str, Any]) -> str | None: ...
     def validate(self, job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> list[Invalid]: ...
@@ -355,6 +357,9 @@ class BaseKind:
     controller: str
     managed_by_path: tuple[str, ...]
     suspend_path: tuple[str, ...]
+    max_conditions: int | None = None
+    """The most conditions the kind's CRD lets ``status.conditions`` hold (None: no limit); a status write
+    above it is refused whole, so the manager Job's writer drops mkd's least telling ones first."""
 
     @property
     def api_version(self) -> str:

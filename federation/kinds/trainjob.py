@@ -423,4 +423,5 @@ TRAINJOB = TrainJobKind(
     controller=labels.TRAINJOB_CONTROLLER,
     managed_by_path=("spec", "managedBy"),
     suspend_path=("spec", "suspend"),
+    max_conditions=8,  # TrainJobStatus.conditions: +kubebuilder:validation:MaxItems=8
 )

@@ -235,3 +235,48 @@ async def test_a_passing_status_alone_is_written_once_its_wait_is_over(kube: Kub
         assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED, "Created"]
     finally:
         task.cancel()
+
+
+async def test_a_trainjob_never_gets_more_conditions_than_its_crd_holds(kube: Kube) -> None:
+    """Trainer's CRD holds at most 8 conditions on a TrainJob and refuses a status above it whole (the
+    mirror then never landed): mkd's least telling conditions give way, the Job's own are all kept."""
+    import copy
+
+    from federation.kinds.crds import load_crds
+    from federation.kube import CRDS, Resource
+    from tests.dispatcher.harness import eventually
+    trainjobs = Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob")
+    crd = next(c for c in load_crds() if c["metadata"]["name"] == "trainjobs.trainer.kubeflow.org")
+    await kube.create(CRDS, copy.deepcopy(crd))
+    await eventually(lambda: kube.served(trainjobs), what="TrainJob CRD served")
+    job = await kube.create(trainjobs, {"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob",
+                                        "metadata": {"name": "tj"}, "spec": {"managedBy": labels.MULTIKUEUE,
+                                                                             "runtimeRef": {"name": "torch"}}},
+                            "default")
+    key = JobKey(job["metadata"]["uid"], "TrainJob", "default", "tj")
+    cache = JobCache()
+    cache[key.uid] = job
+    writer = KubeWriter(kube, cache, SystemClock(), workers=1, condition_linger=0)
+    task = asyncio.create_task(writer.run())
+    try:
+        # preempted, admitted again, corrected once, finished: eight of mkd's own
+        for type_, status in ((labels.CONDITION_REQUEUED, True), (labels.CONDITION_EVICTED, False),
+                              (labels.CONDITION_PREEMPTED, False), (labels.CONDITION_QUOTA_RESERVED, True),
+                              (labels.CONDITION_ADMITTED, True), (labels.CONDITION_FINISHED, True),
+                              (labels.CONDITION_DISPATCHED, True), (labels.CONDITION_REJECTED, False)):
+            writer.condition(key, condition(type_, status, "R", "m", T0))
+        own = [{"type": "Suspended", "status": "False", "reason": "Resumed", "message": "TrainJob is resumed",
+                "lastTransitionTime": "2026-01-01T00:00:01Z"},
+               {"type": "Complete", "status": "True", "reason": "AllJobsCompleted", "message": "done",
+                "lastTransitionTime": "2026-01-01T00:09:00Z"}]
+        writer.mirror(key, {"conditions": own})
+        await writer.wait_idle()
+        assert writer.failures == 0
+        st = (await kube.get(trainjobs, "tj", "default"))["status"]
+        types = [c["type"] for c in st["conditions"]]
+        # the two "Previously: ..." of an old eviction gave way
+        assert types == [labels.CONDITION_REJECTED, labels.CONDITION_REQUEUED, labels.CONDITION_QUOTA_RESERVED,
+                         labels.CONDITION_ADMITTED, labels.CONDITION_FINISHED, labels.CONDITION_DISPATCHED,
+                         "Suspended", "Complete"]
+    finally:
+        task.cancel()
