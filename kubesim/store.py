@@ -105,8 +105,8 @@ class Store(DeletionMixin):
 
     def subscribe(self, fn: Subscriber, resources: builtins.set[str] | frozenset[str] | None = None
                   ) -> Callable[[], None]:
-        """Call ``fn(type, res, parsed object)`` after each commit (of ``resources`` only, when given: the
-        object is parsed for a commit only if some subscriber wants its resource)."""
+        """Call ``fn(type, res, object)`` after each commit (of ``resources`` only, when given). The object is
+        the one just written, shared by all subscribers: read it, never change it."""
         entry = (fn, None if resources is None else frozenset(resources))
         self._subs.append(entry)
         return lambda: self._subs.remove(entry) if entry in self._subs else None
@@ -206,14 +206,14 @@ class Store(DeletionMixin):
             except Exception:  # a broken watcher must not break the write that triggered it
                 log.exception("kubesim: watch callback failed on %s %s", etype, rt.key)
         if self._subs:
-            parsed: dict[str, Any] | None = None
+            # Subscribers get the object just written rather than a parse of its bytes (equal to it: plain
+            # JSON values in, as every writer passes); the writers do not touch it after the commit, and the
+            # subscribers only read it.
             for fn, wants in list(self._subs):
                 if wants is not None and rt.key not in wants:
                     continue
-                if parsed is None:
-                    parsed = rec.obj()
                 try:
-                    schema.outside_request(fn, etype, rt.key, parsed)
+                    schema.outside_request(fn, etype, rt.key, ordered)
                 except Exception:
                     log.exception("kubesim: subscriber failed on %s %s %s", etype, rt.key, name)
         return rec
