@@ -13,8 +13,8 @@ from __future__ import annotations
 import base64
 import builtins
 import logging
+import os
 import random
-import uuid
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -225,7 +225,7 @@ class Store(DeletionMixin):
 
     def new_uid(self) -> str:
         # Random, not seeded: UIDs must stay unique across clusters and across runs of the same topology.
-        return str(uuid.uuid4())
+        return random_uid()
 
     def alloc_ip(self) -> str:
         n = self._next_ip
@@ -521,6 +521,24 @@ class Store(DeletionMixin):
             else:
                 hi = mid
         return [self.history[i] for i in range(lo, len(self.history))]
+
+
+_UID_POOL: list[Any] = [b"", 0]
+os.register_at_fork(after_in_child=lambda: _UID_POOL.__setitem__(0, b""))  # a child never reuses the parent's
+
+
+def random_uid() -> str:
+    """A random (version 4) UUID as ``str(uuid.uuid4())`` spells it, from OS randomness read 4 KiB at a time
+    (uuid4 makes one system call and a UUID object per UID: ~3x the cost, on every create)."""
+    pool, i = _UID_POOL
+    if i >= len(pool):
+        pool, i = os.urandom(4096), 0
+        _UID_POOL[0] = pool
+    _UID_POOL[1] = i + 16
+    v = int.from_bytes(pool[i:i + 16], "big") & ~(0xF000 << 64) | (4 << 76)  # version 4
+    v = v & ~(0xC000 << 48) | (0x8000 << 48)  # the RFC 4122 variant
+    h = f"{v:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:

@@ -58,10 +58,11 @@ class PendingPod:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def _signature(spec: Mapping[str, Any]) -> str:
-    """What scheduling depends on; two pods with the same signature fit the same nodes."""
+def _signature(spec: Mapping[str, Any], requests: Resources) -> str:
+    """What scheduling depends on (``requests``: ``pod_requests(spec)``); two pods with the same signature
+    fit the same nodes."""
     return repr((
-        sorted(pod_requests(spec).items()),
+        sorted(requests.items()),
         sorted((spec.get("nodeSelector") or {}).items()),
         (spec.get("affinity") or {}).get("nodeAffinity"),
         spec.get("tolerations"),
@@ -178,7 +179,8 @@ class Scheduler:
                     self.loop.call_soon(self._mark_gated, key)
             return
         self.gated.discard(key)
-        signature = _signature(spec)
+        requests = pod_requests(spec)
+        signature = _signature(spec, requests)
         entry = self.pending.get(key)
         if entry is not None and entry.uid == meta.get("uid") and entry.signature == signature:
             return  # a status write (often our own) changes nothing about where it fits
@@ -188,7 +190,7 @@ class Scheduler:
         priority = int(spec.get("priority") or 0)
         self.pending[key] = PendingPod(
             key=key, uid=meta.get("uid") or "", priority=priority, seq=self._seq,
-            requests=pod_requests(spec), spec=dict(spec), signature=signature,
+            requests=requests, spec=dict(spec), signature=signature,
             meta={"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid")},
         )
         self.priorities[priority] += 1
