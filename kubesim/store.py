@@ -339,11 +339,13 @@ class Store(DeletionMixin):
         return self._replace(rt, rec, obj, subresource, dry_run)
 
     def _replace(self, rt: ResourceType, rec: Rec, obj: dict[str, Any], subresource: str | None,
-                 dry_run: bool = False) -> Rec:
+                 dry_run: bool = False, base: dict[str, Any] | None = None) -> Rec:
+        """``base``, for a /status write: a parse of ``rec`` that nothing else holds (a merge patch's
+        target, which the patch left as it was): the new object is built on it instead of parsing again."""
         old = rec.obj()
         ometa = old["metadata"]
         if subresource == "status":
-            new = rec.obj()
+            new = base if base is not None else rec.obj()
             new_status = obj.get("status")
             if new_status is None:
                 new.pop("status", None)
@@ -411,8 +413,8 @@ class Store(DeletionMixin):
     def patch_rec(self, res: str, namespace: str | None, name: str, patch: Any, patch_type: str = "merge",
                   subresource: str | None = None, dry_run: bool = False) -> Rec:
         rt = self.rtype(res)
-        rec, new = self.patched(res, namespace, name, patch, patch_type)
-        return self._replace(rt, rec, new, subresource, dry_run)
+        rec, new, base = self._patched(res, namespace, name, patch, patch_type)
+        return self._replace(rt, rec, new, subresource, dry_run, base)
 
     def replace_rec(self, res: str, rec: Rec, obj: dict[str, Any], subresource: str | None = None,
                     dry_run: bool = False) -> Rec:
@@ -422,6 +424,13 @@ class Store(DeletionMixin):
     def patched(self, res: str, namespace: str | None, name: str, patch: Any,
                 patch_type: str = "merge") -> tuple[Rec, dict[str, Any]]:
         """The current record and the object ``patch`` turns it into (nothing written or validated yet)."""
+        rec, new, _ = self._patched(res, namespace, name, patch, patch_type)
+        return rec, new
+
+    def _patched(self, res: str, namespace: str | None, name: str, patch: Any,
+                 patch_type: str) -> tuple[Rec, dict[str, Any], dict[str, Any] | None]:
+        """``patched``, and for a merge patch the parse of the current object it was applied to (a merge patch
+        copies what it changes and leaves its target as it was; the others may change theirs)."""
         rt = self.rtype(res)
         ns = (namespace or "default") if rt.namespaced else ""
         rec = self._must(rt, ns, name)
@@ -447,7 +456,7 @@ class Store(DeletionMixin):
         rv = nmeta.get("resourceVersion")
         if rv and rv != str(rec.rv):
             raise conflict(rt.plural, rt.group, name)
-        return rec, new
+        return rec, new, (old if patch_type not in ("json", "strategic") else None)
 
     def apply_rec(self, res: str, namespace: str | None, name: str, obj: dict[str, Any], manager: str,
                   force: bool = False, subresource: str | None = None, dry_run: bool = False) -> Rec:
