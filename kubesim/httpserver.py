@@ -194,12 +194,15 @@ def _head(status: int, reason: str, version: tuple[int, int], headers: Any, keep
     """The status line and headers as aiohttp wrote them (Date and Server unless set, Connection when the
     connection's fate differs from the version's default)."""
     lines = [f"HTTP/{version[0]}.{version[1]} {status} {reason}"]
-    lines.extend(f"{k}: {v}" for k, v in headers.items())
-    if "Date" not in headers:
+    names = set()
+    for k, v in headers.items():
+        lines.append(f"{k}: {v}")
+        names.add(k.lower())
+    if "date" not in names:
         lines.append(f"Date: {rfc822_formatted_time()}")
-    if "Server" not in headers:
+    if "server" not in names:
         lines.append(f"Server: {SERVER_SOFTWARE}")
-    if "Connection" not in headers:
+    if "connection" not in names:
         if keep_alive and version == (1, 0):
             lines.append("Connection: keep-alive")
         elif not keep_alive and version >= (1, 1):
@@ -468,9 +471,9 @@ class Connection(asyncio.Protocol):
     def _answer(self, req: Request, resp: Response, keep: bool) -> None:
         body = resp.body
         headers = resp.headers
-        headers.add("Content-Length", str(len(body)))
-        if body and "Content-Type" not in headers:
+        if body and not any(k.lower() == "content-type" for k, _ in headers.pairs):
             headers.add("Content-Type", "application/octet-stream")
+        headers.add("Content-Length", str(len(body)))
         head = "\r\n".join(_head(resp.status, resp.reason, req.version, headers, keep)) + "\r\n\r\n"
         data = head.encode("utf-8", "surrogateescape")
         self.write(data + body if req.method != "HEAD" else data)
