@@ -179,3 +179,24 @@ def test_server_side_apply_on_the_status_subresource(api: client.ApiClient, crd_
     assert w["spec"]["size"] == 1  # a status apply leaves the spec alone
     assert any(m["manager"] == "status-writer" and m.get("subresource") == "status"
                for m in w["metadata"]["managedFields"])
+
+
+def test_status_merge_patch_keeps_everything_but_status(api: client.ApiClient, crd_group: str, ns: str) -> None:
+    """A merge patch on /status changes status alone (spec, labels and the rest stay as stored), answers the
+    stored object, and one that changes nothing keeps the resourceVersion."""
+    co = client.CustomObjectsApi(api)
+    body = widget(crd_group, "st", size=1, nested={"a": [1, {"b": None}]})
+    body["metadata"]["labels"] = {"keep": "me"}
+    made = co.create_namespaced_custom_object(crd_group, "v1", ns, "widgets", body)
+    w = co.patch_namespaced_custom_object_status(
+        crd_group, "v1", ns, "widgets", "st",
+        {"metadata": {"labels": {"keep": None, "new": "x"}}, "spec": {"size": 7, "nested": None},
+         "status": {"ready": False, "phase": "Up", "list": [{"k": 1}]}})
+    assert w["spec"] == made["spec"] and w["metadata"]["labels"] == {"keep": "me"}
+    assert w["status"] == {"ready": False, "phase": "Up", "list": [{"k": 1}]}
+    assert co.get_namespaced_custom_object(crd_group, "v1", ns, "widgets", "st") == w
+    again = co.patch_namespaced_custom_object_status(crd_group, "v1", ns, "widgets", "st",
+                                                     {"status": {"phase": "Up"}})
+    assert again["metadata"]["resourceVersion"] == w["metadata"]["resourceVersion"]
+    w = co.patch_namespaced_custom_object_status(crd_group, "v1", ns, "widgets", "st", {"status": None})
+    assert "status" not in w and w["spec"] == made["spec"]
