@@ -1,8 +1,8 @@
 """The HTTP face of one simulated cluster: Kubernetes REST paths, discovery, watch streams and faults.
 
-One aiohttp application per cluster routes every request through a single handler that parses the
-Kubernetes URL layout (``/api/v1/...``, ``/apis/<group>/<version>/...``, namespaced or not, with a
-subresource) and calls the cluster's ``Store``. Bodies go out as the stored JSON bytes where possible.
+One HTTP server (kubesim/httpserver.py) per cluster routes every request through a single handler that
+parses the Kubernetes URL layout (``/api/v1/...``, ``/apis/<group>/<version>/...``, namespaced or not,
+with a subresource) and calls the cluster's ``Store``. Bodies go out as the stored JSON bytes where possible.
 ``Faults`` lets tests make the server fail, throttle, hang or drop its watch connections.
 """
 
