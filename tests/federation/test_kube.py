@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import pytest
 from aiohttp import web
@@ -242,6 +243,9 @@ def test_resource_paths() -> None:
     assert NAMESPACES.path(name="x") == "/api/v1/namespaces/x"
     assert JOBS.path("a") == "/apis/batch/v1/namespaces/a/jobs"
     assert JOBS.api_version == "batch/v1" and PODS.api_version == "v1"
+    # a segment is escaped as quote(safe="") escapes it; the plain names most objects have pass unchanged
+    for odd in ("a b", "a/b", "naïve", "x?y#z", "50%", "a+b", "", "job-1.v_2~x"):
+        assert PODS.path("n s", odd) == f"/api/v1/namespaces/n%20s/pods/{quote(odd, safe='')}"
 
     class PyTorch:
         name = "PyTorchJob"
