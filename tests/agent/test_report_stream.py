@@ -159,6 +159,14 @@ def test_a_fresh_copy_with_no_status_yet_sends_no_status_report() -> None:
     assert len(sent()) == 2
     reporter.job_changed(kind, job(2, {}), deleted=True)  # gone is always reported (replacing the one queued)
     assert len(sent()) == 2 and sent()[-1].gone
+    outbox._take()
+    outbox._take()
+    big = {"conditions": [], "x": 2**70}  # not JSON orjson writes: the status is still told apart
+    told: list[Any] = []
+    for status in (big, dict(big), {**big, "x": 2**70 + 1}, {"x": 2**70 + 1, "conditions": []}):
+        reporter.job_changed(kind, job(3, status))
+        told += [outbox._take()[1].status for _ in range(len(outbox._items))]
+    assert told == [big, {**big, "x": 2**70 + 1}, {"x": 2**70 + 1, "conditions": []}]  # the order counts, as before
 
 
 async def test_a_status_still_queued_is_replaced_by_the_newer_one_in_its_place() -> None:
