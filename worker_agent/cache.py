@@ -253,9 +253,12 @@ class ObjectCache:
     def accepts(self, obj: Mapping[str, Any]) -> bool:
         """Whether ``obj`` is newer than what is known (a later version, not a locally deleted one)."""
         key = key_of(obj)
-        rv = rv_of(obj)
         current = self.headers.get(key)
-        if current is not None and rv >= 0 and rv < rv_of(current):
+        return self._accepts(key, rv_of(obj), -1 if current is None else rv_of(current))
+
+    def _accepts(self, key: Key, rv: int, held: int) -> bool:
+        """``accepts`` for version ``rv`` of ``key`` when the version held is ``held`` (-1: none)."""
+        if rv >= 0 and rv < held:
             return False
         dead = self.tombstones.get(key)
         return dead is None or rv < 0 or rv > dead
@@ -266,11 +269,12 @@ class ObjectCache:
         ``watched``: ``obj`` comes from the informer, not from the answer to the agent's own write.
         ``obj`` is shrunk to its header in place: use ``get`` for the object afterwards.
         """
-        if not self.accepts(obj):
-            return Stored.REFUSED
         key = key_of(obj)
         current = self.headers.get(key)
-        if current is not None and rv_of(current) == rv_of(obj) >= 0:
+        rv, held = rv_of(obj), -1 if current is None else rv_of(current)
+        if not self._accepts(key, rv, held):
+            return Stored.REFUSED
+        if current is not None and held == rv >= 0:
             # this very version is held (the watch echoing the agent's own create or write, a relist):
             # storing it again would only cost a trim and an encode, and would undo ``mark_deleting``
             _shrink(obj)
