@@ -189,7 +189,9 @@ class DispatcherSettings(BaseSettings):
     every agent (Mosquitto drops QoS 1 messages beyond ``max_queued_messages``, 1000 by default)."""
 
     placement_retry_seconds: float = Field(default=10.0, gt=0)
-    """Pending Workloads are tried again at least this often even if no capacity change was seen."""
+    """A placement pass runs at least this often even if nothing woke one: it tries the head of each
+    queue. Workloads set aside for quota or capacity come back, as in Kueue, on what can make room:
+    quota released in their cohort, a capacity change, a silent cluster heard again, a queue change."""
 
     capacity_settle_seconds: float = Field(default=5.0, ge=0)
     """A placement's requests are subtracted from its Cluster's free capacity until a heartbeat sent
