@@ -18,7 +18,9 @@ or one whose latest condition the manager Job shows already (only counts changed
 Running usually reach the manager Job in one write, not three (issue 15: the manager's status writes
 are most of what a Job costs its API server). A status that changes the Job's latest condition
 (Running), a finished Job's status, or an Event goes at once and takes whatever waits along; a later
-status replaces an earlier one, so the last written is always the newest.
+status replaces an earlier one, so the last written is always the newest. A graceful stop writes what
+waits at once (``flush``, within ``stop_flush_seconds``): nothing else would write it again before the
+Job's next change.
 
 Per Job only the status the manager Job has after the last write is remembered (packed): mkd's own
 conditions and the worker's part are read back from it, as after a restart they are read from the
@@ -176,6 +178,21 @@ class KubeWriter:
 
     async def wait_idle(self) -> None:
         await self._idle.wait()
+
+    async def flush(self, within: float) -> bool:
+        """Stopping: what waits to share a write goes now, and nothing waits from here on; True once every
+        write is done, False when ``within`` seconds were not enough (logged). Nothing would write a
+        waiting condition again until its Job's next change."""
+        self.condition_linger = self.status_linger = 0.0
+        for uid, todo in list(self._todo.items()):
+            if todo.lingering is not None:
+                self._release(uid)
+        try:
+            await asyncio.wait_for(self._idle.wait(), within)
+        except TimeoutError:
+            log.warning("stopping with %d manager Job writes not done after %.1fs", self.backlog, within)
+            return False
+        return True
 
     @property
     def backlog(self) -> int:

@@ -247,6 +247,10 @@ class DispatcherSettings(BaseSettings):
     kube_writers: int = Field(default=16, ge=1, le=256)
     """Concurrent writes to manager Jobs (conditions, status mirror, Events); per Job they are serial."""
 
+    stop_flush_seconds: float = Field(default=5.0, ge=0)
+    """On a graceful stop, how long the manager Job writes still to do (those waiting to share a write
+    included) may take before the dispatcher exits; nothing writes them again until the Job changes."""
+
     api_port: int | None = Field(default=None, ge=0, le=65535)
     """Port of the HTTP server: the admin API (``/api/v1``, OpenAPI at ``/openapi.json``), the dashboard,
     ``/metrics``, ``/healthz`` and ``/readyz``. None: not served (deploy/ sets 8080). 0: any free port."""

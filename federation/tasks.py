@@ -210,8 +210,11 @@ class Supervisor:
         """True once a task without ``restart`` has failed."""
         return bool(self._errors)
 
-    async def run_until_stopped(self, stop: asyncio.Event) -> None:
-        """Wait for ``stop`` or a fatal task failure, then shut down; re-raises the task's failure."""
+    async def run_until_stopped(self, stop: asyncio.Event,
+                                before_shutdown: Callable[[], Awaitable[object]] | None = None) -> None:
+        """Wait for ``stop`` or a fatal task failure, then shut down; re-raises the task's failure.
+        ``before_shutdown`` runs first when ``stop`` was set and every task still runs (a stop, not a failure):
+        work the tasks hold in memory is finished there (it bounds its own time)."""
         if self._fatal is None:
             raise RuntimeError("Supervisor.run_until_stopped before `async with Supervisor()`")
         waiters = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(self._fatal.wait())]
@@ -220,6 +223,8 @@ class Supervisor:
         finally:
             for w in waiters:
                 w.cancel()
+        if before_shutdown is not None and not self._fatal.is_set():
+            await before_shutdown()
         await self.shutdown()
 
     async def shutdown(self, *, reraise: bool = True) -> None:
