@@ -74,7 +74,12 @@ class ResyncDue:
     lost: bool = True
 
 
-Item = JobChange | ReportIn | Tick | ResyncDue
+@dataclass(frozen=True)
+class Heal:
+    """Intake listed every kind after a start: write mkd's conditions the listed Jobs lack (dispatcher/heal.py)."""
+
+
+Item = JobChange | ReportIn | Tick | ResyncDue | Heal
 
 
 class _Inbox(asyncio.Queue[Item]):

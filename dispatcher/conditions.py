@@ -70,6 +70,24 @@ def admitted(reserved: str, placed: str, now: datetime) -> Conditions:
             removal(CONDITION_PENDING)]
 
 
+def quota_text(cluster_queue: str, flavors: dict[str, dict[str, str]] | None, *, borrows: bool = False) -> str:
+    """QuotaReserved's message: the ClusterQueue, the flavor of each PodSet's resources, any borrowing."""
+    named = ", ".join(f"{ps}: " + ", ".join(f"{r}={f}" for r, f in sorted(rs.items()))
+                      for ps, rs in sorted((flavors or {}).items()) if rs)
+    text = f"Quota reserved in ClusterQueue {cluster_queue}" + (f" ({named})" if named else "")
+    return text + (", borrowing from its cohort" if borrows else "")
+
+
+def admitted_text(cluster: str) -> str:
+    """Admitted's message."""
+    return f"The workload is admitted: placed on cluster {cluster}"
+
+
+def accepted_text(cluster: str, attempt: int) -> str:
+    """MultiClusterDispatched=True's message."""
+    return f"placed on cluster {cluster} (attempt {attempt})"
+
+
 def accepted(message: str, now: datetime) -> Conditions:
     """The cluster's agent took the Job (in open mode the first sign it waits no more)."""
     return [condition(CONDITION_DISPATCHED, True, "Placed", message, now), removal(CONDITION_PENDING)]

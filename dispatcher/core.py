@@ -129,6 +129,9 @@ class EngineCore:
         """Cluster -> the latest end of any lease granted to its agent (recorded in SQL, across restarts)."""
         self._edit_retry: dict[tuple[str, int], float] = {}
         """Placements whose agent refused a later Command for now: (uid, attempt) -> when to send it again."""
+        self.listed_shows: dict[str, int] = {}
+        """uid -> which of mkd's conditions the claimed Job showed True when intake first listed it, until the
+        heal pass after a start reads it (dispatcher/heal.py)."""
         self.namespace_of: dict[str, str] = {}
         """uid → namespace of the known Workloads (a namespaced intake's start-up sync needs it)."""
         self.outage = Backoff(0.1, settings.outage_retry_max_seconds)
@@ -278,7 +281,7 @@ class EngineCore:
             b.set_w(uid, state="running", reason="", updated_at=b.now)
         b.event(uid, "accepted", cluster=cluster, message=f"attempt {p['attempt']} accepted by {cluster}")
         key = job_key(row)
-        conds = jc.accepted(f"placed on cluster {cluster} (attempt {p['attempt']})", b.now)
+        conds = jc.accepted(jc.accepted_text(cluster, p["attempt"]), b.now)
         now = b.now
         b.after.append(lambda: self.book.accepted(uid, now))
         b.after.append(lambda: self._write(key, conds, status_follows=True))  # shares its first write

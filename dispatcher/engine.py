@@ -29,11 +29,12 @@ from dispatcher import jobevents
 from dispatcher import workload as wl
 from dispatcher.adminactions import AdminAction, AdminActions
 from dispatcher.answers import Answers
-from dispatcher.batch import Batch, Item, JobChange, ReportIn, ResyncDue, Tick
+from dispatcher.batch import Batch, Heal, Item, JobChange, ReportIn, ResyncDue, Tick
 from dispatcher.clusters import ClusterHealth
 from dispatcher.db import queries as q
 from dispatcher.db import transient
 from dispatcher.faults import FaultHandling
+from dispatcher.heal import Healing
 from dispatcher.jobchanges import JobChanges
 from dispatcher.rounds import PlacementRound
 from federation import messages
@@ -41,11 +42,11 @@ from federation.errors import Temporary
 from federation.kinds.base import JobKind
 from federation.kinds.registry import KINDS
 
-__all__ = ["Engine", "Item", "JobChange", "ReportIn", "ResyncDue", "Tick", "supported_kinds"]
+__all__ = ["Engine", "Heal", "Item", "JobChange", "ReportIn", "ResyncDue", "Tick", "supported_kinds"]
 log = logging.getLogger(__name__)
 
 
-class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, FaultHandling):
+class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, FaultHandling, Healing):
     """See the module docstring. ``observers`` are called with (event type, uid) after each commit."""
 
     metrics: Any = None
@@ -148,7 +149,7 @@ class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, F
         reports: list[ReportIn] = []
         heartbeats: dict[str, ReportIn] = {}
         admin: list[AdminAction] = []
-        tick = False
+        tick = heal = False
         for item in items:
             if isinstance(item, JobChange):
                 uid = wl.uid_of(item.obj)
@@ -167,6 +168,8 @@ class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, F
                 self._resync_due.add(item.cluster)
                 if item.lost:
                     self._resync_lost.add(item.cluster)
+            elif isinstance(item, Heal):
+                heal = True
             else:
                 tick = True
         b = Batch(now=self.clock.now())
@@ -191,6 +194,8 @@ class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, F
             await self._reports(s, b, reports)
             await self._admin(s, b, admin)
             await self._flush(s, b)
+            if heal:  # after this batch's changes, before its placement pass (dispatcher/heal.py)
+                await self._heal(s, b)
             if b.placement_due or tick or self._retry_due():
                 await self._place(s, b)
                 await self._flush(s, b)

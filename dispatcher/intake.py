@@ -3,7 +3,8 @@
 One task per kind (and per namespace when ``namespaces`` is set). A kind whose CRD is not
 served yet is re-checked every ``kind_recheck_seconds`` and picked up when it appears. The first
 list after start-up fills the Job cache and turns Workloads whose Job vanished while the
-dispatcher was away into deletions (that first list is the informer's: one list at start). The
+dispatcher was away into deletions (that first list is the informer's: one list at start); once every
+kind is listed, the listed Jobs' conditions are checked against their Workloads (dispatcher/heal.py). The
 informer's events are filtered here, without touching the database: a Job whose managedBy is not ``kueue.x-k8s.io/multikueue`` and
 that mkd never claimed is ignored (never written to); for a claimed Job only a new generation,
 a managedBy change, a deletion timestamp or the deletion itself are passed on — the MODIFIED
@@ -20,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from dispatcher import workload as wl
-from dispatcher.engine import Engine, JobChange
+from dispatcher.engine import Engine, Heal, JobChange
 from federation import labels
 from federation.clock import Clock
 from federation.errors import Temporary
@@ -92,8 +93,9 @@ class Intake:
 
     def _listed(self, kind: JobKind, namespace: str | None) -> None:
         self._pending.discard((kind.name, namespace))
-        if not self._pending:
+        if not self._pending and not self.ready.is_set():
             self.ready.set()
+            self.engine.inbox.put_nowait(Heal())  # the listed Jobs' conditions checked (dispatcher/heal.py)
 
     async def watch(self, kind: JobKind, namespace: str | None) -> None:
         res = resource_for(kind)  # type: ignore[arg-type]
@@ -127,6 +129,8 @@ class Intake:
             deleted = event.type == "DELETED"
             if present is not None and not deleted:
                 present.append(wl.uid_of(event.object))
+                if not self.ready.is_set():  # the start's lists: what the Jobs show, for the heal pass
+                    self.engine.note_listed(event.object)
             if self.observe is not None:
                 self.observe(kind, event.object, deleted)
             if self._followed_only(namespace, event.object):

@@ -152,14 +152,10 @@ class PlacementRound(EngineCore):
         """QuotaReserved and Admitted on the Job, and the admission decision in the history."""
         if cq is None:
             return  # open mode: no quota, MultiClusterDispatched says it all
-        flavors = ", ".join(f"{ps}: " + ", ".join(f"{r}={f}" for r, f in sorted(rs.items()))
-                            for ps, rs in sorted(a.flavors.items()) if rs)
-        text = f"Quota reserved in ClusterQueue {cq}" + (f" ({flavors})" if flavors else "")
-        if a.borrows:
-            text += ", borrowing from its cohort"
+        text = jc.quota_text(cq, a.flavors, borrows=a.borrows)
         b.event(row["uid"], "quota_reserved", reason="QuotaReserved", message=text)
         key = job_key(row)
-        conds = jc.admitted(text, f"The workload is admitted: placed on cluster {a.cluster}", b.now)
+        conds = jc.admitted(text, jc.admitted_text(a.cluster), b.now)
 
         def write() -> None:
             self._write(key, conds)

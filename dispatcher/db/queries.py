@@ -423,6 +423,20 @@ async def active_placements(session: AsyncSession) -> list[Any]:
     return list(result.all())
 
 
+async def settled(session: AsyncSession) -> list[Any]:
+    """Workloads placed, running or ended by their worker Job, with their current placement: what a
+    restarted dispatcher checks its manager Jobs' conditions against (dispatcher/heal.py)."""
+    result = await session.execute(
+        sa.select(workloads.c.uid, workloads.c.kind, workloads.c.namespace, workloads.c.name, workloads.c.state,
+                  workloads.c.cluster_queue, workloads.c.flavors,
+                  placements.c.attempt, placements.c.cluster, placements.c.state.label("p_state"),
+                  placements.c.created_at, placements.c.accepted_at, placements.c.finished_at)
+        .join(placements, sa.and_(placements.c.workload_uid == workloads.c.uid,
+                                  placements.c.attempt == workloads.c.attempt))
+        .where(workloads.c.state.in_(("placed", "running", "finished", "failed"))))
+    return list(result.all())
+
+
 async def expected_on(session: AsyncSession, cluster: str) -> list[Any]:
     """The current placements whose worker copy should exist on ``cluster`` (the Resync list)."""
     result = await session.execute(
