@@ -222,15 +222,18 @@ class Dispatcher:
                 self.start_tasks(sup)
                 sup.start("leadership", self.leadership.hold)  # not restarted: losing it is fatal
                 self.startup.done = True
-                await sup.run_until_stopped(stop, before_shutdown=self._flush_writes)
+                await sup.run_until_stopped(stop, before_shutdown=self._before_shutdown)
         finally:
             await self.leadership.release()
 
 
-    async def _flush_writes(self) -> None:
-        """Stopping: the manager Job writes that wait to share a write go now (``KubeWriter.flush``)."""
+    async def _before_shutdown(self) -> None:
+        """Stopping: the manager Job writes that wait to share a write go now (``KubeWriter.flush``), and the
+        Commands the broker acknowledged are marked sent (``Publisher.settle``)."""
         if self.writer is not None:
             await self.writer.flush(self.settings.stop_flush_seconds)
+        if self.publisher is not None:
+            await self.publisher.settle(self.settings.stop_flush_seconds)
 
 
 async def run(settings: DispatcherSettings, *, stop: asyncio.Event) -> None:

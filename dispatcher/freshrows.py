@@ -46,6 +46,10 @@ class FreshRows:
         """The rows from the front; the caller must not add or drop while iterating."""
         return iter(self._rows)
 
+    def first_id(self) -> int | None:
+        """The id of the row at the front (the lowest), or None when empty."""
+        return self._rows[0][0] if self._rows else None
+
     def drop(self, n: int) -> None:
         """Forget the first ``n`` rows (taken by the publisher)."""
         rows = self._rows

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -71,6 +71,7 @@ class Publisher:
         self.unanswered = unanswered if unanswered is not None else {}
         self._scanned: set[int] = set()
         self._startup = True
+        self._stopping = False
         self._db = Backoff(0.1, settings.outage_retry_max_seconds)
         self._db_down_since: float | None = None
         self.publishes = TaskSet("outbox", on_error=self.publish_failed)
@@ -183,6 +184,21 @@ class Publisher:
             flush(topic)
         return out
 
+    async def settle(self, within: float) -> None:
+        """Stopping: start nothing more, let the publishes in flight be acknowledged (within ``within``
+        seconds) and mark sent what was; a restarted dispatcher would publish those rows again."""
+        self._stopping = True
+        inflight = set(getattr(self, "_inflight", {}).values())
+        if inflight:
+            await asyncio.wait(inflight, timeout=within)
+        if not getattr(self, "_acked", None):
+            return
+        try:
+            await self._mark()
+        except Exception as exc:  # the stop goes on: what is not marked is published again, harmlessly
+            log.warning("stopping: %d acknowledged outbox rows not marked sent (%s: %s); they go again after a "
+                        "restart", len(self._acked), type(exc).__name__, str(exc)[:200])
+
     async def publish_now(self, topic: str, payload: bytes) -> None:
         """Publish on the outbox's link outside any row (the lease desk's Leases); Transport while it is down."""
         link = getattr(self, "_link", None)
@@ -203,8 +219,9 @@ class Publisher:
         as soon as a slot frees up, and acknowledged rows are marked sent in batches (every 20 ms or
         500 rows). Rows the engine just committed come from memory (``fresh``); when there are none
         and nothing is in flight, unsent rows are read from the database (left by a crash, a lost
-        connection or another dispatcher). A row a scan already published is skipped when it also
-        shows up in ``fresh``.
+        connection or another dispatcher). After (re)connecting, the unsent rows below the first fresh
+        one (a predecessor's: ids grow with the epoch) go first, so the order of Commands holds across
+        a restart. A row a scan already published is skipped when it also shows up in ``fresh``.
         """
         if self._failed:
             await self._mark()  # what was acknowledged before the link broke stays acknowledged
@@ -213,21 +230,23 @@ class Publisher:
         if self._acked and (len(self._acked) >= 500 or self.clock.monotonic() - self._last_mark >= 0.02
                             or not self._inflight):
             await self._mark()
-        room = self.settings.outbox_batch_size - len(self._inflight)
+        room = 0 if self._stopping else self.settings.outbox_batch_size - len(self._inflight)
         rows: list[tuple[int, str, bytes]] = []
-        if room > 0 and self.fresh:
-            rows = await self._take_fresh(room)
-        elif room > 0 and not self._inflight and not self._acked:  # a scan must not see rows not yet marked
-            # After (re)connecting, everything unsent; later only rows old enough that they are not
-            # this engine's fresh rows (rows of another dispatcher, or left by a crash).
-            before = None if self._startup else self.clock.now() - timedelta(seconds=self.settings.outbox_poll_seconds)
-            async with self.sessions() as s:
-                rows = [(r.id, r.topic, r.payload) for r in await q.unsent(s, room, before=before)]
-            if not rows:
-                self._startup = False
-            if len(self._scanned) > 100_000:
-                self._scanned.clear()
-            self._scanned.update(r[0] for r in rows)
+        idle = not self._inflight and not self._acked  # a scan must not see rows not yet marked
+        if room > 0 and self._startup:
+            # After (re)connecting, first everything unsent ahead of this engine's fresh rows: a predecessor's
+            # rows (left by a crash or a stop) carry lower ids, and its Place must not follow this engine's
+            # Delete for the same attempt. The fresh rows wait until that scan comes back empty.
+            if idle:
+                rows = await self._scan(room, before=None, below=self.fresh.first_id())
+                if not rows:
+                    self._startup = False
+        if not rows and not self._startup and room > 0:
+            if self.fresh:
+                rows = await self._take_fresh(room)
+            elif idle:  # only rows old enough not to be fresh ones: another dispatcher's, or left by a crash
+                rows = await self._scan(room, before=self.clock.now() - timedelta(
+                    seconds=self.settings.outbox_poll_seconds))
         for topic, row_ids, payload in self._messages(rows):
             task = self.publishes.spawn(self._one(row_ids, topic, payload), name=f"publish-{row_ids[0]}")
             for row_id in row_ids:
@@ -235,6 +254,15 @@ class Publisher:
         if rows:
             self.rounds += 1
         return len(rows)
+
+    async def _scan(self, room: int, *, before: datetime | None, below: int | None = None) -> list[tuple[int, str, bytes]]:
+        """Unsent rows from the database in id order (``q.unsent``), remembered as scanned."""
+        async with self.sessions() as s:
+            rows = [(r.id, r.topic, r.payload) for r in await q.unsent(s, room, before=before, below=below)]
+        if len(self._scanned) > 100_000:
+            self._scanned.clear()
+        self._scanned.update(r[0] for r in rows)
+        return rows
 
     async def _take_fresh(self, room: int) -> list[tuple[int, str, bytes]]:
         """Fresh rows in order, while in-flight slots and the unanswered-Place budget last.

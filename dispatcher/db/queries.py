@@ -503,12 +503,16 @@ class OutboxIds:
         return self.base | self.n
 
 
-async def unsent(session: AsyncSession, limit: int, *, before: datetime | None = None) -> list[Any]:
-    """Unsent outbox rows in id order; with ``before`` only rows created earlier than that."""
+async def unsent(session: AsyncSession, limit: int, *, before: datetime | None = None,
+                 below: int | None = None) -> list[Any]:
+    """Unsent outbox rows in id order; with ``before`` only rows created earlier than that, with ``below``
+    only ids lower than that."""
     stmt = (sa.select(outbox.c.id, outbox.c.topic, outbox.c.payload, outbox.c.attempts)
             .where(outbox.c.sent_at.is_(None)).order_by(outbox.c.id).limit(limit))
     if before is not None:
         stmt = stmt.where(outbox.c.created_at < before)
+    if below is not None:
+        stmt = stmt.where(outbox.c.id < below)
     result = await session.execute(stmt)
     return list(result.all())
 
