@@ -18,6 +18,16 @@ from tests.dispatcher.harness import PYTORCHJOBS, pytorchjob
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+async def job_and_writer(kube: Kube, name: str, **settings: Any) -> tuple[JobKey, KubeWriter, asyncio.Task[None]]:
+    """A PyTorchJob ``name`` on kubesim, in a Job cache, and a KubeWriter over them, running."""
+    job = await kube.create(PYTORCHJOBS, pytorchjob(name), "default")
+    key = JobKey(job["metadata"]["uid"], "PyTorchJob", "default", name)
+    cache = JobCache()
+    cache[key.uid] = job
+    writer = KubeWriter(kube, cache, SystemClock(), **settings)
+    return key, writer, asyncio.create_task(writer.run())
+
+
 async def test_conditions_and_mirrors_keep_each_other_and_transition_times(kube: Kube) -> None:
     job = await kube.create(PYTORCHJOBS, pytorchjob("w"), "default")
     key = JobKey(job["metadata"]["uid"], "PyTorchJob", "default", "w")
@@ -125,12 +135,7 @@ async def test_a_condition_alone_waits_for_the_jobs_status_and_shares_its_write(
 async def test_a_reset_flips_only_what_holds_and_a_removal_takes_a_condition_off(kube: Kube) -> None:
     """Kueue's resetActiveCondition: a condition is set False ("Previously: ...") only where the Job has it
     True, judged against what the Job shows (or what is queued for it and not written yet)."""
-    job = await kube.create(PYTORCHJOBS, pytorchjob("resets"), "default")
-    key = JobKey(job["metadata"]["uid"], "PyTorchJob", "default", "resets")
-    cache = JobCache()
-    cache[key.uid] = job
-    writer = KubeWriter(kube, cache, SystemClock(), workers=1, condition_linger=0)
-    task = asyncio.create_task(writer.run())
+    key, writer, task = await job_and_writer(kube, "resets", workers=1, condition_linger=0)
 
     async def conds() -> dict[str, tuple[str, str, str]]:
         await writer.wait_idle()
@@ -184,12 +189,7 @@ def test_a_status_passes_when_the_job_has_no_condition_of_its_own_or_only_create
 
 
 async def test_accepted_created_and_running_share_one_write(kube: Kube) -> None:
-    job = await kube.create(PYTORCHJOBS, pytorchjob("passing"), "default")
-    key = JobKey(job["metadata"]["uid"], "PyTorchJob", "default", "passing")
-    cache = JobCache()
-    cache[key.uid] = job
-    writer = KubeWriter(kube, cache, SystemClock(), workers=2, condition_linger=3600, status_linger=3600)
-    task = asyncio.create_task(writer.run())
+    key, writer, task = await job_and_writer(kube, "passing", workers=2, condition_linger=3600, status_linger=3600)
     try:
         writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Placed", "placed on worker-1", T0))
         writer.mirror(key, _created(), finished=False)  # Created: the Job leaves it soon, it waits too
@@ -219,12 +219,7 @@ async def test_accepted_created_and_running_share_one_write(kube: Kube) -> None:
 
 
 async def test_a_passing_status_alone_is_written_once_its_wait_is_over(kube: Kube) -> None:
-    job = await kube.create(PYTORCHJOBS, pytorchjob("slow"), "default")
-    key = JobKey(job["metadata"]["uid"], "PyTorchJob", "default", "slow")
-    cache = JobCache()
-    cache[key.uid] = job
-    writer = KubeWriter(kube, cache, SystemClock(), workers=2, condition_linger=0.05, status_linger=0.3)
-    task = asyncio.create_task(writer.run())
+    key, writer, task = await job_and_writer(kube, "slow", workers=2, condition_linger=0.05, status_linger=0.3)
     try:
         writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Placed", "placed on worker-1", T0))
         await asyncio.sleep(0.01)

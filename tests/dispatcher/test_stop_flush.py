@@ -8,29 +8,21 @@ go on showing an older state.
 
 from __future__ import annotations
 
-import asyncio
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from dispatcher.db import models as m
-from dispatcher.jobcache import JobCache
-from dispatcher.kubewriter import JobKey, KubeWriter
 from dispatcher.workload import condition
 from federation import labels
-from federation.clock import SystemClock
 from federation.kube import Kube
 from tests.dispatcher.harness import PYTORCHJOBS, FakeAgent, eventually, pytorchjob, running, settings
 from tests.dispatcher.test_flow import cond, rows
+from tests.dispatcher.test_kubewriter import job_and_writer
 
 
 async def test_flush_writes_what_lingers_at_once(kube: Kube) -> None:
-    job = await kube.create(PYTORCHJOBS, pytorchjob("w"), "default")
-    key = JobKey(job["metadata"]["uid"], "PyTorchJob", "default", "w")
-    cache = JobCache()
-    cache[key.uid] = job
-    writer = KubeWriter(kube, cache, SystemClock(), workers=1, condition_linger=600.0)
-    task = asyncio.create_task(writer.run())
+    key, writer, task = await job_and_writer(kube, "w", workers=1, condition_linger=600.0)
     try:
         writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Placed", "placed on worker-1",
                                         datetime(2026, 1, 1, tzinfo=UTC)))
