@@ -221,29 +221,187 @@ def _rv(obj: Mapping[str, Any]) -> str:
 # --- requests on the event loop -------------------------------------------------------------
 
 
-class _Conn:
-    """One keep-alive HTTP/1.1 connection."""
+_HEAD_LIMIT = 1 << 20
+"""Bytes of status line and headers (or of one chunk-size or trailer line) accepted before a response is refused."""
 
-    __slots__ = ("reader", "writer")
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.reader = reader
-        self.writer = writer
-
-    def alive(self) -> bool:
-        return not self.writer.is_closing() and not self.reader.at_eof()
-
-    def close(self) -> None:
-        with contextlib.suppress(Exception):
-            self.writer.close()
+_Response = tuple[int, dict[str, str], bytes, bool]
+"""status, headers with lower-case names, body, and whether the connection may be kept (HTTP/1.1 and the body's
+end was marked, not the connection's close)."""
 
 
 class _Stale(Exception):
     """A reused connection the server had closed before it read the request: send it on a new one."""
 
 
+class _Conn(asyncio.Protocol):
+    """One keep-alive HTTP/1.1 connection, an asyncio protocol: the response to the request in flight is parsed
+    as its bytes arrive and handed over through one future (no stream reader and writer, one await a request)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.eof = False
+        self.error: BaseException | None = None
+        """Why the connection was lost, when it was not a clean close."""
+        self.waiter: asyncio.Future[_Response] | None = None
+        self.method = ""
+        self.reused = False
+        self.status = 0
+        self.http11 = False
+        self.headers: dict[str, str] = {}
+        self.framing = 0
+        """Of the response being read: 0 head, 1 Content-Length, 2 chunked, 3 until the connection's end."""
+        self.length = 0
+        """Content-Length, or the size of the chunk being read (-1: its size line comes next, -2: trailers)."""
+        self.parts: list[bytes] = []
+
+    # --- asyncio.Protocol ---
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        self.buf += data
+        if self.waiter is not None:
+            self.advance()
+
+    def eof_received(self) -> bool | None:
+        self.eof = True
+        self.advance()
+        return None  # let the transport close
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.eof = True
+        if exc is not None and self.error is None:
+            self.error = exc
+        self.advance()
+
+    # --- one exchange ---
+
+    def alive(self) -> bool:
+        return not self.eof and self.transport is not None and not self.transport.is_closing()
+
+    def close(self) -> None:
+        if self.transport is not None:
+            with contextlib.suppress(Exception):
+                self.transport.close()
+
+    def send(self, waiter: asyncio.Future[_Response], method: str, data: bytes, reused: bool) -> None:
+        """Write a request; ``waiter`` gets its response (or the error that ended it)."""
+        if self.transport is None or self.transport.is_closing():
+            raise ConnectionResetError("Connection lost")
+        self.waiter, self.method, self.reused, self.framing = waiter, method, reused, 0
+        self.transport.write(data)
+        if self.buf or self.eof:
+            self.advance()
+
+    def advance(self) -> None:
+        waiter = self.waiter
+        if waiter is None:
+            return
+        if waiter.done():  # timed out or cancelled
+            self.waiter = None
+            return
+        try:
+            response = self._parse()
+        except (_Stale, OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
+            self.waiter = None
+            waiter.set_exception(exc)
+            return
+        if response is not None:
+            self.waiter = None
+            waiter.set_result(response)
+
+    def _short(self, line: bool) -> None:
+        """The response is not complete in the buffer: raise if it never will be."""
+        if line and len(self.buf) > _HEAD_LIMIT:
+            raise asyncio.LimitOverrunError("no line end within the limit", len(self.buf))
+        if self.error is not None:
+            raise self.error
+        if self.eof:
+            raise asyncio.IncompleteReadError(bytes(self.buf), None)
+
+    def _parse(self) -> _Response | None:
+        buf = self.buf
+        if self.framing == 0:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                if self.reused and (isinstance(self.error, ConnectionError) or (self.eof and self.error is None and not buf)):
+                    raise _Stale()  # closed while idle: the request never reached the server
+                self._short(True)
+                return None
+            status_line, *lines = buf[:end].decode("latin-1").split("\r\n")
+            del buf[:end + 4]
+            version, _, rest = status_line.partition(" ")
+            self.status = status = int(rest.split(" ", 1)[0])
+            self.headers = headers = {}
+            for field_line in lines:
+                name, sep, value = field_line.partition(":")
+                if sep:
+                    headers[name.strip().lower()] = value.strip()
+            self.http11 = version == "HTTP/1.1"
+            if self.method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+                return status, headers, b"", self.http11
+            if headers.get("transfer-encoding", "").lower() == "chunked":
+                self.framing, self.length, self.parts = 2, -1, []
+            elif (length := headers.get("content-length")) is not None:
+                self.framing, self.length = 1, int(length)
+                if self.length < 0:
+                    raise ValueError(f"negative Content-Length {length}")
+            else:
+                self.framing = 3
+        if self.framing == 1:
+            n = self.length
+            if len(buf) < n:
+                self._short(False)
+                return None
+            body = bytes(buf[:n])
+            del buf[:n]
+            return self.status, self.headers, body, self.http11
+        if self.framing == 2:
+            while True:
+                if self.length == -2:  # trailers, then the blank line
+                    i = buf.find(b"\r\n")
+                    if i < 0:
+                        break
+                    del buf[:i + 2]
+                    if i == 0:
+                        body, self.parts = b"".join(self.parts), []
+                        return self.status, self.headers, body, self.http11
+                    continue
+                if self.length == -1:
+                    i = buf.find(b"\r\n")
+                    if i < 0:
+                        break
+                    size = int(bytes(buf[:i]).split(b";", 1)[0].strip(), 16)
+                    del buf[:i + 2]
+                    self.length = size if size else -2
+                    continue
+                if len(buf) < self.length + 2:
+                    self._short(False)
+                    return None
+                self.parts.append(bytes(buf[:self.length]))
+                del buf[:self.length + 2]
+                self.length = -1
+            self._short(True)
+            return None
+        if self.error is not None:
+            raise self.error
+        if not self.eof:
+            return None
+        body = bytes(buf)
+        buf.clear()
+        return self.status, self.headers, body, False  # until the server closed the connection
+
+
+def _expire(waiter: asyncio.Future[_Response]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError())
+
+
 class _Http:
-    """HTTP/1.1 requests over asyncio streams, keep-alive connections reused (LIFO, at most ``limit`` at once).
+    """HTTP/1.1 requests over asyncio protocols (:class:`_Conn`), keep-alive connections reused (LIFO, at most
+    ``limit`` at once).
 
     Built from the official client's ``Configuration``: the host (with any path prefix), the TLS
     checks and files the client's own urllib3 pool would use (CA file or data, client certificate and
@@ -303,19 +461,20 @@ class _Http:
         data = b"".join((f"{method} {self.prefix}{path} HTTP/1.1\r\nHost: {self.authority}\r\n".encode("latin-1"),
                          headers, length.encode("latin-1"), b"\r\n", body or b""))
         async with self._slots:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + within
             try:
-                async with asyncio.timeout(within):
-                    while True:
-                        conn = self._take()
-                        reused = conn is not None
-                        if conn is None:
-                            conn = _Conn(*await asyncio.open_connection(
-                                self.host, self.port, ssl=self.ssl, server_hostname=self.server_hostname,
-                                limit=1 << 20))
-                        try:
-                            return await self._exchange(conn, method, data, reused)
-                        except _Stale:
-                            continue
+                while True:
+                    conn = self._take()
+                    reused = conn is not None
+                    if conn is None:
+                        async with asyncio.timeout_at(deadline):
+                            _, conn = await loop.create_connection(
+                                _Conn, self.host, self.port, ssl=self.ssl, server_hostname=self.server_hostname)
+                    try:
+                        return await self._exchange(loop, conn, method, data, reused, deadline)
+                    except _Stale:
+                        continue
             except TimeoutError:
                 raise Transport(f"no answer within {within:g}s") from None
             except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as exc:
@@ -329,54 +488,24 @@ class _Http:
             conn.close()
         return None
 
-    async def _exchange(self, conn: _Conn, method: str, data: bytes, reused: bool) -> tuple[int, dict[str, str], bytes]:
+    async def _exchange(self, loop: asyncio.AbstractEventLoop, conn: _Conn, method: str, data: bytes, reused: bool,
+                        deadline: float) -> tuple[int, dict[str, str], bytes]:
         keep = False
         try:
-            conn.writer.write(data)
-            await conn.writer.drain()
+            waiter: asyncio.Future[_Response] = loop.create_future()
+            conn.send(waiter, method, data, reused)
+            timer = loop.call_at(deadline, _expire, waiter)
             try:
-                raw = await conn.reader.readuntil(b"\r\n\r\n")
-            except (asyncio.IncompleteReadError, ConnectionError) as exc:
-                if reused and (not isinstance(exc, asyncio.IncompleteReadError) or not exc.partial):
-                    raise _Stale() from None  # closed while idle: the request never reached the server
-                raise
-            status_line, *lines = raw.decode("latin-1").split("\r\n")
-            version, _, rest = status_line.partition(" ")
-            status = int(rest.split(" ", 1)[0])
-            headers: dict[str, str] = {}
-            for field_line in lines:
-                name, sep, value = field_line.partition(":")
-                if sep:
-                    headers[name.strip().lower()] = value.strip()
-            body, delimited = await self._body(conn.reader, method, status, headers)
-            keep = delimited and version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+                status, headers, body, keepable = await waiter
+            finally:
+                timer.cancel()
+            keep = keepable and headers.get("connection", "").lower() != "close"
             return status, headers, body
         finally:
             if keep and len(self._idle) < self._limit:
                 self._idle.append(conn)
             else:
                 conn.close()
-
-    @staticmethod
-    async def _body(reader: asyncio.StreamReader, method: str, status: int,
-                    headers: Mapping[str, str]) -> tuple[bytes, bool]:
-        """The body, and whether its end was marked (else it ran to the connection's end)."""
-        if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
-            return b"", True
-        if headers.get("transfer-encoding", "").lower() == "chunked":
-            parts: list[bytes] = []
-            while True:
-                size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0].strip(), 16)
-                if size == 0:
-                    while (await reader.readuntil(b"\r\n")) != b"\r\n":  # trailers, then the blank line
-                        pass
-                    return b"".join(parts), True
-                parts.append(await reader.readexactly(size))
-                await reader.readexactly(2)
-        length = headers.get("content-length")
-        if length is not None:
-            return await reader.readexactly(int(length)), True
-        return await reader.read(), False  # until the server closes the connection
 
 
 # --- the client ----------------------------------------------------------------------------

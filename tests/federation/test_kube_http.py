@@ -229,3 +229,61 @@ async def test_both_request_paths_send_and_map_the_same(serve, on_loop: bool) ->
     assert first.method == "GET" and first.path == "/api/v1/namespaces/ns/configmaps/a"
     assert first.headers["authorization"] == "Bearer t0ken"
     assert first.headers["user-agent"].startswith("mkd/")
+
+
+class _FakeTransport(asyncio.Transport):
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = b""
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += bytes(data)
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+@pytest.mark.parametrize("response, body, keep", [
+    (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", b"hello", True),
+    (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n3;x=y\r\nhel\r\n2\r\nlo\r\n0\r\nT: 1\r\n\r\n", b"hello", True),
+    (b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nhi", b"hi", False),
+    (b"HTTP/1.1 204 No Content\r\n\r\n", b"", True),
+])
+async def test_a_response_arriving_a_byte_at_a_time_is_parsed_whole(response: bytes, body: bytes, keep: bool) -> None:
+    from federation.kube import _Conn
+    conn, transport = _Conn(), _FakeTransport()
+    conn.connection_made(transport)
+    for _ in range(2):  # the second on the kept connection, after the first left nothing behind
+        waiter = asyncio.get_running_loop().create_future()
+        conn.send(waiter, "GET", b"GET / HTTP/1.1\r\n\r\n", reused=False)
+        for i in range(len(response)):
+            assert not waiter.done()
+            conn.data_received(response[i:i + 1])
+        status, _, got, keepable = waiter.result()
+        assert (status, got, keepable) == (204 if not body else 200, body, keep)
+        assert not conn.buf
+
+
+async def test_an_unframed_body_ends_with_the_connection_and_a_short_one_is_an_error() -> None:
+    from federation.kube import _Conn
+    conn = _Conn()
+    conn.connection_made(_FakeTransport())
+    waiter = asyncio.get_running_loop().create_future()
+    conn.send(waiter, "GET", b"", reused=False)
+    conn.data_received(b"HTTP/1.1 200 OK\r\n\r\nab")
+    conn.data_received(b"c")
+    assert not waiter.done()
+    conn.eof_received()
+    assert waiter.result()[2:] == (b"abc", False)
+    short = _Conn()
+    short.connection_made(_FakeTransport())
+    waiter = asyncio.get_running_loop().create_future()
+    short.send(waiter, "GET", b"", reused=True)
+    short.data_received(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\nab")
+    short.connection_lost(None)
+    with pytest.raises(asyncio.IncompleteReadError):
+        waiter.result()
