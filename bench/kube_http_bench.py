@@ -13,14 +13,13 @@ import argparse
 import asyncio
 import contextlib
 import os
-import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from bench.agent_bench import start_kubesim
 from federation.kube import CRDS, Kube, Resource
 
 GIZMOS = Resource("gizmo.mkd.dev", "v1", "gizmos", "Gizmo")
@@ -38,18 +37,10 @@ def crd() -> dict[str, Any]:
 
 @contextlib.contextmanager
 def kubesim() -> Iterator[Path]:
+    """A kubesim of its own (``bench.agent_bench.start_kubesim``), stopped on exit."""
     with tempfile.TemporaryDirectory() as state:
-        proc = subprocess.Popen([sys.executable, "-m", "kubesim", "--clusters", "b1", "--nodes", "1", "--port", "0",
-                                 "--state-dir", state], stdout=subprocess.PIPE, text=True)
+        proc, config = start_kubesim(Path(state))
         try:
-            assert proc.stdout is not None
-            config = None
-            for line in proc.stdout:
-                if "kubeconfig " in line:
-                    config = Path(line.rsplit("kubeconfig ", 1)[1].strip())
-                if "ready" in line:
-                    break
-            assert config is not None, "kubesim printed no kubeconfig"
             yield config
         finally:
             proc.terminate()
