@@ -72,6 +72,9 @@ class Publisher:
         self._scanned: set[int] = set()
         self._startup = True
         self._stopping = False
+        self._inflight: dict[int, asyncio.Task[None]] = {}
+        self._acked: list[int] = []
+        self._failed: list[BaseException] = []
         self._db = Backoff(0.1, settings.outage_retry_max_seconds)
         self._db_down_since: float | None = None
         self.publishes = TaskSet("outbox", on_error=self.publish_failed)
@@ -94,9 +97,9 @@ class Publisher:
 
     async def _drain_forever(self, link: MqttLink) -> None:
         self._link = link
-        self._inflight: dict[int, asyncio.Task[None]] = {}
-        self._acked: list[int] = []
-        self._failed: list[BaseException] = []
+        self._inflight = {}
+        self._acked = []
+        self._failed = []
         self._last_mark = self.clock.monotonic()
         try:
             while True:
@@ -188,10 +191,9 @@ class Publisher:
         """Stopping: start nothing more, let the publishes in flight be acknowledged (within ``within``
         seconds) and mark sent what was; a restarted dispatcher would publish those rows again."""
         self._stopping = True
-        inflight = set(getattr(self, "_inflight", {}).values())
-        if inflight:
-            await asyncio.wait(inflight, timeout=within)
-        if not getattr(self, "_acked", None):
+        if self._inflight:
+            await asyncio.wait(set(self._inflight.values()), timeout=within)
+        if not self._acked:
             return
         try:
             await self._mark()

@@ -79,7 +79,6 @@ async def test_a_restarted_publisher_sends_its_predecessors_rows_before_its_own(
                         fresh=fresh)
         link = Link()
         pub._link = link  # type: ignore[assignment]
-        pub._inflight, pub._acked, pub._failed = {}, [], []
         pub._last_mark = 0.0
         for _ in range(50):
             await pub.drain_once(link)  # type: ignore[arg-type]
@@ -118,7 +117,6 @@ async def test_a_stopping_publisher_marks_what_the_broker_acknowledged_and_start
                         seal=Recording(), fresh=fresh)
         link = Link()
         pub._link = link  # type: ignore[assignment]
-        pub._inflight, pub._acked, pub._failed = {}, [], []
         pub._startup, pub._last_mark = False, 0.0
         assert await pub.drain_once(link) == 2  # type: ignore[arg-type]
         await pub.settle(5.0)  # the two publishes are acknowledged: marked sent before the process goes
