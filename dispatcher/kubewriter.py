@@ -73,6 +73,8 @@ class _Todo:
     tries: int = 0
     lingering: float | None = None
     """Not queued yet, until this loop time: conditions or a passing status waiting for more to share the write."""
+    held_since: float = 0.0
+    """Loop time the current wait began: later work extends it, never past the longest wait from here."""
 
 
 class KubeWriter:
@@ -128,10 +130,14 @@ class KubeWriter:
         return todo
 
     def _linger(self, todo: _Todo, seconds: float) -> None:
-        """Hold ``todo`` until ``seconds`` from now at least (real time on purpose: a batching delay, not
-        logic a test drives with a FakeClock)."""
+        """Hold ``todo`` until ``seconds`` from now, but no longer than the longest wait since its wait began
+        (statuses that keep coming never hold the write for good; real time on purpose: a batching delay,
+        not logic a test drives with a FakeClock)."""
         loop = asyncio.get_running_loop()
-        due = loop.time() + seconds
+        now = loop.time()
+        if todo.lingering is None:
+            todo.held_since = now
+        due = min(now + seconds, todo.held_since + max(self.condition_linger, self.status_linger))
         if todo.lingering is None or due > todo.lingering:
             todo.lingering = due
             loop.call_at(due, self._release, todo.key.uid, due)

@@ -275,3 +275,25 @@ async def test_a_trainjob_never_gets_more_conditions_than_its_crd_holds(kube: Ku
                          "Suspended", "Complete"]
     finally:
         task.cancel()
+
+
+async def test_statuses_that_keep_coming_do_not_hold_the_write_past_the_longest_wait(kube: Kube) -> None:
+    """Each counts-only status may wait for the next, but the first of them waits at most ``status_linger``:
+    a Job whose counts change more often than that still shows them."""
+    key, writer, task = await job_and_writer(kube, "busy", workers=1, condition_linger=0, status_linger=0.5)
+    try:
+        writer.mirror(key, _running(), finished=False)  # Running goes at once
+        await asyncio.wait_for(writer.wait_idle(), 30)
+        writes = writer.writes
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        active = 1
+        while loop.time() - started < 2.0 and writer.writes == writes:
+            active += 1
+            more = _running()
+            more["replicaStatuses"]["Master"] = {"active": active}
+            writer.mirror(key, more, finished=False)  # same latest condition: it waits, and extends the wait
+            await asyncio.sleep(0.1)
+        assert writer.writes > writes, "a steady trickle of statuses kept the manager Job from being written"
+    finally:
+        task.cancel()
