@@ -25,7 +25,15 @@ Also printed: CPU-ms per job for each process (dispatcher, agents, kubesims, Mos
 PostgreSQL backends serving this run's database, the benchmark) in each phase, and per-stage
 timestamps for every job (from the dispatcher's tables, the benchmark's watches, and a tap on the
 agents' Report topics that notes when each agent sealed its Accepted and its first Status with
-startTime: see ``bench/e2e_measure.STAGES``) as p50/p99, so the table shows where jobs wait. ``--py-spy`` records
+startTime: see ``bench/e2e_measure.STAGES``) as p50/p99, so the table shows where jobs wait.
+
+What this process watches during the end-to-end phase competes with the federation for the two cores, and
+the floor has no such observer. By default it watches the manager only (the run ends when every job is
+Running there) and reads the other stages from the dispatcher's tables after the run. ``--agent-stages``
+adds the agent-side stages (a PyTorchJob watch on each worker and the Report tap: Accepted sealed, Running
+on the worker, Status with startTime sealed, and legs 1 and 2 split at Running on the worker); they cost
+this process about 0.4 CPU-ms per job beside the federation, which lowers the end-to-end rate and the
+ratio of that run (bench/RESULTS.md, sixth session). ``--py-spy`` records
 the dispatcher and one agent during the end-to-end phase and prints their top frames
 (``--py-spy-kubesims``: the manager's and the first worker's kubesim too).
 """
@@ -49,7 +57,15 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.e2e_measure import collapsed_top, cpu_lines, pct, report_stamps, stage_table  # noqa: E402
+from bench.e2e_measure import (  # noqa: E402
+    AGENT_STAGES,
+    STAGES,
+    collapsed_top,
+    cpu_lines,
+    pct,
+    report_stamps,
+    stage_table,
+)
 from federation import gctune, labels, signing, topics  # noqa: E402
 from federation.errors import AlreadyExists  # noqa: E402
 from federation.kinds.crds import load_crds  # noqa: E402
@@ -485,9 +501,14 @@ class Result:
         out.append(f"  CPU during the floor ({self.floor_wall:.1f} s wall; dispatcher and agents stopped):")
         out += cpu_lines(self.floor_cpu, self.n, self.floor_wall, federation=FEDERATION)
         out.append("  stages (wall clock of this machine; dispatcher rows have its clock, watches this one's):")
-        out += stage_table(self.stamps)
-        legs = {"leg 1 manager->worker Running": ("created", "worker_running"),
-                "leg 2 worker->manager mirror": ("worker_running", "mirrored"), "total": ("created", "mirrored")}
+        out += stage_table(self.stamps, [s for s in STAGES if s[0] in self.stamps or s[0] not in AGENT_STAGES])
+        if "worker_running" in self.stamps:
+            legs = {"leg 1 manager->worker Running": ("created", "worker_running"),
+                    "leg 2 worker->manager mirror": ("worker_running", "mirrored"), "total": ("created", "mirrored")}
+        else:
+            out.append("  (agent-side stages not observed: --agent-stages adds them, at ~0.4 CPU-ms/job in this process)")
+            legs = {"leg 1 manager->Report recorded": ("created", "reported"),
+                    "leg 2 Report->manager mirror": ("reported", "mirrored"), "total": ("created", "mirrored")}
         for name, (a, b) in legs.items():
             leg = [max(0.0, t - self.stamps[a][k]) for k, t in self.stamps[b].items() if k in self.stamps[a]]
             out.append(f"  {name:<30} p50 {pct(leg, 0.5) * 1000:8.0f} ms   p99 {pct(leg, 0.99) * 1000:8.0f} ms"
@@ -499,7 +520,8 @@ class Result:
 
 
 async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent_args: list[str],
-              py_spy: bool = False, rate: float | None = None, py_spy_kubesims: bool = False) -> Result:
+              py_spy: bool = False, rate: float | None = None, py_spy_kubesims: bool = False,
+              agent_stages: bool = False) -> Result:
     logs = state / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     procs = Processes(logs)
@@ -569,11 +591,12 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
         times = Times()
         watchers = [asyncio.create_task(follow(kubes["manager"], NAMESPACE, times.on_manager, n,
                                                times.all_on_manager))]
-        watchers += [asyncio.create_task(follow(kubes[w], NAMESPACE, times.on_worker, n)) for w in WORKERS]
         sealed: dict[str, dict[str, float]] = {}
-        tapped = asyncio.Event()
-        watchers.append(asyncio.create_task(tap_reports(mqtt_url, topic_root, sealed, tapped)))
-        await asyncio.wait_for(tapped.wait(), timeout=30)
+        if agent_stages:
+            watchers += [asyncio.create_task(follow(kubes[w], NAMESPACE, times.on_worker, n)) for w in WORKERS]
+            tapped = asyncio.Event()
+            watchers.append(asyncio.create_task(tap_reports(mqtt_url, topic_root, sealed, tapped)))
+            await asyncio.wait_for(tapped.wait(), timeout=30)
         manifests = [job(f"job-{i:05d}", NAMESPACE, labels.MULTIKUEUE) for i in range(n)]
         load_before = uptime()
         cpu = await meter(procs, dbname, use_mosquitto)
@@ -606,7 +629,8 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
             late = len(times.on_manager) - on_time
             missing = (f"INCOMPLETE: {n - on_time} of {n} not seen Running on the manager within {wall:.0f} s; "
                        f"{late} of them arrived in the {min(wall, LATE_SECONDS):.0f} s after (late), "
-                       f"{n - on_time - late} never (lost); {len(times.on_worker)} Running on workers; a fresh "
+                       f"{n - on_time - late} never (lost); "
+                       + (f"{len(times.on_worker)} Running on workers; " if agent_stages else "") + "a fresh "
                        f"list of the manager finds {running_now} Running")
             times.on_manager = dict(list(times.on_manager.items())[:on_time])  # the figures below: on time only
         for t in watchers:
@@ -614,7 +638,9 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
         first = min(times.created.values())
         e2e_rate = len(times.on_manager) / (max(times.on_manager.values(), default=first + 1) - first)
         stamps = {"created": times.created, **await dispatcher_stamps(database_url, NAMESPACE, sealed),
-                  "worker_running": times.on_worker, "mirrored": times.on_manager}
+                  "mirrored": times.on_manager}
+        if agent_stages:
+            stamps["worker_running"] = times.on_worker
         placed = {w: len((await kubes[w].list(PYTORCHJOBS, NAMESPACE)).items) for w in WORKERS}
 
         # --- the floor: the same work with no federation (dispatcher and agents stopped first) ---
@@ -747,6 +773,9 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=None,
                         help="paced: offer this many jobs/s (issue 15's latency goal is at 100) instead of "
                              "creating as fast as the manager's API takes them")
+    parser.add_argument("--agent-stages", action="store_true",
+                        help="also watch every worker and tap the agents' Reports for the agent-side stages "
+                             "(~0.4 CPU-ms/job in this process, beside the federation: a lower rate and ratio)")
     args = parser.parse_args()
     import logging
 
@@ -757,7 +786,7 @@ def main() -> None:
     for n in args.n or [1000]:
         result = asyncio.run(run(n, args.state_dir / f"n{n}-{uuid.uuid4().hex[:4]}", args.nodes,
                                  args.dispatcher_args.split(), args.agent_args.split(), args.py_spy, args.rate,
-                                 args.py_spy_kubesims))
+                                 args.py_spy_kubesims, args.agent_stages))
         print("\n".join(result.lines()), flush=True)
         results.append(result)
     if args.write_results:

@@ -39,6 +39,10 @@ STAGES: tuple[tuple[str, str], ...] = (
 """(key, meaning) in the order a job passes them; every time is wall-clock seconds (time.time())."""
 
 
+AGENT_STAGES = frozenset({"accepted_sent", "worker_running", "running_sent"})
+"""The stages only ``e2e_bench --agent-stages`` observes (the worker watches and the Report tap)."""
+
+
 REPORT_STAGES = {"accepted": "accepted_sent", "status": "running_sent"}
 """Report type -> the stage its first sealing marks (a Status only once it carries ``startTime``)."""
 
