@@ -17,8 +17,11 @@ or one whose latest condition the manager Job shows already (only counts changed
 ``status_linger`` seconds the same way, and so does the Accepted's condition: Accepted, Created and
 Running usually reach the manager Job in one write, not three (issue 15: the manager's status writes
 are most of what a Job costs its API server). A status that changes the Job's latest condition
-(Running), a finished Job's status, or an Event goes at once and takes whatever waits along; a later
-status replaces an earlier one, so the last written is always the newest. A graceful stop writes what
+(Running) or a finished Job's status goes at once and takes whatever waits along; an Event goes at once
+too, and takes along what waits for nothing else, while what waits for the worker's next status keeps
+waiting (else the Placed Event, queued behind a burst, took the Accepted's condition and Created along,
+and Running needed a write of its own); a later status replaces an earlier one, so the last written is
+always the newest. A graceful stop writes what
 waits at once (``flush``, within ``stop_flush_seconds``): nothing else would write it again before the
 Job's next change.
 
@@ -75,6 +78,12 @@ class _Todo:
     """Not queued yet, until this loop time: conditions or a passing status waiting for more to share the write."""
     held_since: float = 0.0
     """Loop time the current wait began: later work extends it, never past the longest wait from here."""
+    for_status: bool = False
+    """The current wait is for the worker's next status (``status_linger``), not a condition's alone."""
+    hold: float | None = None
+    """Queued for an Event while its conditions / status wait for the worker's next status: they may wait until
+    this loop time instead of going with the Event (an Event goes at once; it takes along only what waits for
+    nothing but itself)."""
 
 
 class KubeWriter:
@@ -109,9 +118,9 @@ class KubeWriter:
 
     # --- what the engine calls (after its transaction committed) ------------------------------
 
-    def _entry(self, key: JobKey, linger: float = 0.0) -> _Todo:
+    def _entry(self, key: JobKey, linger: float = 0.0, *, for_status: bool = False) -> _Todo:
         """The Job's pending work; ``linger`` > 0: it may wait that long for more (see the module docstring),
-        0: it goes now, with whatever waits."""
+        ``for_status``: for the worker's next status; 0: it goes now, with whatever waits."""
         todo = self._todo.get(key.uid)
         if todo is None:
             todo = self._todo[key.uid] = _Todo(key)
@@ -119,17 +128,30 @@ class KubeWriter:
             if key.uid in self._busy:
                 pass  # queued again when the write in flight ends
             elif linger > 0:
-                self._linger(todo, linger)
+                self._linger(todo, linger, for_status)
             else:
                 self._queue.put_nowait(key.uid)
         elif todo.lingering is not None:
             if linger > 0:
-                self._linger(todo, linger)
+                self._linger(todo, linger, for_status)
             else:
                 self._release(key.uid)
+        elif linger <= 0:
+            todo.hold = None  # queued, and now everything goes at once
+        elif for_status and todo.events and key.uid not in self._busy:
+            self._hold(todo, linger)  # queued for an Event: this waits on past it
         return todo
 
-    def _linger(self, todo: _Todo, seconds: float) -> None:
+    def _hold(self, todo: _Todo, seconds: float) -> None:
+        """``todo`` is queued for an Event; what it holds for the worker's status may wait ``seconds`` more,
+        within the longest wait from when its wait began (see ``_linger``)."""
+        now = asyncio.get_running_loop().time()
+        if todo.hold is None:
+            todo.held_since = now
+        due = min(now + seconds, todo.held_since + max(self.condition_linger, self.status_linger))
+        todo.hold = due if todo.hold is None else max(todo.hold, due)
+
+    def _linger(self, todo: _Todo, seconds: float, for_status: bool = False) -> None:
         """Hold ``todo`` until ``seconds`` from now, but no longer than the longest wait since its wait began
         (statuses that keep coming never hold the write for good; real time on purpose: a batching delay,
         not logic a test drives with a FakeClock)."""
@@ -137,6 +159,8 @@ class KubeWriter:
         now = loop.time()
         if todo.lingering is None:
             todo.held_since = now
+            todo.for_status = False
+        todo.for_status = todo.for_status or for_status
         due = min(now + seconds, todo.held_since + max(self.condition_linger, self.status_linger))
         if todo.lingering is None or due > todo.lingering:
             todo.lingering = due
@@ -156,7 +180,7 @@ class KubeWriter:
         ``condition_linger`` for more work on the Job, or ``status_linger`` when the worker's status surely
         follows (the Workload was just accepted)."""
         linger = self.status_linger if status_follows else self.condition_linger
-        conds = self._entry(key, linger).conditions
+        conds = self._entry(key, linger, for_status=status_follows).conditions
         conds[cond["type"]] = _fold(conds.get(cond["type"]), cond)
 
     def mirror(self, key: JobKey, status: Mapping[str, Any], *, finished: bool = True) -> None:
@@ -166,7 +190,7 @@ class KubeWriter:
         linger = 0.0
         if not finished and (passing(status) or self._same_state(key.uid, status)):
             linger = self.status_linger
-        self._entry(key, linger).status = dict(status)
+        self._entry(key, linger, for_status=linger > 0).status = dict(status)
 
     def _same_state(self, uid: str, status: Mapping[str, Any]) -> bool:
         written = self._written.get(uid)
@@ -176,6 +200,10 @@ class KubeWriter:
         return new is not None and new == latest_condition(unpack(written))
 
     def event(self, key: JobKey, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
+        """An Event goes at once; what waits for the worker's next status keeps waiting (``hold``)."""
+        todo = self._todo.get(key.uid)
+        if todo is not None and todo.lingering is not None and todo.for_status and key.uid not in self._busy:
+            todo.hold = todo.lingering
         self._entry(key).events.append((type_, reason, message))
 
     def forget(self, uid: str) -> None:
@@ -211,12 +239,27 @@ class KubeWriter:
             for _ in range(self.workers):
                 group.create_task(self._work())
 
+    def _split(self, todo: _Todo) -> None:
+        """``todo`` goes now for its Events; what it holds for the worker's status waits on until its hold."""
+        due = todo.hold
+        todo.hold = None
+        if due is None or not todo.events or (not todo.conditions and todo.status is None) or self.status_linger <= 0:
+            return
+        loop = asyncio.get_running_loop()
+        if due <= loop.time():
+            return
+        rest = self._todo[todo.key.uid] = _Todo(todo.key, todo.conditions, todo.status, held_since=todo.held_since,
+                                               for_status=True, lingering=due)
+        todo.conditions, todo.status = {}, None
+        loop.call_at(due, self._release, rest.key.uid, due)
+
     async def _work(self) -> None:
         while True:
             uid = await self._queue.get()
             todo = self._todo.pop(uid, None)
             if todo is None:
                 continue
+            self._split(todo)
             self._busy.add(uid)
             try:
                 await self._apply(todo)
@@ -235,8 +278,9 @@ class KubeWriter:
                 log.error("writing manager Job %s/%s failed: %s", todo.key.namespace, todo.key.name, exc)
             finally:
                 self._busy.discard(uid)
-                if uid in self._todo:
-                    self._queue.put_nowait(uid)
+                after = self._todo.get(uid)
+                if after is not None and after.lingering is None:
+                    self._queue.put_nowait(uid)  # (a lingering one is queued when its wait ends: _release)
                 elif not self._todo and not self._busy:
                     self._idle.set()
 

@@ -12,7 +12,7 @@ from dispatcher.kubewriter import JobKey, KubeWriter
 from dispatcher.workload import condition, passing, removal, reset
 from federation import labels
 from federation.clock import SystemClock
-from federation.kube import Kube
+from federation.kube import EVENTS, Kube
 from tests.dispatcher.harness import PYTORCHJOBS, pytorchjob
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -214,6 +214,36 @@ async def test_accepted_created_and_running_share_one_write(kube: Kube) -> None:
         assert writer.writes == 2
         st = (await kube.get(PYTORCHJOBS, "passing", "default"))["status"]
         assert st["conditions"][-1]["type"] == "Succeeded" and "Worker" not in st["replicaStatuses"]
+    finally:
+        task.cancel()
+
+
+async def _events_of(kube: Kube, name: str) -> list[str]:
+    return [e["reason"] for e in (await kube.list(EVENTS, "default")).items if e["involvedObject"]["name"] == name]
+
+
+async def test_an_event_goes_at_once_without_what_waits_for_the_workers_status(kube: Kube) -> None:
+    """The Placed Event goes at once; the Accepted's condition and a Created status, which wait for the
+    worker's next status, keep waiting instead of going with it, so Running still shares their write (a
+    write queued for an Event took them along: two status writes per Job whenever the writer lagged)."""
+    key, writer, task = await job_and_writer(kube, "evented", workers=1, condition_linger=3600, status_linger=3600)
+    try:
+        writer.event(key, "Normal", "Placed", "attempt 1 on worker-1")  # queued, not written yet
+        writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Accepted", "accepted", T0),
+                         status_follows=True)
+        writer.mirror(key, _created(), finished=False)
+        await asyncio.sleep(0.2)
+        assert await _events_of(kube, "evented") == ["Placed"]
+        assert writer.writes == 0 and writer.backlog == 1  # still waiting for the worker's next status
+        writer.event(key, "Normal", "Noted", "another Event while they wait")
+        await asyncio.sleep(0.2)
+        assert sorted(await _events_of(kube, "evented")) == ["Noted", "Placed"]
+        assert writer.writes == 0 and writer.backlog == 1
+        writer.mirror(key, _running(), finished=False)  # Running goes at once, with what waited
+        await asyncio.wait_for(writer.wait_idle(), 30)
+        assert writer.writes == 1
+        st = (await kube.get(PYTORCHJOBS, "evented", "default"))["status"]
+        assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED, "Created", "Running"]
     finally:
         task.cancel()
 
