@@ -16,7 +16,7 @@ from typing import Any
 
 from dispatcher.jobcache import pack, unpack
 from dispatcher.kubewriter import JobKey
-from dispatcher.states import PlacementState, WorkloadState, transition
+from dispatcher.states import PlacementState, WorkloadState, member, transition
 from federation import messages
 from federation.kinds.base import JobKind
 
@@ -130,13 +130,13 @@ class Batch:
 
     def set_w(self, uid: str, **values: Any) -> None:
         if "state" in values:  # every state change passes the one table (dispatcher.states)
-            values["state"] = transition(self.w[uid]["state"], WorkloadState(values["state"])).value
+            values["state"] = transition(self.w[uid]["state"], member(WorkloadState, values["state"])).value
         self.w[uid].update(values)
         self.w_updates.setdefault(uid, {}).update(values)
 
     def set_p(self, key: tuple[str, int], **values: Any) -> None:
         if "state" in values:
-            values["state"] = transition(self.p[key]["state"], PlacementState(values["state"])).value
+            values["state"] = transition(self.p[key]["state"], member(PlacementState, values["state"])).value
         self.p[key].update(values)
         self.p_updates.setdefault(key, {}).update(values)
 

@@ -8,7 +8,8 @@ kind is listed, the listed Jobs' conditions are checked against their Workloads 
 informer's events are filtered here, without touching the database: a Job whose managedBy is not ``kueue.x-k8s.io/multikueue`` and
 that mkd never claimed is ignored (never written to); for a claimed Job only a new generation,
 a managedBy change, a deletion timestamp or the deletion itself are passed on — the MODIFIED
-events caused by mkd's own status writes are not.
+events caused by mkd's own status writes are not, and those echoes (the resourceVersion the kube
+writer's write returned) do not even refresh the Job cache: the writer remembers what it wrote.
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ def relevant(kind: JobKind, engine: Engine, obj: Mapping[str, Any], deleted: boo
         if claimed:
             engine.cache[uid] = dict(obj)
         return True
+    if engine.writer.echo(uid, wl.meta(obj).get("resourceVersion")):
+        # mkd's own status write coming back: nothing else changed, and what the write changed the kube writer
+        # remembers itself (the cache's copy of a Job mkd writes is read for its spec and metadata only)
+        return False
     engine.cache[uid] = dict(obj)
     return (wl.generation_of(obj) != previous.generation
             or previous.managed_by != managed_by

@@ -109,6 +109,8 @@ class KubeWriter:
         # per Job, packed (dispatcher/jobcache.py: compressed JSON, issue 15's memory goal): the status the
         # manager Job has after the last write (mkd's conditions and the worker's part are read from it)
         self._written: dict[str, bytes] = {}
+        self._echoes: dict[str, str] = {}
+        """uid -> resourceVersion of the Job after this writer's last status write, until intake sees its echo."""
         self._idle = asyncio.Event()
         self._idle.set()
         self.writes = 0
@@ -209,6 +211,20 @@ class KubeWriter:
     def forget(self, uid: str) -> None:
         """The Job is gone: drop what is remembered about it (queued work still runs and meets NotFound)."""
         self._written.pop(uid, None)
+        self._echoes.pop(uid, None)
+
+    def wrote(self, uid: str, resource_version: str) -> None:
+        """The Job's status was written and it now has ``resource_version`` (``echo`` tells its watch event)."""
+        self._echoes[uid] = resource_version
+
+    def echo(self, uid: str, resource_version: str | None) -> bool:
+        """Whether a watch event of the Job at ``resource_version`` is the echo of this writer's last status
+        write: the Job as intake last saw it with that status (watch events come in resourceVersion order, so
+        any other change came as an event of its own), which the writer remembers already (``_written``)."""
+        if resource_version is None or self._echoes.get(uid) != resource_version:
+            return False
+        del self._echoes[uid]
+        return True
 
     async def wait_idle(self) -> None:
         await self._idle.wait()
@@ -340,6 +356,9 @@ class KubeWriter:
                 self.writes += 1
                 written = result.get("status") if isinstance(result, dict) else None
                 self._written[key.uid] = pack(written if isinstance(written, dict) else target)
+                version = (result.get("metadata") or {}).get("resourceVersion") if isinstance(result, dict) else None
+                if isinstance(version, str):
+                    self.wrote(key.uid, version)
         for type_, reason, message in todo.events:
             involved = {"apiVersion": kind.api_version, "kind": kind.name,
                         "metadata": {"namespace": key.namespace, "name": key.name, "uid": key.uid}}

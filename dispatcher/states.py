@@ -92,13 +92,20 @@ class IllegalTransition(ValueError):
 def transition(old: S | str, new: S) -> S:
     """``new`` if a ``type(new)`` may go from ``old`` to it, else :class:`IllegalTransition`."""
     kind = type(new)
-    try:
-        before = kind(old)
-    except ValueError:
-        raise IllegalTransition(f"{old!r} is not a {kind.__name__}") from None
-    if before != new and new not in TRANSITIONS[kind][before]:
-        raise IllegalTransition(f"a {kind.__name__} cannot go from {before} to {new}")
+    allowed = TRANSITIONS[kind].get(old)  # a StrEnum member hashes and compares as its string: no kind(old)
+    if allowed is None:
+        raise IllegalTransition(f"{old!r} is not a {kind.__name__}")
+    if old != new and new not in allowed:
+        raise IllegalTransition(f"a {kind.__name__} cannot go from {kind(old)} to {new}")
     return new
+
+
+def member(kind: type[S], value: str) -> S:
+    """``kind(value)`` by a dict lookup (an Enum call costs a few microseconds; the engine makes several a Job)."""
+    found = _MEMBERS[kind].get(value)
+    if found is None:
+        return kind(value)  # raises the ValueError a bad value always raised
+    return found  # type: ignore[return-value]
 
 
 def parse(kind: type[S], value: str) -> S:
@@ -109,6 +116,8 @@ def parse(kind: type[S], value: str) -> S:
         valid = ", ".join(s.value for s in kind)
         raise ValueError(f"unknown {kind.__name__} {value!r}; use one of: {valid}") from None
 
+
+_MEMBERS: dict[type, dict[str, StrEnum]] = {k: {m.value: m for m in k} for k in (WorkloadState, PlacementState)}
 
 WORKLOAD_LIVE = tuple(s for s in WorkloadState if s is not W.DELETED)
 """Workloads whose manager Job should still exist."""

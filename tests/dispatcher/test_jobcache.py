@@ -8,7 +8,9 @@ from typing import Any
 
 from dispatcher import intake
 from dispatcher.jobcache import JobCache
+from dispatcher.kubewriter import KubeWriter
 from federation import labels
+from federation.clock import SystemClock
 from federation.kinds.registry import by_name
 
 
@@ -58,18 +60,39 @@ def test_the_header_holds_what_is_read_without_decoding() -> None:
 
 def test_intake_passes_on_only_what_changed_for_a_claimed_job() -> None:
     kind = by_name("PyTorchJob")
-    engine: Any = SimpleNamespace(known={"u1": "PyTorchJob"}, cache=JobCache())
+    engine: Any = SimpleNamespace(known={"u1": "PyTorchJob"}, cache=JobCache(),
+                                  writer=KubeWriter(None, JobCache(), SystemClock()))
     assert intake.relevant(kind, engine, job(), False)  # first sight: the engine needs it
     assert engine.cache["u1"] == job()
     status_only = job()
     status_only["status"] = {"conditions": [{"type": "Running", "status": "True"}]}
-    assert not intake.relevant(kind, engine, status_only, False)  # mkd's own status write
+    assert not intake.relevant(kind, engine, status_only, False)  # a status write (not the writer's last)
     assert engine.cache["u1"] == status_only  # but the cache has the newest copy
     assert intake.relevant(kind, engine, job(generation=2), False)
     assert intake.relevant(kind, engine, job(generation=2, managed_by="someone-else"), False)
     gone = job(generation=2, managed_by="someone-else")
     gone["metadata"]["deletionTimestamp"] = "2026-11-24T07:00:00Z"
     assert intake.relevant(kind, engine, gone, False)
+
+
+def test_the_echo_of_the_kube_writers_own_status_write_is_not_packed_again() -> None:
+    kind = by_name("PyTorchJob")
+    writer = KubeWriter(None, JobCache(), SystemClock())
+    engine: Any = SimpleNamespace(known={"u1": "PyTorchJob"}, cache=JobCache(), writer=writer)
+    assert intake.relevant(kind, engine, job(), False)
+    writer.wrote("u1", "8")  # the status write's answer: the Job at resourceVersion 8
+    echo = job()
+    echo["metadata"]["resourceVersion"] = "8"
+    echo["status"] = {"conditions": [{"type": "Running", "status": "True"}]}
+    assert not intake.relevant(kind, engine, echo, False)
+    assert engine.cache["u1"] == job()  # not packed again: the writer remembers the status it wrote
+    assert not writer.echo("u1", "8")  # an echo is met once
+    edited = copy.deepcopy(echo)
+    edited["metadata"].update(resourceVersion="9", labels={"team": "b"})
+    assert not intake.relevant(kind, engine, edited, False)  # anyone else's change refreshes the cache
+    assert engine.cache["u1"] == edited
+    writer.wrote("u1", "10")
+    assert intake.relevant(kind, engine, job(generation=2), False)  # not that resourceVersion: judged as ever
 
 
 def test_intake_passes_on_a_relist_deletion_stub_of_a_job_not_claimed_yet() -> None:
