@@ -76,9 +76,14 @@ class PlacementRound(EngineCore):
             self._evict(b, v)
         chosen = [a for a in result.admitted if a.entry.uid in b.w and b.w[a.entry.uid]["state"] == "pending"]
         by_cluster: dict[str, list[str]] = {}
+        held_by: dict[str, dict[str, Any]] = {}  # written with the placement (one UPDATE, not two)
         for a in chosen:
             by_cluster.setdefault(a.cluster, []).append(a.entry.uid)
-        won = await q.mark_placed(s, by_cluster, b.now)
+            held = qs.queues.admitted.get(a.entry.uid)
+            held_by[a.entry.uid] = {"cluster_queue": held.cq if held is not None else None,
+                                    "flavors": a.flavors or None,
+                                    "usage": usage_to_json(a.usage) if held is not None else None}
+        won = await q.mark_placed(s, by_cluster, b.now, held_by)
         for a in result.admitted:
             if a.entry.uid not in won:  # claimed by another dispatcher, or changed meanwhile
                 qs.queues.release(a.entry.uid)
@@ -91,7 +96,8 @@ class PlacementRound(EngineCore):
                 await asyncio.sleep(0)
             row = b.w[uid]
             attempt = won[uid]
-            row.update(state="placed", attempt=attempt, cluster=a.cluster, reason="")
+            before = {c: row.get(c) for c in (*q.HELD_COLUMNS, "reserved_at")}
+            row.update(state="placed", attempt=attempt, cluster=a.cluster, reason="", **held_by[uid], reserved_at=b.now)
             kind = by_name(row["kind"])
             job = b.jobs.get(uid)  # claimed in this batch: decoded already
             try:
@@ -101,7 +107,7 @@ class PlacementRound(EngineCore):
                 # No placement row (a `sent` one would be expected on the cluster forever) and the
                 # attempt is given back: nothing was placed, and no quota is held.
                 row.update(attempt=attempt - 1, cluster=None)
-                b.set_w(uid, cluster=None, attempt=attempt - 1)
+                b.set_w(uid, cluster=None, attempt=attempt - 1, **before)  # what it held before (mark_placed wrote it)
                 qs.queues.release(uid)
                 if isinstance(exc, NoKey):  # unregistered while the round ran: another cluster next round
                     self._requeue(b, row, exc.message)
@@ -109,8 +115,6 @@ class PlacementRound(EngineCore):
                 self._reject(b, row, [oversize_problem(self.cache[uid], exc)])
                 continue
             held = qs.queues.admitted.get(uid)
-            b.set_w(uid, cluster_queue=held.cq if held is not None else None, flavors=a.flavors or None,
-                    usage=usage_to_json(a.usage) if held is not None else None, reserved_at=b.now)
             placements.append({"workload_uid": uid, "attempt": attempt, "cluster": a.cluster, "epoch": self.epoch,
                                "state": "sent", "spec_version": row["spec_version"], "created_at": b.now,
                                "reason": a.why})

@@ -315,25 +315,35 @@ async def pending_workloads(session: AsyncSession, limit: int) -> list[Any]:
 
 _MARK_PLACED_PG = sa.text(
     "UPDATE workloads SET state = 'placed', attempt = workloads.attempt + 1, cluster = v.cluster, "
-    "reason = '', updated_at = :now FROM unnest(CAST(:uids AS VARCHAR[]), CAST(:clusters AS VARCHAR[])) "
-    "AS v(uid, cluster) WHERE workloads.uid = v.uid AND workloads.state = 'pending' "
+    "reason = '', updated_at = :now, cluster_queue = v.cluster_queue, flavors = CAST(v.flavors AS json), "
+    "usage = CAST(v.usage AS json), reserved_at = :now FROM unnest(CAST(:uids AS VARCHAR[]), "
+    "CAST(:clusters AS VARCHAR[]), CAST(:cluster_queues AS VARCHAR[]), CAST(:flavors AS TEXT[]), "
+    "CAST(:usages AS TEXT[])) AS v(uid, cluster, cluster_queue, flavors, usage) "
+    "WHERE workloads.uid = v.uid AND workloads.state = 'pending' "
     "RETURNING workloads.uid, workloads.attempt"
 ).bindparams(sa.bindparam("now", type_=sa.DateTime(timezone=True)))
+HELD_COLUMNS = ("cluster_queue", "flavors", "usage")
+"""What a placed Workload holds, written by ``mark_placed`` with the placement (with ``reserved_at``)."""
 
 
-async def mark_placed(session: AsyncSession, by_cluster: Mapping[str, Sequence[str]], now: datetime
-                      ) -> dict[str, int]:
-    """Compare-and-set pending → placed on the given cluster with the next attempt number.
+async def mark_placed(session: AsyncSession, by_cluster: Mapping[str, Sequence[str]], now: datetime,
+                      held: Mapping[str, Mapping[str, Any]]) -> dict[str, int]:
+    """Compare-and-set pending → placed on the given cluster with the next attempt number, and what each
+    Workload holds: ``held[uid]`` gives its ``HELD_COLUMNS`` (``reserved_at`` is ``now``).
 
     Returns uid → attempt for the Workloads this call won (a row another dispatcher placed first,
     or that changed state meanwhile, is not returned).
     """
     won: dict[str, int] = {}
-    if _pg(session):  # one statement for every cluster: UPDATE ... FROM unnest(uids, clusters)
+    if _pg(session):  # one statement for every cluster: UPDATE ... FROM unnest(uids, clusters, ...)
         uids = [u for c in by_cluster for u in by_cluster[c]]
         names = [c for c in by_cluster for _ in by_cluster[c]]
         if uids:
-            result = await session.execute(_MARK_PLACED_PG, {"uids": uids, "clusters": names, "now": now})
+            result = await session.execute(_MARK_PLACED_PG, {
+                "uids": uids, "clusters": names, "now": now,
+                "cluster_queues": [held[u]["cluster_queue"] for u in uids],
+                "flavors": [json_dumps(held[u]["flavors"]) for u in uids],  # None as the JSON type stores it: null
+                "usages": [json_dumps(held[u]["usage"]) for u in uids]})
             won.update({r.uid: r.attempt for r in result})
         return won
     stmt = _built(session, ("mark_placed",), lambda pg: sa.update(workloads)
@@ -345,6 +355,9 @@ async def mark_placed(session: AsyncSession, by_cluster: Mapping[str, Sequence[s
         for chunk in _chunks(session, members):
             result = await session.execute(stmt, {"uids": list(chunk), "cluster": cluster, "now": now})
             won.update({r.uid: r.attempt for r in result})
+    if won:
+        await update_workloads(session, [{"b_uid": u, **{c: held[u][c] for c in HELD_COLUMNS}, "reserved_at": now}
+                                         for u in won])
     return won
 
 
