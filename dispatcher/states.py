@@ -92,7 +92,7 @@ class IllegalTransition(ValueError):
 def transition(old: S | str, new: S) -> S:
     """``new`` if a ``type(new)`` may go from ``old`` to it, else :class:`IllegalTransition`."""
     kind = type(new)
-    allowed = TRANSITIONS[kind].get(old)  # a StrEnum member hashes and compares as its string: no kind(old)
+    allowed = TRANSITIONS[kind].get(old)  # type: ignore[call-overload,arg-type]  # a StrEnum member hashes as its string
     if allowed is None:
         raise IllegalTransition(f"{old!r} is not a {kind.__name__}")
     if old != new and new not in allowed:
