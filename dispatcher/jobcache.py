@@ -86,13 +86,17 @@ def unpack(raw: bytes, start: int = 0) -> Any:
 class Head:
     """What is read of a cached Job without decoding it (read from the first bytes of its entry)."""
 
-    __slots__ = ("deleting", "generation", "managed_by", "namespace")
+    __slots__ = ("deleting", "generation", "managed_by", "namespace", "status")
 
-    def __init__(self, namespace: str, generation: int, deleting: bool, managed_by: str | None) -> None:
+    def __init__(self, namespace: str, generation: int, deleting: bool, managed_by: str | None,
+                 status: bool = True) -> None:
         self.namespace = namespace
         self.generation = generation
         self.deleting = deleting
         self.managed_by = managed_by
+        self.status = status
+        """Whether the Job has a ``status`` member (a Job just created has none: its first status write
+        needs no decoding to know it)."""
 
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> Head:
@@ -100,7 +104,8 @@ class Head:
         generation = meta.get("generation")
         return cls(sys.intern(str(meta.get("namespace") or "")),
                    generation if isinstance(generation, int) and generation >= 0 else 0,
-                   bool(meta.get("deletionTimestamp")), _managed_by(obj, str(obj.get("kind") or "")))
+                   bool(meta.get("deletionTimestamp")), _managed_by(obj, str(obj.get("kind") or "")),
+                   "status" in obj)
 
 
 class _Names:
@@ -132,8 +137,8 @@ class JobCache(MutableMapping[str, dict[str, Any]]):
     reads the header only.
 
     An entry is one bytes object: a header of a few bytes — managedBy (an index, 7 bits) and whether the
-    Job is being deleted (1 bit), its namespace (an index, 2 bytes), its generation (a varint) — then the
-    packed Job; no object per Job beside it (issue 15: 100,000 of them). A Job whose namespace or
+    Job is being deleted (1 bit), its namespace (an index, 2 bytes), its generation and whether it has a
+    status (a varint of ``generation << 1 | status``) — then the packed Job; no object per Job beside it (issue 15: 100,000 of them). A Job whose namespace or
     managedBy does not fit an index (more than 65,535 namespaces, 127 managedBy values) is kept with a
     :class:`Head` object instead.
     """
@@ -159,7 +164,7 @@ class JobCache(MutableMapping[str, dict[str, Any]]):
         if ns is None or manager is None:
             self._entries[uid] = (head, packed if packed is not None else pack(obj))
             return
-        generation, varint = head.generation, bytearray()
+        generation, varint = head.generation << 1 | head.status, bytearray()
         while generation > 0x7F:
             varint.append(generation & 0x7F | 0x80)
             generation >>= 7
@@ -191,8 +196,17 @@ class JobCache(MutableMapping[str, dict[str, Any]]):
             if byte < 0x80:
                 break
             shift += 7
-        return Head(self._namespaces.names[entry[1] | entry[2] << 8] or "", generation, entry[0] >= 0x80,
-                    self._managers.names[entry[0] & 0x7F])
+        return Head(self._namespaces.names[entry[1] | entry[2] << 8] or "", generation >> 1, entry[0] >= 0x80,
+                    self._managers.names[entry[0] & 0x7F], bool(generation & 1))
+
+    def status(self, uid: str) -> dict[str, Any] | None:
+        """The cached Job's ``status`` when it is a dict, else None (also for a Job not cached), decoded only
+        when the Job has one."""
+        head = self.head(uid)
+        if head is None or not head.status:
+            return None
+        status = self[uid].get("status")
+        return status if isinstance(status, dict) else None
 
     def held_bytes(self) -> int:
         """The cache's entries' total size (headers and compressed Jobs)."""

@@ -34,11 +34,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping, MutableMapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dispatcher.jobcache import pack, unpack
+from dispatcher.jobcache import JobCache, pack, unpack
 from dispatcher.workload import (
     IF_TRUE,
     MKD_CONDITIONS,
@@ -89,7 +89,7 @@ class _Todo:
 class KubeWriter:
     """Per-Job serial, cross-Job parallel writer of manager Job status, conditions and Events."""
 
-    def __init__(self, kube: Any, cache: MutableMapping[str, dict[str, Any]], clock: Clock, *,
+    def __init__(self, kube: Any, cache: JobCache, clock: Clock, *,
                  workers: int = 16, resource_for: Callable[[Any], Any] | None = None,
                  condition_linger: float = 0.5, status_linger: float = 2.0) -> None:
         self.kube = kube
@@ -318,9 +318,7 @@ class KubeWriter:
         written = self._written.get(uid)
         if written is not None:
             return unpack(written)  # type: ignore[no-any-return]
-        obj = self.cache.get(uid)
-        status = obj.get("status") if obj else None
-        return status if isinstance(status, dict) else None
+        return self.cache.status(uid)
 
     async def _apply(self, todo: _Todo) -> None:
         key = todo.key

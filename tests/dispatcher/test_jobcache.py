@@ -58,6 +58,21 @@ def test_the_header_holds_what_is_read_without_decoding() -> None:
     assert cache.head("nope") is None
 
 
+def test_the_header_says_whether_the_job_has_a_status() -> None:
+    cache = JobCache()
+    cache["u1"] = job(generation=300)  # a varint of more than one byte
+    head = cache.head("u1")
+    assert head is not None and not head.status and head.generation == 300 and cache.status("u1") is None
+    running = job(generation=300)
+    running["status"] = {"conditions": [{"type": "Running", "status": "True"}]}
+    cache["u1"] = running
+    head = cache.head("u1")
+    assert head is not None and head.status and head.generation == 300
+    assert cache.status("u1") == running["status"]
+    cache["u2"] = {"kind": "NotAKind", "metadata": {"name": "x"}, "status": "odd"}
+    assert cache.status("u2") is None and cache.status("nope") is None
+
+
 def test_intake_passes_on_only_what_changed_for_a_claimed_job() -> None:
     kind = by_name("PyTorchJob")
     engine: Any = SimpleNamespace(known={"u1": "PyTorchJob"}, cache=JobCache(),
