@@ -49,14 +49,16 @@ def relevant(kind: JobKind, engine: Engine, obj: Mapping[str, Any], deleted: boo
         if claimed:
             engine.cache[uid] = dict(obj)
         return True
-    if engine.writer.echo(uid, wl.meta(obj).get("resourceVersion")):
-        # mkd's own status write coming back: nothing else changed, and what the write changed the kube writer
-        # remembers itself (the cache's copy of a Job mkd writes is read for its spec and metadata only)
-        return False
-    engine.cache[uid] = dict(obj)
-    return (wl.generation_of(obj) != previous.generation
-            or previous.managed_by != managed_by
-            or wl.being_deleted(obj) != previous.deleting)
+    if (wl.generation_of(obj) != previous.generation or previous.managed_by != managed_by
+            or wl.being_deleted(obj) != previous.deleting):
+        engine.cache[uid] = dict(obj)
+        engine.writer.superseded(uid)  # a change held for the write in flight is older than this one
+        return True
+    # mkd's own status write coming back needs no new copy in the cache: the kube writer tells it, and
+    # remembers what it wrote (the cache's copy of a Job mkd writes is read for its spec and metadata only)
+    if not engine.writer.defer(uid, dict(obj)):
+        engine.cache[uid] = dict(obj)
+    return False
 
 
 class Intake:

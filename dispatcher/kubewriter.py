@@ -111,6 +111,10 @@ class KubeWriter:
         self._written: dict[str, bytes] = {}
         self._echoes: dict[str, str] = {}
         """uid -> resourceVersion of the Job after this writer's last status write, until intake sees its echo."""
+        self._patching: set[str] = set()
+        """Jobs whose status write is in flight: a watch event of one waits in ``_deferred`` for its answer."""
+        self._deferred: dict[str, dict[str, Any]] = {}
+        """uid -> the Job as a watch event showed it while its status write was in flight (perhaps its echo)."""
         self._idle = asyncio.Event()
         self._idle.set()
         self.writes = 0
@@ -212,19 +216,38 @@ class KubeWriter:
         """The Job is gone: drop what is remembered about it (queued work still runs and meets NotFound)."""
         self._written.pop(uid, None)
         self._echoes.pop(uid, None)
+        self._deferred.pop(uid, None)
 
-    def wrote(self, uid: str, resource_version: str) -> None:
-        """The Job's status was written and it now has ``resource_version`` (``echo`` tells its watch event)."""
-        self._echoes[uid] = resource_version
+    def wrote(self, uid: str, resource_version: str | None) -> None:
+        """The Job's status was written and it now has ``resource_version`` (None: the write failed, or its
+        answer had none). A watch event held meanwhile (``defer``) goes into the Job cache unless it is the
+        write's echo; else the echo is told when it comes (``defer``)."""
+        held = self._deferred.pop(uid, None)
+        if held is not None:
+            if resource_version is None or _version(held) != resource_version:
+                self.cache[uid] = held
+        elif resource_version is not None:
+            self._echoes[uid] = resource_version
 
-    def echo(self, uid: str, resource_version: str | None) -> bool:
-        """Whether a watch event of the Job at ``resource_version`` is the echo of this writer's last status
-        write: the Job as intake last saw it with that status (watch events come in resourceVersion order, so
-        any other change came as an event of its own), which the writer remembers already (``_written``)."""
-        if resource_version is None or self._echoes.get(uid) != resource_version:
-            return False
-        del self._echoes[uid]
-        return True
+    def superseded(self, uid: str) -> None:
+        """Intake put a newer copy of the Job into the cache: a change held for the write in flight is dropped."""
+        self._deferred.pop(uid, None)
+
+    def defer(self, uid: str, obj: dict[str, Any]) -> bool:
+        """Intake saw a change of the claimed Job ``uid`` that the engine need not hear of (no new generation,
+        managedBy or deletion). True: the writer takes care of it — it is the echo of this writer's last status
+        write (nothing else changed: watch events come in resourceVersion order, so any other change came as an
+        event of its own, and the writer remembers the status it wrote), or it waits for the answer of the write
+        in flight to tell (``wrote``). False: intake puts it into the Job cache as ever."""
+        version = _version(obj)
+        if version is not None and self._echoes.get(uid) == version:
+            del self._echoes[uid]
+            return True
+        if uid in self._patching and uid not in self._deferred:
+            self._deferred[uid] = obj
+            return True
+        self._deferred.pop(uid, None)  # a newer change: the cache takes it, not the one held
+        return False
 
     async def wait_idle(self) -> None:
         await self._idle.wait()
@@ -349,19 +372,29 @@ class KubeWriter:
             if current is not None and not patch:
                 self.unchanged += 1  # e.g. a status re-reported after a Resync: nothing to write
             else:
-                result = await self.kube.patch(res, key.name, {"status": patch}, key.namespace,
-                                               subresource="status")
+                self._patching.add(key.uid)
+                version: Any = None
+                try:
+                    result = await self.kube.patch(res, key.name, {"status": patch}, key.namespace,
+                                                   subresource="status")
+                    version = _version(result) if isinstance(result, dict) else None
+                finally:
+                    self._patching.discard(key.uid)
+                    self.wrote(key.uid, version if isinstance(version, str) else None)
                 self.writes += 1
                 written = result.get("status") if isinstance(result, dict) else None
                 self._written[key.uid] = pack(written if isinstance(written, dict) else target)
-                version = (result.get("metadata") or {}).get("resourceVersion") if isinstance(result, dict) else None
-                if isinstance(version, str):
-                    self.wrote(key.uid, version)
         for type_, reason, message in todo.events:
             involved = {"apiVersion": kind.api_version, "kind": kind.name,
                         "metadata": {"namespace": key.namespace, "name": key.name, "uid": key.uid}}
             await self.kube.event(involved, type=type_, reason=reason, message=message, component=COMPONENT)
         todo.events.clear()
+
+
+def _version(obj: Mapping[str, Any]) -> str | None:
+    meta = obj.get("metadata")
+    version = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+    return version if isinstance(version, str) else None
 
 
 def _resolved(reset: dict[str, Any], old: Mapping[str, Any]) -> dict[str, Any]:

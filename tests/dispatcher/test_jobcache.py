@@ -93,21 +93,51 @@ def test_intake_passes_on_only_what_changed_for_a_claimed_job() -> None:
 def test_the_echo_of_the_kube_writers_own_status_write_is_not_packed_again() -> None:
     kind = by_name("PyTorchJob")
     writer = KubeWriter(None, JobCache(), SystemClock())
-    engine: Any = SimpleNamespace(known={"u1": "PyTorchJob"}, cache=JobCache(), writer=writer)
+    engine: Any = SimpleNamespace(known={"u1": "PyTorchJob"}, cache=writer.cache, writer=writer)
     assert intake.relevant(kind, engine, job(), False)
-    writer.wrote("u1", "8")  # the status write's answer: the Job at resourceVersion 8
-    echo = job()
-    echo["metadata"]["resourceVersion"] = "8"
-    echo["status"] = {"conditions": [{"type": "Running", "status": "True"}]}
-    assert not intake.relevant(kind, engine, echo, False)
+    engine.cache["u1"] = job()
+
+    def at(version: str, **meta: Any) -> dict[str, Any]:
+        obj = job()
+        obj["metadata"].update(resourceVersion=version, **meta)
+        obj["status"] = {"conditions": [{"type": "Running", "status": "True"}]}
+        return obj
+
+    writer.wrote("u1", "8")  # the write's answer first: the Job is at resourceVersion 8
+    assert not intake.relevant(kind, engine, at("8"), False)
     assert engine.cache["u1"] == job()  # not packed again: the writer remembers the status it wrote
-    assert not writer.echo("u1", "8")  # an echo is met once
-    edited = copy.deepcopy(echo)
-    edited["metadata"].update(resourceVersion="9", labels={"team": "b"})
-    assert not intake.relevant(kind, engine, edited, False)  # anyone else's change refreshes the cache
-    assert engine.cache["u1"] == edited
-    writer.wrote("u1", "10")
-    assert intake.relevant(kind, engine, job(generation=2), False)  # not that resourceVersion: judged as ever
+    assert not intake.relevant(kind, engine, at("8"), False)  # an echo is met once
+    assert engine.cache["u1"] == at("8")
+
+    writer._patching.add("u1")  # a write in flight: its echo may come before its answer
+    assert not intake.relevant(kind, engine, at("9"), False)
+    assert engine.cache["u1"] == at("8")  # held until the answer tells
+    writer._patching.discard("u1")
+    writer.wrote("u1", "9")
+    assert engine.cache["u1"] == at("8")  # it was the echo
+
+    writer._patching.add("u1")
+    edited = at("10", labels={"team": "b"})  # someone else's change while the write is in flight
+    assert not intake.relevant(kind, engine, edited, False)
+    writer._patching.discard("u1")
+    writer.wrote("u1", "11")
+    assert engine.cache["u1"] == edited  # not the echo: the cache has it
+    assert not intake.relevant(kind, engine, at("11", labels={"team": "b"}), False)  # the echo, after
+
+    writer._patching.add("u1")
+    assert not intake.relevant(kind, engine, at("12"), False)
+    assert not intake.relevant(kind, engine, at("13"), False)  # a second change: the cache takes the newest
+    assert engine.cache["u1"] == at("13")
+    writer._patching.discard("u1")
+    writer.wrote("u1", "12")
+    assert engine.cache["u1"] == at("13")
+    writer._patching.add("u1")
+    assert not intake.relevant(kind, engine, at("14"), False)
+    newer = job(generation=2)
+    assert intake.relevant(kind, engine, newer, False)  # judged as ever, and newer than the one held
+    writer._patching.discard("u1")
+    writer.wrote("u1", None)  # the write failed
+    assert engine.cache["u1"] == newer
 
 
 def test_intake_passes_on_a_relist_deletion_stub_of_a_job_not_claimed_yet() -> None:
