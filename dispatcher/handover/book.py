@@ -96,8 +96,10 @@ class HandoverBook:
                 self._gone.add(uid)
             return
         md = wl.meta(obj)
-        self.jobs[sys.intern(uid)] = self._group((str(md.get("namespace") or ""), kind.name, controller_of(kind, obj)))
-        if kind.managed_by(obj) != labels.MULTIKUEUE and self.policies and uid not in self._recorded:
+        managed_by = kind.managed_by(obj)  # (read once: intake shows the book every event of every Job)
+        controller = managed_by if managed_by else f"{kind.controller} (default)"  # as controller_of says
+        self.jobs[sys.intern(uid)] = self._group((str(md.get("namespace") or ""), kind.name, controller))
+        if managed_by != labels.MULTIKUEUE and self.policies and uid not in self._recorded:
             self._todo[uid] = (kind, dict(obj))
 
     def counts(self) -> Counter[tuple[str, str, str]]:
