@@ -56,6 +56,7 @@ def rv_of(obj: Mapping[str, Any] | None) -> int:
 _POD_STATUS_KEEP = ("phase", "reason", "message", "conditions", "containerStatuses",
                     "initContainerStatuses")
 _CONTAINER_STATUS_KEEP = ("name", "ready", "restartCount", "state", "lastState")
+_CONTAINER_KEEP = ("name", "resources", "restartPolicy")
 _SLIM_META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences", "deletionTimestamp",
               "finalizers")
 KUBEFLOW_OPERATOR_LABEL = "training.kubeflow.org/operator-name"
@@ -81,44 +82,58 @@ def trim(obj: dict[str, Any], plural: str) -> dict[str, Any]:
         obj["metadata"] = {k: v for k, v in (meta or {}).items() if k in _SLIM_META and k != "ownerReferences"}
         return obj
     if plural == "pods":
-        if isinstance(meta, dict):
-            for key in [k for k in meta if k not in _SLIM_META]:
-                del meta[key]
-            refs = meta.get("ownerReferences")
-            if refs:  # the controller's uid is all that is read (pods are filtered to their controller)
-                meta["ownerReferences"] = [{"uid": r.get("uid"), "controller": True} for r in refs
-                                           if r.get("controller")]
-        spec = obj.get("spec")
-        if isinstance(spec, dict):
-            for key in [k for k in spec if k not in _POD_SPEC_KEEP]:
-                del spec[key]
-            for key in ("containers", "initContainers"):
-                for container in spec.get(key) or []:
-                    for field_name in [k for k in container if k not in ("name", "resources", "restartPolicy")]:
-                        del container[field_name]
-        status = obj.get("status")
-        if isinstance(status, dict):
-            for key in [k for k in status if k not in _POD_STATUS_KEEP]:
-                del status[key]
-            status["conditions"] = [{"type": c.get("type"), "status": c.get("status")}
-                                    for c in status.get("conditions") or [] if c.get("type") == "Ready"]
-            status.pop("startTime", None)
-            for key in ("containerStatuses", "initContainerStatuses"):
-                for cs in status.get(key) or []:
-                    for field_name in [k for k in cs if k not in _CONTAINER_STATUS_KEEP]:
-                        del cs[field_name]
-                    for state_key in ("state", "lastState"):
-                        state = cs.get(state_key)
-                        if isinstance(state, dict):
-                            slim = {k: {f: v[f] for f in ("exitCode", "reason") if f in v}
-                                    for k, v in state.items() if isinstance(v, dict)}
-                            if any(slim.values()) or state_key == "state":
-                                cs[state_key] = slim
-                            else:
-                                del cs[state_key]
-        for key in [k for k in obj if k not in ("metadata", "spec", "status")]:
-            del obj[key]
+        _trim_pod(obj, meta)
     return obj
+
+
+def _slim_state(state: dict[str, Any]) -> dict[str, Any]:
+    return {k: {f: v[f] for f in ("exitCode", "reason") if f in v} for k, v in state.items() if isinstance(v, dict)}
+
+
+def _trim_pod(obj: dict[str, Any], meta: Any) -> None:
+    """``trim`` of a pod: each part rebuilt from the few keys kept (a watched pod has dozens that are not;
+    deleting them one by one cost twice as much). The parts replaced are the informer's own: ``obj`` itself
+    is changed in place, so what the informer holds shrinks with it."""
+    if isinstance(meta, dict):
+        slim = {k: meta[k] for k in _SLIM_META if k in meta}
+        refs = slim.get("ownerReferences")
+        if refs:  # the controller's uid is all that is read (pods are filtered to their controller)
+            slim["ownerReferences"] = [{"uid": r.get("uid"), "controller": True} for r in refs if r.get("controller")]
+        obj["metadata"] = slim
+    spec = obj.get("spec")
+    if isinstance(spec, dict):
+        spec = obj["spec"] = {k: spec[k] for k in _POD_SPEC_KEEP if k in spec}
+        for key in ("containers", "initContainers"):
+            containers = spec.get(key)
+            if containers:
+                spec[key] = [{k: c[k] for k in _CONTAINER_KEEP if k in c} for c in containers]
+    status = obj.get("status")
+    if isinstance(status, dict):
+        slim_status = {k: status[k] for k in _POD_STATUS_KEEP if k in status}
+        slim_status["conditions"] = [{"type": c.get("type"), "status": c.get("status")}
+                                     for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+        for key in ("containerStatuses", "initContainerStatuses"):
+            statuses = slim_status.get(key)
+            if not statuses:
+                continue
+            kept = []
+            for cs in statuses:
+                cs = {k: cs[k] for k in _CONTAINER_STATUS_KEEP if k in cs}
+                state = cs.get("state")
+                if isinstance(state, dict):
+                    cs["state"] = _slim_state(state)
+                last = cs.get("lastState")
+                if isinstance(last, dict):
+                    slim_last = _slim_state(last)
+                    if any(slim_last.values()):
+                        cs["lastState"] = slim_last
+                    else:
+                        del cs["lastState"]
+                kept.append(cs)
+            slim_status[key] = kept
+        obj["status"] = slim_status
+    for key in [k for k in obj if k not in ("metadata", "spec", "status")]:
+        del obj[key]
 
 
 class Stored(enum.IntEnum):

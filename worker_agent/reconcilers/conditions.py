@@ -9,6 +9,7 @@ printer column reads the last one).
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 from typing import Any
 
@@ -20,8 +21,9 @@ SUSPENDED = "Suspended"
 FAILED = "Failed"
 
 
+@functools.lru_cache(maxsize=8)
 def rfc3339(at: datetime) -> str:
-    """metav1.Time's wire form: seconds precision, UTC, ``Z``."""
+    """metav1.Time's wire form: seconds precision, UTC, ``Z``. Remembered: a pass stamps one ``now`` several times."""
     return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 

@@ -103,6 +103,8 @@ class KubeflowV1Reconciler:
     replica_types: tuple[str, ...] = ()
     """Canonical replica types in the order they are reconciled."""
     children: tuple[Resource, ...] = (PODS, SERVICES)
+    _canonical: dict[tuple[str, ...], dict[str, str]] = {}
+    """Replica types by their lower-case spelling, per ``replica_types`` (``defaulted_specs``)."""
 
     # --- naming ---------------------------------------------------------------------------
     def child_selector(self, job: Mapping[str, Any]) -> str:
@@ -117,8 +119,9 @@ class KubeflowV1Reconciler:
                 REPLICA_TYPE: rtype.lower(), REPLICA_INDEX: str(index)}
 
     def selector(self, job: Mapping[str, Any], rtype: str) -> str:
-        pairs = {OPERATOR_NAME: self.operator_name, JOB_NAME: self.job_label(job), REPLICA_TYPE: rtype.lower()}
-        return ",".join(f"{k}={pairs[k]}" for k in sorted(pairs))
+        # the keys in sorted order (job-name < operator-name < replica-type), as upstream's label selector prints
+        return (f"{JOB_NAME}={self.job_label(job)},{OPERATOR_NAME}={self.operator_name},"
+                f"{REPLICA_TYPE}={rtype.lower()}")
 
     @staticmethod
     def child_name(job: Mapping[str, Any], rtype: str, index: int) -> str:
@@ -132,7 +135,9 @@ class KubeflowV1Reconciler:
         raw = (job.get("spec") or {}).get(self.specs_field) or {}
         if not isinstance(raw, Mapping) or not raw:
             raise Invalid(f"spec.{self.specs_field}", "no replica specs", fix="add at least one replica type")
-        canonical = {t.lower(): t for t in self.replica_types}
+        canonical = self._canonical.get(self.replica_types)
+        if canonical is None:
+            canonical = self._canonical[self.replica_types] = {t.lower(): t for t in self.replica_types}
         found: dict[str, ReplicaSpec] = {}
         for key, body in raw.items():
             rtype = canonical.get(str(key).lower())
@@ -370,8 +375,10 @@ class KubeflowV1Reconciler:
     def _deadline_requeue(plan: Plan, run_policy: Mapping[str, Any], status: Mapping[str, Any],
                           now: datetime) -> None:
         deadline = run_policy.get("activeDeadlineSeconds")
+        if deadline is None:
+            return
         started = cond.parse_time(status.get("startTime"))
-        if deadline is None or started is None:
+        if started is None:
             return
         remaining = (started + timedelta(seconds=int(deadline)) - now).total_seconds()
         plan.requeue_after = _sooner(plan.requeue_after, max(remaining, 0.0) + 0.001)
@@ -392,7 +399,7 @@ class KubeflowV1Reconciler:
             if exceeds or self._past_backoff(specs, pods, int(backoff)):
                 return f"Job {name} has failed because it has reached the specified backoff limit"
         deadline = run_policy.get("activeDeadlineSeconds")
-        started = cond.parse_time(status.get("startTime"))
+        started = cond.parse_time(status.get("startTime")) if deadline is not None else None
         if deadline is not None and started is not None and (now - started).total_seconds() >= int(deadline):
             return f"Job {name} has failed because it was active longer than specified deadline"
         return ""
@@ -560,8 +567,9 @@ class KubeflowV1Reconciler:
             env = self.pod_env(job, specs, rspec.rtype, index)
         except Invalid as exc:
             raise PassAborted("FailedCreatePod", exc.message) from exc
-        for container in pod_spec.get("containers") or []:
-            container["env"] = [*(container.get("env") or []), *json_copy(env)]
+        for i, container in enumerate(pod_spec.get("containers") or []):
+            # ``env`` is built for this pod: the first container takes it, the others a copy each
+            container["env"] = [*(container.get("env") or []), *(env if i == 0 else json_copy(env))]
         inits = self.init_containers(job, specs, rspec.rtype, index)
         if inits:
             pod_spec["initContainers"] = [*(pod_spec.get("initContainers") or []), *inits]
