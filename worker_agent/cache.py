@@ -225,32 +225,42 @@ class ObjectCache:
     def _put(self, key: Key, obj: dict[str, Any]) -> bool:
         """Store ``obj``; True when what reconcilers read of it changed (more than its resourceVersion)."""
         old = self.headers.get(key)
-        if old is not None:
-            self._unindex(key, old)
+        node: str | None = None
+        spec: dict[str, Any] = {}
         if self.plural == "pods":
-            spec = obj.get("spec")
-            spec = spec if isinstance(spec, dict) else {}
-            shape = bytes(memoryview(orjson.dumps([spec.get("containers"), spec.get("initContainers"),
-                                                   spec.get("overhead")])))
-            shape = self._shapes.setdefault(shape, shape)  # thousands of replicas share a few shapes
-            # the node is for capacity only: scheduling alone then leaves the stored pod as it was
-            self.pod_usage[key] = (str((obj.get("status") or {}).get("phase") or ""), spec.pop("nodeName", None),
-                                   shape)
+            found = obj.get("spec")
+            if isinstance(found, dict):
+                spec = found
+                # the node is for capacity only: scheduling alone then leaves the stored pod as it was
+                node = spec.pop("nodeName", None)
         meta = obj.get("metadata")
         rv = meta.pop("resourceVersion", None) if isinstance(meta, dict) else None
         raw = pack(obj)
         if rv is not None:
             meta["resourceVersion"] = rv  # type: ignore[index]
-        changed = self.raw.get(key) != raw
+        previous = self.raw.get(key)
+        changed = previous != raw
         self.raw[key] = raw
+        if self.plural == "pods":
+            usage = self.pod_usage.get(key)
+            if usage is not None and not changed:
+                shape = usage[2]  # the containers are part of ``raw``: the same as before
+            else:
+                shape = bytes(memoryview(orjson.dumps([spec.get("containers"), spec.get("initContainers"),
+                                                       spec.get("overhead")])))
+                shape = self._shapes.setdefault(shape, shape)  # thousands of replicas share a few shapes
+            self.pod_usage[key] = (str((obj.get("status") or {}).get("phase") or ""), node, shape)
         header_meta = _shrink(obj)
         self.headers[key] = obj
         self.by_namespace.setdefault(key[0], {})[key[1]] = obj
-        obj_labels = header_meta.get("labels") or {}
-        for label, index in self.indexes.items():
-            value = obj_labels.get(label)
-            if value is not None:
-                index.setdefault((key[0], value), {})[key[1]] = obj
+        if self.indexes:
+            obj_labels = header_meta.get("labels") or {}
+            if old is not None and (old.get("metadata") or {}).get("labels") != obj_labels:
+                self._unindex(key, old)
+            for label, index in self.indexes.items():
+                value = obj_labels.get(label)
+                if value is not None:
+                    index.setdefault((key[0], value), {})[key[1]] = obj
         return changed
 
     def _unindex(self, key: Key, obj: Mapping[str, Any]) -> None:

@@ -303,10 +303,11 @@ class KubeflowV1Reconciler:
             return self._finish(plan, old, status)
 
         conflicts: list[str] = []
+        pod_groups, service_groups = self._by_replica(pods), self._by_replica(services)
         try:
             for rspec in specs.values():
-                self._reconcile_pods(plan, job, specs, rspec, pods, status, now)
-                conflicts += self._reconcile_services(plan, job, rspec, services)
+                self._reconcile_pods(plan, job, specs, rspec, pod_groups, status, now)
+                conflicts += self._reconcile_services(plan, job, rspec, service_groups)
         except PassAborted as exc:
             # upstream: a Pod or Service that cannot be built ("port not found", "failed to find the
             # port") aborts the pass before the status update; what was already planned still
@@ -419,25 +420,34 @@ class KubeflowV1Reconciler:
         return restarts > 0 if limit == 0 else restarts >= limit
 
     @staticmethod
-    def _slices(objs: list[dict[str, Any]], rtype: str, replicas: int) -> list[list[dict[str, Any]]]:
-        by_index: dict[int, list[dict[str, Any]]] = {}
-        wanted = rtype.lower()
+    def _by_replica(objs: list[dict[str, Any]]) -> dict[str, dict[int, list[dict[str, Any]]]]:
+        """``objs`` by their replica-type label and replica-index (those without a non-negative integer index
+        are skipped, as upstream does), grouped once per pass for every replica type."""
+        grouped: dict[str, dict[int, list[dict[str, Any]]]] = {}
         for obj in objs:
             obj_labels = _meta(obj).get("labels") or {}
-            if obj_labels.get(REPLICA_TYPE) != wanted:
+            rtype = obj_labels.get(REPLICA_TYPE)
+            if rtype is None:
                 continue
             try:
                 index = int(obj_labels.get(REPLICA_INDEX, ""))
             except ValueError:
                 continue
             if index >= 0:
-                by_index.setdefault(index, []).append(obj)
+                grouped.setdefault(rtype, {}).setdefault(index, []).append(obj)
+        return grouped
+
+    @staticmethod
+    def _slices(grouped: Mapping[str, Mapping[int, list[dict[str, Any]]]], rtype: str,
+                replicas: int) -> list[list[dict[str, Any]]]:
+        """One bucket per index of ``rtype`` (``_by_replica``): max(highest index + 1, replicas) of them."""
+        by_index = grouped.get(rtype.lower()) or {}
         size = max([replicas, *(i + 1 for i in by_index)])
         return [by_index.get(i, []) for i in range(size)]
 
     def _reconcile_pods(self, plan: Plan, job: Mapping[str, Any], specs: Mapping[str, ReplicaSpec],
-                        rspec: ReplicaSpec, pods: list[dict[str, Any]], status: dict[str, Any],
-                        now: datetime) -> None:
+                        rspec: ReplicaSpec, pods: Mapping[str, Mapping[int, list[dict[str, Any]]]],
+                        status: dict[str, Any], now: datetime) -> None:
         rtype = rspec.rtype
         status.setdefault("replicaStatuses", {})[rtype] = {}
         entry = status["replicaStatuses"][rtype]
@@ -483,7 +493,7 @@ class KubeflowV1Reconciler:
                 _bump(entry, "failed")
 
     def _reconcile_services(self, plan: Plan, job: Mapping[str, Any], rspec: ReplicaSpec,
-                            services: list[dict[str, Any]]) -> list[str]:
+                            services: Mapping[str, Mapping[int, list[dict[str, Any]]]]) -> list[str]:
         """Create / delete the per-index Services; returns one line per index blocked by duplicates."""
         rtype = rspec.rtype
         conflicts: list[str] = []
