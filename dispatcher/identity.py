@@ -132,8 +132,8 @@ class Identity:
                        f"register it with `mkctl clusters register {cluster} --public-key ...`")
             self.pending[cluster] = ("unregistered", message, n + 1, now)
             raise Refused("unregistered", message)
-        claimed = peek(payload)
-        will = channel == "presence" and claimed is not None and claimed[1] == 0
+        claimed = peek(payload) if channel == "presence" else None  # only a heartbeat is a will message
+        will = claimed is not None and claimed[1] == 0
         opened = self.opener.open(topic, payload, keys, check_age=not will)
         if will:
             if self.streams.get(cluster) != opened.stream:
