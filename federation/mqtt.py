@@ -24,7 +24,7 @@ import logging
 import random
 import socket
 import ssl
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -101,20 +101,29 @@ def _tls_context(settings: MqttSettings) -> ssl.SSLContext:
     return context
 
 
-@contextlib.contextmanager
-def _translate(action: str) -> Iterator[None]:
-    """The one place where library errors become ours: bad credentials are Permanent, the rest Transport."""
-    try:
-        yield
-    except aiomqtt.MqttCodeError as exc:
-        code = getattr(exc.rc, "value", exc.rc)
-        if isinstance(exc, MqttConnectError) and code in _BAD_CREDENTIALS:
-            raise Permanent(f"MQTT {action}: broker refused the credentials ({exc})", reason="MqttAuth") from exc
-        raise Transport(f"MQTT {action}: {exc}") from exc
-    except aiomqtt.MqttError as exc:
-        raise Transport(f"MQTT {action}: {exc or type(exc).__name__}") from exc
-    except (OSError, ssl.SSLError, EOFError) as exc:
-        raise Transport(f"MQTT {action}: {exc or type(exc).__name__}") from exc
+class _translate:
+    """The one place where library errors become ours: bad credentials are Permanent, the rest Transport.
+
+    A class rather than a generator-based context manager: it is entered for every publish."""
+
+    __slots__ = ("action",)
+
+    def __init__(self, action: str) -> None:
+        self.action = action
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        action = self.action
+        if isinstance(exc, aiomqtt.MqttCodeError):
+            code = getattr(exc.rc, "value", exc.rc)
+            if isinstance(exc, MqttConnectError) and code in _BAD_CREDENTIALS:
+                raise Permanent(f"MQTT {action}: broker refused the credentials ({exc})", reason="MqttAuth") from exc
+            raise Transport(f"MQTT {action}: {exc}") from exc
+        if isinstance(exc, aiomqtt.MqttError | OSError | ssl.SSLError | EOFError):
+            raise Transport(f"MQTT {action}: {exc or type(exc).__name__}") from exc
 
 
 class LinkHealth:
