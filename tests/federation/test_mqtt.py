@@ -10,6 +10,7 @@ import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography import x509
@@ -137,6 +138,33 @@ async def test_messages_raise_transport_when_the_link_drops(broker_url: str, top
             await asyncio.wait_for(anext(it), TIMEOUT)
         with pytest.raises(LinkClosed):
             await link.publish(f"{topic_root}/x", b"after drop")
+
+
+async def test_messages_received_before_the_link_drops_come_before_the_error(broker_url: str, topic_root: str) -> None:
+    """paho acknowledged them as it handed them over: the broker will not send them again, so they must not be lost."""
+    settings = MqttSettings(url=broker_url)
+    async with MqttLink(settings, client_id=cid("pub"), persistent=False) as pub, \
+            MqttLink(settings, client_id=cid("sub"), persistent=False) as sub:
+        await sub.subscribe(f"{topic_root}/#")
+        it = sub.messages()
+        received = asyncio.Event()  # the three are in the link, not read yet
+        paho: Any = sub._client._client  # type: ignore[union-attr]
+        handed_over = paho.on_message
+
+        def counted(client: Any, userdata: Any, message: Any) -> None:
+            handed_over(client, userdata, message)
+            if sub._inbox.qsize() == 3:
+                received.set()
+        paho.on_message = counted
+        for i in range(3):
+            await pub.publish(f"{topic_root}/x", b"m%d" % i)
+        await asyncio.wait_for(received.wait(), TIMEOUT)
+        sub.drop()
+        assert [(await next_message(sub, it)).payload for _ in range(3)] == [b"m0", b"m1", b"m2"]
+        with pytest.raises(Transport):
+            await asyncio.wait_for(anext(it), TIMEOUT)
+        with pytest.raises(Transport):  # and again: the end stays
+            await asyncio.wait_for(anext(it), TIMEOUT)
 
 
 async def test_link_state_errors(broker_url: str) -> None:
