@@ -580,6 +580,10 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
                           "--database-url", database_url, "--mqtt-client-id", f"{tag}-dispatcher", *common,
                           "--signing-private-key", keys["dispatcher"][0],
                           "--cluster-public-keys", json.dumps({w: keys[w][1] for w in WORKERS}), *dispatcher_args)
+        # The agents start once the dispatcher listens: what an agent sends before that (its first heartbeat
+        # and Inventory) no subscription keeps, so the dispatcher meets its report stream part-way and answers
+        # with a Resync, which lands in the burst and has every agent report its jobs again.
+        await wait_for_log(logs / "dispatcher.log", "listening to the agents' Reports", procs)
         for w in WORKERS:
             await procs.start(f"agent-{w}", *mkctl, "agent", "--cluster-name", w, "--kubeconfig", str(configs[w]),
                               "--mqtt-client-id", f"{tag}-agent-{w}", "--heartbeat-interval-seconds", "2", *common,
@@ -701,6 +705,18 @@ async def stop_py_spy(spies: dict[str, tuple[asyncio.subprocess.Process, Path]])
             proc.kill()
         tops[name] = collapsed_top(path) if path.exists() else []
     return tops
+
+
+async def wait_for_log(path: Path, text: str, procs: Processes, within: float = 60.0) -> None:
+    """Wait until a line of the log at ``path`` contains ``text``."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        procs.check()
+        with contextlib.suppress(OSError):
+            if text in await asyncio.to_thread(path.read_text, errors="replace"):
+                return
+        await asyncio.sleep(0.05)
+    raise RuntimeError(f"{path.name} did not say {text!r} within {within:g} s")
 
 
 async def wait_clusters_online(database_url: str, procs: Processes, within: float = 180.0) -> None:

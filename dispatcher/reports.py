@@ -48,6 +48,7 @@ class ReportSubscriber:
             try:
                 async with MqttLink(self.settings.mqtt, client_id=self.client_id) as link:
                     await link.subscribe(topics.all_reports(root), topics.all_presence(root))
+                    log.info("listening to the agents' Reports and presence under %s/", root)
                     self.subscribed.set()
                     self.engine.listening_since = self.clock.monotonic()  # re-sends wait for queued answers
                     health.connected_now()
