@@ -4,7 +4,8 @@ Tasks (all named, all owned by the Supervisor): one informer per watched job kin
 selector = this agent's origin) and per child resource (pods, services, ... plus nodes for
 capacity), the apply loop's worker pool, the MQTT link loop (reconnect with LinkHealth; on each
 connect: subscribe to the commands topic, send an Inventory and a heartbeat), the outbox
-senders and the heartbeat loop. The will message is a Heartbeat with ``online=False``; a clean
+senders and the heartbeat loop (whose capacity is measured only once the node and pod informers
+have listed: ``_wait_for_lists``). The will message is a Heartbeat with ``online=False``; a clean
 shutdown publishes the same before leaving.
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Coroutine
@@ -85,6 +87,10 @@ class Agent:
         self.lease: LeaseKeeper | None = None
         self._regained = asyncio.Event()
         self.capacity_changed = asyncio.Event()
+        self._listed: set[str] = set()
+        """Which of the node and pod informers have completed a list (``follow_children``)."""
+        self.capacity_known = asyncio.Event()
+        """Set once both the node and the pod caches were listed: only then is capacity measured from them."""
         self.connected = asyncio.Event()
         self.meter: CapacityMeter | None = None
         self._unserved_logged: set[str] = set()
@@ -223,7 +229,8 @@ class Agent:
         res = self.child_resources[plural]
         cache = self.caches[plural]
         assert self.apply is not None
-        async for event in self.kube.informer(res, namespace):
+        listed = functools.partial(self._listed_once, plural) if plural in (PODS.plural, NODES.plural) else None
+        async for event in self.kube.informer(res, namespace, listed=listed):
             obj = event.object
             stored: Stored | None = None
             if event.type == "DELETED":
@@ -245,6 +252,17 @@ class Agent:
                 echo = stored is not None and self.apply.own_echo(plural, key_of(obj), stored,
                                                                   added=event.type == "ADDED")
                 self.apply.enqueue_owner(obj, self.by_uid, echo=echo)
+
+    def _listed_once(self, plural: str) -> None:
+        """A list of nodes or pods is complete and every event of it is in the cache (called after each relist
+        too: a relist changes the cache event by event on the loop, without giving way, and never empties it,
+        so a heartbeat never sees one half done)."""
+        if self.capacity_known.is_set():
+            return
+        self._listed.add(plural)
+        if self._listed >= {NODES.plural, PODS.plural}:
+            self.capacity_known.set()
+            self.capacity_changed.set()
 
     def _check_foreign(self, child: dict[str, Any]) -> None:
         """A child another controller made for a copy the agent runs: refuse that job (worker_agent.foreign)."""
@@ -328,9 +346,14 @@ class Agent:
         interval = self.settings.heartbeat_interval_seconds
         while True:
             await self.connected.wait()
-            snapshot = self.meter.snapshot()
-            capacity = await asyncio.to_thread(self.meter.measure, snapshot) if len(snapshot[1]) > 2000 \
-                else self.meter.measure(snapshot)
+            if not self.capacity_known.is_set() and last is None:
+                await self._wait_for_lists(interval)
+            if self.capacity_known.is_set():
+                snapshot = self.meter.snapshot()
+                capacity = await asyncio.to_thread(self.meter.measure, snapshot) if len(snapshot[1]) > 2000 \
+                    else self.meter.measure(snapshot)
+            else:
+                capacity = Capacity()  # no room claimed until the caches are true (see _wait_for_lists)
             now = self.clock.monotonic()
             if capacity != last or now - last_sent >= interval:
                 hb = self._heartbeat(capacity)
@@ -341,6 +364,25 @@ class Agent:
             self.capacity_changed.clear()
             await sleep_or(self.capacity_changed, max(0.0, interval - (self.clock.monotonic() - last_sent)))
             await asyncio.sleep(self.settings.capacity_debounce_seconds)
+
+    async def _wait_for_lists(self, interval: float) -> None:
+        """Before the first heartbeat: wait for the node and pod informers' first lists, at most ``interval``.
+
+        Capacity measured from caches that have not listed is false: no nodes reads as a cluster without
+        room, nodes without their pods as one with room it does not have, and the dispatcher believes
+        either until the next heartbeat. But waiting with no bound would be worse when the API server is
+        down or slow at start: without heartbeats the agent gets no lease (it fences its Jobs after
+        ``lease_startup_grace_seconds``) and the dispatcher marks the cluster lost after
+        ``heartbeat_timeout_seconds``. So after one interval the heartbeat goes anyway, with an empty
+        Capacity, as do those after it until the lists are complete: the lease is renewed and the
+        cluster stays online, but nothing is placed on room nobody has seen. The heartbeat with the
+        measured capacity follows as soon as both lists are in (``_listed_once`` wakes this loop)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.capacity_known.wait(), interval)
+        if not self.capacity_known.is_set():
+            missing = sorted({NODES.plural, PODS.plural} - self._listed)
+            log.warning("%s not listed after %.1fs: heartbeats claim no capacity until they are",
+                        " and ".join(missing), interval)
 
     # --- run ------------------------------------------------------------------------------------
     def _lease_regained(self) -> None:
