@@ -21,7 +21,7 @@ def collector() -> Iterator[None]:
 
 
 @pytest.mark.usefixtures("collector")
-def test_a_service_runs_with_its_imports_frozen_and_the_default_thresholds() -> None:
+def test_a_service_runs_with_its_imports_frozen_and_young_collections_spaced_out() -> None:
     seen: dict[str, object] = {}
 
     async def main(stop: asyncio.Event) -> None:
@@ -31,7 +31,7 @@ def test_a_service_runs_with_its_imports_frozen_and_the_default_thresholds() -> 
     gc.unfreeze()
     before = gc.get_threshold()
     run_until_signal(main)
-    assert seen["threshold"] == before  # cyclic garbage holding a connection is freed as soon as before
+    assert seen["threshold"] == (gctune.YOUNG, before[1], before[2])  # the older generations as CPython's
     assert isinstance(seen["frozen"], int) and seen["frozen"] > 10_000  # the imported modules and classes
 
 
