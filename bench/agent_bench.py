@@ -206,10 +206,12 @@ def run_agent() -> None:
     import logging
     import signal
 
+    from federation import gctune
     from worker_agent.app import run
     from worker_agent.settings import AgentSettings
 
     logging.basicConfig(level=logging.WARNING)
+    gctune.tune()  # the collector's settings mkctl's service runner gives the agent
 
     async def main() -> None:
         stop = asyncio.Event()

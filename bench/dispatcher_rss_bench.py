@@ -130,6 +130,10 @@ async def _dispatcher(settings_json: str, conn: Any, trace: bool) -> None:
 
 
 def dispatcher_main(settings_json: str, conn: Any, trace: bool) -> None:
+    from dispatcher.app import Dispatcher  # noqa: F401  (imported before the freeze, as mkctl's runner has it)
+    from federation import gctune
+
+    gctune.tune()  # the collector's settings mkctl's service runner gives the dispatcher
     asyncio.run(_dispatcher(settings_json, conn, trace))
 
 
