@@ -80,9 +80,9 @@ class MqttSettings(BaseModel):
     """Cap on the reconnect delay in seconds: a broker back after an outage is found within 30 s."""
 
     max_inflight: int = Field(default=32, ge=1, le=65535)
-    """QoS 1 publishes awaiting their PUBACK at once; more concurrent callers wait their turn. 32 keeps
-    the socket busy (about 8,000 publishes/s to a local Mosquitto) while aiomqtt's per-publish
-    bookkeeping, linear in the number in flight, stays cheap: 5,000 in flight fall to ~2,000/s."""
+    """QoS 1 publishes awaiting their PUBACK at once (paho's in-flight window); more concurrent callers
+    wait their turn, before their publish timeout starts. A few dozen keep the socket to a local
+    Mosquitto busy; beyond paho's window a publish would wait in its queue with its timer running."""
 
     publish_timeout: float = Field(default=10.0, gt=0)
     """Seconds a publish waits for its PUBACK before it fails with Transport."""
