@@ -10,11 +10,12 @@ moves what exists then out of the collector's sight for good (``gc.freeze()``); 
 process anyway.
 
 Young collections then run every ``YOUNG`` (10,000) net allocations instead of CPython's 700. What a
-young collection walks is what is alive and not frozen: jobs in flight, caches, batches. At 700 the services
-walked it ~270 (agent) and ~440 (dispatcher) times per 1,000 jobs in ``bench/e2e_bench.py -n 1000``, 0.12 and
-0.15 CPU-s of collector time per 1,000 jobs, about 0.5 CPU-ms per job over the dispatcher and three agents
-(measured with ``gc.callbacks``, 2026-11-24, sixth session); at 10,000 it is ~16 collections and ~0.02 CPU-s.
-The middle and old generations keep CPython's thresholds (10, 10).
+young collection walks is what is alive and not frozen: jobs in flight, caches, batches. Measured with
+``gc.callbacks`` from ``tune`` on, in ``bench/e2e_bench.py -n 1000`` (2026-11-24, sixth session, two runs
+each): at 700 each agent ran ~73 collections (0.03 CPU-s) and the dispatcher ~230 (0.08 CPU-s), about
+0.17 CPU-ms per job over the dispatcher and three agents; at 10,000, 2–9 collections and ~0.05 CPU-ms per
+job. (Counted from process start instead, the imports' own collections add ~0.1 CPU-s per process at
+700: that is start-up, not per job.) The middle and old generations keep CPython's thresholds (10, 10).
 
 A larger young generation frees cyclic garbage later, so nothing may depend on the collector to give a
 resource back: database sessions and connections are released by their context managers (``async with``),
