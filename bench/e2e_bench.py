@@ -32,7 +32,7 @@ the floor has no such observer. By default it watches the manager only (the run 
 Running there) and reads the other stages from the dispatcher's tables after the run. ``--agent-stages``
 adds the agent-side stages (a PyTorchJob watch on each worker and the Report tap: Accepted sealed, Running
 on the worker, Status with startTime sealed, and legs 1 and 2 split at Running on the worker); they cost
-this process about 0.4 CPU-ms per job beside the federation, which lowers the end-to-end rate and the
+this process about 0.25-0.3 CPU-ms per job beside the federation, which lowers the end-to-end rate and the
 ratio of that run (bench/RESULTS.md, sixth session). ``--py-spy`` records
 the dispatcher and one agent during the end-to-end phase and prints their top frames
 (``--py-spy-kubesims``: the manager's and the first worker's kubesim too).
@@ -506,7 +506,7 @@ class Result:
             legs = {"leg 1 manager->worker Running": ("created", "worker_running"),
                     "leg 2 worker->manager mirror": ("worker_running", "mirrored"), "total": ("created", "mirrored")}
         else:
-            out.append("  (agent-side stages not observed: --agent-stages adds them, at ~0.4 CPU-ms/job in this process)")
+            out.append("  (agent-side stages not observed: --agent-stages adds them, at ~0.25-0.3 CPU-ms/job in this process)")
             legs = {"leg 1 manager->Report recorded": ("created", "reported"),
                     "leg 2 Report->manager mirror": ("reported", "mirrored"), "total": ("created", "mirrored")}
         for name, (a, b) in legs.items():
@@ -791,7 +791,7 @@ def main() -> None:
                              "creating as fast as the manager's API takes them")
     parser.add_argument("--agent-stages", action="store_true",
                         help="also watch every worker and tap the agents' Reports for the agent-side stages "
-                             "(~0.4 CPU-ms/job in this process, beside the federation: a lower rate and ratio)")
+                             "(~0.25-0.3 CPU-ms/job in this process, beside the federation: a lower rate and ratio)")
     args = parser.parse_args()
     import logging
 
