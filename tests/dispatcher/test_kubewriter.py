@@ -188,6 +188,15 @@ def test_a_status_passes_when_the_job_has_no_condition_of_its_own_or_only_create
     assert not passing({"conditions": [{"type": "Complete", "status": "True"}]})
 
 
+async def _running_takes_along_what_waited(kube: Kube, writer: KubeWriter, key: JobKey) -> None:
+    """Running goes at once, in one write with the Accepted's condition and Created that waited for it."""
+    writer.mirror(key, _running(), finished=False)
+    await asyncio.wait_for(writer.wait_idle(), 30)
+    assert writer.writes == 1
+    st = (await kube.get(PYTORCHJOBS, key.name, key.namespace))["status"]
+    assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED, "Created", "Running"]
+
+
 async def test_accepted_created_and_running_share_one_write(kube: Kube) -> None:
     key, writer, task = await job_and_writer(kube, "passing", workers=2, condition_linger=3600, status_linger=3600)
     try:
@@ -195,11 +204,7 @@ async def test_accepted_created_and_running_share_one_write(kube: Kube) -> None:
         writer.mirror(key, _created(), finished=False)  # Created: the Job leaves it soon, it waits too
         await asyncio.sleep(0.2)
         assert writer.writes == 0 and writer.backlog == 1
-        writer.mirror(key, _running(), finished=False)  # Running goes at once, with what waited
-        await asyncio.wait_for(writer.wait_idle(), 30)
-        assert writer.writes == 1
-        st = (await kube.get(PYTORCHJOBS, "passing", "default"))["status"]
-        assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED, "Created", "Running"]
+        await _running_takes_along_what_waited(kube, writer, key)
 
         more = _running()
         more["replicaStatuses"]["Worker"] = {"active": 1}
@@ -239,11 +244,7 @@ async def test_an_event_goes_at_once_without_what_waits_for_the_workers_status(k
         await asyncio.sleep(0.2)
         assert sorted(await _events_of(kube, "evented")) == ["Noted", "Placed"]
         assert writer.writes == 0 and writer.backlog == 1
-        writer.mirror(key, _running(), finished=False)  # Running goes at once, with what waited
-        await asyncio.wait_for(writer.wait_idle(), 30)
-        assert writer.writes == 1
-        st = (await kube.get(PYTORCHJOBS, "evented", "default"))["status"]
-        assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED, "Created", "Running"]
+        await _running_takes_along_what_waited(kube, writer, key)
     finally:
         task.cancel()
 
