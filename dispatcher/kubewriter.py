@@ -79,11 +79,8 @@ class _Todo:
     held_since: float = 0.0
     """Loop time the current wait began: later work extends it, never past the longest wait from here."""
     for_status: bool = False
-    """The current wait is for the worker's next status (``status_linger``), not a condition's alone."""
-    hold: float | None = None
-    """Queued for an Event while its conditions / status wait for the worker's next status: they may wait until
-    this loop time instead of going with the Event (an Event goes at once; it takes along only what waits for
-    nothing but itself)."""
+    """The current wait is for the worker's next status (``status_linger``), not a condition's alone: an Event
+    queued meanwhile goes alone (``_work``), and the rest keeps waiting."""
 
 
 class KubeWriter:
@@ -142,20 +139,10 @@ class KubeWriter:
                 self._linger(todo, linger, for_status)
             else:
                 self._release(key.uid)
-        elif linger <= 0:
-            todo.hold = None  # queued, and now everything goes at once
-        elif for_status and todo.events and key.uid not in self._busy:
-            self._hold(todo, linger)  # queued for an Event: this waits on past it
+        elif (for_status and linger > 0 and key.uid not in self._busy and not todo.conditions
+              and todo.status is None):
+            self._linger(todo, linger, for_status)  # queued for Events alone: they go alone, this waits
         return todo
-
-    def _hold(self, todo: _Todo, seconds: float) -> None:
-        """``todo`` is queued for an Event; what it holds for the worker's status may wait ``seconds`` more,
-        within the longest wait from when its wait began (see ``_linger``)."""
-        now = asyncio.get_running_loop().time()
-        if todo.hold is None:
-            todo.held_since = now
-        due = min(now + seconds, todo.held_since + max(self.condition_linger, self.status_linger))
-        todo.hold = due if todo.hold is None else max(todo.hold, due)
 
     def _linger(self, todo: _Todo, seconds: float, for_status: bool = False) -> None:
         """Hold ``todo`` until ``seconds`` from now, but no longer than the longest wait since its wait began
@@ -206,10 +193,14 @@ class KubeWriter:
         return new is not None and new == latest_condition(unpack(written))
 
     def event(self, key: JobKey, type_: Literal["Normal", "Warning"], reason: str, message: str) -> None:
-        """An Event goes at once; what waits for the worker's next status keeps waiting (``hold``)."""
+        """An Event goes at once, taking along what waits for nothing else; what waits for the worker's next
+        status keeps waiting (``_work`` writes the Events of a waiting todo alone)."""
         todo = self._todo.get(key.uid)
-        if todo is not None and todo.lingering is not None and todo.for_status and key.uid not in self._busy:
-            todo.hold = todo.lingering
+        if todo is not None and todo.lingering is not None and todo.for_status:
+            todo.events.append((type_, reason, message))
+            if key.uid not in self._busy:
+                self._queue.put_nowait(key.uid)
+            return
         self._entry(key).events.append((type_, reason, message))
 
     def forget(self, uid: str) -> None:
@@ -278,27 +269,19 @@ class KubeWriter:
             for _ in range(self.workers):
                 group.create_task(self._work())
 
-    def _split(self, todo: _Todo) -> None:
-        """``todo`` goes now for its Events; what it holds for the worker's status waits on until its hold."""
-        due = todo.hold
-        todo.hold = None
-        if due is None or not todo.events or (not todo.conditions and todo.status is None) or self.status_linger <= 0:
-            return
-        loop = asyncio.get_running_loop()
-        if due <= loop.time():
-            return
-        rest = self._todo[todo.key.uid] = _Todo(todo.key, todo.conditions, todo.status, held_since=todo.held_since,
-                                               for_status=True, lingering=due)
-        todo.conditions, todo.status = {}, None
-        loop.call_at(due, self._release, rest.key.uid, due)
-
     async def _work(self) -> None:
         while True:
             uid = await self._queue.get()
-            todo = self._todo.pop(uid, None)
+            todo = self._todo.get(uid)
             if todo is None:
                 continue
-            self._split(todo)
+            if todo.lingering is None:
+                del self._todo[uid]
+            elif todo.events:  # queued for its Events while the rest waits for the worker's status: they go alone
+                waiting, todo = todo, _Todo(todo.key, events=todo.events)
+                waiting.events = []
+            else:
+                continue  # waiting, and its Events are written already: its wait's end queues it
             self._busy.add(uid)
             try:
                 await self._apply(todo)
@@ -318,8 +301,8 @@ class KubeWriter:
             finally:
                 self._busy.discard(uid)
                 after = self._todo.get(uid)
-                if after is not None and after.lingering is None:
-                    self._queue.put_nowait(uid)  # (a lingering one is queued when its wait ends: _release)
+                if after is not None and (after.lingering is None or after.events):
+                    self._queue.put_nowait(uid)  # (a waiting one goes when its wait ends: _release)
                 elif not self._todo and not self._busy:
                     self._idle.set()
 
