@@ -21,6 +21,7 @@ import orjson
 
 from dispatcher.placement import Need, PodSetDemand
 from federation import labels, messages
+from federation.clock import rfc3339
 from federation.errors import Invalid
 from federation.kinds.base import JobKind
 from federation.podset import Resources, format_quantity, parse_quantity, total_requests
@@ -205,18 +206,11 @@ def place_command(kind: JobKind, job: Mapping[str, Any], *, origin: str, attempt
     )
 
 
-@functools.lru_cache(maxsize=16)
-def _stamp(now: datetime, offset: object) -> str:
-    """A condition's time (a batch's conditions share one ``now``: formatted once, not once a Job); ``offset``
-    keeps apart equal times in other zones, which format differently."""
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def condition(type_: str, status: bool, reason: str, message: str, now: datetime,
               observed_generation: int | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "type": type_, "status": "True" if status else "False", "reason": reason,
-        "message": message[:32768], "lastTransitionTime": _stamp(now, now.utcoffset()),
+        "message": message[:32768], "lastTransitionTime": rfc3339(now),
     }
     if observed_generation:
         out["observedGeneration"] = observed_generation

@@ -5,11 +5,24 @@ checked without sleeping. Anything that waits or timestamps takes a ``Clock``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
+
+
+def rfc3339(at: datetime) -> str:
+    """metav1.Time's wire form: seconds precision, ``Z``. The last few are remembered: a reconcile pass or a
+    dispatcher batch stamps one ``now`` on many conditions."""
+    return _rfc3339(at, at.utcoffset())
+
+
+@functools.lru_cache(maxsize=16)
+def _rfc3339(at: datetime, offset: object) -> str:
+    # ``offset`` keeps apart equal instants in other zones, which format differently
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 class Clock(Protocol):

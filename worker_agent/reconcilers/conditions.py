@@ -9,9 +9,10 @@ printer column reads the last one).
 
 from __future__ import annotations
 
-import functools
 from datetime import datetime
 from typing import Any
+
+from federation.clock import rfc3339 as rfc3339  # (the reconcilers import it from here)
 
 CREATED = "Created"
 RUNNING = "Running"
@@ -19,12 +20,6 @@ RESTARTING = "Restarting"
 SUCCEEDED = "Succeeded"
 SUSPENDED = "Suspended"
 FAILED = "Failed"
-
-
-@functools.lru_cache(maxsize=8)
-def rfc3339(at: datetime) -> str:
-    """metav1.Time's wire form: seconds precision, UTC, ``Z``. Remembered: a pass stamps one ``now`` several times."""
-    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def parse_time(value: str | None) -> datetime | None:
