@@ -101,6 +101,8 @@ class ApiServer:
         self.faults = faults
         self.bookmark_seconds = bookmark_seconds
         self.watchers: set[Watcher] = set()
+        self.last_watch_line: tuple[Rec | None, str, bytes] = (None, "", b"")
+        """The watch line built last (record, event type, line), for the next watch that sends the same event."""
         self.address = "127.0.0.1:0"
         self.webhooks = Webhooks(store)
         self.audit = AuditLog()

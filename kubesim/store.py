@@ -62,7 +62,8 @@ class Store(DeletionMixin):
         self.history: deque[tuple[int, str, str, Rec, Rec | None]] = deque(maxlen=history)
         self.compacted = 0  # events with rv <= this are gone from history
         self._subs: builtins.list[tuple[Subscriber, frozenset[str] | None]] = []
-        self._raw_subs: builtins.list[RawSubscriber] = []
+        self._raw_subs: dict[str, tuple[RawSubscriber, ...]] = {}
+        """Watch callbacks by resource key: a commit calls only the watches of its own resource."""
         self._next_ip = 1
         # Deferred work (GC, namespace finalization); the server points this at loop.call_soon so the
         # work happens after the response like the real controllers; without a loop it runs inline.
@@ -111,10 +112,21 @@ class Store(DeletionMixin):
         self._subs.append(entry)
         return lambda: self._subs.remove(entry) if entry in self._subs else None
 
-    def subscribe_raw(self, fn: RawSubscriber) -> Callable[[], None]:
-        """Like subscribe but gets (type, res, rec, previous rec) without parsing; used by watches."""
-        self._raw_subs.append(fn)
-        return lambda: self._raw_subs.remove(fn) if fn in self._raw_subs else None
+    def subscribe_raw(self, fn: RawSubscriber, resource: str) -> Callable[[], None]:
+        """Like subscribe but gets (type, res, rec, previous rec) without parsing, for commits of ``resource``
+        only; used by watches. Callbacks are kept per resource (as the real server keeps a watch cache per
+        resource), so a commit does not call the watches of other resources."""
+        self._raw_subs[resource] = (*self._raw_subs.get(resource, ()), fn)
+
+        def unsubscribe() -> None:
+            subs = list(self._raw_subs.get(resource, ()))
+            if fn in subs:
+                subs.remove(fn)
+                if subs:
+                    self._raw_subs[resource] = tuple(subs)
+                else:
+                    del self._raw_subs[resource]
+        return unsubscribe
 
     # ------------------------------------------------------------------ lookups
 
@@ -200,7 +212,7 @@ class Store(DeletionMixin):
         if len(self.history) == self.history.maxlen:
             self.compacted = self.history[0][0]
         self.history.append((self.rv, etype, rt.key, rec, old))
-        for raw_fn in list(self._raw_subs):
+        for raw_fn in self._raw_subs.get(rt.key, ()):  # a tuple: what was subscribed when the commit began
             try:
                 raw_fn(etype, rt.key, rec, old)
             except Exception:  # a broken watcher must not break the write that triggered it

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import threading
+import time
 
 import pytest
 from kubernetes import client, watch
@@ -157,6 +159,40 @@ def test_watch_bookmarks(api: client.ApiClient, ns: str, sim_only: object) -> No
             break
     resp.release_conn()
     assert types[0] == "ADDED" and "BOOKMARK" in types
+
+
+@pytest.mark.kubesim_only("kubesim sends a bookmark every second; a real server about once a minute")
+def test_watch_bookmark_and_timeout_after_a_stream_of_events(api: client.ApiClient, ns: str,
+                                                             sim_only: object) -> None:
+    # Events that keep a watch busy for longer than a bookmark interval must not lose its quiet-time
+    # bookmark nor its timeout (one timer serves all of a watch's waits).
+    v1 = client.CoreV1Api(api)
+    rv = v1.list_namespaced_config_map(ns).metadata.resource_version
+    resp = v1.list_namespaced_config_map(ns, watch=True, resource_version=rv, allow_watch_bookmarks=True,
+                                         timeout_seconds=4, _preload_content=False)
+
+    def writer() -> None:
+        for i in range(8):
+            v1.create_namespaced_config_map(ns, {"metadata": {"name": f"busy-{i}"}})
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    events: list[tuple[str, str]] = []
+    started = time.monotonic()
+    for chunk in resp.stream(amt=None):
+        for raw in chunk.splitlines():
+            if raw.strip():
+                ev = json.loads(raw)
+                events.append((ev["type"], ev["object"]["metadata"].get("name", "")))
+    ended = time.monotonic() - started
+    resp.release_conn()
+    thread.join()
+    added = [name for kind, name in events if kind == "ADDED"]
+    assert added == [f"busy-{i}" for i in range(8)]
+    last_added = max(i for i, (kind, _) in enumerate(events) if kind == "ADDED")
+    assert any(kind == "BOOKMARK" for kind, _ in events[last_added:])
+    assert ended < 30  # the stream ended on its own (timeoutSeconds), not on the client's patience
 
 
 @pytest.mark.kubesim_only("forces a compaction through kubesim's store")
