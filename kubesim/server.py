@@ -155,7 +155,9 @@ class ApiServer:
 
     async def _route(self, request: Request) -> Response | StreamResponse:
         path = request.path
-        parts = [unquote(p) for p in path.strip("/").split("/")] if path.strip("/") else []
+        stripped = path.strip("/")
+        parts = ([unquote(p) for p in stripped.split("/")] if "%" in stripped else stripped.split("/")) if stripped \
+            else []
         if not parts:
             return self._json({"paths": ["/api", "/api/v1", "/apis", "/version", "/healthz"]})
         head = parts[0]

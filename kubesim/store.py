@@ -184,7 +184,8 @@ class Store(DeletionMixin):
         meta["resourceVersion"] = str(self.rv)
         ns = meta.get("namespace", "") if rt.namespaced else ""
         name = meta["name"]
-        owners = tuple(o.get("uid", "") for o in meta.get("ownerReferences") or ())
+        refs = meta.get("ownerReferences")
+        owners = tuple(o.get("uid", "") for o in refs) if refs else ()
         # apiVersion and kind lead the stored bytes, so that list items can drop them cheaply.
         ordered = {"apiVersion": obj.get("apiVersion") or rt.api_version(), "kind": obj.get("kind") or rt.kind}
         ordered.update(obj)

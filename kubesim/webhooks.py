@@ -90,7 +90,9 @@ class Webhooks:
     def _hooks(self, key: str) -> list[tuple[str, dict[str, Any]]]:
         """(configuration name, webhook) in call order, parsed again only when a configuration changed."""
         recs = self.store._objs.get(key, {}).get("", {})
-        sig = (len(recs), max((r.rv for r in recs.values()), default=0))
+        if not recs:
+            return []  # asked on every write: most clusters have no webhook configuration
+        sig = (len(recs), max(r.rv for r in recs.values()))
         hit = self._cache.get(key)
         if hit is None or hit[0] != sig:
             hooks = [(name, w) for name in sorted(recs) for w in recs[name].obj().get("webhooks") or ()]
