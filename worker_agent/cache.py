@@ -87,38 +87,77 @@ def trim(obj: dict[str, Any], plural: str) -> dict[str, Any]:
 
 
 def _slim_state(state: dict[str, Any]) -> dict[str, Any]:
-    return {k: {f: v[f] for f in ("exitCode", "reason") if f in v} for k, v in state.items() if isinstance(v, dict)}
+    out: dict[str, Any] = {}
+    for k, v in state.items():
+        if isinstance(v, dict):
+            kept = {}
+            if "exitCode" in v:
+                kept["exitCode"] = v["exitCode"]
+            if "reason" in v:
+                kept["reason"] = v["reason"]
+            out[k] = kept
+    return out
 
 
 def _trim_pod(obj: dict[str, Any], meta: Any) -> None:
     """``trim`` of a pod: each part rebuilt from the few keys kept (a watched pod has dozens that are not;
     deleting them one by one cost twice as much). The parts replaced are the informer's own: ``obj`` itself
-    is changed in place, so what the informer holds shrinks with it."""
+    is changed in place, so what the informer holds shrinks with it.
+
+    Plain loops, not comprehensions: each comprehension is a function call of its own on Python 3.11, and a
+    pod took about a dozen (3 watch events and a create answer per pod, issue 15)."""
     if isinstance(meta, dict):
-        slim = {k: meta[k] for k in _SLIM_META if k in meta}
+        slim = {}
+        for k in _SLIM_META:
+            if k in meta:
+                slim[k] = meta[k]
         refs = slim.get("ownerReferences")
         if refs:  # the controller's uid is all that is read (pods are filtered to their controller)
-            slim["ownerReferences"] = [{"uid": r.get("uid"), "controller": True} for r in refs if r.get("controller")]
+            controllers = []
+            for r in refs:
+                if r.get("controller"):
+                    controllers.append({"uid": r.get("uid"), "controller": True})
+            slim["ownerReferences"] = controllers
         obj["metadata"] = slim
     spec = obj.get("spec")
     if isinstance(spec, dict):
-        spec = obj["spec"] = {k: spec[k] for k in _POD_SPEC_KEEP if k in spec}
+        kept_spec = {}
+        for k in _POD_SPEC_KEEP:
+            if k in spec:
+                kept_spec[k] = spec[k]
+        obj["spec"] = spec = kept_spec
         for key in ("containers", "initContainers"):
             containers = spec.get(key)
             if containers:
-                spec[key] = [{k: c[k] for k in _CONTAINER_KEEP if k in c} for c in containers]
+                slim_containers = []
+                for c in containers:
+                    kept = {}
+                    for k in _CONTAINER_KEEP:
+                        if k in c:
+                            kept[k] = c[k]
+                    slim_containers.append(kept)
+                spec[key] = slim_containers
     status = obj.get("status")
     if isinstance(status, dict):
-        slim_status = {k: status[k] for k in _POD_STATUS_KEEP if k in status}
-        slim_status["conditions"] = [{"type": c.get("type"), "status": c.get("status")}
-                                     for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+        slim_status = {}
+        for k in _POD_STATUS_KEEP:
+            if k in status:
+                slim_status[k] = status[k]
+        ready = []
+        for c in status.get("conditions") or []:
+            if c.get("type") == "Ready":
+                ready.append({"type": "Ready", "status": c.get("status")})
+        slim_status["conditions"] = ready
         for key in ("containerStatuses", "initContainerStatuses"):
             statuses = slim_status.get(key)
             if not statuses:
                 continue
-            kept = []
-            for cs in statuses:
-                cs = {k: cs[k] for k in _CONTAINER_STATUS_KEEP if k in cs}
+            slim_statuses = []
+            for full in statuses:
+                cs = {}
+                for k in _CONTAINER_STATUS_KEEP:
+                    if k in full:
+                        cs[k] = full[k]
                 state = cs.get("state")
                 if isinstance(state, dict):
                     cs["state"] = _slim_state(state)
@@ -129,8 +168,8 @@ def _trim_pod(obj: dict[str, Any], meta: Any) -> None:
                         cs["lastState"] = slim_last
                     else:
                         del cs["lastState"]
-                kept.append(cs)
-            slim_status[key] = kept
+                slim_statuses.append(cs)
+            slim_status[key] = slim_statuses
         obj["status"] = slim_status
     for key in [k for k in obj if k not in ("metadata", "spec", "status")]:
         del obj[key]
@@ -317,6 +356,11 @@ class ObjectCache:
             self._unwatched.discard(key)
             return Stored.CHANGED
         return Stored.CHANGED if changed else Stored.SAME_CONTENT
+
+    def watched_at(self, key: Key, rv: int) -> bool:
+        """Whether the version held of ``key`` is ``rv`` and came from the watch (not only from a write's answer)."""
+        header = self.headers.get(key)
+        return header is not None and rv >= 0 and rv_of(header) == rv and key not in self._unwatched
 
     def remove(self, key: Key, *, rv: int = -1) -> None:
         current = self.headers.pop(key, None)
