@@ -453,10 +453,12 @@ class ApplyLoop:
         finally:
             if self._writing.get(key) is write:
                 del self._writing[key]
-        if self.on_status is not None:
+        rv = rv_of(updated)
+        if self.on_status is not None and not cache.watched_at((key[1], key[2]), rv):
+            # (when the watch brought this very version first, Agent.follow_jobs reported it then)
             self.on_status(str(job.get("kind")), updated)
             if not write.echoed:  # reported: its echo need not be (Agent.follow_jobs), nor start a pass if it settles
-                self._status_written[key] = (rv_of(updated), write.settled and _same_but_status(job, updated))
+                self._status_written[key] = (rv, write.settled and _same_but_status(job, updated))
         cache.upsert(updated)
         return None
 

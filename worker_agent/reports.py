@@ -14,6 +14,7 @@ carrying it whole, ``finished`` from the JobKind, ``gone`` when the job is delet
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import uuid
 from collections import Counter, deque
@@ -287,10 +288,22 @@ class Outbox:
 
 def placement_of(job: Mapping[str, Any]) -> PlacementKey | None:
     job_labels = (job.get("metadata") or {}).get("labels") or {}
+    uid, attempt, epoch = (job_labels.get(labels.WORKLOAD_UID), job_labels.get(labels.PLACEMENT_ATTEMPT, "0"),
+                           job_labels.get(labels.EPOCH, "0"))
     try:
-        return PlacementKey(workload_uid=job_labels[labels.WORKLOAD_UID],
-                            attempt=int(job_labels.get(labels.PLACEMENT_ATTEMPT, "0")),
-                            epoch=int(job_labels.get(labels.EPOCH, "0")))
+        return _placement(uid, attempt, epoch)
+    except TypeError:  # a label value that is not a string (not from an API server): not remembered
+        return _placement.__wrapped__(uid, attempt, epoch)
+
+
+@functools.lru_cache(maxsize=8192)
+def _placement(uid: Any, attempt: Any, epoch: Any) -> PlacementKey | None:
+    """The PlacementKey of a Job's labels, remembered: every watch event and status write of a Job reads it
+    (~5 a Job), and validating a new frozen PlacementKey cost more than the rest of the reading."""
+    if uid is None:
+        return None
+    try:
+        return PlacementKey(workload_uid=uid, attempt=int(attempt), epoch=int(epoch))
     except (KeyError, ValueError):
         return None
 
@@ -330,8 +343,8 @@ class Reporter:
         """Given its report epoch by the agent before the first Report (``worker_agent.seq``)."""
         self.last_seq: dict[str, int] = {}
         """workload uid -> last seq sent."""
-        self._last_status: dict[str, tuple[int, int, int]] = {}
-        """workload uid -> (attempt, epoch, hash of the status last sent)."""
+        self._last_status: dict[str, tuple[int, int, int, bool]] = {}
+        """workload uid -> (attempt, epoch, hash of the status last sent, whether it is finished)."""
         self._finished: dict[str, bool] = {}
 
     def _send(self, report: Accepted | Rejected | Status | Inventory) -> None:
@@ -365,22 +378,29 @@ class Reporter:
         placement = placement_of(job)
         if placement is None:
             return
+        uid = placement.workload_uid
         status = job.get("status") or {}
+        if deleted:
+            finished = kind.finished(job)
+            self._last_status.pop(uid, None)
+            self._finished.pop(uid, None)
+            self.status(placement, status, finished.outcome if finished else None, gone=True)
+            return
+        fingerprint = (placement.attempt, placement.epoch, _digest(status))
+        last = self._last_status.get(uid)
+        if not force and last is not None and last[:3] == fingerprint:
+            # the status sent last (an echo, the answer to a status write): whether it is finished was read
+            # from that very status (a JobKind reads finished from .status only)
+            self._finished[uid] = last[3]
+            return
         finished = kind.finished(job)
         outcome = finished.outcome if finished else None
-        if deleted:
-            self._last_status.pop(placement.workload_uid, None)
-            self._finished.pop(placement.workload_uid, None)
-            self.status(placement, status, outcome, gone=True)
+        self._finished[uid] = outcome is not None
+        if not force and not status and (last is None or last[:2] != fingerprint[:2]):
+            # a copy just created that no controller has written a status for yet: the Accepted already
+            # said it exists, and an empty status mirrors nothing
             return
-        self._finished[placement.workload_uid] = outcome is not None
-        fingerprint = (placement.attempt, placement.epoch, _digest(status))
-        last = self._last_status.get(placement.workload_uid)
-        if not force and (last == fingerprint or (not status and (last is None or last[:2] != fingerprint[:2]))):
-            # unchanged, or a copy just created that no controller has written a status for yet: the
-            # Accepted already said it exists, and an empty status mirrors nothing
-            return
-        self._last_status[placement.workload_uid] = fingerprint
+        self._last_status[uid] = (*fingerprint, outcome is not None)
         self.status(placement, status, outcome)
 
     def running(self) -> int:
