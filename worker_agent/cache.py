@@ -202,7 +202,10 @@ def _shrink(obj: dict[str, Any]) -> dict[str, Any]:
     """Shrink ``obj`` in place to its header and return the header's metadata: the informer that yielded
     the dict keeps this very object, so only what the header holds stays alive."""
     meta = obj.get("metadata") or {}
-    header_meta = {k: meta[k] for k in _HEADER_META if k in meta}
+    header_meta = {}
+    for k in _HEADER_META:  # a loop: a comprehension is a call of its own (every upsert shrinks once)
+        if k in meta:
+            header_meta[k] = meta[k]
     obj.clear()
     obj["metadata"] = header_meta
     return header_meta
