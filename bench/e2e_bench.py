@@ -406,11 +406,13 @@ async def floor_run(kubes: dict[str, Kube], n: int) -> tuple[float, int]:
     """The same work with no federation: per job the user's create and the writes mkd causes.
 
     Returns (elapsed seconds, Kubernetes writes made). The worker copy, its children and its status
-    are what ``prepare_for_worker`` and the agent's own PyTorchJob reconciler produce; no dispatcher
+    are what ``prepare_for_worker`` and the agent's own PyTorchJob reconciler produce, with the labels the
+    dispatcher and the annotations the agent stamp on them; no dispatcher
     or agent is running (they are stopped before this), so nothing else touches these objects.
     """
     from datetime import UTC, datetime
 
+    from dispatcher.workload import stamp
     from federation.kube import PODS, SERVICES
     from worker_agent.reconcilers import conditions as cond
     from worker_agent.reconcilers.base import Observed
@@ -429,16 +431,20 @@ async def floor_run(kubes: dict[str, Kube], n: int) -> tuple[float, int]:
         manager, worker = kubes["manager"], kubes[WORKERS[i % len(WORKERS)]]
         on_manager = await manager.create(PYTORCHJOBS, job(name, FLOOR_NAMESPACE, labels.MULTIKUEUE), FLOOR_NAMESPACE)
         uid = on_manager["metadata"]["uid"]
-        stamp = {labels.ORIGIN: "bench-floor", labels.WORKLOAD_UID: uid, labels.PLACEMENT_ATTEMPT: "1",
-                 labels.EPOCH: "1", labels.JOB_KIND: kind.name}
-        body = kind.prepare_for_worker(on_manager, stamp=stamp, managed_by=None)
+        body = kind.prepare_for_worker(on_manager, stamp=stamp(origin="bench-floor", uid=uid, attempt=1, epoch=1,
+                                                               kind=kind.name), managed_by=None)
+        # what the agent adds to the copy and to each child it creates (worker_agent/inbox.py, apply.py)
+        body["metadata"]["annotations"] = {**(body["metadata"].get("annotations") or {}),
+                                           labels.SPEC_VERSION_ANNOTATION: "1", labels.CREATED_BY: "bench-floor"}
         copy_ = await worker.create(PYTORCHJOBS, body, FLOOR_NAMESPACE)
         plan = rec.render(Observed(job=copy_, children={}, now=datetime.now(UTC)))
         owner = {"apiVersion": copy_["apiVersion"], "kind": copy_["kind"], "name": name,
                  "uid": copy_["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
         for res, child in plan.creates:
             assert res in (PODS, SERVICES), res
-            child.setdefault("metadata", {})["ownerReferences"] = [owner]
+            meta = child.setdefault("metadata", {})
+            meta["ownerReferences"] = [owner]
+            meta["annotations"] = {**(meta.get("annotations") or {}), labels.CREATED_BY: "bench-floor"}
             await worker.create(res, child, FLOOR_NAMESPACE)
         status = dict(plan.status or {})
         for entry in (status.get("replicaStatuses") or {}).values():
