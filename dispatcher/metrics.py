@@ -138,6 +138,7 @@ class DispatcherMetrics:
                                   "broker", registry=r)
         self.actions = Counter("mkd_admin_actions", "Admin actions by verb and result", ["verb", "result"],
                                registry=r)
+        self._lag_of: dict[str, Any] = {}
         self.resyncs = 0
         self._placements_seen = 0
         self._accepted_seen = datetime.now(UTC)
@@ -160,7 +161,10 @@ class DispatcherMetrics:
     def report_taken(self, report: Any, received_at: datetime) -> None:
         sent = getattr(report, "sent_at", None)
         if sent is not None:
-            self.report_lag.labels(report.type).observe(max(0.0, (received_at - sent).total_seconds()))
+            lag = self._lag_of.get(report.type)
+            if lag is None:  # one child per Report type, looked up once (``labels`` takes a lock: ~5 us a Report)
+                lag = self._lag_of[report.type] = self.report_lag.labels(report.type)
+            lag.observe(max(0.0, (received_at - sent).total_seconds()))
 
     def resync_sent(self) -> None:
         self.resyncs += 1
