@@ -36,9 +36,12 @@ class PolicyGate:
         """(policy, worker namespace, the Job's spec as JSON) -> the check's answer: a policy reads nothing
         else of a Job, and Jobs submitted from one template would be checked alike again and again."""
 
-    def apply(self, entries: Mapping[str, Any], cache: JobCache,
-              heartbeats: Mapping[str, messages.Heartbeat]) -> None:
-        """Exclude, per queued Workload, the clusters whose policy refuses it (its own constraints kept)."""
+    def apply(self, entries: Mapping[str, Any], cache: JobCache, heartbeats: Mapping[str, messages.Heartbeat],
+              decoded: Mapping[str, Mapping[str, Any]] | None = None) -> None:
+        """Exclude, per queued Workload, the clusters whose policy refuses it (its own constraints kept).
+        ``decoded``: Jobs at hand already decoded (the batch's), read instead of decoding them from ``cache``
+        (~15 us each; a Job is checked first in the batch that claims it)."""
+        fresh = decoded if decoded is not None else {}
         announced = {name: hb for name, hb in heartbeats.items() if hb.policy is not None}
         texts = {name: hb.policy.model_dump_json() for name, hb in announced.items()}  # type: ignore[union-attr]
         if len(self._base) > 2 * len(entries) + 1000:
@@ -48,7 +51,8 @@ class PolicyGate:
             base = self._base.get(uid)
             own = base[1] if base is not None and base[0] is e else e.placement  # a new entry: its own
             head = cache.head(uid) if announced else None
-            refused = (self.refusals(uid, head, lambda uid=uid: cache[uid], announced, texts)  # type: ignore[misc]
+            refused = (self.refusals(uid, head, lambda uid=uid: fresh.get(uid) or cache[uid],  # type: ignore[misc]
+                                     announced, texts)
                        if head is not None else {})
             if refused:
                 self._base[uid] = (e, own)  # kept only while a policy changes it (issue 15: 100,000 entries)

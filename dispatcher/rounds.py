@@ -68,7 +68,8 @@ class PlacementRound(EngineCore):
             b.w_updates.setdefault(uid, {}).update(priority=priority, priority_source=source[:253])
             if uid in b.w:
                 b.w[uid].update(priority=priority, priority_source=source[:253])
-        self.policies.apply(qs.queues.entries, self.cache, self.book.heartbeats)  # clusters that would refuse
+        # clusters that would refuse (the batch's Jobs as decoded already)
+        self.policies.apply(qs.queues.entries, self.cache, self.book.heartbeats, b.jobs)
         result = qs.schedule(views, now=b.now, timeout=self.settings.heartbeat_timeout_seconds)
         if result.admitted or result.evicted:
             await self._load(s, b, [a.entry.uid for a in result.admitted] + [v.uid for v in result.evicted])
