@@ -64,7 +64,7 @@ class ClusterHealth(EngineCore):
         timeout = timedelta(seconds=self.settings.heartbeat_timeout_seconds)
         # clusters heard since this dispatcher started, and those only the database knows (silent since)
         last = {**self.last_heartbeat, **self.book.received}
-        for name, received in last.items():
+        for name, received in sorted(last.items()):  # rows locked by name (see dispatcher/leases.py)
             if name not in self.lost and b.now - received > timeout:
                 self.lost[name] = b.now
                 b.event(None, "cluster_lost", cluster=name, reason="HeartbeatTimeout",

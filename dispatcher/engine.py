@@ -181,8 +181,8 @@ class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, F
                     described[uid] = await self._describe(ch)
                     if len(described) % 50 == 0:
                         await asyncio.sleep(0)  # keep the loop (and the MQTT socket) responsive
-            for hb in heartbeats.values():
-                await self._heartbeat(s, b, hb)
+            for cluster in sorted(heartbeats):  # rows locked by name, as the lease desk does (dispatcher/leases.py)
+                await self._heartbeat(s, b, heartbeats[cluster])
             if tick:
                 await self._check_clusters(s, b)
                 await self._resend_unanswered(s, b)

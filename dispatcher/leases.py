@@ -98,7 +98,9 @@ class LeaseDesk:
         e, seconds = self.engine, self.engine.settings.lease_seconds
         ends = {it.report.cluster: it.received_at + timedelta(seconds=seconds) for it in items}  # type: ignore[union-attr]
         async with e.sessions.begin() as s:
-            known = {name for name, end in ends.items() if await q.extend_lease(s, name, end)}
+            # by name, as the engine writes the rows of the heartbeats it takes: two transactions locking
+            # the same rows in two orders deadlock (PostgreSQL fails one of them)
+            known = {name for name, end in sorted(ends.items()) if await q.extend_lease(s, name, end)}
         out: list[tuple[ReportIn, str, bytes]] = []
         left: list[ReportIn] = []
         for item in items:

@@ -211,3 +211,44 @@ async def test_a_heartbeat_is_answered_with_one_lease_even_when_the_engine_handl
     queued = [messages.decode_command(keys.unseal(row.payload, row.topic)) for row in rows]
     by_engine = [c for c in queued if isinstance(c, messages.Lease) and c.heartbeat_sent_at == beat.sent_at]
     assert len(by_engine) + sum(lease.heartbeat_sent_at == beat.sent_at for lease in by_desk) == 1
+
+
+async def test_the_engine_and_the_lease_desk_lock_cluster_rows_in_one_order(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both write ``clusters`` rows for the heartbeats they take, each in its own transaction; in arrival
+    order, one could lock worker-2 then worker-1 while the other locked worker-1 then worker-2, and
+    PostgreSQL broke the deadlock by failing one of them (seen at start-up, when every agent beats at once).
+    Both go by the cluster's name."""
+    from datetime import UTC, datetime
+
+    from dispatcher.batch import ReportIn
+    from dispatcher.db import queries as q
+
+    s = settings(manager, db_url, mqtt_url, topic_root)
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as one, \
+            FakeAgent("worker-2", mqtt_url, topic_root) as two, running(s) as d:
+        for agent in (one, two):
+            await eventually(lambda a=agent: a.leases, what=f"a Lease for {agent.name}")  # type: ignore[misc]
+        engine, desk = d.engine, d.leases
+        assert engine is not None and desk is not None
+        order: list[str] = []
+        extend, upsert = q.extend_lease, q.upsert_cluster
+
+        async def extending(session: object, name: str, until: datetime) -> bool:
+            order.append(name)
+            return await extend(session, name, until)  # type: ignore[arg-type]
+
+        async def upserting(session: object, row: dict[str, object]) -> None:
+            order.append(str(row["name"]))
+            await upsert(session, row)  # type: ignore[arg-type]
+        monkeypatch.setattr(q, "extend_lease", extending)
+        monkeypatch.setattr(q, "upsert_cluster", upserting)
+        now = datetime.now(UTC)
+        beats = [ReportIn(messages.Heartbeat(cluster=name, online=True, capacity=capacity(), agent_version="fake"),
+                          now) for name in ("worker-2", "worker-1")]
+        await desk.grant(beats)
+        assert order == ["worker-1", "worker-2"], "the lease desk"
+        order.clear()
+        await engine._handle(beats)  # type: ignore[arg-type]
+        assert order == ["worker-1", "worker-2"], "the engine"
