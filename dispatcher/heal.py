@@ -9,9 +9,19 @@ bit mask); once every kind is listed, intake queues one :class:`~dispatcher.batc
 in that batch's transaction, reads the placed / running / finished / failed Workloads with their
 current placement (one query) and, for each Job lacking what its state implies, queues that step's
 conditions again (:mod:`dispatcher.conditions`, as at the transition), with the messages and times
-SQL holds. Only Jobs that disagree are written; pending Workloads need nothing here (the first
-placement pass writes their reason, ``shown`` being empty), nor do those mkd refused or that are
-suspended (left as they are).
+SQL holds. A second query reads the Workloads mkd refused for good (rejected: an invalid Job, one
+started elsewhere, managedBy changed; failed: placement attempts used up) with the event rows that
+recorded the refusal: a Job not showing MultiClusterRejected=True gets the latest refusal's conditions
+and one Warning Event again, with that row's reason, message and time (the writer writes a Job's Events
+after its status, so a Job lacking the condition never got them either; an invalid Job's several
+problems come back as one Event with their joined text, as SQL holds it). Only Jobs that disagree are
+written; pending Workloads need nothing here (the first placement pass writes their reason, ``shown``
+being empty), nor do suspended ones (left as they are).
+
+The worker status mirrored onto the Job is not SQL's to give (only its sequence number is stored): a
+status lost this way comes again from the agent, which a started dispatcher sends a Resync as soon as it
+meets that agent's report stream part-way (``dispatcher.streams``), and which then reports every
+expected Job again (``force``), mirrored as at first.
 """
 
 from __future__ import annotations
@@ -26,12 +36,20 @@ from dispatcher import workload as wl
 from dispatcher.batch import Batch, job_key
 from dispatcher.core import EngineCore, log
 from dispatcher.db import queries as q
+from dispatcher.handover.safety import REASON as STARTED_ELSEWHERE
 from federation import labels
 from federation.kinds.registry import by_name
 
-DISPATCHED, RESERVED, ADMITTED, FINISHED, PENDING = 1, 2, 4, 8, 16
+DISPATCHED, RESERVED, ADMITTED, FINISHED, PENDING, REJECTED = 1, 2, 4, 8, 16, 32
 _BITS = {labels.CONDITION_DISPATCHED: DISPATCHED, labels.CONDITION_QUOTA_RESERVED: RESERVED,
-         labels.CONDITION_ADMITTED: ADMITTED, labels.CONDITION_FINISHED: FINISHED, labels.CONDITION_PENDING: PENDING}
+         labels.CONDITION_ADMITTED: ADMITTED, labels.CONDITION_FINISHED: FINISHED, labels.CONDITION_PENDING: PENDING,
+         labels.CONDITION_REJECTED: REJECTED}
+EXHAUSTED = "PlacementAttemptsExhausted"
+REFUSALS = {"rejected": ("", ("InvalidJob", STARTED_ELSEWHERE, "ManagedByChanged")),
+            "failed": ("gave up after ", (EXHAUSTED,))}
+"""Final Workload state -> how mkd's refusal text begins and the event reasons of the refusals that put a
+Workload there (dispatcher/core.py ``_reject`` and ``_requeue``, dispatcher/jobchanges.py); a Workload
+failed by its worker Job (reason Failed) is not read."""
 
 
 def shows(obj: Mapping[str, Any]) -> int:
@@ -67,9 +85,29 @@ class Healing(EngineCore):
                 written += 1
                 key = job_key({"uid": r.uid, "kind": r.kind, "namespace": r.namespace, "name": r.name})
                 b.after.append(lambda key=key, conds=conds: self._write(key, conds))  # type: ignore[misc]
+        refused = {r.uid: r for r in await q.refusals(s, REFUSALS)}  # the latest refusal of each
+        for r in refused.values():
+            mask = listed.get(r.uid)
+            if mask is None or mask & REJECTED:
+                continue
+            written += 1
+            key = job_key({"uid": r.uid, "kind": r.kind, "namespace": r.namespace, "name": r.name})
+            b.after.append(lambda key=key, r=r: self._refuse(key, r.reason, r.message, r.at))  # type: ignore[misc]
         if written:
             log.warning("%d manager Jobs lacked the conditions of their Workload's state (writes lost when the "
                         "last dispatcher stopped): writing them again", written)
+
+    def _refuse(self, key: Any, reason: str, message: str, at: Any) -> None:
+        """A refusal's conditions and Warning Event, as at the time (core ``_reject`` / ``_requeue``)."""
+        if reason == EXHAUSTED:  # the Job's worker status is cleared as well: no copy runs
+            conds = [wl.condition(labels.CONDITION_DISPATCHED, False, "PlacementFailed", message, at),
+                     *jc.refused(reason, message, at)]
+            self._write(key, conds, clear=True)
+            self.writer.event(key, "Warning", "PlacementFailed", message)
+            return
+        # (managedBy changed: not cleared, the Job's status may be its new controller's by now)
+        self._write(key, jc.refused(reason, message, at))
+        self.writer.event(key, "Warning", reason, message)
 
     def _implied(self, r: Any, mask: int, b: Batch) -> jc.Conditions:
         """The conditions ``r``'s state implies, if the Job (``mask``) lacks any of them; else none."""

@@ -450,6 +450,22 @@ async def settled(session: AsyncSession) -> list[Any]:
     return list(result.all())
 
 
+async def refusals(session: AsyncSession, reasons: Mapping[str, tuple[str, Sequence[str]]]) -> list[Any]:
+    """Workloads mkd refused with the events recording the refusal, oldest first: ``reasons`` maps a final
+    Workload state (rejected, failed) to how its ``reason`` column begins when mkd put it there and the
+    event reasons of that refusal; what a restarted dispatcher checks its manager Jobs'
+    MultiClusterRejected against (dispatcher/heal.py). (A Workload failed by its worker Job is not read.)"""
+    result = await session.execute(
+        sa.select(workloads.c.uid, workloads.c.kind, workloads.c.namespace, workloads.c.name, workloads.c.state,
+                  events.c.reason, events.c.message, events.c.at)
+        .join(events, events.c.workload_uid == workloads.c.uid)
+        .where(sa.or_(*(sa.and_(workloads.c.state == state, workloads.c.reason.startswith(begins, autoescape=True),
+                                events.c.reason.in_(why))
+                        for state, (begins, why) in reasons.items())))
+        .order_by(events.c.id))
+    return list(result.all())
+
+
 async def expected_on(session: AsyncSession, cluster: str) -> list[Any]:
     """The current placements whose worker copy should exist on ``cluster`` (the Resync list)."""
     result = await session.execute(
