@@ -826,14 +826,20 @@ class Kube:
 
     def informer(self, res: Resource, namespace: str | None = None, *,
                  label_selector: str | None = None, compact: bool = False,
-                 listed: Callable[[], None] | None = None) -> AsyncIterator[WatchEvent]:
+                 listed: Callable[[], None] | None = None,
+                 known: Mapping[tuple[str, str], Mapping[str, Any]] | None = None) -> AsyncIterator[WatchEvent]:
         """List (ADDED for each), then watch; see ``_Informer``. Never ends by itself. ``compact``: the
         informer keeps only each object's resourceVersion and uid (not the object), for a consumer that
         holds what it needs itself; a DELETED event found by a relist then carries a stub (apiVersion,
         kind, metadata name / namespace / uid / resourceVersion) instead of the last object seen.
         ``listed`` is called each time a (re)list is complete and its every event was taken, before
-        the watch starts (a consumer that must know when it has seen everything once)."""
-        return _Informer(self, res, namespace, label_selector, compact, listed).run()
+        the watch starts (a consumer that must know when it has seen everything once).
+        ``known``: what the consumer holds already, by (namespace, name) -- each at least its metadata's
+        name, uid and resourceVersion -- when it was told by an informer before this one (one that
+        failed and is being replaced): the first list then reports DELETED for what of it is gone and
+        MODIFIED for what changed, as a relist does, instead of ADDED for everything and nothing for
+        what vanished meanwhile. Only what the list would hold (same namespace, matching selector)."""
+        return _Informer(self, res, namespace, label_selector, compact, listed, known).run()
 
     def _start_watch(self, res: Resource, namespace: str | None, label_selector: str | None,
                      resource_version: str) -> _WatchStream:
@@ -958,8 +964,9 @@ def _chunks(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
 class _Informer:
     """List, then watch from the list's resourceVersion; resume after drops, relist on 410 Gone.
 
-    ``known`` is what the consumer has been told; after a relist the difference between it and the
-    new list is emitted (ADDED / MODIFIED / DELETED) so the consumer's view is complete.
+    ``known`` is what the consumer has been told (at first, what it says it holds: ``Kube.informer``'s
+    ``known``); after a relist the difference between it and the new list is emitted (ADDED / MODIFIED /
+    DELETED) so the consumer's view is complete.
     Transport errors back off (capped, on the Kube's clock) and retry; NotFound (the CRD is not
     installed yet) retries too; Permanent errors (forbidden, invalid selector) are raised.
     """
@@ -969,15 +976,18 @@ class _Informer:
     """Capped low: after an API-server outage the informer is back within seconds (one client per kind)."""
 
     def __init__(self, kube: Kube, res: Resource, namespace: str | None, label_selector: str | None,
-                 compact: bool = False, listed: Callable[[], None] | None = None) -> None:
+                 compact: bool = False, listed: Callable[[], None] | None = None,
+                 known: Mapping[tuple[str, str], Mapping[str, Any]] | None = None) -> None:
         self.kube = kube
         self.listed = listed
         self.res = res
         self.namespace = namespace
         self.label_selector = label_selector
         self.compact = compact
-        self.known: dict[tuple[str, str], dict[str, Any] | tuple[str | int, str]] = {}
-        """What the consumer was told: the object, or (resourceVersion, uid) when ``compact``."""
+        self.known: dict[tuple[str, str], dict[str, Any] | tuple[str | int, str]] = {
+            key: self._kept(dict(obj)) for key, obj in (known or {}).items()}
+        """What the consumer was told: the object, or (resourceVersion, uid) when ``compact``; at first what
+        the consumer said it holds (``Kube.informer``'s ``known``)."""
         self.resource_version = ""
         self.failures = 0
 

@@ -191,7 +191,10 @@ class Agent:
         kind = self.kinds[name]
         cache = self.caches[res.plural]
         assert self.apply is not None and self.inbox is not None
-        async for event in self.kube.informer(res, label_selector=origin_selector(self.settings.origin)):
+        selector = origin_selector(self.settings.origin)
+        # what the cache holds already (the task restarted after a failure): the first list reports as DELETED
+        # what was deleted while none watched, which would otherwise stay in the cache for good
+        async for event in self.kube.informer(res, label_selector=selector, known=cache.held(None, selector)):
             obj = event.object
             ns, job_name = key_of(obj)
             uid = str((obj.get("metadata") or {}).get("uid") or "")
@@ -230,7 +233,8 @@ class Agent:
         cache = self.caches[plural]
         assert self.apply is not None
         listed = functools.partial(self._listed_once, plural) if plural in (PODS.plural, NODES.plural) else None
-        async for event in self.kube.informer(res, namespace, listed=listed):
+        # as in follow_jobs: a restarted informer is told what the cache holds, so what vanished meanwhile goes
+        async for event in self.kube.informer(res, namespace, listed=listed, known=cache.held(namespace)):
             obj = event.object
             stored: Stored | None = None
             if event.type == "DELETED":

@@ -411,6 +411,23 @@ class ObjectCache:
         self.remove(key, rv=rv_of(obj))
         return last
 
+    def held(self, namespace: str | None = None, selector: str | None = None) -> dict[Key, dict[str, Any]]:
+        """The headers held (of ``namespace`` only, and matching ``selector``, when given): what an informer
+        started again after a failure is told the agent knows already (``Kube.informer``'s ``known``), so its
+        first list reports what vanished while none watched as DELETED. A version known from the agent's own
+        write only is given without its resourceVersion: the list reports it again (as MODIFIED), since what
+        its echo was to cause (``upsert``, the apply loop's owed pass) has not been caused yet."""
+        if namespace is None:
+            found = dict(self.headers)
+        else:
+            found = {(namespace, name): h for name, h in (self.by_namespace.get(namespace) or {}).items()}
+        if selector:
+            match = Selector.parse(selector)
+            found = {k: h for k, h in found.items() if match.matches((h.get("metadata") or {}).get("labels"))}
+        for key in self._unwatched.intersection(found):
+            found[key] = {"metadata": {**(found[key].get("metadata") or {}), "resourceVersion": ""}}
+        return found
+
     def in_namespace(self, namespace: str) -> list[dict[str, Any]]:
         return list((self.by_namespace.get(namespace) or {}).values())
 

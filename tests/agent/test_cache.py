@@ -108,3 +108,19 @@ def test_upsert_tells_a_change_reconcilers_read_from_a_new_version_alone() -> No
     cache.mark_deleting(("ns", "p"), "2026-01-01T00:00:00Z")  # the agent's own change
     assert cache.pod_usage[("ns", "p")][:2] == ("Running", "n1")
     assert cache.upsert(pod(5, "Running", node="n1"), watched=True) is Stored.CHANGED
+
+
+def test_held_is_what_a_restarted_informer_is_told() -> None:
+    cache = ObjectCache("configmaps")
+    cache.upsert(obj("a", 5, app="x"), watched=True)
+    cache.upsert(obj("b", 6, app="y"), watched=True)
+    cache.upsert({"metadata": {"name": "c", "namespace": "other", "resourceVersion": "7", "uid": "u"}}, watched=True)
+    cache.upsert(obj("mine", 8, app="x"))  # from the agent's own write: its echo has not come
+    assert set(cache.held()) == {("ns", "a"), ("ns", "b"), ("other", "c"), ("ns", "mine")}
+    assert set(cache.held("ns", "app=x")) == {("ns", "a"), ("ns", "mine")}
+    held = cache.held("ns")
+    assert held[("ns", "a")]["metadata"]["resourceVersion"] == "5"
+    # no version: the list reports it again, so whatever its echo was to cause is caused
+    assert held[("ns", "mine")]["metadata"]["resourceVersion"] == ""
+    assert held[("ns", "mine")]["metadata"]["uid"] == "u"
+    assert cache.header(("ns", "mine"))["metadata"]["resourceVersion"] == "8"  # type: ignore[index]

@@ -435,6 +435,33 @@ async def test_informer_relists_on_410_and_emits_the_difference(fake: tuple[Fake
 
 
 @pytest.mark.parametrize("compact", [False, True])
+async def test_informer_told_what_is_known_lists_the_difference(fake: tuple[FakeApi, Path], compact: bool) -> None:
+    """An informer replacing one that failed is told what its consumer holds: its first list then reports
+    what vanished meanwhile as DELETED (the consumer's own copy), what changed as MODIFIED, and nothing for
+    what is as it was -- as a relist does."""
+    _, kubeconfig = fake
+    async with Kube(kubeconfig) as kube:
+        held = {}
+        for name in ("keep", "change", "gone"):
+            obj = await kube.create(CONFIGMAPS, {"metadata": {"name": name}}, "ns")
+            held[("ns", name)] = {"metadata": {k: obj["metadata"][k] for k in ("name", "namespace", "uid",
+                                                                              "resourceVersion")}}
+        await kube.replace(CONFIGMAPS, {**await kube.get(CONFIGMAPS, "change", "ns"), "data": {"v": "2"}}, "ns")
+        await kube.delete(CONFIGMAPS, "gone", "ns")
+        await kube.create(CONFIGMAPS, {"metadata": {"name": "new"}}, "ns")
+        it = kube.informer(CONFIGMAPS, "ns", compact=compact, known=held)
+        events = [await next_event(it) for _ in range(3)]
+        assert {(e.type, e.object["metadata"]["name"]) for e in events} == {
+            ("MODIFIED", "change"), ("DELETED", "gone"), ("ADDED", "new")}
+        deleted = next(e.object for e in events if e.type == "DELETED")
+        assert deleted["metadata"]["uid"] == held[("ns", "gone")]["metadata"]["uid"]
+        await kube.create(CONFIGMAPS, {"metadata": {"name": "later"}}, "ns")
+        later = await next_event(it)  # the watch: nothing more came of the list ("keep" is as it was)
+        assert (later.type, later.object["metadata"]["name"]) == ("ADDED", "later")
+        await it.aclose()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("compact", [False, True])
 async def test_informer_says_when_each_list_is_complete(fake: tuple[FakeApi, Path], compact: bool) -> None:
     """``listed`` runs once the consumer has taken every event of a (re)list, before the watch: the
     dispatcher's intake lists the manager once at start, the informer's list, and needs to know its end."""
