@@ -61,7 +61,7 @@ log = logging.getLogger(__name__)
 COMPONENT = "mkd-dispatcher"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class JobKey:
     """Which manager Job: uid plus what is needed to address it."""
 
@@ -71,7 +71,7 @@ class JobKey:
     name: str
 
 
-@dataclass
+@dataclass(slots=True)
 class _Todo:
     key: JobKey
     conditions: dict[str, dict[str, Any]] = field(default_factory=dict)
