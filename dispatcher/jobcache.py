@@ -137,16 +137,20 @@ class JobCache(MutableMapping[str, dict[str, Any]]):
     reads the header only.
 
     An entry is one bytes object: a header of a few bytes — managedBy (an index, 7 bits) and whether the
-    Job is being deleted (1 bit), its namespace (an index, 2 bytes), its generation and whether it has a
-    status (a varint of ``generation << 1 | status``) — then the packed Job; no object per Job beside it (issue 15: 100,000 of them). A Job whose namespace or
+    Job is being deleted (1 bit), its namespace (an index, 2 bytes), its generation, whether the kube writer
+    left a status with it and whether it has a status (a varint of ``generation << 2 | written << 1 |
+    status``), then that written status (a varint length and the packed status, :meth:`set_written`) — then
+    the packed Job; no object per Job beside it (issue 15: 100,000 of them). A Job whose namespace or
     managedBy does not fit an index (more than 65,535 namespaces, 127 managedBy values) is kept with a
-    :class:`Head` object instead.
+    :class:`Head` object instead (and its written status beside it, as is that of a Job not cached).
     """
 
     def __init__(self) -> None:
         self._entries: dict[str, bytes | tuple[Head, bytes]] = {}
         self._namespaces = _Names(1 << 16, "")
         self._managers = _Names(1 << 7, None)
+        self._written_aside: dict[str, bytes] = {}
+        """The written status of a Job kept with a Head object, or not cached."""
 
     def __getitem__(self, uid: str) -> dict[str, Any]:
         entry = self._entries[uid]
@@ -158,22 +162,59 @@ class JobCache(MutableMapping[str, dict[str, Any]]):
         self.put(uid, obj)
 
     def put(self, uid: str, obj: dict[str, Any], packed: bytes | None = None) -> None:
-        """``cache[uid] = obj``; ``packed``: ``pack(obj)`` made already (the inbox's copy), not made again."""
+        """``cache[uid] = obj``; ``packed``: ``pack(obj)`` made already (the inbox's copy), not made again.
+        The written status stays (:meth:`set_written`)."""
+        written = self.written(uid)
         head = Head.of(obj)
         ns, manager = self._namespaces.index_of(head.namespace), self._managers.index_of(head.managed_by)
         if ns is None or manager is None:
             self._entries[uid] = (head, packed if packed is not None else pack(obj))
+            if written is not None:
+                self._written_aside[uid] = written
             return
-        generation, varint = head.generation << 1 | head.status, bytearray()
-        while generation > 0x7F:
-            varint.append(generation & 0x7F | 0x80)
-            generation >>= 7
-        varint.append(generation)
-        header = bytes((manager | (0x80 if head.deleting else 0), ns & 0xFF, ns >> 8)) + varint
-        self._entries[uid] = header + packed if packed is not None else pack(obj, header)
+        self._written_aside.pop(uid, None)
+        value = head.generation << 2 | (written is not None) << 1 | head.status
+        header = bytearray((manager | (0x80 if head.deleting else 0), ns & 0xFF, ns >> 8))
+        _varint(header, value)
+        if written is not None:
+            _varint(header, len(written))
+            header += written
+        self._entries[uid] = bytes(header) + packed if packed is not None else pack(obj, bytes(header))
+
+    def written(self, uid: str) -> bytes | None:
+        """What the kube writer left with the Job (:meth:`set_written`), or None."""
+        entry = self._entries.get(uid)
+        if entry is None or isinstance(entry, tuple):
+            return self._written_aside.get(uid)
+        value, i = _read_varint(entry, 3)
+        if not value & 2:
+            return None
+        length, i = _read_varint(entry, i)
+        return entry[i:i + length]
+
+    def set_written(self, uid: str, written: bytes | None) -> None:
+        """Keep ``written`` (the kube writer's packed status of the Job after its last write; None: forget it)
+        with the Job's entry: a claimed Job's status as mkd wrote it, in ~80 bytes of the entry and no object
+        of its own (issue 15: the dispatcher that claimed 100,000 Jobs wrote all of them)."""
+        entry = self._entries.get(uid)
+        if entry is None or isinstance(entry, tuple):
+            if written is None:
+                self._written_aside.pop(uid, None)
+            else:
+                self._written_aside[uid] = written
+            return
+        value, _ = _read_varint(entry, 3)
+        job = _header_length(entry)
+        header = bytearray(entry[:3])
+        _varint(header, value & ~2 | (written is not None) << 1)
+        if written is not None:
+            _varint(header, len(written))
+            header += written
+        self._entries[uid] = bytes(header) + entry[job:]
 
     def __delitem__(self, uid: str) -> None:
         del self._entries[uid]
+        self._written_aside.pop(uid, None)
 
     def __contains__(self, uid: object) -> bool:
         return uid in self._entries
@@ -188,16 +229,9 @@ class JobCache(MutableMapping[str, dict[str, Any]]):
         entry = self._entries.get(uid)
         if entry is None or isinstance(entry, tuple):
             return entry[0] if entry is not None else None
-        generation, shift, i = 0, 0, 3
-        while True:
-            byte = entry[i]
-            generation |= (byte & 0x7F) << shift
-            i += 1
-            if byte < 0x80:
-                break
-            shift += 7
-        return Head(self._namespaces.names[entry[1] | entry[2] << 8] or "", generation >> 1, entry[0] >= 0x80,
-                    self._managers.names[entry[0] & 0x7F], bool(generation & 1))
+        value, _ = _read_varint(entry, 3)
+        return Head(self._namespaces.names[entry[1] | entry[2] << 8] or "", value >> 2, entry[0] >= 0x80,
+                    self._managers.names[entry[0] & 0x7F], bool(value & 1))
 
     def status(self, uid: str) -> dict[str, Any] | None:
         """The cached Job's ``status`` when it is a dict, else None (also for a Job not cached), decoded only
@@ -209,12 +243,32 @@ class JobCache(MutableMapping[str, dict[str, Any]]):
         return status if isinstance(status, dict) else None
 
     def held_bytes(self) -> int:
-        """The cache's entries' total size (headers and compressed Jobs)."""
+        """The cache's entries' total size (headers, the written statuses kept in them and compressed Jobs)."""
         return sum(len(e if isinstance(e, bytes) else e[1]) for e in self._entries.values())
 
 
-def _header_length(entry: bytes) -> int:
-    i = 3
-    while entry[i] >= 0x80:
+def _varint(out: bytearray, value: int) -> None:
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+
+
+def _read_varint(entry: bytes, i: int) -> tuple[int, int]:
+    """The varint at ``entry[i:]`` and the index after it."""
+    value, shift = 0, 0
+    while True:
+        byte = entry[i]
+        value |= (byte & 0x7F) << shift
         i += 1
-    return i + 1
+        if byte < 0x80:
+            return value, i
+        shift += 7
+
+
+def _header_length(entry: bytes) -> int:
+    value, i = _read_varint(entry, 3)
+    if value & 2:  # the written status
+        length, i = _read_varint(entry, i)
+        i += length
+    return i

@@ -109,9 +109,9 @@ class KubeWriter:
         self._todo: dict[str, _Todo] = {}
         self._busy: set[str] = set()
         self._queue: asyncio.Queue[str] = asyncio.Queue()
-        # per Job, packed (dispatcher/jobcache.py: compressed JSON, issue 15's memory goal): the status the
-        # manager Job has after the last write (mkd's conditions and the worker's part are read from it)
-        self._written: dict[str, bytes] = {}
+        # per Job, packed (dispatcher/jobcache.py: compressed JSON, issue 15's memory goal) and kept with the Job
+        # in the cache (``JobCache.set_written``): the status the manager Job has after the last write (mkd's
+        # conditions and the worker's part are read from it)
         self._echoes: dict[str, str] = {}
         """uid -> resourceVersion of the Job after this writer's last status write, until intake sees its echo."""
         self._patching: set[str] = set()
@@ -197,7 +197,7 @@ class KubeWriter:
         self._entry(key, linger, for_status=linger > 0).status = dict(status)
 
     def _same_state(self, uid: str, status: Mapping[str, Any]) -> bool:
-        written = self._written.get(uid)
+        written = self.cache.written(uid)
         if written is None:
             return False
         new = latest_condition(status)
@@ -216,7 +216,7 @@ class KubeWriter:
 
     def forget(self, uid: str) -> None:
         """The Job is gone: drop what is remembered about it (queued work still runs and meets NotFound)."""
-        self._written.pop(uid, None)
+        self.cache.set_written(uid, None)
         self._echoes.pop(uid, None)
         self._deferred.pop(uid, None)
 
@@ -332,7 +332,7 @@ class KubeWriter:
         newer.tries = old.tries
 
     def _baseline(self, uid: str) -> dict[str, Any] | None:
-        written = self._written.get(uid)
+        written = self.cache.written(uid)
         if written is not None:
             return unpack(written)  # type: ignore[no-any-return]
         return self.cache.status(uid)
@@ -377,7 +377,7 @@ class KubeWriter:
                     self.wrote(key.uid, version if isinstance(version, str) else None)
                 self.writes += 1
                 written = result.get("status") if isinstance(result, dict) else None
-                self._written[key.uid] = pack(written if isinstance(written, dict) else target)
+                self.cache.set_written(key.uid, pack(written if isinstance(written, dict) else target))
         for type_, reason, message in todo.events:
             involved = {"apiVersion": kind.api_version, "kind": kind.name,
                         "metadata": {"namespace": key.namespace, "name": key.name, "uid": key.uid}}

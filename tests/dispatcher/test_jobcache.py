@@ -41,6 +41,48 @@ def test_a_cached_job_reads_back_whole_as_a_fresh_copy() -> None:
     assert "u1" not in cache and cache.pop("u1", None) is None and len(cache) == 0
 
 
+def test_the_kube_writers_status_is_kept_with_the_job_across_its_new_copies() -> None:
+    """Issue 15: the status the kube writer wrote to a Job lives in the Job's own entry (no object per Job);
+    a newer copy of the Job keeps it, as do the header's fields; forgetting it leaves the Job as it was."""
+    from dispatcher.jobcache import pack, unpack
+
+    cache = JobCache()
+    obj = job(generation=300)  # a generation of two varint bytes
+    cache["u1"] = obj
+    assert cache.written("u1") is None
+    status = {"conditions": [{"type": "MultiClusterPending", "status": "True", "message": "m" * 300}]}
+    cache.set_written("u1", pack(status))
+    assert unpack(cache.written("u1")) == status and cache["u1"] == obj  # type: ignore[arg-type]
+    head = cache.head("u1")
+    assert head is not None and (head.generation, head.status, head.namespace) == (300, False, "team-a")
+    newer = job(generation=301)
+    newer["status"] = {"conditions": []}
+    cache["u1"] = newer  # intake's newer copy: the written status stays
+    assert unpack(cache.written("u1")) == status and cache["u1"] == newer  # type: ignore[arg-type]
+    head = cache.head("u1")
+    assert head is not None and (head.generation, head.status) == (301, True)
+    assert cache.status("u1") == {"conditions": []}
+    cache.set_written("u1", pack({"conditions": []}))  # replaced
+    assert unpack(cache.written("u1")) == {"conditions": []}  # type: ignore[arg-type]
+    cache.set_written("u1", None)
+    assert cache.written("u1") is None and cache["u1"] == newer
+    cache.set_written("gone", pack(status))  # a Job not cached (any more): kept beside, until forgotten
+    assert unpack(cache.written("gone")) == status  # type: ignore[arg-type]
+    cache.set_written("gone", None)
+    assert cache.written("gone") is None
+    many = {f"ns-{i}" for i in range(1 << 16)}  # namespaces past the index: a Job kept with a Head object
+    for ns in many:
+        cache._namespaces.index_of(ns)
+    odd = job(uid="u2")
+    odd["metadata"]["namespace"] = "one-too-many"
+    cache["u2"] = odd
+    cache.set_written("u2", pack(status))
+    cache["u2"] = odd
+    assert unpack(cache.written("u2")) == status and cache["u2"] == odd  # type: ignore[arg-type]
+    del cache["u2"]
+    assert cache.written("u2") is None
+
+
 def test_the_header_holds_what_is_read_without_decoding() -> None:
     cache = JobCache()
     cache["u1"] = job(generation=3)
