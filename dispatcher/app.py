@@ -170,7 +170,11 @@ class Dispatcher:
         sup.start("leases", self.leases.run, restart=True)  # heartbeat -> persisted -> Lease, beside the engine
         sup.start("ticker", self._ticker, restart=True)
         sup.start("cluster-keys", self._cluster_keys, restart=True)
-        sup.start("memory", lambda: trim_memory(self.clock), restart=True)  # RSS back down after bursts
+        engine, writer = self.engine, self.writer
+
+        def waiting() -> int:  # the work a burst leaves in memory (see trim_memory)
+            return engine.inbox.qsize() + writer.backlog + len(engine.fresh)
+        sup.start("memory", lambda: trim_memory(self.clock, waiting=waiting), restart=True)  # RSS down after bursts
         assert self.queue_watcher is not None
         watcher = self.queue_watcher
         for object_kind in watcher.kinds():

@@ -169,3 +169,43 @@ async def test_the_memory_task_returns_the_c_heaps_free_pages_every_period(monke
     task.cancel()
     monkeypatch.setattr(startup, "_malloc_trim", lambda: None)  # not glibc: the task has nothing to do
     await asyncio.wait_for(startup.trim_memory(clock), 5)
+
+
+async def test_the_memory_task_trims_once_a_burst_has_drained(monkeypatch: Any) -> None:
+    """Issue 15: a burst of claims leaves its garbage in glibc's heap once the work it queued in memory (inbox,
+    kube writer, unpublished Commands) has drained: trimmed within a poll of that, not up to 30 s later; not
+    while the burst lasts, nor again while nothing happens."""
+    from dispatcher import startup
+
+    calls: list[int] = []
+    monkeypatch.setattr(startup, "_malloc_trim", lambda: calls.append)
+    clock, waiting = FakeClock(), [0]
+    task = asyncio.ensure_future(startup.trim_memory(clock, every=30.0, waiting=lambda: waiting[0], poll=2.0))
+
+    async def step(seconds: float = 2.0) -> None:
+        await clock.wait_for_sleepers()
+        clock.advance(seconds)
+        await asyncio.sleep(0)
+
+    waiting[0] = 40_000  # the burst: nothing trimmed while it lasts
+    for _ in range(5):
+        await step()
+    waiting[0] = startup.DRAINED_ITEMS + 1
+    await step()
+    assert calls == []
+    waiting[0] = startup.DRAINED_ITEMS  # drained: trimmed at the next look
+    await step()
+    assert calls == [0]
+    await step()
+    assert calls == [0]  # once per burst
+    waiting[0] = startup.BURST_ITEMS - 1  # not a burst: only the period trims
+    await step()
+    waiting[0] = 0
+    for _ in range(12):
+        await step()
+    assert calls == [0]  # 28 s since the last trim
+    await step()
+    assert calls == [0, 0]  # the period
+    task.cancel()
+    monkeypatch.setattr(startup, "_malloc_trim", lambda: None)  # not glibc: the task has nothing to do
+    await asyncio.wait_for(startup.trim_memory(clock), 5)
