@@ -24,7 +24,6 @@ import logging
 import os
 import re
 import ssl
-import sys
 import threading
 import time
 import uuid
@@ -209,9 +208,11 @@ def _guard(what: str) -> Iterator[None]:
                           "cluster and user, or run in a Pod with a ServiceAccount") from exc
 
 
-def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+def _key(obj: Mapping[str, Any]) -> str:
+    """An informer's key of an object: ``namespace/name`` (neither has a ``/``), one string (issue 15: the
+    dispatcher's informer keeps 100,000; a tuple of two was one object more each)."""
     meta = obj.get("metadata") or {}
-    return sys.intern(str(meta.get("namespace") or "")), str(meta.get("name") or "")  # few namespaces, many objects
+    return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
 
 
 def _rv(obj: Mapping[str, Any]) -> str:
@@ -984,10 +985,10 @@ class _Informer:
         self.namespace = namespace
         self.label_selector = label_selector
         self.compact = compact
-        self.known: dict[tuple[str, str], dict[str, Any] | tuple[str | int, str]] = {
-            key: self._kept(dict(obj)) for key, obj in (known or {}).items()}
-        """What the consumer was told: the object, or (resourceVersion, uid) when ``compact``; at first what
-        the consumer said it holds (``Kube.informer``'s ``known``)."""
+        self.known: dict[str, dict[str, Any] | tuple[str | int, str]] = {
+            f"{ns}/{name}": self._kept(dict(obj)) for (ns, name), obj in (known or {}).items()}
+        """What the consumer was told, by ``namespace/name`` (:func:`_key`): the object, or (resourceVersion, uid)
+        when ``compact``; at first what the consumer said it holds (``Kube.informer``'s ``known``)."""
         self.resource_version = ""
         self.failures = 0
 
@@ -1017,7 +1018,7 @@ class _Informer:
     async def _relist_paged(self) -> AsyncIterator[WatchEvent]:
         """``compact``: the relist's events a page at a time, never the whole list at once; what is
         known is replaced only once the list is complete."""
-        fresh: dict[tuple[str, str], dict[str, Any] | tuple[str | int, str]] = {}
+        fresh: dict[str, dict[str, Any] | tuple[str | int, str]] = {}
         resource_version = ""
         async for page in self.kube.list_pages(self.res, self.namespace, label_selector=self.label_selector):
             resource_version = resource_version or page.resource_version
@@ -1074,13 +1075,14 @@ class _Informer:
     def _rv_known(kept: dict[str, Any] | tuple[str | int, str]) -> str:
         return str(kept[0]) if isinstance(kept, tuple) else _rv(kept)
 
-    def _last(self, key: tuple[str, str], kept: dict[str, Any] | tuple[str | int, str]) -> dict[str, Any]:
+    def _last(self, key: str, kept: dict[str, Any] | tuple[str | int, str]) -> dict[str, Any]:
         """The last object seen under ``key``, or its stub when ``compact``."""
         if not isinstance(kept, tuple):
             return kept
-        meta = {"name": key[1], "uid": kept[1], "resourceVersion": str(kept[0])}
-        if key[0]:
-            meta["namespace"] = key[0]
+        namespace, _, name = key.partition("/")
+        meta = {"name": name, "uid": kept[1], "resourceVersion": str(kept[0])}
+        if namespace:
+            meta["namespace"] = namespace
         return {"apiVersion": self.res.api_version, "kind": self.res.kind, "metadata": meta}
 
     async def run(self) -> AsyncIterator[WatchEvent]:
