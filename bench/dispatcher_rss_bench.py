@@ -17,11 +17,18 @@ Two figures, both read from ``/proc/PID/status`` (VmRSS now, VmHWM the peak):
    dispatcher does after every upgrade or failover), measured once its intake has listed
    everything and its engine is idle. Its peak includes the start-up listing.
 
-Both figures are taken in the dispatcher's steady state: inbox drained and every committed Command
-published (a Place waits in memory, sealed, while the agents' unanswered-Place budget is spent).
+Both figures are taken in the dispatcher's steady state: inbox drained, every committed Command
+published (a Place waits in memory, sealed, while the agents' unanswered-Place budget is spent) and
+the kube writer's backlog written (after 100,000 claims it writes the manager Jobs' conditions and
+Events for minutes: ~35,000 Jobs' work waited in memory when the engine was idle); the RSS when the
+engine alone was idle is printed too (what this benchmark measured before).
 ``--probe-trim`` then calls glibc's ``malloc_trim(0)`` in it and prints the RSS after (the dispatcher's
-``memory`` task does the same every 30 s); with ``RSS_BENCH_MALLOCSTATS=1`` also CPython's and glibc's
-allocator statistics and a census of the objects the garbage collector tracks (on its stderr).
+``memory`` task does the same every 30 s and once a burst has drained); with ``RSS_BENCH_MALLOCSTATS=1``
+also CPython's and glibc's allocator statistics, a census of the objects the garbage collector tracks and
+who holds what (the bytes reachable from each of the engine's, the kube writer's and the queueing state's
+attributes, and the objects by type and size; on its stderr). ``RSS_BENCH_CENSUS=1`` prints every 10 s
+what the dispatcher holds during the burst (the work waiting, the tracked objects; with ``--tracemalloc``
+the lines that allocated the most and the 64-byte blocks' lines).
 
 With ``--tracemalloc`` both dispatchers trace their allocations and print the top lines (tracing
 costs memory and time itself: the RSS figures of such a run are not the ones to record). A run of
@@ -71,6 +78,44 @@ def status_kib(pid: int) -> dict[str, int]:
     return out
 
 
+def holders(d: Any) -> list[tuple[str, float, int]]:
+    """Who holds the dispatcher's memory: the bytes (MB) and objects reachable from each of the engine's,
+    the kube writer's and the queueing state's attributes, then the rest of the dispatcher; an object is
+    counted once, with the first holder that reaches it (code, types and modules are left out: imports)."""
+    import collections
+    import gc
+    import types
+
+    skip = (type, types.ModuleType, types.FunctionType, types.BuiltinFunctionType, types.CodeType)
+    seen: set[int] = set()
+    kinds: collections.Counter[tuple[str, int]] = collections.Counter()
+
+    def size(root: Any) -> tuple[float, int]:
+        total, count, todo = 0, 0, [root]
+        while todo:
+            o = todo.pop()
+            if id(o) in seen or isinstance(o, skip):
+                continue
+            seen.add(id(o))
+            n = sys.getsizeof(o)
+            kinds[(type(o).__name__, -(-n // 16) * 16)] += 1
+            total += n
+            count += 1
+            todo.extend(gc.get_referents(o))
+        return total / 1e6, count
+
+    roots: list[tuple[str, Any]] = []
+    q = d.engine.queueing
+    roots += [(f"queues.{k}", v) for k, v in vars(q.queues).items()]
+    roots += [(f"queueing.{k}", v) for k, v in vars(q).items() if k != "queues"]
+    roots += [(f"writer.{k}", v) for k, v in vars(d.writer).items()]
+    roots += [(f"engine.{k}", v) for k, v in vars(d.engine).items() if k not in ("queueing", "writer")]
+    roots += [("dispatcher (the rest)", d)]
+    out = [(name, *size(obj)) for name, obj in roots]
+    print("by type and size", kinds.most_common(30), file=sys.stderr)
+    return sorted((o for o in out if o[1] >= 0.2), key=lambda o: -o[1])
+
+
 async def _dispatcher(settings_json: str, conn: Any, trace: bool) -> None:
     from dispatcher.app import Dispatcher
     from dispatcher.settings import DispatcherSettings
@@ -86,12 +131,40 @@ async def _dispatcher(settings_json: str, conn: Any, trace: bool) -> None:
         engine, intake = d.engine, d.intake
 
         async def report() -> None:
+            reports = 0
             while True:
                 await asyncio.sleep(1.0)
                 conn.send({"known": len(engine.known), "cache": len(engine.cache),
                            "pending": len(engine.queueing.queues.entries), "inbox": engine.inbox.qsize(),
                            "unpublished": len(engine.fresh),  # Commands committed, waiting for the publisher
+                           "writes": d.writer.backlog, "rss": status_kib(os.getpid())["VmRSS"] // 1024,
                            "listed": intake.ready.is_set(), "started": d.startup.done})
+                reports += 1
+                if os.environ.get("RSS_BENCH_CENSUS") and reports % 10 == 0:  # what the burst holds, every 10 s
+                    import collections
+                    import gc
+                    census: collections.Counter[str] = collections.Counter()
+                    for o in gc.get_objects():
+                        name = type(o).__name__
+                        census[f"{name}{len(o) if name == 'tuple' else ''}"] += 1
+                    import tracemalloc
+                    if tracemalloc.is_tracing():
+                        snap = tracemalloc.take_snapshot()
+                        by_line: collections.Counter[str] = collections.Counter()
+                        by_line64: collections.Counter[str] = collections.Counter()
+                        for tr in snap.traces:
+                            f = tr.traceback[0]
+                            where = f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno}"
+                            by_line[where] += tr.size
+                            if 48 < tr.size <= 64:
+                                by_line64[where] += 1
+                        print("burst lines", [(w, round(n / 1e6, 1)) for w, n in by_line.most_common(15)],
+                              file=sys.stderr, flush=True)
+                        print("burst 64-byte blocks", by_line64.most_common(15), file=sys.stderr, flush=True)
+                        del snap
+                    print("burst census", status_kib(os.getpid())["VmRSS"] // 1024, engine.inbox.qsize(),
+                          len(engine.fresh), len(engine.unanswered), d.writer.backlog, census.most_common(14),
+                          file=sys.stderr, flush=True)
                 if conn.poll():
                     if conn.recv() == "trim":  # what glibc would give back now (--probe-trim)
                         import ctypes
@@ -109,6 +182,7 @@ async def _dispatcher(settings_json: str, conn: Any, trace: bool) -> None:
                                 name = type(o).__name__
                                 census[f"{name}{len(o) if name == 'tuple' else ''}"] += 1
                             print("census", census.most_common(25), file=sys.stderr, flush=True)
+                            print("holders", holders(d), file=sys.stderr, flush=True)
                         conn.send({"trimmed": (before, status_kib(os.getpid())["VmRSS"])})
                     elif trace:
                         import tracemalloc
@@ -160,8 +234,9 @@ class Running:
         """Wait until the dispatcher knows ``n`` Workloads, has listed the manager, its inbox is (nearly)
         empty, the Commands it committed are published (a Place waits in memory while the agents'
         unanswered-Place budget is spent) and the number of pending Workloads has not changed, five
-        reports in a row: its steady state."""
+        reports in a row, and then the kube writer's backlog too: its steady state."""
         deadline, calm, last_print, pending = time.monotonic() + timeout, 0, 0.0, -1
+        engine_calm, writing = 0, True
         while time.monotonic() < deadline:
             if not self.proc.is_alive():
                 raise RuntimeError(f"the dispatcher exited ({self.proc.exitcode}) while {what}")
@@ -170,7 +245,13 @@ class Running:
                     and s.get("inbox", 1000) <= 50 and s.get("unpublished", 1000) <= 50  # heartbeats, late answers
                     and s.get("pending") == pending)
             pending = s.get("pending", -1)
-            calm = calm + 1 if done else 0
+            engine_calm = engine_calm + 1 if done else 0
+            if engine_calm >= 5 and writing and n and self.proc.pid is not None:
+                writing = False  # what the benchmark measured before it waited for the kube writer too
+                kib = status_kib(self.proc.pid)
+                print(f"  engine idle (kube writer backlog {s.get('writes')}): RSS {mb(kib['VmRSS']):.0f} MB, "
+                      f"peak {mb(kib['VmHWM']):.0f} MB", flush=True)
+            calm = calm + 1 if done and s.get("writes", 1000) <= 50 else 0  # the writes to the manager Jobs too
             if calm >= 5:
                 return
             if time.monotonic() - last_print > 15:
