@@ -145,6 +145,8 @@ class EngineCore:
         self._heard: tuple[dict[str, messages.Heartbeat], dict[str, datetime]] | None = None
         """The capacity book's heartbeats (and when each came) as the last committed batch left them, kept
         when a batch fails: the try that commits must see the change each of its heartbeats brings."""
+        self.shared_conditions: dict[tuple[Any, ...], jc.Conditions] = {}
+        """Condition lists given to the kube writer for many Jobs alike (dispatcher/rounds.py ``_shared``)."""
         self.queueing = QueueingState(starvation_seconds=settings.starvation_seconds,
                                       max_attempts_per_pass=settings.max_admissions_per_pass,
                                       fair_sharing=settings.fair_sharing.enable,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +33,10 @@ from federation.kinds.registry import by_name
 from federation.sealing import NoKey
 
 _DIGITS = re.compile(r"(?<![-\w])[0-9.]+[a-zA-Z]*")  # figures, not the digits in cluster names
+
+
+SHARED_CONDITIONS = 64
+"""Condition lists remembered for sharing (``PlacementRound._shared``): a batch's few distinct steps."""
 
 
 class PlacementRound(EngineCore):
@@ -160,12 +165,26 @@ class PlacementRound(EngineCore):
         text = jc.quota_text(cq, a.flavors, borrows=a.borrows)
         b.event(row["uid"], "quota_reserved", reason="QuotaReserved", message=text)
         key = job_key(row)
-        conds = jc.admitted(text, jc.admitted_text(a.cluster), b.now)
+        conds = self._shared(("admitted", text, a.cluster, b.now),
+                             lambda: jc.admitted(text, jc.admitted_text(a.cluster), b.now))
 
         def write() -> None:
             self._write(key, conds)
             self.writer.event(key, "Normal", "QuotaReserved", text)
         b.after.append(write)
+
+    def _shared(self, key: tuple[Any, ...], make: Callable[[], jc.Conditions]) -> jc.Conditions:
+        """One list of the same condition dicts for every Workload of a pass that gets the same conditions at
+        the same time (``key``: the step, its texts and the batch's time), not a list each: the kube writer
+        never changes a condition it is given, and after a burst of claims ~50,000 Jobs' conditions wait in
+        its backlog for minutes (issue 15: the claimed dispatcher's RSS). A few keys are remembered."""
+        memo = self.shared_conditions
+        conds = memo.get(key)
+        if conds is None:
+            if len(memo) >= SHARED_CONDITIONS:
+                memo.clear()
+            conds = memo[key] = make()
+        return conds
 
     def _waiting(self, b: Batch, e: Entry) -> None:
         """A Workload still waits, for a new reason: the reason on the row, in the history, on the Job."""
@@ -184,13 +203,17 @@ class PlacementRound(EngineCore):
         key = job_key(row)
         if refused:  # no cluster left but those whose policy refuses it: say which and why, on the Job
             b.event(e.uid, "pending", reason="PolicyViolation", message=reason)
-            conds = jc.waiting("PolicyViolation", reason, b.now, step="placement")
+            conds = self._shared(("PolicyViolation", reason, b.now),
+                                 lambda: jc.waiting("PolicyViolation", reason, b.now, step="placement"))
             b.after.append(lambda key=key, reason=reason: self.writer.event(  # type: ignore[misc]
                 key, "Warning", "PolicyViolation", reason))
         elif e.step == "placement":
             b.event(e.uid, "pending", reason=e.word, message=e.reason)
-            conds = jc.waiting("NoFittingCluster", e.reason, b.now, step="placement")
+            conds = self._shared(("NoFittingCluster", e.reason, b.now),
+                                 lambda: jc.waiting("NoFittingCluster", e.reason, b.now, step="placement"))
         else:
             b.event(e.uid, "pending", reason=e.word, message=e.reason)
-            conds = jc.waiting(e.word or "Pending", e.reason, b.now, step="queue")
+            word = e.word or "Pending"
+            conds = self._shared(("queue", word, e.reason, b.now),
+                                 lambda: jc.waiting(word, e.reason, b.now, step="queue"))
         b.after.append(lambda key=key, conds=conds: self._write(key, conds))  # type: ignore[misc]

@@ -404,3 +404,38 @@ async def test_an_accepted_that_comes_while_an_event_is_written_still_waits_for_
         await _running_takes_along_what_waited(kube, writer, key)
     finally:
         task.cancel()
+
+
+async def test_the_conditions_given_are_never_changed_so_many_jobs_may_share_them(kube: Kube) -> None:
+    """Issue 15: a placement pass gives the same condition dicts to every Workload waiting for the same reason
+    (dispatcher/rounds.py ``_shared``); the writer folds, resets and dates them into new dicts, never in place."""
+    import copy
+
+    key, writer, task = await job_and_writer(kube, "shared-a", workers=2)
+    job_b = await kube.create(PYTORCHJOBS, pytorchjob("shared-b"), "default")
+    key_b = JobKey(job_b["metadata"]["uid"], "PyTorchJob", "default", "shared-b")
+    writer.cache[key_b.uid] = job_b
+    try:
+        first = [condition(labels.CONDITION_QUOTA_RESERVED, True, "QuotaReserved", "reserved", T0),
+                 condition(labels.CONDITION_PENDING, True, "Waiting", "waits", T0)]
+        later = T0 + timedelta(minutes=1)
+        shared = [condition(labels.CONDITION_QUOTA_RESERVED, True, "QuotaReserved", "again", later),
+                  reset(labels.CONDITION_QUOTA_RESERVED, "Pending", "released", later, previously=True),
+                  removal(labels.CONDITION_PENDING),
+                  condition(labels.CONDITION_DISPATCHED, False, "NoFittingCluster", "wait", later)]
+        before = copy.deepcopy(shared)
+        for c in first:
+            writer.condition(key, c)  # the first Job holds them True already
+        await writer.wait_idle()
+        for k in (key, key_b):
+            for c in shared:
+                writer.condition(k, c)
+        await writer.wait_idle()
+        assert shared == before
+        for name in ("shared-a", "shared-b"):  # each Job got what the list says, folded for it alone
+            conds = {c["type"]: c for c in (await kube.get(PYTORCHJOBS, name, "default"))["status"]["conditions"]}
+            reserved = conds[labels.CONDITION_QUOTA_RESERVED]
+            assert (reserved["status"], reserved["message"]) == ("False", "Previously: again")
+            assert labels.CONDITION_PENDING not in conds and conds[labels.CONDITION_DISPATCHED]["status"] == "False"
+    finally:
+        task.cancel()
