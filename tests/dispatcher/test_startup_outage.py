@@ -180,7 +180,8 @@ async def test_the_memory_task_trims_once_a_burst_has_drained(monkeypatch: Any) 
     calls: list[int] = []
     monkeypatch.setattr(startup, "_malloc_trim", lambda: calls.append)
     clock, waiting = FakeClock(), [0]
-    task = asyncio.ensure_future(startup.trim_memory(clock, every=30.0, waiting=lambda: waiting[0], poll=2.0))
+    task = asyncio.ensure_future(startup.trim_memory(clock, every=30.0, waiting=lambda: waiting[0], poll=2.0,
+                                                     rss=lambda: 100 << 20))
 
     async def step(seconds: float = 2.0) -> None:
         await clock.wait_for_sleepers()
@@ -209,3 +210,46 @@ async def test_the_memory_task_trims_once_a_burst_has_drained(monkeypatch: Any) 
     task.cancel()
     monkeypatch.setattr(startup, "_malloc_trim", lambda: None)  # not glibc: the task has nothing to do
     await asyncio.wait_for(startup.trim_memory(clock), 5)
+
+
+async def test_the_memory_task_trims_when_the_rss_grew_while_little_waits(monkeypatch: Any) -> None:
+    """Issue 15: a quiet dispatcher that knows 100,000 Workloads grew by ~35 MB of glibc's free memory within
+    seconds at times; trimmed at the next look, not at the next period, and not while a burst's work waits."""
+    from dispatcher import startup
+
+    calls: list[int] = []
+    clock, waiting, rss = FakeClock(), [0], [200 << 20]
+
+    def trim(pad: int) -> int:
+        calls.append(pad)
+        rss[0] -= 20 << 20  # what the trim gives back: the RSS after it is where growth counts from
+        return 1
+    monkeypatch.setattr(startup, "_malloc_trim", lambda: trim)
+    task = asyncio.ensure_future(startup.trim_memory(clock, every=30.0, waiting=lambda: waiting[0], poll=2.0,
+                                                     rss=lambda: rss[0]))
+
+    async def step() -> None:
+        await clock.wait_for_sleepers()
+        clock.advance(2.0)
+        await clock.wait_for_sleepers()  # it looked, and sleeps again
+
+    await step()
+    rss[0] += startup.GROWN_BYTES - 1
+    await step()
+    assert calls == []  # not grown enough
+    rss[0] += 1
+    waiting[0] = startup.DRAINED_ITEMS + 1  # grown, but work waits (a burst: its memory is in use)
+    await step()
+    assert calls == []
+    waiting[0] = 0
+    await step()
+    assert calls == [0]
+    rss[0] -= 10 << 20  # Python gave arenas back: growth counts from the lowest RSS seen
+    await step()
+    rss[0] += startup.GROWN_BYTES - 1
+    await step()
+    assert calls == [0]
+    rss[0] += 1
+    await step()
+    assert calls == [0, 0]
+    task.cancel()
