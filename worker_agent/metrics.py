@@ -6,7 +6,8 @@ worker cluster by verb and HTTP code (0: no answer), the objects it owns per res
 caches: jobs it placed and their children), the MQTT link's reconnects, Commands taken, the
 heartbeat interval. Families kept in the process-wide default registry (``mkd_messages_refused_total``,
 the process's own figures) follow on the same page. ``/healthz`` answers while the event loop runs;
-``/readyz`` is 200 once discovery has run and the MQTT link is up, 503 naming what is missing.
+``/readyz`` is 200 once discovery has run, the MQTT link is up and the node and pod caches have listed (before,
+the agent claims no capacity), 503 naming what is missing.
 """
 
 from __future__ import annotations
@@ -131,4 +132,9 @@ class MetricsServer(ProbeServer):
         connected = getattr(self.agent, "connected", None)
         if connected is None or not connected.is_set():
             return "MQTT link not up"
+        known = getattr(self.agent, "capacity_known", None)
+        if known is not None and not known.is_set():
+            # until both listed, the agent claims no capacity (``Agent._wait_for_lists``): not ready to run Jobs
+            listed: set[str] = getattr(self.agent, "_listed", set())
+            return f"{', '.join(p for p in ('nodes', 'pods') if p not in listed)} not listed yet"
         return None

@@ -54,3 +54,23 @@ def _value(text: str, series: str) -> float:
     raise AssertionError(f"{series} not in the metrics page")
 
 
+
+
+async def test_not_ready_until_the_node_and_pod_caches_listed(agent_harness: AgentHarness) -> None:  # noqa: F811
+    """Ready means the agent would claim the capacity it has: not before its node and pod informers listed."""
+    from federation.kube import NODES
+    from tests.agent.test_heartbeat_listed import restart_late
+
+    h = agent_harness
+    gate, _ = await restart_late(h, NODES, metrics_port=0, metrics_host="127.0.0.1")
+    assert h.agent is not None and h.agent.metrics_server is not None
+    await asyncio.wait_for(h.agent.metrics_server.started.wait(), 10)
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{h.agent.metrics_server.port}", timeout=10) as client:
+        assert h.agent.connected.is_set()  # the Inventory came: discovery ran and the link is up
+        ready = await client.get("/readyz")
+        assert ready.status_code == 503, ready.text
+        assert ready.text.startswith("not ready: ") and "nodes" in ready.text and "not listed" in ready.text
+        gate.set()
+        await asyncio.wait_for(h.agent.capacity_known.wait(), 10)
+        ready = await client.get("/readyz")
+        assert ready.status_code == 200, ready.text
