@@ -24,6 +24,13 @@ from tests.dispatcher.test_queueing import CQS, FLAVORS, KUEUE, LQS, _cq, instal
 from tests.dispatcher.test_report_loss import numbered, resyncs
 
 
+async def shown(kube: Kube, name: str, ctype: str) -> Any:
+    """The PyTorchJob ``name`` once it shows ``ctype`` True, else None."""
+    obj = await kube.get(PYTORCHJOBS, name, "default")
+    c = cond(obj, ctype)
+    return obj if c is not None and c["status"] == "True" else None
+
+
 @pytest.mark.parametrize("queued", [False, True], ids=["open", "queue"])
 async def test_a_restarted_dispatcher_writes_the_conditions_a_killed_one_lost(
         manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str, queued: bool) -> None:
@@ -57,11 +64,8 @@ async def test_a_restarted_dispatcher_writes_the_conditions_a_killed_one_lost(
         assert before is None or before["status"] != "True", before  # lost, as after a SIGKILL
 
         async with running(s):
-            async def healed() -> Any:
-                obj = await kube.get(PYTORCHJOBS, "lost", "default")
-                c = cond(obj, labels.CONDITION_DISPATCHED)
-                return obj if c is not None and c["status"] == "True" else None
-            obj = await eventually(healed, what="MultiClusterDispatched=True written again", within=15)
+            obj = await eventually(lambda: shown(kube, "lost", labels.CONDITION_DISPATCHED),
+                                   what="MultiClusterDispatched=True written again", within=15)
         c = cond(obj, labels.CONDITION_DISPATCHED)
         assert c is not None and c["reason"] == "Placed" and "worker-1" in c["message"], c
         pending = cond(obj, labels.CONDITION_PENDING)
@@ -138,11 +142,8 @@ async def test_a_restarted_dispatcher_writes_the_refusal_a_killed_one_lost(
         assert cond(got, labels.CONDITION_REJECTED) is None, got.get("status")  # lost, as after a SIGKILL
 
         async with running(s):
-            async def healed() -> Any:
-                obj = await kube.get(PYTORCHJOBS, "refused", "default")
-                c = cond(obj, labels.CONDITION_REJECTED)
-                return obj if c is not None and c["status"] == "True" else None
-            obj = await eventually(healed, what="MultiClusterRejected=True written again", within=15)
+            obj = await eventually(lambda: shown(kube, "refused", labels.CONDITION_REJECTED),
+                                   what="MultiClusterRejected=True written again", within=15)
 
             async def warning() -> Any:
                 evs = (await kube.list(EVENTS, "default")).items

@@ -18,13 +18,15 @@ from tests.dispatcher.harness import PYTORCHJOBS, pytorchjob
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-async def job_and_writer(kube: Kube, name: str, **settings: Any) -> tuple[JobKey, KubeWriter, asyncio.Task[None]]:
-    """A PyTorchJob ``name`` on kubesim, in a Job cache, and a KubeWriter over them, running."""
+async def job_and_writer(kube: Kube, name: str, *, through: Any = None,
+                         **settings: Any) -> tuple[JobKey, KubeWriter, asyncio.Task[None]]:
+    """A PyTorchJob ``name`` on kubesim, in a Job cache, and a KubeWriter over them (writing ``through``
+    another client when given), running."""
     job = await kube.create(PYTORCHJOBS, pytorchjob(name), "default")
     key = JobKey(job["metadata"]["uid"], "PyTorchJob", "default", name)
     cache = JobCache()
     cache[key.uid] = job
-    writer = KubeWriter(kube, cache, SystemClock(), **settings)
+    writer = KubeWriter(through or kube, cache, SystemClock(), **settings)
     return key, writer, asyncio.create_task(writer.run())
 
 
@@ -351,12 +353,7 @@ async def test_a_wait_for_the_workers_status_lasts_while_the_writer_is_behind(ku
     Created or Running came more than 2 s after the Accepted for a third to over half of the Jobs, each then
     written two or three times, while the writer was behind anyway."""
     slow = _GatedEvents(kube)
-    job = await kube.create(PYTORCHJOBS, pytorchjob("behind"), "default")
-    key = JobKey(job["metadata"]["uid"], "PyTorchJob", "default", "behind")
-    cache = JobCache()
-    cache[key.uid] = job
-    writer = KubeWriter(slow, cache, SystemClock(), workers=2, condition_linger=0.05, status_linger=0.5)
-    task = asyncio.create_task(writer.run())
+    key, writer, task = await job_and_writer(kube, "behind", through=slow, workers=2, condition_linger=0.05, status_linger=0.5)
     try:
         for n in range(5):  # two in flight, three queued: more than the writer's workers
             writer.event(JobKey(f"other-{n}", "PyTorchJob", "default", f"other-{n}"), "Normal", "Placed", "p")
@@ -385,12 +382,7 @@ async def test_an_accepted_that_comes_while_an_event_is_written_still_waits_for_
     wait for Running all the same: they went as soon as the Event was written, alone, and Running took a write
     of its own (a fifth to a third of the Jobs of a 5,000-Job burst, whose Events the writer was behind on)."""
     slow = _GatedEvents(kube)
-    job = await kube.create(PYTORCHJOBS, pytorchjob("busy-event"), "default")
-    key = JobKey(job["metadata"]["uid"], "PyTorchJob", "default", "busy-event")
-    cache = JobCache()
-    cache[key.uid] = job
-    writer = KubeWriter(slow, cache, SystemClock(), workers=1, condition_linger=3600, status_linger=3600)
-    task = asyncio.create_task(writer.run())
+    key, writer, task = await job_and_writer(kube, "busy-event", through=slow, workers=1, condition_linger=3600, status_linger=3600)
     try:
         writer.event(key, "Normal", "Placed", "attempt 1 on worker-1")
         await asyncio.sleep(0.05)  # the writer is at it
