@@ -119,6 +119,18 @@ def holders(d: Any) -> list[tuple[str, float, int]]:
     return sorted((o for o in out if o[1] >= 0.2), key=lambda o: -o[1])
 
 
+def census(top: int) -> list[tuple[str, int]]:
+    """The most common types among the objects the garbage collector tracks (tuples by length)."""
+    import collections
+    import gc
+
+    counts: collections.Counter[str] = collections.Counter()
+    for o in gc.get_objects():
+        name = type(o).__name__
+        counts[f"{name}{len(o) if name == 'tuple' else ''}"] += 1
+    return counts.most_common(top)
+
+
 async def _dispatcher(settings_json: str, conn: Any, trace: bool) -> None:
     from dispatcher.app import Dispatcher
     from dispatcher.settings import DispatcherSettings
@@ -130,8 +142,8 @@ async def _dispatcher(settings_json: str, conn: Any, trace: bool) -> None:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     async with Dispatcher(settings) as d:  # what dispatcher.app.run does for ``mkctl dispatcher``
-        assert d.engine is not None and d.intake is not None
-        engine, intake = d.engine, d.intake
+        assert d.engine is not None and d.intake is not None and d.writer is not None
+        engine, intake, writer = d.engine, d.intake, d.writer
 
         async def report() -> None:
             reports = 0
@@ -140,16 +152,11 @@ async def _dispatcher(settings_json: str, conn: Any, trace: bool) -> None:
                 conn.send({"known": len(engine.known), "cache": len(engine.cache),
                            "pending": len(engine.queueing.queues.entries), "inbox": engine.inbox.qsize(),
                            "unpublished": len(engine.fresh),  # Commands committed, waiting for the publisher
-                           "writes": d.writer.backlog, "rss": status_kib(os.getpid())["VmRSS"] // 1024,
+                           "writes": writer.backlog, "rss": status_kib(os.getpid())["VmRSS"] // 1024,
                            "listed": intake.ready.is_set(), "started": d.startup.done})
                 reports += 1
                 if os.environ.get("RSS_BENCH_CENSUS") and reports % 10 == 0:  # what the burst holds, every 10 s
                     import collections
-                    import gc
-                    census: collections.Counter[str] = collections.Counter()
-                    for o in gc.get_objects():
-                        name = type(o).__name__
-                        census[f"{name}{len(o) if name == 'tuple' else ''}"] += 1
                     import tracemalloc
                     if tracemalloc.is_tracing():
                         snap = tracemalloc.take_snapshot()
@@ -166,7 +173,7 @@ async def _dispatcher(settings_json: str, conn: Any, trace: bool) -> None:
                         print("burst 64-byte blocks", by_line64.most_common(15), file=sys.stderr, flush=True)
                         del snap
                     print("burst census", status_kib(os.getpid())["VmRSS"] // 1024, engine.inbox.qsize(),
-                          len(engine.fresh), len(engine.unanswered), d.writer.backlog, census.most_common(14),
+                          len(engine.fresh), len(engine.unanswered), writer.backlog, census(14),
                           file=sys.stderr, flush=True)
                 if conn.poll():
                     if conn.recv() == "trim":  # what glibc would give back now (--probe-trim)
@@ -178,13 +185,7 @@ async def _dispatcher(settings_json: str, conn: Any, trace: bool) -> None:
                         if os.environ.get("RSS_BENCH_MALLOCSTATS"):
                             sys._debugmallocstats()
                             ctypes.CDLL("libc.so.6").malloc_stats()
-                            import collections
-                            import gc
-                            census: collections.Counter[str] = collections.Counter()
-                            for o in gc.get_objects():
-                                name = type(o).__name__
-                                census[f"{name}{len(o) if name == 'tuple' else ''}"] += 1
-                            print("census", census.most_common(25), file=sys.stderr, flush=True)
+                            print("census", census(25), file=sys.stderr, flush=True)
                             print("holders", holders(d), file=sys.stderr, flush=True)
                         conn.send({"trimmed": (before, status_kib(os.getpid())["VmRSS"])})
                     elif trace:
