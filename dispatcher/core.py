@@ -41,6 +41,10 @@ from federation.podset import parse_quantity
 from federation.retry import Backoff
 from federation.sealing import NoKey
 
+EXHAUSTED = "PlacementAttemptsExhausted"
+"""The reason of a Workload mkd gave up placing (state failed), its event row and its Job's conditions."""
+GAVE_UP = "gave up after "
+"""How such a Workload's reason begins (what dispatcher/heal.py reads it by)."""
 EDIT_REFUSED = "the latest edit was not sent"
 log = logging.getLogger("dispatcher.engine")  # the engine's parts log as the engine (one logger to tune)
 SUSPENDED_REASON = "suspended on the manager cluster; placed once resumed"
@@ -295,18 +299,11 @@ class EngineCore:
         b.after.append(lambda: self.book.release(uid))
         key = job_key(row)
         if row["attempt"] >= self.settings.max_placement_attempts:
-            text = f"gave up after {row['attempt']} placement attempts; last: {reason}"
+            text = f"{GAVE_UP}{row['attempt']} placement attempts; last: {reason}"
             b.set_w(uid, state="failed", reason=text, cluster=None, updated_at=b.now)
-            b.event(uid, "failed", reason="PlacementAttemptsExhausted", message=text)
-            # 'failed' is final: the manager Job says so as mkd's other final refusals do, instead of looking
-            # like a Job still waiting for a placement (Dispatched=False alone)
-            conds = [wl.condition(labels.CONDITION_DISPATCHED, False, "PlacementFailed", text, b.now),
-                     *jc.refused("PlacementAttemptsExhausted", text, b.now)]
-
-            def write() -> None:
-                self._write(key, conds, clear=True)
-                self.writer.event(key, "Warning", "PlacementFailed", text)
-            b.after.append(write)
+            b.event(uid, "failed", reason=EXHAUSTED, message=text)
+            now = b.now
+            b.after.append(lambda: self._write_gave_up(key, text, now))
             return
         if row["suspended"]:  # placed again once resumed
             b.set_w(uid, state="suspended", reason=f"{reason}; {SUSPENDED_REASON}", cluster=None, updated_at=b.now)
@@ -316,6 +313,15 @@ class EngineCore:
         conds = jc.requeued("Requeued", reason, b.now)
         b.after.append(lambda: self._write(key, conds, clear=True))
         b.placement_due = True
+
+    def _write_gave_up(self, key: Any, text: str, at: datetime) -> None:
+        """A Workload mkd gave up placing, on its Job: 'failed' is final, and the Job says so as mkd's other final
+        refusals do (its worker status cleared: no copy runs), instead of looking like a Job still waiting for a
+        placement (Dispatched=False alone); and a Warning Event."""
+        conds = [wl.condition(labels.CONDITION_DISPATCHED, False, "PlacementFailed", text, at),
+                 *jc.refused(EXHAUSTED, text, at)]
+        self._write(key, conds, clear=True)
+        self.writer.event(key, "Warning", "PlacementFailed", text)
 
     def _write(self, key: Any, conds: jc.Conditions, *, clear: bool = False, status_follows: bool = False) -> None:
         """One step's conditions to the Job (they share its next write); ``clear``: its worker copy is gone

@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from dispatcher import conditions as jc
 from dispatcher import workload as wl
 from dispatcher.batch import Batch, job_key
-from dispatcher.core import EngineCore, log
+from dispatcher.core import EXHAUSTED, GAVE_UP, EngineCore, log
 from dispatcher.db import queries as q
 from dispatcher.handover.safety import REASON as STARTED_ELSEWHERE
 from federation import labels
@@ -44,9 +44,8 @@ DISPATCHED, RESERVED, ADMITTED, FINISHED, PENDING, REJECTED = 1, 2, 4, 8, 16, 32
 _BITS = {labels.CONDITION_DISPATCHED: DISPATCHED, labels.CONDITION_QUOTA_RESERVED: RESERVED,
          labels.CONDITION_ADMITTED: ADMITTED, labels.CONDITION_FINISHED: FINISHED, labels.CONDITION_PENDING: PENDING,
          labels.CONDITION_REJECTED: REJECTED}
-EXHAUSTED = "PlacementAttemptsExhausted"
 REFUSALS = {"rejected": ("", ("InvalidJob", STARTED_ELSEWHERE, "ManagedByChanged")),
-            "failed": ("gave up after ", (EXHAUSTED,))}
+            "failed": (GAVE_UP, (EXHAUSTED,))}
 """Final Workload state -> how mkd's refusal text begins and the event reasons of the refusals that put a
 Workload there (dispatcher/core.py ``_reject`` and ``_requeue``, dispatcher/jobchanges.py); a Workload
 failed by its worker Job (reason Failed) is not read."""
@@ -99,11 +98,8 @@ class Healing(EngineCore):
 
     def _refuse(self, key: Any, reason: str, message: str, at: Any) -> None:
         """A refusal's conditions and Warning Event, as at the time (core ``_reject`` / ``_requeue``)."""
-        if reason == EXHAUSTED:  # the Job's worker status is cleared as well: no copy runs
-            conds = [wl.condition(labels.CONDITION_DISPATCHED, False, "PlacementFailed", message, at),
-                     *jc.refused(reason, message, at)]
-            self._write(key, conds, clear=True)
-            self.writer.event(key, "Warning", "PlacementFailed", message)
+        if reason == EXHAUSTED:
+            self._write_gave_up(key, message, at)
             return
         # (managedBy changed: not cleared, the Job's status may be its new controller's by now)
         self._write(key, jc.refused(reason, message, at))

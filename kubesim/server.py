@@ -156,8 +156,9 @@ class ApiServer:
     async def _route(self, request: Request) -> Response | StreamResponse:
         path = request.path
         stripped = path.strip("/")
-        parts = ([unquote(p) for p in stripped.split("/")] if "%" in stripped else stripped.split("/")) if stripped \
-            else []
+        parts = stripped.split("/") if stripped else []
+        if "%" in stripped:
+            parts = [unquote(p) for p in parts]
         if not parts:
             return self._json({"paths": ["/api", "/api/v1", "/apis", "/version", "/healthz"]})
         head = parts[0]

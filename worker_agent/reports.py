@@ -304,7 +304,7 @@ def _placement(uid: Any, attempt: Any, epoch: Any) -> PlacementKey | None:
         return None
     try:
         return PlacementKey(workload_uid=uid, attempt=int(attempt), epoch=int(epoch))
-    except (KeyError, ValueError):
+    except ValueError:  # (a label that is not a number; pydantic's ValidationError is one too)
         return None
 
 
