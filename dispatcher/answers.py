@@ -205,12 +205,17 @@ class Answers(EngineCore):
         limit = recent + per_cluster * max(1, len(self.book.received))  # enough to reach past the recent ones
         taken: dict[str, int] = {}
         waiting = 0
+        held: set[tuple[str, int]] | None = None
         for r in await q.unanswered(s, b.now - timedelta(seconds=wait), limit):  # oldest first
             key = (r.workload_uid, r.attempt)
             obj = self.cache.get(r.workload_uid)
             last = max(floor, self._resent.get(key, floor), self.unanswered.get(key, floor))
             if obj is None or now - last < wait:
                 continue
+            if held is None:
+                held = self.fresh.place_keys()
+            if key in held:
+                continue  # still waiting to be published (the unanswered-Place budget): not unanswered
             if taken.get(r.cluster, 0) >= per_cluster:
                 waiting += 1  # still `sent` in the database: a later tick sends it
                 continue

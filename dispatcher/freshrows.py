@@ -46,6 +46,10 @@ class FreshRows:
         """The rows from the front; the caller must not add or drop while iterating."""
         return iter(self._rows)
 
+    def place_keys(self) -> set[tuple[str, int]]:
+        """The (workload uid, attempt) of every Place waiting here: not published yet, so not unanswered."""
+        return {row[3] for row in self._rows if row[3] is not None}
+
     def first_id(self) -> int | None:
         """The id of the row at the front (the lowest), or None when empty."""
         return self._rows[0][0] if self._rows else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any
 
 from dispatcher.db import models as m
 from federation import messages
@@ -73,3 +74,25 @@ async def test_a_restarted_dispatcher_resends_paced_oldest_first_and_not_what_wa
 
 async def _covers(found: Awaitable[set[str]], want: set[str]) -> bool:
     return want <= await found
+
+
+async def test_a_place_still_waiting_in_the_outbox_is_not_sent_again(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    """A Place is sent again when its agent has not answered it ``place_resend_seconds`` after it was sent, not
+    after it was created: Places held back by the unanswered-Place budget (a 10,000-Job burst: up to 50 s in the
+    outbox) were queued a second time before their first copy was published, and a third after that."""
+    config = settings(manager, db_url, mqtt_url, topic_root, place_resend_seconds=1.0, placement_retry_seconds=0.2,
+                      max_unanswered_places=2)
+    async with FakeAgent("worker-1", mqtt_url, topic_root, auto_accept=False, beat_every=0.5) as agent:
+        async with running(config):
+            for i in range(8):
+                await kube.create(PYTORCHJOBS, pytorchjob(f"held-{i}"), "default")
+            await eventually(lambda: len({p.placement.workload_uid for p in agent.places()}) == 8, within=60,
+                             what="every Place published at last, two at a time")
+    by_uid: dict[str, list[Any]] = collections.defaultdict(list)
+    for r in sorted(await rows(db_url, m.outbox), key=lambda r: r.id):
+        if is_place(r.payload):
+            by_uid[r.workload_uid].append(r)
+    early = {uid: len(rs) for uid, rs in by_uid.items()
+             if any(r.created_at < (rs[0].sent_at or r.created_at) or rs[0].sent_at is None for r in rs[1:])}
+    assert not early, f"Places queued again before their first copy was sent: {early}"
