@@ -91,6 +91,62 @@ def reachable(host: str, port: int) -> bool:
         return False
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# What each service did, per job, read off its own /metrics before and after the end-to-end phase:
+# (label in the table, service, metric family with its labels as Prometheus prints them, or a prefix of it)
+WORK = (("manager status writes (written)", "dispatcher", 'mkd_kube_writes_total{result="written"}'),
+        ("manager status writes (unchanged)", "dispatcher", 'mkd_kube_writes_total{result="unchanged"}'),
+        ("Reports received", "dispatcher", "mkd_reports_received_total"),
+        ("Report messages (batches)", "dispatcher", "mkd_report_messages_received_total"),
+        ("Commands published", "dispatcher", "mkd_outbox_commands_published_total"),
+        ("Command messages (batches)", "dispatcher", "mkd_outbox_messages_published_total"),
+        ("agent API calls", "agents", "mkd_agent_api_calls_total{"))
+
+
+def scrape(port: int) -> dict[str, float]:
+    """The samples of one service's /metrics (name{labels} -> value); empty when it does not answer."""
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.rpartition(" ")
+            with contextlib.suppress(ValueError):
+                out[key] = float(value)
+    return out
+
+
+def work_per_job(before: dict[str, dict[str, float]], after: dict[str, dict[str, float]],
+                 n: int) -> list[tuple[str, float]]:
+    """Per job, what the services did during the phase (``before``/``after``: samples by service name)."""
+    rows: list[tuple[str, float]] = []
+    for label, service, key in WORK:
+        names = [s for s in after if s == service or (service == "agents" and s.startswith("agent-"))]
+        total = 0.0
+        by_verb: dict[str, float] = {}
+        for name in names:
+            for k, v in after[name].items():
+                if k == key or (key.endswith("{") and k.startswith(key)):
+                    d = v - before.get(name, {}).get(k, 0.0)
+                    total += d
+                    if key.endswith("{"):
+                        verb = k.partition('verb="')[2].partition('"')[0]
+                        by_verb[verb] = by_verb.get(verb, 0.0) + d
+        rows.append((label, total / max(n, 1)))
+        rows += [(f"  {verb}", v / max(n, 1)) for verb, v in sorted(by_verb.items()) if v]
+    return rows
+
+
 def job(name: str, namespace: str, managed_by: str | None) -> dict[str, Any]:
     def replica() -> dict[str, Any]:
         return {"replicas": 1, "restartPolicy": "OnFailure", "template": {
@@ -486,6 +542,7 @@ class Result:
     missing: str
     load: tuple[str, str] = ("", "")
     profiles: dict[str, list[tuple[str, int, int]]] = field(default_factory=dict)
+    work: list[tuple[str, float]] = field(default_factory=list)
     rate: float | None = None
     """Offered load (jobs/s) of a paced run; None: created as fast as the manager's API takes them."""
 
@@ -504,6 +561,9 @@ class Result:
             out.append(f"  {self.missing}")
         out.append(f"  CPU during the end-to-end phase ({self.wall:.1f} s wall), per process:")
         out += cpu_lines(self.cpu, self.n, self.wall, federation=FEDERATION)
+        if self.work:
+            out.append("  work per job during the end-to-end phase (each service's /metrics):")
+            out += [f"    {label:<44} {v:7.2f}" for label, v in self.work]
         out.append(f"  CPU during the floor ({self.floor_wall:.1f} s wall; dispatcher and agents stopped):")
         out += cpu_lines(self.floor_cpu, self.n, self.floor_wall, federation=FEDERATION)
         out.append("  stages (wall clock of this machine; dispatcher rows have its clock, watches this one's):")
@@ -582,10 +642,12 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
         tag = topic_root.split("/")[0]
         # every message is signed: a key pair per service, the agents' public keys trusted by the dispatcher
         keys = {name: signing.generate() for name in ("dispatcher", *WORKERS)}
+        ports = {name: free_port() for name in FEDERATION}
         await procs.start("dispatcher", *mkctl, "dispatcher", "--kubeconfig", str(configs["manager"]),
                           "--database-url", database_url, "--mqtt-client-id", f"{tag}-dispatcher", *common,
                           "--signing-private-key", keys["dispatcher"][0],
-                          "--cluster-public-keys", json.dumps({w: keys[w][1] for w in WORKERS}), *dispatcher_args)
+                          "--cluster-public-keys", json.dumps({w: keys[w][1] for w in WORKERS}),
+                          "--api-port", str(ports["dispatcher"]), *dispatcher_args)
         # The agents start once the dispatcher listens: what an agent sends before that (its first heartbeat
         # and Inventory) no subscription keeps, so the dispatcher meets its report stream part-way and answers
         # with a Resync, which lands in the burst and has every agent report its jobs again.
@@ -594,7 +656,8 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
             await procs.start(f"agent-{w}", *mkctl, "agent", "--cluster-name", w, "--kubeconfig", str(configs[w]),
                               "--mqtt-client-id", f"{tag}-agent-{w}", "--heartbeat-interval-seconds", "2", *common,
                               "--signing-private-key", keys[w][0],
-                              "--dispatcher-public-keys", json.dumps([keys["dispatcher"][1]]), *agent_args)
+                              "--dispatcher-public-keys", json.dumps([keys["dispatcher"][1]]),
+                              "--metrics-port", str(ports[f"agent-{w}"]), *agent_args)
         await wait_clusters_online(database_url, procs)
 
         # --- end to end ---
@@ -609,6 +672,7 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
             await asyncio.wait_for(tapped.wait(), timeout=30)
         manifests = [job(f"job-{i:05d}", NAMESPACE, labels.MULTIKUEUE) for i in range(n)]
         load_before = uptime()
+        counted = {name: await asyncio.to_thread(scrape, port) for name, port in ports.items()}
         cpu = await meter(procs, dbname, use_mosquitto)
         sampler = asyncio.create_task(keep_sampling(cpu, dbname))
         spies = await start_py_spy(procs, logs, py_spy_kubesims) if py_spy or py_spy_kubesims else {}
@@ -624,6 +688,7 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
         wall = time.monotonic() - started
         sampler.cancel()
         used = cpu.used()
+        work = work_per_job(counted, {name: await asyncio.to_thread(scrape, port) for name, port in ports.items()}, n)
         profiles = await stop_py_spy(spies)
         load_after = uptime()
         missing = ""
@@ -659,7 +724,8 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
         floor_seconds, floor_writes = await floor_run(kubes, n)
         floor_used = floor_cpu.used()
         return Result(n, e2e_rate, n / create_seconds, n / floor_seconds, floor_writes, stamps, backends, placed,
-                      used, wall, floor_used, floor_seconds, missing, (load_before, load_after), profiles, rate)
+                      used, wall, floor_used, floor_seconds, missing, (load_before, load_after), profiles, work,
+                      rate)
     finally:
         await procs.stop()
         await stack.aclose()

@@ -60,6 +60,8 @@ class _Parts(Collector):
                                      "(holes, streams met part-way, Inventory answers)")
         stale = CounterMetricFamily("mkd_reports_stale_dropped", "Status Reports dropped as older than the last one")
         received = CounterMetricFamily("mkd_reports_received", "Reports decoded from the broker")
+        report_messages = CounterMetricFamily("mkd_report_messages_received", "Broker messages on the agents' "
+                                              "report and presence topics (a batch of Reports is one)")
         refused = CounterMetricFamily("mkd_reports_refused", "Messages on report topics refused as malformed or "
                                       "claiming another cluster")
         reconnects = CounterMetricFamily("mkd_mqtt_reconnects", "MQTT reconnections after the first connect",
@@ -67,6 +69,10 @@ class _Parts(Collector):
         writes = CounterMetricFamily("mkd_kube_writes", "Writes to manager Jobs (status, conditions, Events)",
                                      labels=["result"])
         unanswered = GaugeMetricFamily("mkd_places_unanswered", "Place Commands published and not answered yet")
+        published = CounterMetricFamily("mkd_outbox_commands_published", "Commands published and acknowledged by "
+                                        "the broker (a Place sent again after no answer counts again)")
+        command_messages = CounterMetricFamily("mkd_outbox_messages_published", "Broker messages the outbox "
+                                               "published (a batch of Commands is one)")
         if engine is not None:
             lost.add_metric([], float(engine.streams.lost_holes))
             healed.add_metric([], float(self.metrics.resyncs))
@@ -74,16 +80,21 @@ class _Parts(Collector):
             unanswered.add_metric([], float(len(engine.unanswered)))
         if reports is not None:
             received.add_metric([], float(reports.received))
+            report_messages.add_metric([], float(reports.messages))
             refused.add_metric([], float(reports.refused))
         for link, part in (("reports", reports), ("outbox", publisher)):
             health = getattr(part, "health", None)
             if health is not None:
                 reconnects.add_metric([link], float(max(0, health.connects - 1)))
+        if publisher is not None:
+            published.add_metric([], float(publisher.sent))
+            command_messages.add_metric([], float(publisher.messages))
         if writer is not None:
             writes.add_metric(["written"], float(writer.writes))
             writes.add_metric(["unchanged"], float(writer.unchanged))
             writes.add_metric(["failed"], float(writer.failures))
-        yield from (lost, healed, stale, received, refused, reconnects, writes, unanswered)
+        yield from (lost, healed, stale, received, refused, reconnects, writes, unanswered, published,
+                   report_messages, command_messages)
         handover = getattr(d, "handover", None)
         if handover is not None:  # dispatcher/handover: who runs what, and what the webhook routed
             jobs = GaugeMetricFamily("mkd_manager_jobs", "Jobs on the manager cluster by controller (their "

@@ -35,6 +35,8 @@ class ReportSubscriber:
         self.client_id = client_id
         self.refused = 0
         self.received = 0
+        self.messages = 0
+        """Broker messages taken (a batch of Reports is one)."""
         self.inventories = chunks.Assembler()
         self.subscribed = asyncio.Event()
         self.leases: LeaseDesk | None = None
@@ -65,6 +67,7 @@ class ReportSubscriber:
         root = self.settings.mqtt.topic_root
         if not payload:
             return  # a cleared retained presence message
+        self.messages += 1
         try:
             where = topics.parse(topic, root)
             opened = self.engine.identity.open(where.cluster, where.channel, topic, payload, self.clock.now())
