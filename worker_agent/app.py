@@ -103,6 +103,13 @@ class Agent:
         """Unix ms when this process first connected: Commands sealed earlier are refused (link_loop)."""
         self.metrics_server: Any = None
 
+    def _admission(self, kind: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """A new Job of ``kind`` waits for room in the apply loop when the loop reconciles that kind."""
+        loop = self.apply
+        if loop is not None and kind in loop.reconcilers:
+            return loop.admission()
+        return contextlib.nullcontext()
+
     async def discover(self) -> None:
         """Watch the kinds whose CRDs are served now (reconciled or delegated); the others are retried."""
         self.caches.setdefault(PODS.plural, ObjectCache(PODS.plural))
@@ -110,7 +117,7 @@ class Agent:
         self.meter = CapacityMeter(self.caches[NODES.plural], self.caches[PODS.plural])
         self.apply = ApplyLoop(self.kube, {}, {}, self.caches, self.clock,
                                concurrency=self.settings.concurrency, on_status=self._own_status,
-                               origin=self.settings.origin)
+                               origin=self.settings.origin, backlog_max=self.settings.backlog_max)
         self.inbox = Inbox(self.kube, self.caches, self.reporter, origin=self.settings.origin, kinds={},
                            delegate=self.delegated, create_namespaces=self.settings.create_namespaces,
                            policy=CheckedPolicy(self.policy))
@@ -120,6 +127,7 @@ class Agent:
                                  on_regained=self._lease_regained,
                                  record_in=(self.settings.namespace, self.settings.cluster_name))
         self.inbox.lease = self.lease
+        self.inbox.admission = self._admission
         self.apply.may_start = self.lease.holds
         await self.adopt_served()
 

@@ -10,6 +10,11 @@ through the status subresource only when it changed, records Events and schedule
 after ``requeue_after`` seconds on the injected clock. A create that finds its name taken aborts
 the pass before the status write, as upstream does; Temporary errors retry with a capped backoff.
 
+New jobs come in only as fast as the loop gets through its work (``admission``): the inbox creates a placed job
+once fewer than ``backlog_max`` passes wait, so a burst of Places waits unanswered, in the dispatcher's outbox and
+SQL, instead of as thousands of created jobs whose children and status come tens of seconds later (10,000-job
+bursts: 7,000 jobs accepted and not yet started across three agents, Running 7-30 s after the Accepted; issue 15).
+
 The watch echoes of a pass's own writes (a child it created, the status it wrote) carry nothing the pass
 did not already put in the caches. When the reconciler says a render right after them plans nothing more
 (``settles_after``; the Kubeflow v1 family, for a job not finished) they start no pass (``own_echo``,
@@ -19,10 +24,12 @@ did not already put in the caches. When the reconciler says a render right after
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -112,8 +119,12 @@ class ApplyLoop:
     def __init__(self, kube: Kube, reconcilers: Mapping[str, Reconciler], resources: Mapping[str, Resource],
                  caches: Mapping[str, ObjectCache], clock: Clock, *, concurrency: int = 16,
                  component: str = COMPONENT, on_status: Callable[[str, dict[str, Any]], None] | None = None,
-                 origin: str = "") -> None:
+                 origin: str = "", backlog_max: int = 64) -> None:
         self.kube = kube
+        self.backlog_max = backlog_max
+        """Passes waiting (plus jobs being created) at which a new job waits to come in (``admission``)."""
+        self._entering = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self.origin = origin
         """Stamped as ``mkd.dev/created-by`` on every child created or updated (see ``worker_agent.foreign``)."""
         self.refused: set[JobKey] = set()
@@ -155,6 +166,46 @@ class ApplyLoop:
         suspended, and must not start its pods again before it knows."""
 
     # --- queueing ---------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def admission(self) -> AsyncIterator[None]:
+        """Around creating a new job: wait until fewer than ``backlog_max`` passes wait. Jobs being created count
+        too, and waiters come in first come, first served, one at a time as the room allows (waking every waiter
+        at each free place cost the agents more than their passes did)."""
+        if self._waiters or not self._has_room():
+            admitted = asyncio.get_running_loop().create_future()
+            self._waiters.append(admitted)
+            try:
+                await admitted
+            except asyncio.CancelledError:
+                if admitted.done() and not admitted.cancelled():
+                    self._entering -= 1  # let in, but gone before it came: its place goes to the next
+                    self._make_room()
+                else:
+                    self._waiters.remove(admitted)
+                raise
+        else:
+            self._entering += 1
+        try:
+            yield
+        finally:
+            self._entering -= 1
+            self._make_room()
+
+    def _has_room(self) -> bool:
+        return self._queue.qsize() + self._entering < self.backlog_max
+
+    def _make_room(self) -> None:
+        """Once the backlog is down to half of ``backlog_max``, let waiting new jobs in while there is room (each
+        counted as entering from here): they come in groups, and their Accepted Reports share messages (one at a
+        time, each Report took a broker message of its own and a signature)."""
+        if not self._waiters or self._queue.qsize() + self._entering > self.backlog_max // 2:
+            return
+        while self._waiters and self._has_room():
+            admitted = self._waiters.popleft()
+            if not admitted.done():
+                self._entering += 1
+                admitted.set_result(None)
+
     def lease_back(self) -> None:
         """The lease was renewed: every Job that waited for it to create something gets a pass now."""
         waiting, self._awaiting_lease = self._awaiting_lease, set()
@@ -228,6 +279,7 @@ class ApplyLoop:
         while True:
             key = await self._queue.get()
             self._queued.discard(key)
+            self._make_room()
             self._running.add(key)
             try:
                 await self._pass(key)

@@ -16,9 +16,10 @@ handled in arrival order; different workloads in parallel.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -103,6 +104,9 @@ class Inbox:
         logged and counted (the agent's Supervisor makes it the ``mqtt`` task's), never dropped."""
         self.highest_epoch = 0
         self._arrivals = 0
+        self.admission: Callable[[str], contextlib.AbstractAsyncContextManager[None]] | None = None
+        """Around creating a new Job of a kind (by name): waits while the agent is behind on the Jobs it has
+        (``ApplyLoop.admission``); None: never waits."""
         self.lease: LeaseKeeper | None = None
         """Fencing (worker_agent.lease): set by the agent; None in tests that do not fence."""
         self._resyncs = chunks.Assembler()
@@ -212,6 +216,15 @@ class Inbox:
         return None
 
     async def place(self, cmd: Place, *, again: bool = False) -> None:
+        """Carry out a Place; a new Job waits first for the agent to have room for it (``admission``), before
+        anything is checked, so the checks hold when it is created."""
+        if self.admission is not None and not again and cmd.placement.workload_uid not in self.workloads:
+            async with self.admission(cmd.job.kind):
+                await self._place(cmd)
+            return
+        await self._place(cmd, again=again)
+
+    async def _place(self, cmd: Place, *, again: bool = False) -> None:
         p = cmd.placement
         uid = p.workload_uid
         try:
@@ -292,7 +305,7 @@ class Inbox:
                                 delay=1.0) from None
             self.workloads[uid] = found
             self.caches[res.plural].upsert(existing)
-            await self.place(cmd, again=True)  # decide again against what is really there
+            await self._place(cmd, again=True)  # decide again against what is really there
             return
         except Invalid as exc:
             self.reporter.rejected(p, cmd.spec_version, "Invalid", exc.message)

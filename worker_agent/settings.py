@@ -73,6 +73,11 @@ class AgentSettings(BaseSettings):
     concurrency: int = Field(default=16, ge=1, le=256)
     """Jobs reconciled at once (each job is always reconciled by one worker at a time)."""
 
+    backlog_max: int = Field(default=64, ge=1)
+    """A placed Job is created (and Accepted) once fewer than this many reconcile passes wait: a burst of
+    Places waits unanswered in the dispatcher's outbox instead of as Jobs created here whose Services, Pods
+    and status come long after. Keep it at a few times ``concurrency``."""
+
     lease_stop_before_seconds: float = Field(default=60.0, gt=0)
     """Fencing (worker_agent.lease): suspend every Job this long before the dispatcher's lease runs out
     unrenewed, so their pods are gone (terminationGracePeriod 30 s by default) before the lease ends.

@@ -49,3 +49,55 @@ async def test_changes_during_a_pass_and_just_after_cost_one_more_pass() -> None
     finally:
         worker.cancel()
         await asyncio.gather(worker, return_exceptions=True)
+
+
+class BlockedLoop(ApplyLoop):
+    """Passes that end only when the test says so (``go``): the loop falls behind on purpose."""
+
+    def __init__(self, backlog_max: int) -> None:
+        super().__init__(None, {"PyTorchJob": object()}, {}, {}, SystemClock(), concurrency=1,  # type: ignore[arg-type]
+                         backlog_max=backlog_max)
+        self.go = asyncio.Event()
+        self.passed: list[JobKey] = []
+
+    async def reconcile(self, key: JobKey) -> float | None:
+        await self.go.wait()
+        self.passed.append(key)
+        return None
+
+
+async def test_a_new_job_comes_in_only_once_the_loop_has_room_for_it() -> None:
+    """Issue 15: in 10,000-job bursts the agents created every placed job at once and got to its children and
+    status tens of seconds later (7,000 jobs accepted and not started across three agents). A new job now waits
+    (``admission``, around its create) while ``backlog_max`` passes wait; waiters woken together come in one by
+    one as the room allows, the first to wait first."""
+    loop = BlockedLoop(backlog_max=3)
+    worker = asyncio.create_task(loop.run())
+    came: list[int] = []
+    peaks: list[int] = []
+
+    async def new_job(n: int) -> None:
+        async with loop.admission():
+            came.append(n)
+            loop.enqueue(("PyTorchJob", "ns", f"new-{n}"))  # as the created job's watch event does
+            peaks.append(loop._queue.qsize())
+
+    try:
+        for n in range(4):  # one pass running (blocked), three waiting: the loop is full
+            loop.enqueue(("PyTorchJob", "ns", f"old-{n}"))
+        await asyncio.sleep(0.05)
+        assert loop._queue.qsize() == 3
+        waiters = [asyncio.create_task(new_job(n)) for n in range(5)]
+        await asyncio.sleep(0.1)
+        assert came == [], "a new job came in while the loop was full"
+        loop.go.set()  # the loop catches up: the new jobs come in as it does, never more than it has room for
+        await asyncio.wait_for(asyncio.gather(*waiters), 10)
+        assert came == [0, 1, 2, 3, 4] and max(peaks) <= 3
+        for _ in range(100):
+            if len(loop.passed) == 9:
+                break
+            await asyncio.sleep(0.02)
+        assert [k[2] for k in loop.passed] == [*(f"old-{n}" for n in range(4)), *(f"new-{n}" for n in range(5))]
+    finally:
+        worker.cancel()
+        await asyncio.gather(worker, return_exceptions=True)
