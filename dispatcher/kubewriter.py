@@ -43,9 +43,8 @@ listed Job, so a write packs one status, not three.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -115,7 +114,7 @@ class KubeWriter:
         self.crowd = crowd
         """Jobs waiting for their worker's status at once from which the learned ``status_wait`` applies."""
         self._learned = status_linger
-        self._started: dict[str, float] = {}
+        self._started: OrderedDict[str, float] = OrderedDict()
         """uid -> loop time its wait for the worker's status began (the Accepted), until that status comes
         (oldest first; one waiting longer than ``start_linger_max`` counts as having taken that long)."""
         self._gaps: deque[float] = deque(maxlen=GAPS)
@@ -207,27 +206,34 @@ class KubeWriter:
         return self._learned if len(self._started) >= self.crowd else self.status_linger
 
     def _status_begun(self, uid: str) -> None:
-        """The Job waits for its worker's status from now (its Accepted came, or a passing status)."""
-        if uid not in self._started:
-            self._started[uid] = asyncio.get_running_loop().time()
+        """The Job waits for its worker's status from now (its Accepted came, or a passing status). One that
+        has waited longer than ``start_linger_max`` is let go, as having taken that long: the Jobs remembered
+        are those accepted in the last ``start_linger_max`` seconds at most."""
+        if uid in self._started:
+            return
+        now = asyncio.get_running_loop().time()
+        self._started[uid] = now
+        longest = max(self.start_linger_max, self.status_linger)
+        while True:
+            old, at = next(iter(self._started.items()))
+            if now - at <= longest:
+                break
+            del self._started[old]
+            self._learn(longest)
 
     def _status_came(self, uid: str) -> None:
         """The worker's first status that is not passing came: how long it took is learned from."""
         begun = self._started.pop(uid, None)
-        if begun is None:
-            return
-        now = asyncio.get_running_loop().time()
-        self._gaps.append(now - begun)
+        if begun is not None:
+            self._learn(asyncio.get_running_loop().time() - begun)
+
+    def _learn(self, gap: float) -> None:
+        self._gaps.append(gap)
         self._new_gaps += 1
         if self._new_gaps >= LEARN_EVERY:
             self._new_gaps = 0
-            longest = max(self.start_linger_max, self.status_linger)
-            for old, at in list(itertools.islice(self._started.items(), GAPS)):
-                if now - at <= longest:
-                    break
-                del self._started[old]  # still waiting: it took the longest wait at least
-                self._gaps.append(longest)
             ranked = sorted(self._gaps)
+            longest = max(self.start_linger_max, self.status_linger)
             self._learned = min(max(ranked[int(len(ranked) * 0.9)], self.status_linger), longest)
 
     def condition(self, key: JobKey, cond: dict[str, Any], *, status_follows: bool = False) -> None:

@@ -480,3 +480,15 @@ async def test_while_many_jobs_wait_for_their_workers_status_the_wait_lasts_as_l
         assert writer.writes == 21
     finally:
         task.cancel()
+
+
+async def test_jobs_whose_status_never_comes_are_remembered_no_longer_than_the_longest_wait() -> None:
+    """The Jobs waiting for their worker's status are remembered for ``status_wait`` only as long as the longest
+    wait: one whose status never comes (pods that never start) counts as having taken that long, and goes."""
+    writer = KubeWriter(None, JobCache(), SystemClock(), status_linger=0.02, start_linger_max=0.1)
+    for n in range(100):
+        writer._status_begun(f"never-{n}")
+    await asyncio.sleep(0.15)
+    writer._status_begun("new")
+    assert list(writer._started) == ["new"]
+    assert len(writer._gaps) == 100 and writer._learned == 0.1
