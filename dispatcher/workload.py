@@ -23,7 +23,8 @@ from dispatcher.placement import Need, PodSetDemand
 from federation import labels, messages
 from federation.clock import rfc3339
 from federation.errors import Invalid
-from federation.kinds.base import JobKind
+from federation.kinds.base import PASSING_CONDITIONS, JobKind
+from federation.kinds.base import latest_condition as base_latest_condition
 from federation.podset import Resources, format_quantity, parse_quantity, total_requests
 
 
@@ -245,18 +246,9 @@ def _rank(cond: Mapping[str, Any]) -> tuple[bool, int]:
     return cond.get("status") == "True", _RANK.get(cond.get("type"), -1)  # type: ignore[arg-type]
 
 
-PASSING_CONDITIONS = frozenset({"Created"})
-"""A Job's own conditions that it leaves on its own within moments: the Kubeflow v1 family's first
-(``JobCreated``, until its pods run)."""
-
-
 def latest_condition(status: Mapping[str, Any]) -> str | None:
     """The type of the Job's own latest True condition in ``status`` (mkd's are not the Job's), if any."""
-    last = None
-    for c in status.get("conditions") or ():
-        if isinstance(c, Mapping) and c.get("status") == "True" and c.get("type") not in MKD_CONDITIONS:
-            last = c.get("type")
-    return last if isinstance(last, str) else None
+    return base_latest_condition(status, MKD_CONDITIONS)
 
 
 def passing(status: Mapping[str, Any]) -> bool:

@@ -457,6 +457,7 @@ class Agent:
     async def _flush_after(self, stop: asyncio.Event, flushed: asyncio.Event) -> None:
         """On stop, give queued reports a moment to reach the broker before the tasks are cancelled."""
         await stop.wait()
+        self.reporter.release_held()  # a passing status held for the job's next one goes now
         for _ in range(int(FLUSH_SECONDS / 0.05)):
             if not self.outbox.pending() or not self.connected.is_set():
                 break

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import collections
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, Protocol, runtime_checkable
 
@@ -314,6 +314,20 @@ def raise_first(errors: list[Invalid]) -> None:
 
 
 # --- status helpers ----------------------------------------------------------------------------
+
+
+PASSING_CONDITIONS = frozenset({"Created"})
+"""A Job's own conditions that it leaves on its own within moments: the Kubeflow v1 family's first
+(``JobCreated``, until its pods run)."""
+
+
+def latest_condition(status: Mapping[str, Any], ignore: Collection[str] = ()) -> str | None:
+    """The type of the latest True condition in ``status`` whose type is not in ``ignore``, if any."""
+    last = None
+    for c in status.get("conditions") or ():
+        if isinstance(c, Mapping) and c.get("status") == "True" and c.get("type") not in ignore:
+            last = c.get("type")
+    return last if isinstance(last, str) else None
 
 
 def true_condition(job: Mapping[str, Any], *types: str) -> dict[str, Any] | None:
