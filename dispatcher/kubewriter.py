@@ -206,15 +206,18 @@ class KubeWriter:
         return self._learned if len(self._started) >= self.crowd else self.status_linger
 
     def _status_begun(self, uid: str) -> None:
-        """The Job waits for its worker's status from now (its Accepted came, or a passing status). One that
-        has waited longer than ``start_linger_max`` is let go, as having taken that long: the Jobs remembered
-        are those accepted in the last ``start_linger_max`` seconds at most."""
-        if uid in self._started:
-            return
-        now = asyncio.get_running_loop().time()
-        self._started[uid] = now
+        """The Job waits for its worker's status from now (its Accepted came, or a passing status)."""
+        if uid not in self._started:
+            now = asyncio.get_running_loop().time()
+            self._started[uid] = now
+            self._let_go(now)
+
+    def _let_go(self, now: float) -> None:
+        """A Job that has waited for its worker's status longer than ``start_linger_max`` is let go, as having
+        taken that long: the Jobs remembered are those accepted in the last ``start_linger_max`` seconds at
+        most (also when no more come: ``run`` calls this every ``start_linger_max``)."""
         longest = max(self.start_linger_max, self.status_linger)
-        while True:
+        while self._started:
             old, at = next(iter(self._started.items()))
             if now - at <= longest:
                 break
@@ -345,6 +348,13 @@ class KubeWriter:
         async with asyncio.TaskGroup() as group:  # one worker failing stops the others (restarted together)
             for _ in range(self.workers):
                 group.create_task(self._work())
+            group.create_task(self._letting_go())
+
+    async def _letting_go(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(max(self.start_linger_max, 1.0))
+            self._let_go(loop.time())
 
     async def _work(self) -> None:
         while True:

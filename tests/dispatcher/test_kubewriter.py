@@ -492,3 +492,9 @@ async def test_jobs_whose_status_never_comes_are_remembered_no_longer_than_the_l
     writer._status_begun("new")
     assert list(writer._started) == ["new"]
     assert len(writer._gaps) == 100 and writer._learned == 0.1
+    task = asyncio.create_task(writer.run())  # and when no more come, within the longest wait (or a second)
+    try:
+        await asyncio.sleep(1.3)
+        assert not writer._started
+    finally:
+        task.cancel()
