@@ -764,8 +764,9 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
 
 
 async def gone(kubes: dict[str, Kube], namespace: str, within: float = 600.0) -> None:
-    """Wait until ``namespace`` is deleted on every cluster (its objects go first)."""
-    from federation.errors import NotFound
+    """Wait until ``namespace`` is deleted on every cluster (its objects go first; kubesim answers nothing else
+    while it deletes tens of thousands of them, so a request that times out meanwhile is asked again)."""
+    from federation.errors import NotFound, Transport
 
     deadline = time.monotonic() + within
     for kube in kubes.values():
@@ -774,6 +775,8 @@ async def gone(kubes: dict[str, Kube], namespace: str, within: float = 600.0) ->
                 await kube.get(NAMESPACES, namespace)
             except NotFound:
                 break
+            except Transport:
+                continue
             await asyncio.sleep(0.2)
         else:
             raise RuntimeError(f"namespace {namespace} was not deleted within {within:g} s")
