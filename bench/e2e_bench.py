@@ -13,8 +13,9 @@ Per job (1 Master + 1 Worker, pods running for an hour so they stay Running):
   leg 1 = created on the manager → Running on its worker (claim, place, outbox, MQTT, agent, pods)
   leg 2 = Running on the worker → Running mirrored on the manager (status Report, mirror write)
 jobs/s = N / (last Running on the manager − first creation). In the same run, once before the dispatcher
-and the agents start and once after they are stopped, the **floor**: the same work with no federation
-(the ratio is taken against the mean of the two: a shared machine's speed drifts over minutes, and one
+and the agents start (on four fresh clusters of its own, stopped after) and once after they are stopped
+(on the federation's clusters), the **floor**: the same work with no federation (the ratio is taken
+against the mean of the two: a shared machine's speed drifts over minutes, and one
 floor run after the end-to-end phase gave ratios of 0.44 to 0.70 for the same code within a minute). One client (this
 process, the same ``federation.kube.Kube``, the same concurrency) does per job the Kubernetes writes
 the federation causes, and the user's create: create the job on the manager, create its worker copy
@@ -79,8 +80,6 @@ PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
 WORKERS = ("worker-1", "worker-2", "worker-3")
 NAMESPACE = "bench"
 FLOOR_NAMESPACE = "bench-floor"
-FLOOR_BEFORE_NAMESPACE = "bench-floor-before"
-"""The floor run before the federation starts (deleted before it does: its manager Jobs are multikueue's)."""
 CONCURRENCY = 64
 """Creations in flight at once, for the end-to-end run and the floor alike."""
 LATE_SECONDS = 300.0
@@ -179,6 +178,8 @@ def running(obj: dict[str, Any]) -> bool:
 class Processes:
     logs: Path
     procs: list[tuple[str, asyncio.subprocess.Process]] = field(default_factory=list)
+    stopped: set[str] = field(default_factory=set)
+    """Processes stopped on purpose (``stop_some``): not a failure, not metered again."""
 
     async def start(self, name: str, *args: str, ready: str | None = None, within: float = 60.0) -> list[str]:
         """Start ``args``; with ``ready``, wait for a stdout line containing it and return the lines so far."""
@@ -209,11 +210,14 @@ class Processes:
             log.write(line.decode())
 
     def pids(self, names: tuple[str, ...] | None = None) -> dict[str, int]:
-        return {name: proc.pid for name, proc in self.procs if names is None or name in names}
+        """The processes started and not stopped on purpose (``stop_some``), or those of ``names``."""
+        return {name: proc.pid for name, proc in self.procs
+                if (names is None and name not in self.stopped) or (names is not None and name in names)}
 
     async def stop_some(self, names: tuple[str, ...]) -> None:
         """Stop these processes (by their own pid), e.g. the federation before the floor runs."""
         chosen = [proc for name, proc in self.procs if name in names and proc.returncode is None]
+        self.stopped.update(names)
         for proc in chosen:
             proc.terminate()
         for proc in chosen:
@@ -224,7 +228,7 @@ class Processes:
 
     def check(self) -> None:
         for name, proc in self.procs:
-            if proc.returncode is not None:
+            if proc.returncode is not None and name not in self.stopped:
                 raise RuntimeError(f"{name} exited with {proc.returncode}; see {self.logs / (name + '.log')}")
 
     async def stop(self) -> None:
@@ -462,7 +466,7 @@ async def dispatcher_stamps(database_url: str, namespace: str,
     return out
 
 
-async def floor_run(kubes: dict[str, Kube], n: int, namespace: str = "") -> tuple[float, int]:
+async def floor_run(kubes: dict[str, Kube], n: int) -> tuple[float, int]:
     """The same work with no federation: per job the user's create and the writes mkd causes.
 
     Returns (elapsed seconds, Kubernetes writes made). The worker copy, its children and its status
@@ -481,7 +485,7 @@ async def floor_run(kubes: dict[str, Kube], n: int, namespace: str = "") -> tupl
     kind = by_name("PyTorchJob")
     rec = PyTorchJobReconciler()
     writes = 0
-    ns = namespace or FLOOR_NAMESPACE
+    ns = FLOOR_NAMESPACE
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(n):
         queue.put_nowait(i)
@@ -583,8 +587,8 @@ class Result:
             out.append("  work per job during the end-to-end phase (each service's /metrics):")
             out += [f"    {label:<44} {v:7.2f}" for label, v in self.work]
         if self.floor_before_cpu:
-            out.append(f"  CPU during the floor before ({self.floor_before_wall:.1f} s wall; dispatcher and agents not"
-                       " started yet):")
+            out.append(f"  CPU during the floor before ({self.floor_before_wall:.1f} s wall; on four clusters of its own,"
+                       " before the federation started):")
             out += cpu_lines(self.floor_before_cpu, self.n, self.floor_before_wall, federation=FEDERATION)
         out.append(f"  CPU during the floor after ({self.floor_wall:.1f} s wall; dispatcher and agents stopped):")
         out += cpu_lines(self.floor_cpu, self.n, self.floor_wall, federation=FEDERATION)
@@ -652,20 +656,16 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
             for crd in load_crds():
                 with contextlib.suppress(AlreadyExists):
                     await kubes[name].create(CRDS, crd)
-            for ns in (NAMESPACE, FLOOR_NAMESPACE, FLOOR_BEFORE_NAMESPACE):
+            for ns in (NAMESPACE, FLOOR_NAMESPACE):
                 with contextlib.suppress(AlreadyExists):
                     await kubes[name].create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
                                                           "metadata": {"name": ns}})
 
-        # --- the floor, once before the federation starts: a shared machine's speed drifts over minutes, and
-        # the ratio is taken against the mean of a floor before and one after the end-to-end phase. Its
-        # namespace goes before the dispatcher starts (its manager Jobs are multikueue's to claim).
-        before_cpu = await meter(procs, None, use_mosquitto)
-        before_seconds, _ = await floor_run(kubes, n, FLOOR_BEFORE_NAMESPACE)
-        before_used = before_cpu.used()
-        for name in names:
-            await kubes[name].delete(NAMESPACES, FLOOR_BEFORE_NAMESPACE)
-        await gone(kubes, FLOOR_BEFORE_NAMESPACE)
+        # --- the floor, once before the federation starts: a shared machine's speed drifts over minutes, and the
+        # ratio is taken against the mean of a floor before and one after the end-to-end phase. It runs on four
+        # clusters of its own, stopped before the federation starts (its manager Jobs are multikueue's, and
+        # kubesim takes minutes to delete 80,000 objects).
+        before_seconds, before_used = await floor_before(procs, state, nodes, n, use_mosquitto)
 
         # --- the services, each in its own process ---
         mkctl = [sys.executable, "-m", "mkctl.main"]
@@ -763,23 +763,26 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
         await stack.aclose()
 
 
-async def gone(kubes: dict[str, Kube], namespace: str, within: float = 600.0) -> None:
-    """Wait until ``namespace`` is deleted on every cluster (its objects go first; kubesim answers nothing else
-    while it deletes tens of thousands of them, so a request that times out meanwhile is asked again)."""
-    from federation.errors import NotFound, Transport
-
-    deadline = time.monotonic() + within
-    for kube in kubes.values():
-        while time.monotonic() < deadline:
-            try:
-                await kube.get(NAMESPACES, namespace)
-            except NotFound:
-                break
-            except Transport:
-                continue
-            await asyncio.sleep(0.2)
-        else:
-            raise RuntimeError(f"namespace {namespace} was not deleted within {within:g} s")
+async def floor_before(procs: Processes, state: Path, nodes: int, n: int, mosquitto: bool
+                       ) -> tuple[float, dict[str, float]]:
+    """The floor on four fresh clusters of its own (``floor-<name>``), stopped after: (seconds, CPU per process)."""
+    names = ("manager", *WORKERS)
+    labels_ = {name: f"floor-{name}" for name in names}
+    configs = dict(zip(names, await asyncio.gather(
+        *(start_kubesim(procs, labels_[name], state / "floor", nodes) for name in names)), strict=True))
+    settings = KubeSettings(max_concurrency=CONCURRENCY)
+    async with contextlib.AsyncExitStack() as stack:
+        kubes = {name: await stack.enter_async_context(Kube(configs[name], settings=settings)) for name in names}
+        for name in names:
+            for crd in load_crds():
+                await kubes[name].create(CRDS, crd)
+            await kubes[name].create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                                  "metadata": {"name": FLOOR_NAMESPACE}})
+        cpu = await meter(procs, None, mosquitto)
+        seconds, _ = await floor_run(kubes, n)
+        used = cpu.used()
+    await procs.stop_some(tuple(f"kubesim-{label}" for label in labels_.values()))
+    return seconds, {k: v for k, v in used.items() if not (k.startswith("kubesim-") and "floor-" not in k)}
 
 
 def uptime() -> str:
