@@ -30,6 +30,7 @@ class DeletionMixin:
     if TYPE_CHECKING:  # provided by Store
         _deps: dict[str, set[tuple[str, str, str]]]
         _uids: dict[str, tuple[str, str, str]]
+        _objs: dict[str, dict[str, dict[str, Rec]]]
         catalogue: Catalogue
         defer: Callable[[Callable[[], None]], Any]
 
@@ -128,11 +129,15 @@ class DeletionMixin:
         for o in rec.owners:
             if o in self._uids:
                 self.defer(lambda o=o: self._recheck_owner(o))  # type: ignore[misc]
-        if rec.ns and rt.key != "namespaces":
+        if rec.ns and rt.key != "namespaces" and self._empty(rec.ns):
             nsrec = self.get_rec("namespaces", None, rec.ns)
             if nsrec is not None and b'"deletionTimestamp"' in nsrec.raw:
-                self.defer(lambda: self._finalize_namespace(rec.ns))
+                self.defer(lambda: self._finalize_namespace(rec.ns))  # swept already: now it can go
         return out
+
+    def _empty(self, namespace: str) -> bool:
+        """Whether no object is left in ``namespace`` (one look per resource, not a listing)."""
+        return not any(by_ns.get(namespace) for by_ns in self._objs.values())
 
     def _owner_gone(self, uid: str) -> None:
         for res, ns, name in sorted(self._deps.get(uid, ())):
@@ -211,7 +216,10 @@ class DeletionMixin:
                    for r in rec.obj()["metadata"].get("ownerReferences") or [])
 
     def _finalize_namespace(self, name: str) -> None:
-        """The namespace controller: delete everything in a terminating namespace, then the namespace."""
+        """The namespace controller: delete everything in a terminating namespace, then the namespace. It runs
+        when the namespace is deleted and again once the last object in it is gone (creating content in a
+        terminating namespace is refused, so nothing new needs a sweep of its own; a sweep for every object
+        removed made deleting a namespace of 27,000 objects take over ten minutes)."""
         nsrec = self.get_rec("namespaces", None, name)
         if nsrec is None or b'"deletionTimestamp"' not in nsrec.raw:
             return
