@@ -15,8 +15,8 @@ Per job (1 Master + 1 Worker, pods running for an hour so they stay Running):
 jobs/s = N / (last Running on the manager − first creation). In the same run, once before the dispatcher
 and the agents start (on four fresh clusters of its own, stopped after) and once after they are stopped
 (on the federation's clusters), the **floor**: the same work with no federation (the ratio is taken
-against the mean of the two: a shared machine's speed drifts over minutes, and one
-floor run after the end-to-end phase gave ratios of 0.44 to 0.70 for the same code within a minute). One client (this
+against the mean of the two: a shared machine's speed drifts over minutes, and one floor run after the
+end-to-end phase gave ratios of 0.44 to 0.70 for the same code within a minute). One client (this
 process, the same ``federation.kube.Kube``, the same concurrency) does per job the Kubernetes writes
 the federation causes, and the user's create: create the job on the manager, create its worker copy
 (``prepare_for_worker``) on a worker, create the Services and Pods the agent's PyTorchJob reconciler
@@ -485,7 +485,6 @@ async def floor_run(kubes: dict[str, Kube], n: int) -> tuple[float, int]:
     kind = by_name("PyTorchJob")
     rec = PyTorchJobReconciler()
     writes = 0
-    ns = FLOOR_NAMESPACE
     queue: asyncio.Queue[int] = asyncio.Queue()
     for i in range(n):
         queue.put_nowait(i)
@@ -494,14 +493,14 @@ async def floor_run(kubes: dict[str, Kube], n: int) -> tuple[float, int]:
         nonlocal writes
         name = f"floor-{i:05d}"
         manager, worker = kubes["manager"], kubes[WORKERS[i % len(WORKERS)]]
-        on_manager = await manager.create(PYTORCHJOBS, job(name, ns, labels.MULTIKUEUE), ns)
+        on_manager = await manager.create(PYTORCHJOBS, job(name, FLOOR_NAMESPACE, labels.MULTIKUEUE), FLOOR_NAMESPACE)
         uid = on_manager["metadata"]["uid"]
         body = kind.prepare_for_worker(on_manager, stamp=stamp(origin="bench-floor", uid=uid, attempt=1, epoch=1,
                                                                kind=kind.name), managed_by=None)
         # what the agent adds to the copy and to each child it creates (worker_agent/inbox.py, apply.py)
         body["metadata"]["annotations"] = {**(body["metadata"].get("annotations") or {}),
                                            labels.SPEC_VERSION_ANNOTATION: "1", labels.CREATED_BY: "bench-floor"}
-        copy_ = await worker.create(PYTORCHJOBS, body, ns)
+        copy_ = await worker.create(PYTORCHJOBS, body, FLOOR_NAMESPACE)
         plan = rec.render(Observed(job=copy_, children={}, now=datetime.now(UTC)))
         owner = {"apiVersion": copy_["apiVersion"], "kind": copy_["kind"], "name": name,
                  "uid": copy_["metadata"]["uid"], "controller": True, "blockOwnerDeletion": True}
@@ -510,15 +509,15 @@ async def floor_run(kubes: dict[str, Kube], n: int) -> tuple[float, int]:
             meta = child.setdefault("metadata", {})
             meta["ownerReferences"] = [owner]
             meta["annotations"] = {**(meta.get("annotations") or {}), labels.CREATED_BY: "bench-floor"}
-            await worker.create(res, child, ns)
+            await worker.create(res, child, FLOOR_NAMESPACE)
         status = dict(plan.status or {})
         for entry in (status.get("replicaStatuses") or {}).values():
             entry["active"] = 1
         cond.set_condition(status, cond.RUNNING, "True", rec.reason("Running"),
                            f"PyTorchJob {name} is running.", datetime.now(UTC))
-        written = await worker.replace(PYTORCHJOBS, {**copy_, "status": status}, ns,
+        written = await worker.replace(PYTORCHJOBS, {**copy_, "status": status}, FLOOR_NAMESPACE,
                                        subresource="status")
-        await manager.patch(PYTORCHJOBS, name, {"status": written.get("status")}, ns,
+        await manager.patch(PYTORCHJOBS, name, {"status": written.get("status")}, FLOOR_NAMESPACE,
                             subresource="status")
         writes += 4 + len(plan.creates)
 
@@ -647,19 +646,7 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
         await db.upgrade_async(database_url)
 
         # --- clusters, each in its own process ---
-        names = ("manager", *WORKERS)
-        configs = dict(zip(names, await asyncio.gather(
-            *(start_kubesim(procs, name, state, nodes) for name in names)), strict=True))
-        settings = KubeSettings(max_concurrency=CONCURRENCY)
-        kubes = {name: await stack.enter_async_context(Kube(configs[name], settings=settings)) for name in names}
-        for name in names:
-            for crd in load_crds():
-                with contextlib.suppress(AlreadyExists):
-                    await kubes[name].create(CRDS, crd)
-            for ns in (NAMESPACE, FLOOR_NAMESPACE):
-                with contextlib.suppress(AlreadyExists):
-                    await kubes[name].create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
-                                                          "metadata": {"name": ns}})
+        configs, kubes = await clusters(procs, stack, state, nodes, "", (NAMESPACE, FLOOR_NAMESPACE))
 
         # --- the floor, once before the federation starts: a shared machine's speed drifts over minutes, and the
         # ratio is taken against the mean of a floor before and one after the end-to-end phase. It runs on four
@@ -763,25 +750,35 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
         await stack.aclose()
 
 
+async def clusters(procs: Processes, stack: contextlib.AsyncExitStack, state: Path, nodes: int, prefix: str,
+                   namespaces: tuple[str, ...]) -> tuple[dict[str, Path], dict[str, Kube]]:
+    """The manager and the workers, each a kubesim of its own (``<prefix><name>``), with the job CRDs and
+    ``namespaces``: their kubeconfigs and clients (closed with ``stack``), by name."""
+    names = ("manager", *WORKERS)
+    configs = dict(zip(names, await asyncio.gather(
+        *(start_kubesim(procs, prefix + name, state, nodes) for name in names)), strict=True))
+    settings = KubeSettings(max_concurrency=CONCURRENCY)
+    kubes = {name: await stack.enter_async_context(Kube(configs[name], settings=settings)) for name in names}
+    for name in names:
+        for crd in load_crds():
+            with contextlib.suppress(AlreadyExists):
+                await kubes[name].create(CRDS, crd)
+        for ns in namespaces:
+            with contextlib.suppress(AlreadyExists):
+                await kubes[name].create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                                      "metadata": {"name": ns}})
+    return configs, kubes
+
+
 async def floor_before(procs: Processes, state: Path, nodes: int, n: int, mosquitto: bool
                        ) -> tuple[float, dict[str, float]]:
     """The floor on four fresh clusters of its own (``floor-<name>``), stopped after: (seconds, CPU per process)."""
-    names = ("manager", *WORKERS)
-    labels_ = {name: f"floor-{name}" for name in names}
-    configs = dict(zip(names, await asyncio.gather(
-        *(start_kubesim(procs, labels_[name], state / "floor", nodes) for name in names)), strict=True))
-    settings = KubeSettings(max_concurrency=CONCURRENCY)
     async with contextlib.AsyncExitStack() as stack:
-        kubes = {name: await stack.enter_async_context(Kube(configs[name], settings=settings)) for name in names}
-        for name in names:
-            for crd in load_crds():
-                await kubes[name].create(CRDS, crd)
-            await kubes[name].create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
-                                                  "metadata": {"name": FLOOR_NAMESPACE}})
+        _, kubes = await clusters(procs, stack, state / "floor", nodes, "floor-", (FLOOR_NAMESPACE,))
         cpu = await meter(procs, None, mosquitto)
         seconds, _ = await floor_run(kubes, n)
         used = cpu.used()
-    await procs.stop_some(tuple(f"kubesim-{label}" for label in labels_.values()))
+    await procs.stop_some(tuple(f"kubesim-floor-{name}" for name in kubes))
     return seconds, {k: v for k, v in used.items() if not (k.startswith("kubesim-") and "floor-" not in k)}
 
 

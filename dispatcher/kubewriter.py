@@ -20,13 +20,7 @@ one write, not three (issue 15: the manager's status writes are most of what a J
 While the writer is behind (more writes queued than it has workers) such a wait that ends is extended, up to
 ``start_linger_max`` from its start: the worker's next status is on its way, and writes are what is short
 (5,000-Job bursts on a loaded machine: Created or Running came more than 2 s after the Accepted for a third
-to over half of the Jobs, each then written two or three times). And while many Jobs wait for their worker's
-status at once (``crowd``: the agents are behind, or a burst is starting), the wait for it lasts as long as that
-status has been taking lately (``status_wait``: the 90th percentile of the last ``GAPS`` Jobs' time from the
-Accepted to their worker's first status that is not passing), between ``status_linger`` and ``start_linger_max``:
-in 10,000-Job bursts Running came 7 s (p50) to 16 s (p99) after the Accepted, and half the Accepted conditions
-went alone after a 2 s wait (2.1-2.2 manager status writes per Job) while the writer itself was not behind. A
-few Jobs starting at once (slow image pulls on a quiet federation) keep the short wait. A status that changes the Job's latest condition
+to over half of the Jobs, each then written two or three times). A status that changes the Job's latest condition
 (Running) or a finished Job's status goes at once and takes whatever waits along; an Event goes at once
 too, and takes along what waits for nothing else, while what waits for the worker's next status keeps
 waiting (else the Placed Event, queued behind a burst, took the Accepted's condition and Created along,
@@ -44,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -66,10 +59,6 @@ from federation.retry import capped
 
 log = logging.getLogger(__name__)
 COMPONENT = "mkd-dispatcher"
-GAPS = 256
-"""How many Jobs' time from the Accepted to their worker's status ``status_wait`` is learned from."""
-LEARN_EVERY = 8
-"""``status_wait`` is worked out again after this many more (a sort of ``GAPS`` numbers)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +83,7 @@ class _Todo:
     held_since: float = 0.0
     """Loop time the current wait began: later work extends it, never past the longest wait from here."""
     for_status: bool = False
-    """The current wait is for the worker's next status (``status_wait``), not a condition's alone: an Event
+    """The current wait is for the worker's next status (``status_linger``), not a condition's alone: an Event
     queued meanwhile goes alone (``_work``), and the rest keeps waiting."""
 
 
@@ -103,22 +92,12 @@ class KubeWriter:
 
     def __init__(self, kube: Any, cache: JobCache, clock: Clock, *,
                  workers: int = 16, resource_for: Callable[[Any], Any] | None = None,
-                 condition_linger: float = 0.5, status_linger: float = 2.0, start_linger_max: float = 30.0,
-                 crowd: int = 64) -> None:
+                 condition_linger: float = 0.5, status_linger: float = 2.0, start_linger_max: float = 10.0) -> None:
         self.kube = kube
         self.condition_linger = condition_linger
         self.status_linger = status_linger
         self.start_linger_max = start_linger_max
-        """How long a wait for the worker's next status may grow while the writer is behind (``_release``), and
-        the longest ``status_wait``."""
-        self.crowd = crowd
-        """Jobs waiting for their worker's status at once from which the learned ``status_wait`` applies."""
-        self._learned = status_linger
-        self._started: OrderedDict[str, float] = OrderedDict()
-        """uid -> loop time its wait for the worker's status began (the Accepted), until that status comes
-        (oldest first; one waiting longer than ``start_linger_max`` counts as having taken that long)."""
-        self._gaps: deque[float] = deque(maxlen=GAPS)
-        self._new_gaps = 0
+        """How long a wait for the worker's next status may grow while the writer is behind (``_release``)."""
         self.cache = cache
         self.clock = clock
         self.workers = workers
@@ -179,7 +158,7 @@ class KubeWriter:
             todo.held_since = now
             todo.for_status = False
         todo.for_status = todo.for_status or for_status
-        due = min(now + seconds, todo.held_since + max(self.condition_linger, self.status_linger, seconds))
+        due = min(now + seconds, todo.held_since + max(self.condition_linger, self.status_linger))
         if todo.lingering is None or due > todo.lingering:
             todo.lingering = due
             loop.call_at(due, self._release, todo.key.uid, due)
@@ -200,68 +179,21 @@ class KubeWriter:
             if uid not in self._busy:
                 self._queue.put_nowait(uid)
 
-    @property
-    def status_wait(self) -> float:
-        """How long a wait for the worker's next status lasts now (the module docstring)."""
-        return self._learned if len(self._started) >= self.crowd else self.status_linger
-
-    def _status_begun(self, uid: str) -> None:
-        """The Job waits for its worker's status from now (its Accepted came, or a passing status)."""
-        if uid not in self._started:
-            now = asyncio.get_running_loop().time()
-            self._started[uid] = now
-            self._let_go(now)
-
-    def _let_go(self, now: float) -> None:
-        """A Job that has waited for its worker's status longer than ``start_linger_max`` is let go, as having
-        taken that long: the Jobs remembered are those accepted in the last ``start_linger_max`` seconds at
-        most (also when no more come: ``run`` calls this every ``start_linger_max``)."""
-        longest = max(self.start_linger_max, self.status_linger)
-        while self._started:
-            old, at = next(iter(self._started.items()))
-            if now - at <= longest:
-                break
-            del self._started[old]
-            self._learn(longest)
-
-    def _status_came(self, uid: str) -> None:
-        """The worker's first status that is not passing came: how long it took is learned from."""
-        begun = self._started.pop(uid, None)
-        if begun is not None:
-            self._learn(asyncio.get_running_loop().time() - begun)
-
-    def _learn(self, gap: float) -> None:
-        self._gaps.append(gap)
-        self._new_gaps += 1
-        if self._new_gaps >= LEARN_EVERY:
-            self._new_gaps = 0
-            ranked = sorted(self._gaps)
-            longest = max(self.start_linger_max, self.status_linger)
-            self._learned = min(max(ranked[int(len(ranked) * 0.9)], self.status_linger), longest)
-
     def condition(self, key: JobKey, cond: dict[str, Any], *, status_follows: bool = False) -> None:
         """Set one of mkd's conditions (also ``workload.reset`` / ``workload.removal``); it waits
-        ``condition_linger`` for more work on the Job, or ``status_wait`` when the worker's status surely
+        ``condition_linger`` for more work on the Job, or ``status_linger`` when the worker's status surely
         follows (the Workload was just accepted)."""
-        linger = self.condition_linger
-        if status_follows:
-            self._status_begun(key.uid)
-            linger = self.status_wait
+        linger = self.status_linger if status_follows else self.condition_linger
         conds = self._entry(key, linger, for_status=status_follows).conditions
         conds[cond["type"]] = _fold(conds.get(cond["type"]), cond)
 
     def mirror(self, key: JobKey, status: Mapping[str, Any], *, finished: bool = True) -> None:
-        """Write the worker's ``status``. One of a Job not ``finished`` waits up to ``status_wait`` for the
+        """Write the worker's ``status``. One of a Job not ``finished`` waits up to ``status_linger`` for the
         next to share its write when the Job soon leaves it on its own (:func:`passing`), or when its latest
         condition is the one the manager Job shows already (only counts changed); any other goes at once."""
         linger = 0.0
-        if not finished and passing(status):
-            self._status_begun(key.uid)
-            linger = self.status_wait
-        else:
-            self._status_came(key.uid)
-            if not finished and self._same_state(key.uid, status):
-                linger = self.status_wait
+        if not finished and (passing(status) or self._same_state(key.uid, status)):
+            linger = self.status_linger
         self._entry(key, linger, for_status=linger > 0).status = dict(status)
 
     def _same_state(self, uid: str, status: Mapping[str, Any]) -> bool:
@@ -284,7 +216,6 @@ class KubeWriter:
 
     def forget(self, uid: str) -> None:
         """The Job is gone: drop what is remembered about it (queued work still runs and meets NotFound)."""
-        self._started.pop(uid, None)
         self.cache.set_written(uid, None)
         self._echoes.pop(uid, None)
         self._deferred.pop(uid, None)
@@ -327,7 +258,7 @@ class KubeWriter:
         """Stopping: what waits to share a write goes now, and nothing waits from here on; True once every
         write is done, False when ``within`` seconds were not enough (logged). Nothing would write a
         waiting condition again until its Job's next change."""
-        self.condition_linger = self.status_linger = self._learned = 0.0
+        self.condition_linger = self.status_linger = 0.0
         for uid, todo in list(self._todo.items()):
             if todo.lingering is not None:
                 self._release(uid)
@@ -348,13 +279,6 @@ class KubeWriter:
         async with asyncio.TaskGroup() as group:  # one worker failing stops the others (restarted together)
             for _ in range(self.workers):
                 group.create_task(self._work())
-            group.create_task(self._letting_go())
-
-    async def _letting_go(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(max(self.start_linger_max, 1.0))
-            self._let_go(loop.time())
 
     async def _work(self) -> None:
         while True:

@@ -230,7 +230,7 @@ class DeletionMixin:
                 self.delete_rec(res, name, rec.name, "Background")
             except ApiError:
                 pass
-        if self.objects_in(name):
+        if not self._empty(name):
             return
         nsrec = self.get_rec("namespaces", None, name)
         if nsrec is not None:

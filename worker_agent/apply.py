@@ -169,8 +169,8 @@ class ApplyLoop:
     @contextlib.asynccontextmanager
     async def admission(self) -> AsyncIterator[None]:
         """Around creating a new job: wait until fewer than ``backlog_max`` passes wait. Jobs being created count
-        too, and waiters come in first come, first served, one at a time as the room allows (waking every waiter
-        at each free place cost the agents more than their passes did)."""
+        too, and waiters come in first come, first served, as many as the room allows once the backlog is down to
+        half (``_make_room``; waking every waiter at each free place cost the agents more than their passes did)."""
         if self._waiters or not self._has_room():
             admitted = asyncio.get_running_loop().create_future()
             self._waiters.append(admitted)

@@ -215,14 +215,14 @@ class Inbox:
                     f"placed attempt {current.attempt}")
         return None
 
-    async def place(self, cmd: Place, *, again: bool = False) -> None:
+    async def place(self, cmd: Place) -> None:
         """Carry out a Place; a new Job waits first for the agent to have room for it (``admission``), before
         anything is checked, so the checks hold when it is created."""
-        if self.admission is not None and not again and cmd.placement.workload_uid not in self.workloads:
+        if self.admission is not None and cmd.placement.workload_uid not in self.workloads:
             async with self.admission(cmd.job.kind):
                 await self._place(cmd)
             return
-        await self._place(cmd, again=again)
+        await self._place(cmd)
 
     async def _place(self, cmd: Place, *, again: bool = False) -> None:
         p = cmd.placement
