@@ -117,7 +117,8 @@ class Agent:
         self.meter = CapacityMeter(self.caches[NODES.plural], self.caches[PODS.plural])
         self.apply = ApplyLoop(self.kube, {}, {}, self.caches, self.clock,
                                concurrency=self.settings.concurrency, on_status=self._own_status,
-                               origin=self.settings.origin, backlog_max=self.settings.backlog_max)
+                               origin=self.settings.origin, backlog_max=self.settings.backlog_max,
+                               status_hold=self.settings.status_hold_seconds)
         self.inbox = Inbox(self.kube, self.caches, self.reporter, origin=self.settings.origin, kinds={},
                            delegate=self.delegated, create_namespaces=self.settings.create_namespaces,
                            policy=CheckedPolicy(self.policy))
@@ -457,7 +458,9 @@ class Agent:
     async def _flush_after(self, stop: asyncio.Event, flushed: asyncio.Event) -> None:
         """On stop, give queued reports a moment to reach the broker before the tasks are cancelled."""
         await stop.wait()
-        self.reporter.release_held()  # a passing status held for the job's next one goes now
+        if self.apply is not None:  # a Created status held for the job's next one is written now (bounded)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.apply.write_held(), FLUSH_SECONDS)
         for _ in range(int(FLUSH_SECONDS / 0.05)):
             if not self.outbox.pending() or not self.connected.is_set():
                 break

@@ -19,6 +19,15 @@ The watch echoes of a pass's own writes (a child it created, the status it wrote
 did not already put in the caches. When the reconciler says a render right after them plans nothing more
 (``settles_after``; the Kubeflow v1 family, for a job not finished) they start no pass (``own_echo``,
 ``status_echo``); otherwise they do, since that next render may still plan something.
+
+A status whose latest condition is one a job leaves within moments (Kubeflow's ``Created``, until its pods run:
+``federation.kinds.base.PASSING_CONDITIONS``) is not written at once: it stays in the loop's hands up to
+``status_hold`` seconds (the agent's ``status_hold_seconds``, 1 s), the job's next passes render on it (its
+condition times and ``startTime`` stay the first pass's, as upstream's create predicate sets Created in the
+cached object that its first status write persists), and the first status that is not passing, or the held one
+once the hold is over, is written. A job whose pods run within the hold gets one status write, Created and
+Running together, instead of two (and one watch echo, one Status Report; issue 15). 0 writes at once, as
+upstream does.
 """
 
 from __future__ import annotations
@@ -36,6 +45,7 @@ from typing import Any
 from federation import labels
 from federation.clock import Clock
 from federation.errors import AlreadyExists, Conflict, FederationError, NotFound, Permanent, Temporary
+from federation.kinds.base import PASSING_CONDITIONS, latest_condition
 from federation.kube import Kube, Resource
 from federation.retry import capped
 from federation.tasks import TaskSet
@@ -85,6 +95,17 @@ class _StatusWrite:
     """Its watch echo came before its answer (``ApplyLoop.status_echo``)."""
 
 
+@dataclass
+class _HeldStatus:
+    """A passing status not written yet (module docstring): the job's status when the hold began (passes render
+    on the held one only while the stored status is still that), the status, and when the hold is over."""
+
+    base: Any
+    status: dict[str, Any]
+    due: float
+    """On ``clock.monotonic()``."""
+
+
 def settles(reconciler: object, status: Mapping[str, Any] | None = None) -> bool:
     """Whether a render right after the reconciler's own creates and a status write of ``status`` (None: no
     status write) plans nothing more (its optional ``settles_after``; without one, never)."""
@@ -119,8 +140,11 @@ class ApplyLoop:
     def __init__(self, kube: Kube, reconcilers: Mapping[str, Reconciler], resources: Mapping[str, Resource],
                  caches: Mapping[str, ObjectCache], clock: Clock, *, concurrency: int = 16,
                  component: str = COMPONENT, on_status: Callable[[str, dict[str, Any]], None] | None = None,
-                 origin: str = "", backlog_max: int = 64) -> None:
+                 origin: str = "", backlog_max: int = 64, status_hold: float = 0.0) -> None:
         self.kube = kube
+        self.status_hold = status_hold
+        """Seconds a passing status waits for the job's next one before it is written (module docstring)."""
+        self._held_status: dict[JobKey, _HeldStatus] = {}
         self.backlog_max = backlog_max
         """Passes waiting (plus jobs being created) at which a new job waits to come in (``admission``)."""
         self._entering = 0
@@ -342,6 +366,12 @@ class ApplyLoop:
         job = self.caches[self.resources[kind].plural].get((ns, name))
         if job is None:
             return None
+        held = self._held_status.get(key)
+        if held is not None:
+            if job.get("status") == held.base and not (job.get("metadata") or {}).get("deletionTimestamp"):
+                job["status"] = held.status  # the pass renders on the status it holds (module docstring)
+            else:  # someone else wrote its status, or it is going: the held one is stale
+                del self._held_status[key]
         reconciler = self.reconcilers[kind]
         children: dict[str, list[dict[str, Any]]] = {}
         if reconciler.children:
@@ -410,8 +440,8 @@ class ApplyLoop:
         retry: float | None = None
         if aborted:
             retry = 1.0
-        elif plan.status is not None:
-            retry = await self._write_status(key, job_res, job, plan.status)
+        elif plan.status is not None or key in self._held_status:
+            retry = await self._status(key, job_res, job, plan.status)
         for etype, reason, message in plan.events:
             if not self._fresh_event(key, reason, message):
                 continue  # the same warning every pass (too many Services, say) is recorded once a minute
@@ -453,6 +483,7 @@ class ApplyLoop:
     def forget(self, key: JobKey) -> None:
         """The job is gone: drop its per-key bookkeeping."""
         self._status_written.pop(key, None)
+        self._held_status.pop(key, None)
         self._writing.pop(key, None)
         self._events.pop(key, None)
         self._failures.pop(key, None)
@@ -489,6 +520,35 @@ class ApplyLoop:
         if self.origin:
             meta = body.setdefault("metadata", {})
             meta["annotations"] = {**(meta.get("annotations") or {}), labels.CREATED_BY: self.origin}
+
+    async def _status(self, key: JobKey, res: Resource, job: dict[str, Any],
+                      status: dict[str, Any] | None) -> float | None:
+        """Write ``status`` (None: nothing new; the held one, once its hold is over) or hold it (module docstring)."""
+        held = self._held_status.get(key)
+        if status is None:
+            if held is None:
+                return None
+            status = held.status
+        if self.status_hold > 0 and latest_condition(status) in PASSING_CONDITIONS:
+            now = self.clock.monotonic()
+            if held is None:
+                held = self._held_status[key] = _HeldStatus(job.get("status"), status, now + self.status_hold)
+            held.status = status
+            if now < held.due:
+                self.enqueue_after(key, held.due - now)  # a timer that woke a moment early is armed again
+                return None
+        self._held_status.pop(key, None)
+        return await self._write_status(key, res, job, status)
+
+    async def write_held(self) -> None:
+        """Write every held status now (a graceful stop: the next agent would render its own, with later times)."""
+        for key, held in list(self._held_status.items()):
+            res = self.resources.get(key[0])
+            job = self.caches[res.plural].get((key[1], key[2])) if res is not None else None
+            if res is None or job is None or self._held_status.pop(key, None) is not held or job.get("status") != held.base:
+                continue
+            with contextlib.suppress(FederationError):
+                await self._write_status(key, res, job, held.status)
 
     async def _write_status(self, key: JobKey, res: Resource, job: dict[str, Any],
                             status: dict[str, Any]) -> float | None:

@@ -7,11 +7,9 @@ during a reconnect is lost.
 restarts (a report epoch kept in the worker cluster, never a clock), so the dispatcher's
 "drop a Status whose seq is not newer" rule holds.
 ``Reporter`` follows the owned jobs: every change of ``.status`` becomes a Status report
-carrying it whole, ``finished`` from the JobKind, ``gone`` when the job is deleted. A status whose latest
-condition is one the job leaves within moments (Kubeflow's ``Created``, until its pods run) is held up to
-``PASSING_HOLD_SECONDS`` first, and the job's next status goes in its place when it comes meanwhile: the
-dispatcher's writer holds such a status for the next one anyway (``dispatcher/kubewriter.py``), and a Report
-fewer per job is a Report fewer to seal, open, decode and record (issue 15).
+carrying it whole, ``finished`` from the JobKind, ``gone`` when the job is deleted. (A Kubeflow ``Created``
+status is held by the apply loop, not here: a job whose pods run within moments has its Created and Running
+written, and so reported, together; ``worker_agent.apply``.)
 ``capacity`` sums allocatable over Ready nodes minus the requests of non-terminal pods.
 """
 
@@ -30,7 +28,7 @@ import orjson
 
 from federation import chunks, labels
 from federation.errors import Invalid, Transport
-from federation.kinds.base import PASSING_CONDITIONS, JobKind, latest_condition
+from federation.kinds.base import JobKind
 from federation.messages import (
     MAX_BATCH_BYTES,
     MAX_NODES_REPORTED,
@@ -59,8 +57,6 @@ from worker_agent.seq import Sequencer
 log = logging.getLogger(__name__)
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
-PASSING_HOLD_SECONDS = 1.0
-"""How long a passing status (``federation.kinds.base.PASSING_CONDITIONS``) waits for the job's next one."""
 RETRY_PAUSE = 0.2
 """Seconds a sender waits after a failed publish on a link that is still up, before the next try."""
 
@@ -352,10 +348,6 @@ class Reporter:
         self._last_status: dict[str, tuple[int, int, int, bool]] = {}
         """workload uid -> (attempt, epoch, hash of the status last sent, whether it is finished)."""
         self._finished: dict[str, bool] = {}
-        self._held: dict[str, tuple[PlacementKey, dict[str, Any]]] = {}
-        """workload uid -> a passing status waiting ``PASSING_HOLD_SECONDS`` for the job's next one."""
-        self.held_replaced = 0
-        """Passing statuses never sent: the job's next status came while they were held."""
 
     def _send(self, report: Accepted | Rejected | Status | Inventory) -> None:
         self.outbox.put(self.topic, report)
@@ -392,7 +384,6 @@ class Reporter:
         status = job.get("status") or {}
         if deleted:
             finished = kind.finished(job)
-            self._held.pop(uid, None)
             self._last_status.pop(uid, None)
             self._finished.pop(uid, None)
             self.status(placement, status, finished.outcome if finished else None, gone=True)
@@ -412,33 +403,7 @@ class Reporter:
             # said it exists, and an empty status mirrors nothing
             return
         self._last_status[uid] = (*fingerprint, outcome is not None)
-        if outcome is None and not force and latest_condition(status) in PASSING_CONDITIONS:
-            self._hold(uid, placement, dict(status))
-            return
-        if self._held.pop(uid, None) is not None:
-            self.held_replaced += 1
         self.status(placement, status, outcome)
-
-    def _hold(self, uid: str, placement: PlacementKey, status: dict[str, Any]) -> None:
-        """Hold a passing status (module docstring); a newer passing one replaces it and keeps its time."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # no loop (a synchronous caller): nothing could send it later
-            self.status(placement, status, None)
-            return
-        if uid not in self._held:
-            loop.call_later(PASSING_HOLD_SECONDS, self._release_held, uid)
-        self._held[uid] = (placement, status)
-
-    def _release_held(self, uid: str) -> None:
-        held = self._held.pop(uid, None)
-        if held is not None:
-            self.status(held[0], held[1], None)
-
-    def release_held(self) -> None:
-        """Send every held status now (a graceful stop: the next agent would report them, but later)."""
-        for uid in list(self._held):
-            self._release_held(uid)
 
     def running(self) -> int:
         """Owned jobs seen and not finished."""

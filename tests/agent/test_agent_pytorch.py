@@ -228,3 +228,111 @@ async def test_example_shapes_on_kubesim(harness: AgentHarness, name: str) -> No
         assert entry["selector"] == (f"training.kubeflow.org/job-name={job_name},training.kubeflow.org/"
                                      f"operator-name=pytorchjob-controller,training.kubeflow.org/"
                                      f"replica-type={rtype.lower()}")
+
+
+START = "kubesim.mkd.dev/start-seconds"
+
+
+def count_status_writes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The agent's status writes of PyTorchJobs, as the names written, in order (the agent's ``Kube``)."""
+    from federation.kube import Kube
+
+    written: list[str] = []
+    replace = Kube.replace
+
+    async def counted(self: Kube, res: Any, body: dict[str, Any], *args: Any, **kw: Any) -> Any:
+        if res.plural == PYTORCHJOBS.plural and kw.get("subresource") == "status":
+            written.append(str(body["metadata"]["name"]))
+        return await replace(self, res, body, *args, **kw)
+
+    monkeypatch.setattr(Kube, "replace", counted)
+    return written
+
+
+def both_active(r: Any) -> bool:
+    return r.type == "status" and all(
+        e.get("active") == 1 for e in (r.status.get("replicaStatuses") or {}).values()) and bool(
+        r.status.get("replicaStatuses"))
+
+
+async def test_a_created_status_waits_for_running_and_both_go_in_one_write(
+        harness: AgentHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15: pods that run within ``status_hold_seconds`` (1 s) of the first pass: Created is not written
+    alone, it goes in the same write as Running, with the first pass's time (as upstream's create predicate sets
+    it in the cached object, which the first status write persists); every write is one Status Report."""
+    written = count_status_writes(monkeypatch)
+    job = with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true", START: "0.3"})
+    cmd = place(job)
+    await harness.send(cmd)
+    accepted = await harness.wait_report(lambda r: r.type == "accepted")
+    await harness.wait_report(both_active)
+    first = harness.statuses(cmd.placement.workload_uid)[0]
+    assert [c[0] for c in conditions(first.status)] == ["Created", "Running"]
+    created, run = first.status["conditions"]
+    assert created["lastTransitionTime"] <= run["lastTransitionTime"]
+    assert first.status["startTime"] == created["lastTransitionTime"]
+    assert len(written) == len(harness.statuses(cmd.placement.workload_uid)) <= 2  # Master, then Worker active
+    assert accepted.seq < first.seq
+
+
+async def test_a_created_status_goes_alone_once_the_hold_is_over(
+        harness: AgentHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Pods that take longer than the hold: Created is written (and reported) alone when the hold is over, then
+    Running in a write of its own, Created's time and ``startTime`` kept from the first pass."""
+    written = count_status_writes(monkeypatch)
+    await harness.stop_agent()
+    await harness.start_agent(status_hold_seconds=0.4)
+    job = with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true", START: "2.0"})
+    cmd = place(job)
+    await harness.send(cmd)
+    await harness.wait_report(lambda r: r.type == "accepted")
+    created = await harness.wait_report(has(("Created", "True", "PyTorchJobCreated")))
+    assert [c[0] for c in conditions(created.status)] == ["Created"]
+    assert written == ["pytorch-simple"]
+    await harness.wait_report(both_active)
+    first, *later = harness.statuses(cmd.placement.workload_uid)
+    assert first is created and later
+    running = later[0]
+    assert [c[0] for c in conditions(running.status)] == ["Created", "Running"]
+    assert running.status["conditions"][0] == created.status["conditions"][0]
+    assert running.status["startTime"] == created.status["startTime"]
+    assert len(written) == 1 + len(later)
+
+
+async def test_with_no_hold_created_is_written_at_once_as_upstream_does(
+        harness: AgentHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``status_hold_seconds: 0``: the first pass writes Created with the Services and Pods, as upstream does."""
+    written = count_status_writes(monkeypatch)
+    await harness.stop_agent()
+    await harness.start_agent(status_hold_seconds=0)
+    job = with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true", START: "1.0"})
+    cmd = place(job)
+    await harness.send(cmd)
+    await harness.wait_report(both_active)
+    first, *later = harness.statuses(cmd.placement.workload_uid)
+    assert [c[0] for c in conditions(first.status)] == ["Created"] and later
+    assert len(written) == 1 + len(later)
+
+
+async def test_a_held_created_status_is_written_on_a_graceful_stop(
+        harness: AgentHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An agent stopping while it holds a Created status writes it (and reports it) before it goes, with the
+    first pass's time: the next agent would render its own, later."""
+    written = count_status_writes(monkeypatch)
+    await harness.stop_agent()
+    await harness.start_agent(status_hold_seconds=30)
+    job = with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true", START: "60"})
+    cmd = place(job)
+    await harness.send(cmd)
+    await harness.wait_report(lambda r: r.type == "accepted")
+    for _ in range(100):  # the first pass has rendered (its Pods are created) and holds the status
+        if await harness.get(PODS, "pytorch-simple-worker-0", "team-a") is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert written == []
+    await harness.stop_agent()
+    created = await harness.wait_report(has(("Created", "True", "PyTorchJobCreated")))
+    assert written == ["pytorch-simple"]
+    stored = await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a")
+    assert stored is not None and stored["status"] == created.status
+    await harness.start_agent()

@@ -169,46 +169,6 @@ def test_a_fresh_copy_with_no_status_yet_sends_no_status_report() -> None:
     assert told == [big, {**big, "x": 2**70 + 1}, {"x": 2**70 + 1, "conditions": []}]  # the order counts, as before
 
 
-async def test_a_created_status_waits_for_the_jobs_next_one_and_goes_alone_only_when_none_comes(
-        monkeypatch: Any) -> None:
-    """Issue 15: Kubeflow's Created is followed within moments by Running (the dispatcher's writer holds it for
-    that anyway): held ``PASSING_HOLD_SECONDS``, it is never sent when Running comes meanwhile (two Status
-    Reports per job, not three, with the Accepted), and goes alone when nothing follows; a finished or
-    deleted job's status never waits."""
-    from federation import labels
-    from federation.kinds.registry import by_name
-    from worker_agent import reports
-    from worker_agent.seq import Sequencer
-
-    monkeypatch.setattr(reports, "PASSING_HOLD_SECONDS", 0.1)
-    outbox = Outbox()
-    reporter = reports.Reporter("w1", "mkd/v1/w1/reports", outbox, "o")
-    reporter.seq = Sequencer(8192)
-    kind = by_name("PyTorchJob")
-
-    def job(uid: str, *conditions: str) -> dict[str, Any]:
-        return {"metadata": {"name": uid, "namespace": "ns", "labels": {
-            labels.ORIGIN: "o", labels.WORKLOAD_UID: uid, labels.PLACEMENT_ATTEMPT: "1", labels.EPOCH: "1"}},
-            "status": {"conditions": [{"type": c, "status": "True"} for c in conditions]}}
-
-    def sent() -> list[tuple[str, list[str], bool]]:
-        return [(r.placement.workload_uid, [c["type"] for c in r.status["conditions"]], r.gone)
-                for r in (outbox._take()[1] for _ in range(outbox.pending()))]
-
-    reporter.job_changed(kind, job("runs", "Created"))
-    reporter.job_changed(kind, job("stays", "Created"))
-    reporter.job_changed(kind, job("goes", "Created"))
-    assert sent() == []
-    reporter.job_changed(kind, job("runs", "Created", "Running"))  # goes at once, in the held one's place
-    reporter.job_changed(kind, job("goes", "Created"), deleted=True)
-    assert sent() == [("runs", ["Created", "Running"], False), ("goes", ["Created"], True)]
-    await asyncio.sleep(0.2)
-    assert sent() == [("stays", ["Created"], False)]  # nothing followed: it went alone after the hold
-    assert reporter.held_replaced == 1
-    reporter.job_changed(kind, job("done", "Created", "Succeeded"))
-    assert sent() == [("done", ["Created", "Succeeded"], False)]
-
-
 async def test_a_status_still_queued_is_replaced_by_the_newer_one_in_its_place() -> None:
     """Under a backlog, the dispatcher gets each placement's newest whole status once, in the older one's turn."""
     outbox, link = Outbox(), RecordingLink(fail=1)
