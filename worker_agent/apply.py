@@ -104,6 +104,8 @@ class _HeldStatus:
     status: dict[str, Any]
     due: float
     """On ``clock.monotonic()``."""
+    timer: tuple[float, asyncio.Task[None]] | None = None
+    """The requeue timer armed for ``due`` (``ApplyLoop._timers``), cancelled when the status goes sooner."""
 
 
 def settles(reconciler: object, status: Mapping[str, Any] | None = None) -> bool:
@@ -536,8 +538,14 @@ class ApplyLoop:
             held.status = status
             if now < held.due:
                 self.enqueue_after(key, held.due - now)  # a timer that woke a moment early is armed again
+                held.timer = self._timers.get(key)
                 return None
-        self._held_status.pop(key, None)
+        held = self._held_status.pop(key, None)
+        if held is not None and held.timer is not None and self._timers.get(key) is held.timer:
+            # written before the hold is over: its timer would only bring a pass that renders nothing new (this
+            # pass asks again for any requeue its plan needs)
+            del self._timers[key]
+            held.timer[1].cancel()
         return await self._write_status(key, res, job, status)
 
     async def write_held(self) -> None:

@@ -54,16 +54,26 @@ class AgentMetrics:
         self.api_calls = Counter("mkd_agent_api_calls", "Requests to the worker cluster's API server by verb and "
                                  "HTTP code (0: no answer)", ["verb", "code"], registry=r)
         r.register(_Parts(self))
+        self._reconcile_of: dict[str, Any] = {}
+        self._calls_of: dict[tuple[str, int], Any] = {}
+        """The labelled children, looked up once: ``labels()`` takes a lock and builds a key on every call, and
+        these are counted ~10 times per job (issue 15)."""
 
     def counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
         """For other parts to add their families to the agent's page."""
         return Counter(name, doc, list(labels), registry=self.registry)
 
     def reconciled(self, kind: str, seconds: float) -> None:
-        self.reconcile.labels(kind).observe(seconds)
+        child = self._reconcile_of.get(kind)
+        if child is None:
+            child = self._reconcile_of[kind] = self.reconcile.labels(kind)
+        child.observe(seconds)
 
     def api_call(self, verb: str, code: int) -> None:
-        self.api_calls.labels(verb, str(code)).inc()
+        child = self._calls_of.get((verb, code))
+        if child is None:
+            child = self._calls_of[(verb, code)] = self.api_calls.labels(verb, str(code))
+        child.inc()
 
     def exposition(self) -> bytes:
         from prometheus_client import REGISTRY

@@ -273,6 +273,10 @@ async def test_a_created_status_waits_for_running_and_both_go_in_one_write(
     assert first.status["startTime"] == created["lastTransitionTime"]
     assert len(written) == len(harness.statuses(cmd.placement.workload_uid)) <= 2  # Master, then Worker active
     assert accepted.seq < first.seq
+    assert harness.agent is not None
+    passes = harness.agent.apply.passes if harness.agent.apply else -1
+    await asyncio.sleep(1.2)  # past the hold: its timer went with the write, and brings no pass that renders nothing
+    assert harness.agent.apply is not None and harness.agent.apply.passes == passes
 
 
 async def test_a_created_status_goes_alone_once_the_hold_is_over(
