@@ -828,7 +828,8 @@ class Kube:
     def informer(self, res: Resource, namespace: str | None = None, *,
                  label_selector: str | None = None, compact: bool = False,
                  listed: Callable[[], None] | None = None,
-                 known: Mapping[tuple[str, str], Mapping[str, Any]] | None = None) -> AsyncIterator[WatchEvent]:
+                 known: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+                 echoes: EchoCheck | None = None) -> AsyncIterator[WatchEvent]:
         """List (ADDED for each), then watch; see ``_Informer``. Never ends by itself. ``compact``: the
         informer keeps only each object's resourceVersion and uid (not the object), for a consumer that
         holds what it needs itself; a DELETED event found by a relist then carries a stub (apiVersion,
@@ -839,8 +840,9 @@ class Kube:
         name, uid and resourceVersion -- when it was told by an informer before this one (one that
         failed and is being replaced): the first list then reports DELETED for what of it is gone and
         MODIFIED for what changed, as a relist does, instead of ADDED for everything and nothing for
-        what vanished meanwhile. Only what the list would hold (same namespace, matching selector)."""
-        return _Informer(self, res, namespace, label_selector, compact, listed, known).run()
+        what vanished meanwhile. Only what the list would hold (same namespace, matching selector).
+        ``echoes``: see :data:`EchoCheck`; a watch event it claims is not decoded and not yielded."""
+        return _Informer(self, res, namespace, label_selector, compact, listed, known, echoes).run()
 
     def _start_watch(self, res: Resource, namespace: str | None, label_selector: str | None,
                      resource_version: str) -> _WatchStream:
@@ -962,6 +964,18 @@ def _chunks(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
         yield chunk
 
 
+EchoCheck = Callable[[int, bytes], Mapping[str, Any] | None]
+"""An informer consumer's check of a watch event before it is decoded: called with each resourceVersion found
+in an ADDED or MODIFIED event's line (the object's own is one of them) and the line; when that version is one
+the consumer wrote itself and already holds (the watch echoing its own create or write), it returns what it
+holds of the object (at least metadata name, namespace, uid, resourceVersion), handles the echo itself, and the
+event is neither decoded nor yielded; otherwise None. A check must not claim a line that is not the echo: the
+agent's (``ObjectCache.echo``) also wants the object's uid in the line."""
+
+_WATCH_OBJECT_RV = re.compile(rb'"resourceVersion":"([0-9]+)"')
+_ECHO_TYPES = (b'{"type":"ADDED"', b'{"type":"MODIFIED"')
+
+
 class _Informer:
     """List, then watch from the list's resourceVersion; resume after drops, relist on 410 Gone.
 
@@ -978,8 +992,10 @@ class _Informer:
 
     def __init__(self, kube: Kube, res: Resource, namespace: str | None, label_selector: str | None,
                  compact: bool = False, listed: Callable[[], None] | None = None,
-                 known: Mapping[tuple[str, str], Mapping[str, Any]] | None = None) -> None:
+                 known: Mapping[tuple[str, str], Mapping[str, Any]] | None = None,
+                 echoes: EchoCheck | None = None) -> None:
         self.kube = kube
+        self.echoes = echoes
         self.listed = listed
         self.res = res
         self.namespace = namespace
@@ -1041,6 +1057,14 @@ class _Informer:
         self.resource_version = resource_version
 
     def _apply(self, line: bytes) -> WatchEvent | Literal["gone"] | None:
+        if self.echoes is not None and line.startswith(_ECHO_TYPES):
+            for found in _WATCH_OBJECT_RV.finditer(line):
+                held = self.echoes(int(found.group(1)), line)
+                if held is not None:  # the consumer's own write, which it holds and has handled (EchoCheck)
+                    self.resource_version = found.group(1).decode()
+                    # (the consumer's own dict, not a copy: it holds it anyway)
+                    self.known[_key(held)] = self._kept(held if isinstance(held, dict) else dict(held))
+                    return None
         try:
             doc = orjson.loads(line)
         except orjson.JSONDecodeError:

@@ -74,6 +74,8 @@ class Agent:
         self.child_resources: dict[str, Resource] = {PODS.plural: PODS, NODES.plural: NODES}
         self.caches: dict[str, ObjectCache] = {}
         self.by_uid: dict[str, JobKey] = {}
+        self.echoes_handled = 0
+        """Watch events of children recognised as the echo of the agent's own write before decoding (``_child_echo``)."""
         self.policy = settings.policy.model_copy(update={"agent_namespace": settings.namespace})
         """The policy enforced and announced: the configured one, with the agent's own namespace always denied."""
         self.identity = AgentIdentity(settings)
@@ -242,8 +244,10 @@ class Agent:
         cache = self.caches[plural]
         assert self.apply is not None
         listed = functools.partial(self._listed_once, plural) if plural in (PODS.plural, NODES.plural) else None
+        echoes = functools.partial(self._child_echo, plural) if plural != NODES.plural else None
         # as in follow_jobs: a restarted informer is told what the cache holds, so what vanished meanwhile goes
-        async for event in self.kube.informer(res, namespace, listed=listed, known=cache.held(namespace)):
+        async for event in self.kube.informer(res, namespace, listed=listed, known=cache.held(namespace),
+                                              echoes=echoes):
             obj = event.object
             stored: Stored | None = None
             if event.type == "DELETED":
@@ -265,6 +269,21 @@ class Agent:
                 echo = stored is not None and self.apply.own_echo(plural, key_of(obj), stored,
                                                                   added=event.type == "ADDED")
                 self.apply.enqueue_owner(obj, self.by_uid, echo=echo)
+
+    def _child_echo(self, plural: str, rv: int, line: bytes) -> dict[str, Any] | None:
+        """The watch echoing a child this agent created or wrote (``federation.kube.EchoCheck``), handled without
+        decoding it, as ``follow_children`` handles a ``Stored.HELD`` event: the agent's children carry its stamp
+        (nothing foreign to check), and the owner gets the pass an echo is owed (none when it settles). Two to
+        four events per job are such echoes, each a few KB of JSON (issue 15)."""
+        assert self.apply is not None
+        header = self.caches[plural].echo(rv, line)
+        if header is None:
+            return None
+        self.echoes_handled += 1
+        if plural == PODS.plural:
+            self.capacity_changed.set()
+        self.apply.enqueue_owner(header, self.by_uid, echo=True)
+        return header
 
     def _listed_once(self, plural: str) -> None:
         """A list of nodes or pods is complete and every event of it is in the cache (called after each relist

@@ -188,6 +188,11 @@ class Stored(enum.IntEnum):
     CHANGED = 3
 
 
+OWN_VERSIONS = 4096
+"""Versions from the agent's own writes remembered per cache for ``ObjectCache.echo``: their echoes come within
+moments (a reconcile pass creates a handful of objects, and passes waiting are bounded by ``backlog_max``); an
+echo whose version was forgotten is decoded and stored as any watch event is."""
+
 _HEADER_META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences", "deletionTimestamp")
 
 
@@ -239,6 +244,9 @@ class ObjectCache:
         self._shapes: dict[bytes, bytes] = {}
         self._unwatched: set[Key] = set()
         """Keys whose stored version came from the agent's own write and has not come from the watch yet."""
+        self._own: dict[int, Key] = {}
+        """resourceVersion -> key of the versions stored from the agent's own writes, for ``echo`` (the newest
+        ``OWN_VERSIONS``; an entry whose version is no longer held, or came from the watch, is ignored)."""
 
     def __len__(self) -> int:
         return len(self.headers)
@@ -352,6 +360,11 @@ class ObjectCache:
         changed = self._put(key, trim(obj, self.plural))
         if not watched:
             self._unwatched.add(key)
+            if rv >= 0:
+                own = self._own
+                own[rv] = key
+                if len(own) > OWN_VERSIONS:
+                    del own[next(iter(own))]
             return Stored.CHANGED
         if key in self._unwatched:
             # the version replaced was known from the agent's own write only: its echo never came (a relist,
@@ -359,6 +372,26 @@ class ObjectCache:
             self._unwatched.discard(key)
             return Stored.CHANGED
         return Stored.CHANGED if changed else Stored.SAME_CONTENT
+
+    def echo(self, rv: int, line: bytes) -> dict[str, Any] | None:
+        """``federation.kube.EchoCheck``: whether the watch event ``line`` (not decoded) echoes version ``rv`` of
+        an object stored from the agent's own write and not watched since; if so it counts as watched now and
+        its header is returned (what ``upsert`` would have found: ``Stored.HELD``). The object's uid must be in
+        the line too, so that a resourceVersion-like string elsewhere in another object never passes for it."""
+        key = self._own.get(rv)
+        if key is None:
+            return None
+        header = self.headers.get(key)
+        meta = header.get("metadata") if header is not None else None
+        if not isinstance(meta, dict) or rv_of(header) != rv or key not in self._unwatched:
+            del self._own[rv]
+            return None
+        uid = meta.get("uid")
+        if not uid or b'"uid":"' + str(uid).encode() + b'"' not in line:
+            return None
+        del self._own[rv]
+        self._unwatched.discard(key)
+        return header
 
     def watched_at(self, key: Key, rv: int) -> bool:
         """Whether the version held of ``key`` is ``rv`` and came from the watch (not only from a write's answer)."""

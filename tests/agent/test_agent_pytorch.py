@@ -274,6 +274,7 @@ async def test_a_created_status_waits_for_running_and_both_go_in_one_write(
     assert len(written) == len(harness.statuses(cmd.placement.workload_uid)) <= 2  # Master, then Worker active
     assert accepted.seq < first.seq
     assert harness.agent is not None
+    assert harness.agent.echoes_handled > 0  # children's create echoes taken undecoded (unless one beat its answer)
     passes = harness.agent.apply.passes if harness.agent.apply else -1
     await asyncio.sleep(1.2)  # past the hold: its timer went with the write, and brings no pass that renders nothing
     assert harness.agent.apply is not None and harness.agent.apply.passes == passes

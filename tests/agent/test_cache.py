@@ -124,3 +124,41 @@ def test_held_is_what_a_restarted_informer_is_told() -> None:
     assert held[("ns", "mine")]["metadata"]["resourceVersion"] == ""
     assert held[("ns", "mine")]["metadata"]["uid"] == "u"
     assert cache.header(("ns", "mine"))["metadata"]["resourceVersion"] == "8"  # type: ignore[index]
+
+
+def line(etype: str, o: dict[str, Any]) -> bytes:
+    import orjson
+
+    return orjson.dumps({"type": etype, "object": o})
+
+
+def test_echo_claims_only_the_watch_event_of_a_version_the_agent_wrote_itself() -> None:
+    """Issue 15: ``echo`` (the informer's check before decoding) claims the event of a version stored from the
+    agent's own write, once, with the object's uid in the line; not a version the watch brought, not an older or
+    newer one, not a line of another object that happens to carry that resourceVersion."""
+    cache = ObjectCache("configmaps")
+    cache.upsert(obj("mine", 7, uid="u-mine"))  # the answer to the agent's own create
+    cache.upsert(obj("theirs", 8, uid="u-theirs"), watched=True)
+    stranger = obj("other", 9, uid="u-other")
+    stranger["metadata"]["annotations"] = {"resourceVersion": "7"}  # a lookalike elsewhere in another object
+    assert cache.echo(7, line("ADDED", stranger)) is None
+    assert cache.echo(8, line("ADDED", obj("theirs", 8, uid="u-theirs"))) is None  # from the watch already
+    header = cache.echo(7, line("ADDED", obj("mine", 7, uid="u-mine")))
+    assert header is not None and header["metadata"]["uid"] == "u-mine"
+    assert cache.watched_at(("ns", "mine"), 7)  # counts as watched now, as upsert(watched=True) would
+    assert cache.echo(7, line("ADDED", obj("mine", 7, uid="u-mine"))) is None  # once
+    cache.upsert(obj("mine", 10, uid="u-mine"))  # written again, then the watch brings a newer version first
+    cache.upsert(obj("mine", 11, uid="u-mine"), watched=True)
+    assert cache.echo(10, line("MODIFIED", obj("mine", 10, uid="u-mine"))) is None  # no longer the version held
+
+
+def test_echo_remembers_a_bounded_number_of_own_versions(monkeypatch: pytest.MonkeyPatch) -> None:
+    from worker_agent import cache as cache_module
+
+    monkeypatch.setattr(cache_module, "OWN_VERSIONS", 3)
+    cache = ObjectCache("configmaps")
+    for i in range(5):
+        cache.upsert(obj(f"o{i}", 100 + i, uid=f"u{i}"))
+    assert len(cache._own) == 3
+    assert cache.echo(100, line("ADDED", obj("o0", 100, uid="u0"))) is None  # forgotten: decoded as any event
+    assert cache.echo(104, line("ADDED", obj("o4", 104, uid="u4"))) is not None

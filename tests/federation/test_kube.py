@@ -645,3 +645,32 @@ async def test_kubesim_informer_relists_after_compaction(sim: kubesim.Sim) -> No
         assert (later.type, later.object["metadata"]["name"]) == ("ADDED", "later")
         assert lists == 1  # exactly one relist
         await it.aclose()  # type: ignore[attr-defined]
+
+
+async def test_kubesim_informer_leaves_the_echo_its_consumer_claims_undecoded(sim: kubesim.Sim) -> None:
+    """Issue 15 (``echoes``): the watch event of the consumer's own create, which it holds already, is claimed
+    before decoding and not yielded; other objects' events, and later changes of its own object, still are. The
+    informer's resume point and what it was told move on with the claimed event."""
+    from worker_agent.cache import ObjectCache
+
+    cache = ObjectCache("configmaps")
+    async with Kube(sim.kubeconfig("w1")) as kube:
+        await kube.create(CONFIGMAPS, {"metadata": {"name": "seed", "labels": {"t": "e"}}}, "default")
+        it = kube.informer(CONFIGMAPS, "default", label_selector="t=e", echoes=cache.echo)
+        first = await next_event(it)
+        assert (first.type, first.object["metadata"]["name"]) == ("ADDED", "seed")
+        cache.upsert(first.object, watched=True)
+        # the generator is parked at its yield: the watch it starts next sees these three
+        mine = await kube.create(CONFIGMAPS, {"metadata": {"name": "mine", "labels": {"t": "e"}}}, "default")
+        cache.upsert(dict(mine))  # the answer to the consumer's own write
+        await kube.create(CONFIGMAPS, {"metadata": {"name": "other", "labels": {"t": "e"}}}, "default")
+        changed = await kube.patch(CONFIGMAPS, "mine", {"data": {"x": "1"}}, "default")
+        informer = it.ag_frame.f_locals["self"]  # type: ignore[attr-defined]
+        other = await next_event(it)
+        assert (other.type, other.object["metadata"]["name"]) == ("ADDED", "other")
+        assert informer.known["default/mine"]["metadata"]["resourceVersion"] == mine["metadata"]["resourceVersion"]
+        assert cache.watched_at(("default", "mine"), int(mine["metadata"]["resourceVersion"]))
+        later = await next_event(it)
+        assert (later.type, later.object["metadata"]["name"], later.object["data"]) == ("MODIFIED", "mine", {"x": "1"})
+        assert informer.resource_version == changed["metadata"]["resourceVersion"]
+        await it.aclose()  # type: ignore[attr-defined]
