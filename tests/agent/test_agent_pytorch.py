@@ -280,16 +280,23 @@ async def test_a_created_status_waits_for_running_and_both_go_in_one_write(
     assert harness.agent.apply is not None and harness.agent.apply.passes == passes
 
 
+async def place_held(harness: AgentHarness, monkeypatch: pytest.MonkeyPatch, hold: float,
+                     start: str) -> tuple[list[str], Any]:
+    """An agent with ``status_hold_seconds`` ``hold`` given pytorch-simple, whose pods start ``start`` seconds after
+    binding: the status writes counted (``count_status_writes``) and the Place sent."""
+    written = count_status_writes(monkeypatch)
+    await harness.stop_agent()
+    await harness.start_agent(status_hold_seconds=hold)
+    cmd = place(with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true", START: start}))
+    await harness.send(cmd)
+    return written, cmd
+
+
 async def test_a_created_status_goes_alone_once_the_hold_is_over(
         harness: AgentHarness, monkeypatch: pytest.MonkeyPatch) -> None:
     """Pods that take longer than the hold: Created is written (and reported) alone when the hold is over, then
     Running in a write of its own, Created's time and ``startTime`` kept from the first pass."""
-    written = count_status_writes(monkeypatch)
-    await harness.stop_agent()
-    await harness.start_agent(status_hold_seconds=0.4)
-    job = with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true", START: "2.0"})
-    cmd = place(job)
-    await harness.send(cmd)
+    written, cmd = await place_held(harness, monkeypatch, 0.4, "2.0")
     await harness.wait_report(lambda r: r.type == "accepted")
     created = await harness.wait_report(has(("Created", "True", "PyTorchJobCreated")))
     assert [c[0] for c in conditions(created.status)] == ["Created"]
@@ -307,12 +314,7 @@ async def test_a_created_status_goes_alone_once_the_hold_is_over(
 async def test_with_no_hold_created_is_written_at_once_as_upstream_does(
         harness: AgentHarness, monkeypatch: pytest.MonkeyPatch) -> None:
     """``status_hold_seconds: 0``: the first pass writes Created with the Services and Pods, as upstream does."""
-    written = count_status_writes(monkeypatch)
-    await harness.stop_agent()
-    await harness.start_agent(status_hold_seconds=0)
-    job = with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true", START: "1.0"})
-    cmd = place(job)
-    await harness.send(cmd)
+    written, cmd = await place_held(harness, monkeypatch, 0, "1.0")
     await harness.wait_report(both_active)
     first, *later = harness.statuses(cmd.placement.workload_uid)
     assert [c[0] for c in conditions(first.status)] == ["Created"] and later
@@ -323,12 +325,7 @@ async def test_a_held_created_status_is_written_on_a_graceful_stop(
         harness: AgentHarness, monkeypatch: pytest.MonkeyPatch) -> None:
     """An agent stopping while it holds a Created status writes it (and reports it) before it goes, with the
     first pass's time: the next agent would render its own, later."""
-    written = count_status_writes(monkeypatch)
-    await harness.stop_agent()
-    await harness.start_agent(status_hold_seconds=30)
-    job = with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true", START: "60"})
-    cmd = place(job)
-    await harness.send(cmd)
+    written, _ = await place_held(harness, monkeypatch, 30, "60")
     await harness.wait_report(lambda r: r.type == "accepted")
     for _ in range(100):  # the first pass has rendered (its Pods are created) and holds the status
         if await harness.get(PODS, "pytorch-simple-worker-0", "team-a") is not None:
