@@ -965,8 +965,9 @@ def _chunks(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
 
 
 EchoCheck = Callable[[int, bytes], Mapping[str, Any] | None]
-"""An informer consumer's check of a watch event before it is decoded: called with each resourceVersion found
-in an ADDED or MODIFIED event's line (the object's own is one of them) and the line; when that version is one
+"""An informer consumer's check of a watch event before it is decoded: called with the first resourceVersion
+in an ADDED or MODIFIED event's line (the object's own, unless its metadata lists labels or annotations first
+and one of them looks like it) and the line; when that version is one
 the consumer wrote itself and already holds (the watch echoing its own create or write), it returns what it
 holds of the object (at least metadata name, namespace, uid, resourceVersion), handles the echo itself, and the
 event is neither decoded nor yielded; otherwise None. A check must not claim a line that is not the echo: the
@@ -1058,13 +1059,15 @@ class _Informer:
 
     def _apply(self, line: bytes) -> WatchEvent | Literal["gone"] | None:
         if self.echoes is not None and line.startswith(_ECHO_TYPES):
-            for found in _WATCH_OBJECT_RV.finditer(line):
-                held = self.echoes(int(found.group(1)), line)
-                if held is not None:  # the consumer's own write, which it holds and has handled (EchoCheck)
-                    self.resource_version = found.group(1).decode()
-                    # (the consumer's own dict, not a copy: it holds it anyway)
-                    self.known[_key(held)] = self._kept(held if isinstance(held, dict) else dict(held))
-                    return None
+            # the first resourceVersion in the line: the object's own wherever its metadata has it before labels
+            # and annotations (a typed object's does); when it is not, the check finds no version of its own
+            found = _WATCH_OBJECT_RV.search(line)
+            held = self.echoes(int(found.group(1)), line) if found is not None else None
+            if found is not None and held is not None:  # the consumer's own write, held and handled (EchoCheck)
+                self.resource_version = found.group(1).decode()
+                # (the consumer's own dict, not a copy: it holds it anyway)
+                self.known[_key(held)] = self._kept(held if isinstance(held, dict) else dict(held))
+                return None
         try:
             doc = orjson.loads(line)
         except orjson.JSONDecodeError:
