@@ -206,7 +206,7 @@ def run_agent() -> None:
     import logging
     import signal
 
-    from federation import gctune
+    from federation import eventloop, gctune
     from worker_agent.app import run
     from worker_agent.settings import AgentSettings
 
@@ -219,7 +219,7 @@ def run_agent() -> None:
         loop.add_signal_handler(signal.SIGTERM, stop.set)
         await run(AgentSettings(), stop=stop)  # type: ignore[call-arg]
 
-    asyncio.run(main())
+    eventloop.run(main())  # as ``mkctl agent`` runs it
 
 
 def main() -> None:

@@ -69,7 +69,7 @@ from bench.e2e_measure import (  # noqa: E402
     report_stamps,
     stage_table,
 )
-from federation import gctune, labels, signing, topics  # noqa: E402
+from federation import eventloop, gctune, labels, signing, topics  # noqa: E402
 from federation.errors import AlreadyExists  # noqa: E402
 from federation.kinds.crds import load_crds  # noqa: E402
 from federation.kinds.registry import by_name  # noqa: E402
@@ -925,7 +925,7 @@ def main() -> None:
     print(f"machine: {machine()}")
     results = []
     for n in args.n or [1000]:
-        result = asyncio.run(run(n, args.state_dir / f"n{n}-{uuid.uuid4().hex[:4]}", args.nodes,
+        result = eventloop.run(run(n, args.state_dir / f"n{n}-{uuid.uuid4().hex[:4]}", args.nodes,
                                  args.dispatcher_args.split(), args.agent_args.split(), args.py_spy, args.rate,
                                  args.py_spy_kubesims, args.agent_stages))
         print("\n".join(result.lines()), flush=True)

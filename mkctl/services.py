@@ -21,7 +21,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import BaseModel
 
-from federation import gctune
+from federation import eventloop, gctune
 from mkctl import flags
 from mkctl.errors import EXIT_USAGE, CommandFailed
 
@@ -44,8 +44,7 @@ def setup_logging(debug: bool) -> None:
 
 def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
     """``asyncio.run`` a service whose ``stop`` event is set by SIGINT or SIGTERM (staged shutdown), on uvloop's
-    event loop where it is installed (a dependency on every platform but Windows): a request to the API server
-    costs the client about a fifth less CPU on it (issue 15, bench/RESULTS.md)."""
+    event loop where it is installed (``federation.eventloop``)."""
 
     gctune.tune()  # imports are done: keep them out of the collector's passes (federation/gctune.py)
 
@@ -59,13 +58,7 @@ def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
                 pass
         await main(stop)
 
-    try:
-        import uvloop
-    except ImportError:  # not installed (a platform it has no wheel for): the standard loop
-        asyncio.run(runner())
-        return
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as run:
-        run.run(runner())
+    eventloop.run(runner())
 
 
 def _debug(ctx: typer.Context | None) -> bool:
