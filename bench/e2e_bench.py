@@ -619,6 +619,7 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
     logs.mkdir(parents=True, exist_ok=True)
     procs = Processes(logs)
     stack = contextlib.AsyncExitStack()
+    dbname: str | None = None
     try:
         # --- backends ---
         use_mosquitto = reachable("127.0.0.1", 1883) and not os.environ.get("MKD_TEST_NO_SERVICES")
@@ -629,7 +630,6 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
             from federation.embedded_broker import EmbeddedBroker
 
             mqtt_url = (await stack.enter_async_context(EmbeddedBroker())).url
-        dbname: str | None = None
         if use_postgres:
             import asyncpg
 
@@ -750,6 +750,15 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
     finally:
         await procs.stop()
         await stack.aclose()
+        if dbname:  # this run's own database, every figure read from it: not left on the shared server
+            with contextlib.suppress(Exception):
+                import asyncpg
+
+                admin = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test")
+                try:
+                    await admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+                finally:
+                    await admin.close()
 
 
 async def clusters(procs: Processes, stack: contextlib.AsyncExitStack, state: Path, nodes: int, prefix: str,
