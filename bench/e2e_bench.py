@@ -60,6 +60,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.dispatch_bench import drop_postgres, fresh_postgres  # noqa: E402
 from bench.e2e_measure import (  # noqa: E402
     AGENT_STAGES,
     STAGES,
@@ -631,13 +632,7 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
 
             mqtt_url = (await stack.enter_async_context(EmbeddedBroker())).url
         if use_postgres:
-            import asyncpg
-
-            dbname = f"mkd_bench_{uuid.uuid4().hex[:8]}"
-            admin = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test")
-            await admin.execute(f'CREATE DATABASE "{dbname}"')
-            await admin.close()
-            database_url = f"postgresql+asyncpg://postgres@127.0.0.1:5432/{dbname}"
+            database_url, dbname = await fresh_postgres()
         else:
             database_url = f"sqlite+aiosqlite:///{state / 'mkd.db'}"
         backends = ("Mosquitto" if use_mosquitto else "embedded broker (Mosquitto NOT reachable)") + " + " + \
@@ -752,13 +747,7 @@ async def run(n: int, state: Path, nodes: int, dispatcher_args: list[str], agent
         await stack.aclose()
         if dbname:  # this run's own database, every figure read from it: not left on the shared server
             with contextlib.suppress(Exception):
-                import asyncpg
-
-                admin = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test")
-                try:
-                    await admin.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
-                finally:
-                    await admin.close()
+                await drop_postgres(dbname)
 
 
 async def clusters(procs: Processes, stack: contextlib.AsyncExitStack, state: Path, nodes: int, prefix: str,

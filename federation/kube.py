@@ -964,7 +964,7 @@ def _chunks(response: urllib3.BaseHTTPResponse) -> Iterator[bytes]:
         yield chunk
 
 
-EchoCheck = Callable[[int, bytes], Mapping[str, Any] | None]
+EchoCheck = Callable[[int, bytes], dict[str, Any] | None]
 """An informer consumer's check of a watch event before it is decoded: called with the first resourceVersion
 in an ADDED or MODIFIED event's line (the object's own, unless its metadata lists labels or annotations first
 and one of them looks like it) and the line; when that version is one
@@ -1062,11 +1062,10 @@ class _Informer:
             # the first resourceVersion in the line: the object's own wherever its metadata has it before labels
             # and annotations (a typed object's does); when it is not, the check finds no version of its own
             found = _WATCH_OBJECT_RV.search(line)
-            held = self.echoes(int(found.group(1)), line) if found is not None else None
+            held = None if found is None else self.echoes(int(found.group(1)), line)
             if found is not None and held is not None:  # the consumer's own write, held and handled (EchoCheck)
                 self.resource_version = found.group(1).decode()
-                # (the consumer's own dict, not a copy: it holds it anyway)
-                self.known[_key(held)] = self._kept(held if isinstance(held, dict) else dict(held))
+                self.known[_key(held)] = self._kept(held)  # the consumer's own dict: it holds it anyway
                 return None
         try:
             doc = orjson.loads(line)

@@ -16,7 +16,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from federation import __version__, topics
@@ -263,26 +263,28 @@ class Agent:
                     if plural == PODS.plural:
                         self.capacity_changed.set()
                     continue
-            if plural in (PODS.plural, NODES.plural):
-                self.capacity_changed.set()
-            if plural != NODES.plural:
-                echo = stored is not None and self.apply.own_echo(plural, key_of(obj), stored,
-                                                                  added=event.type == "ADDED")
-                self.apply.enqueue_owner(obj, self.by_uid, echo=echo)
+            echo = stored is not None and self.apply.own_echo(plural, key_of(obj), stored, added=event.type == "ADDED")
+            self._child_changed(plural, obj, echo=echo)
+
+    def _child_changed(self, plural: str, header: Mapping[str, Any], *, echo: bool) -> None:
+        """What a child's watch event causes once it is in the cache: capacity measured again (nodes, pods), and
+        its owner's pass (none for an ``echo`` of the agent's own write when the owner settles)."""
+        assert self.apply is not None
+        if plural in (PODS.plural, NODES.plural):
+            self.capacity_changed.set()
+        if plural != NODES.plural:
+            self.apply.enqueue_owner(header, self.by_uid, echo=echo)
 
     def _child_echo(self, plural: str, rv: int, line: bytes) -> dict[str, Any] | None:
         """The watch echoing a child this agent created or wrote (``federation.kube.EchoCheck``), handled without
         decoding it, as ``follow_children`` handles a ``Stored.HELD`` event: the agent's children carry its stamp
         (nothing foreign to check), and the owner gets the pass an echo is owed (none when it settles). Two to
         four events per job are such echoes, each a few KB of JSON (issue 15)."""
-        assert self.apply is not None
         header = self.caches[plural].echo(rv, line)
         if header is None:
             return None
         self.echoes_handled += 1
-        if plural == PODS.plural:
-            self.capacity_changed.set()
-        self.apply.enqueue_owner(header, self.by_uid, echo=True)
+        self._child_changed(plural, header, echo=True)
         return header
 
     def _listed_once(self, plural: str) -> None:

@@ -368,12 +368,9 @@ class ApplyLoop:
         job = self.caches[self.resources[kind].plural].get((ns, name))
         if job is None:
             return None
-        held = self._held_status.get(key)
+        held = self._current_hold(key, job)
         if held is not None:
-            if job.get("status") == held.base and not (job.get("metadata") or {}).get("deletionTimestamp"):
-                job["status"] = held.status  # the pass renders on the status it holds (module docstring)
-            else:  # someone else wrote its status, or it is going: the held one is stale
-                del self._held_status[key]
+            job["status"] = held.status  # the pass renders on the status it holds (module docstring)
         reconciler = self.reconcilers[kind]
         children: dict[str, list[dict[str, Any]]] = {}
         if reconciler.children:
@@ -381,6 +378,17 @@ class ApplyLoop:
             for res in reconciler.children:
                 children[res.plural] = self.caches[res.plural].select(ns, selector)
         return Observed(job=job, children=children, now=self.clock.now())  # decoded copies, ours to keep
+
+    def _current_hold(self, key: JobKey, job: Mapping[str, Any]) -> _HeldStatus | None:
+        """The status held for ``key`` while ``job`` (as stored) still has the status the hold began on and is not
+        going; a stale one (someone else wrote its status, or it is being deleted) is dropped."""
+        held = self._held_status.get(key)
+        if held is None:
+            return None
+        if job.get("status") == held.base and not (job.get("metadata") or {}).get("deletionTimestamp"):
+            return held
+        del self._held_status[key]
+        return None
 
     async def reconcile(self, key: JobKey) -> float | None:
         """One pass; returns a retry delay when the pass was cut short."""
@@ -535,7 +543,8 @@ class ApplyLoop:
             now = self.clock.monotonic()
             if held is None:
                 held = self._held_status[key] = _HeldStatus(job.get("status"), status, now + self.status_hold)
-            held.status = status
+            else:
+                held.status = status
             if now < held.due:
                 self.enqueue_after(key, held.due - now)  # a timer that woke a moment early is armed again
                 held.timer = self._timers.get(key)
@@ -550,13 +559,14 @@ class ApplyLoop:
 
     async def write_held(self) -> None:
         """Write every held status now (a graceful stop: the next agent would render its own, with later times)."""
-        for key, held in list(self._held_status.items()):
+        for key in list(self._held_status):
             res = self.resources.get(key[0])
             job = self.caches[res.plural].get((key[1], key[2])) if res is not None else None
-            if res is None or job is None or self._held_status.pop(key, None) is not held or job.get("status") != held.base:
-                continue
-            with contextlib.suppress(FederationError):
-                await self._write_status(key, res, job, held.status)
+            held = self._current_hold(key, job) if job is not None else None
+            self._held_status.pop(key, None)
+            if res is not None and job is not None and held is not None:
+                with contextlib.suppress(FederationError):
+                    await self._write_status(key, res, job, held.status)
 
     async def _write_status(self, key: JobKey, res: Resource, job: dict[str, Any],
                             status: dict[str, Any]) -> float | None:
