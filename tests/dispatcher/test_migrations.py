@@ -110,3 +110,20 @@ def test_database_urls_as_people_write_them_get_the_async_driver() -> None:
     assert err.value.field == "database_url" and "postgresql+asyncpg" in err.value.fix
     with pytest.raises(Invalid):
         db.async_url("state/mkd.db")
+
+
+async def test_outbox_payload_is_stored_uncompressed_on_postgresql(database_url: str) -> None:
+    """A sealed Place is ciphertext: PostgreSQL's default storage tried to compress every one (pglz, ~a quarter
+    of the outbox's cost in the server, issue 15); ``EXTERNAL`` keeps it out of line without trying."""
+    if not database_url.startswith("postgresql"):
+        pytest.skip("storage modes are PostgreSQL's (SQLite stores the bytes as they are)")
+    await db.upgrade_async(database_url)
+    engine = db.make_engine(database_url)
+    try:
+        async with engine.connect() as conn:
+            storage = (await conn.execute(sa.text(
+                "SELECT attstorage::text FROM pg_attribute WHERE attrelid = 'outbox'::regclass AND attname = 'payload'"
+            ))).scalar()
+    finally:
+        await engine.dispose()
+    assert storage == "e"
