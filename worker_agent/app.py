@@ -29,7 +29,7 @@ from federation.labels import origin_selector
 from federation.messages import Capacity, Heartbeat, encode
 from federation.mqtt import LinkHealth, MqttLink, Will
 from federation.tasks import Supervisor
-from worker_agent.apply import ApplyLoop, JobKey, StatusEcho
+from worker_agent.apply import ApplyLoop, JobKey, StatusEcho, job_key
 from worker_agent.cache import ObjectCache, Stored, key_of, kind_resource
 from worker_agent.foreign import created_by, foreign_owner
 from worker_agent.identity import AgentIdentity
@@ -75,7 +75,10 @@ class Agent:
         self.caches: dict[str, ObjectCache] = {}
         self.by_uid: dict[str, JobKey] = {}
         self.echoes_handled = 0
-        """Watch events of children recognised as the echo of the agent's own write before decoding (``_child_echo``)."""
+        """Watch events recognised as the echo of the agent's own write before decoding: a child's create or write
+        (``_child_echo``) or a job's status write (``_job_echo``)."""
+        self.job_echoes_handled = 0
+        """Of those, the echoes of the apply loop's status writes of jobs (``_job_echo``)."""
         self.policy = settings.policy.model_copy(update={"agent_namespace": settings.namespace})
         """The policy enforced and announced: the configured one, with the agent's own namespace always denied."""
         self.identity = AgentIdentity(settings)
@@ -205,7 +208,8 @@ class Agent:
         selector = origin_selector(self.settings.origin)
         # what the cache holds already (the task restarted after a failure): the first list reports as DELETED
         # what was deleted while none watched, which would otherwise stay in the cache for good
-        async for event in self.kube.informer(res, label_selector=selector, known=cache.held(None, selector)):
+        async for event in self.kube.informer(res, label_selector=selector, known=cache.held(None, selector),
+                                              echoes=functools.partial(self._job_echo, name)):
             obj = event.object
             ns, job_name = key_of(obj)
             uid = str((obj.get("metadata") or {}).get("uid") or "")
@@ -285,6 +289,26 @@ class Agent:
             return None
         self.echoes_handled += 1
         self._child_changed(plural, header, echo=True)
+        return header
+
+    def _job_echo(self, name: str, rv: int, line: bytes) -> dict[str, Any] | None:
+        """The watch echoing the apply loop's status write of a job of kind ``name`` (``federation.kube.EchoCheck``),
+        handled without decoding it, as ``follow_jobs`` handles the decoded echo (``StatusEcho.SETTLED`` or
+        ``PASS_OWED``): the version is the one the write's answer brought, which the cache holds and the Reporter
+        was given already. An echo that came before the write's answer is decoded as before (``EARLY_SETTLED``)."""
+        assert self.apply is not None
+        cache = self.caches[self.job_resources[name].plural]
+        key = cache.own_key(rv)
+        if key is None or not self.apply.status_written_at(job_key(name, key), rv):
+            return None
+        header = cache.echo(rv, line)
+        if header is None:
+            return None
+        jkey = job_key(name, key)
+        if self.apply.status_echo(jkey, header) is StatusEcho.PASS_OWED:
+            self.apply.enqueue(jkey)
+        self.echoes_handled += 1
+        self.job_echoes_handled += 1
         return header
 
     def _listed_once(self, plural: str) -> None:

@@ -490,6 +490,12 @@ class ApplyLoop:
         del self._status_written[key]
         return StatusEcho.SETTLED if written[1] else StatusEcho.PASS_OWED
 
+    def status_written_at(self, key: JobKey, rv: int) -> bool:
+        """Whether ``rv`` is the version this loop's last status write of ``key`` made, its echo not seen yet (what
+        ``status_echo`` answers SETTLED or PASS_OWED for, without the object)."""
+        written = self._status_written.get(key)
+        return written is not None and written[0] == rv
+
     def forget(self, key: JobKey) -> None:
         """The job is gone: drop its per-key bookkeeping."""
         self._status_written.pop(key, None)

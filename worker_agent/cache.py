@@ -393,6 +393,10 @@ class ObjectCache:
         self._unwatched.discard(key)
         return header
 
+    def own_key(self, rv: int) -> Key | None:
+        """The key whose version ``rv`` was stored from the agent's own write (and may still be echoed), if known."""
+        return self._own.get(rv)
+
     def watched_at(self, key: Key, rv: int) -> bool:
         """Whether the version held of ``key`` is ``rv`` and came from the watch (not only from a write's answer)."""
         header = self.headers.get(key)

@@ -39,8 +39,8 @@ class _Parts(Collector):
         reconnects.add_metric([], float(max(0, health.connects - 1)) if health is not None else 0.0)
         connected = getattr(agent, "connected", None)
         up.add_metric([], 1.0 if connected is not None and connected.is_set() else 0.0)
-        echoes = CounterMetricFamily("mkd_agent_watch_echoes", "Watch events of children recognised, before "
-                                     "decoding, as the echo of the agent's own create or write")
+        echoes = CounterMetricFamily("mkd_agent_watch_echoes", "Watch events recognised, before decoding, as "
+                                     "the echo of the agent's own create or write of a child or status write of a job")
         echoes.add_metric([], float(getattr(agent, "echoes_handled", 0)))
         yield from (owned, reconnects, up, echoes)
 

@@ -338,3 +338,32 @@ async def test_a_held_created_status_is_written_on_a_graceful_stop(
     stored = await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a")
     assert stored is not None and stored["status"] == created.status
     await harness.start_agent()
+
+
+async def test_the_echo_of_a_status_write_is_taken_undecoded_and_changes_nothing(harness: AgentHarness) -> None:
+    """Issue 15: the job watch's echo of the apply loop's own status write is recognised by its resourceVersion
+    before decoding (as children's echoes are) and handled as the decoded one was: no Report of its own, no pass
+    that renders nothing. Three jobs: an echo that beats its write's answer is decoded as before."""
+    cmds = []
+    for i in range(3):
+        job = with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true", START: "0"})
+        job["metadata"]["name"] = f"echo-{i}"
+        cmds.append(place(job))
+        await harness.send(cmds[-1])
+    for cmd in cmds:
+        await harness.wait_report(lambda r, uid=cmd.placement.workload_uid: both_active(r)
+                                  and r.placement.workload_uid == uid)
+    assert harness.agent is not None and harness.agent.apply is not None
+    for _ in range(50):  # the last write's echo comes a moment after its answer
+        if harness.agent.job_echoes_handled:
+            break
+        await asyncio.sleep(0.05)
+    assert harness.agent.job_echoes_handled >= 1
+    reports = {cmd.placement.workload_uid: len(harness.statuses(cmd.placement.workload_uid)) for cmd in cmds}
+    passes = harness.agent.apply.passes
+    await asyncio.sleep(1.2)  # past the hold: nothing more to report or render
+    assert harness.agent.apply.passes == passes
+    assert {uid: len(harness.statuses(uid)) for uid in reports} == reports
+    for cmd in cmds:
+        copy_ = await harness.get(PYTORCHJOBS, cmd.job.name, cmd.job.namespace)
+        assert copy_ is not None and [c[0] for c in conditions(copy_["status"])] == ["Created", "Running"]
