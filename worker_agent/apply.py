@@ -26,7 +26,9 @@ A status whose latest condition is one a job leaves within moments (Kubeflow's `
 condition times and ``startTime`` stay the first pass's, as upstream's create predicate sets Created in the
 cached object that its first status write persists), and the first status that is not passing, or the held one
 once the hold is over, is written. A job whose pods run within the hold gets one status write, Created and
-Running together, instead of two (and one watch echo, one Status Report; issue 15). 0 writes at once, as
+Running together, instead of two (and one watch echo, one Status Report; issue 15). A Running status while
+replicas are still to start (the reconciler's optional ``starting``: a Master running, its Worker not yet) is
+held the same way, so pods that start moments apart make one write, not one each. 0 writes at once, as
 upstream does.
 """
 
@@ -545,7 +547,8 @@ class ApplyLoop:
             if held is None:
                 return None
             status = held.status
-        if self.status_hold > 0 and latest_condition(status) in PASSING_CONDITIONS:
+        if self.status_hold > 0 and (latest_condition(status) in PASSING_CONDITIONS
+                                     or self._starting(key, job, status)):
             now = self.clock.monotonic()
             if held is None:
                 held = self._held_status[key] = _HeldStatus(job.get("status"), status, now + self.status_hold)
@@ -562,6 +565,11 @@ class ApplyLoop:
             del self._timers[key]
             held.timer[1].cancel()
         return await self._write_status(key, res, job, status)
+
+    def _starting(self, key: JobKey, job: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+        """Whether ``status`` is Running with replicas still to start (the reconciler's optional ``starting``)."""
+        check = getattr(self.reconcilers.get(key[0]), "starting", None)
+        return check is not None and bool(check(job, status))
 
     async def write_held(self) -> None:
         """Write every held status now (a graceful stop: the next agent would render its own, with later times)."""

@@ -79,9 +79,10 @@ class AgentSettings(BaseSettings):
     and status come long after. Keep it at a few times ``concurrency``."""
 
     status_hold_seconds: float = Field(default=1.0, ge=0, le=30)
-    """A Job status whose latest condition is Kubeflow's ``Created`` is written once the Job's next one comes (its
-    pods running) or this long after the pass that made it, whichever is first: a Job whose pods start within it
-    gets one status write instead of two (``worker_agent.apply``). 0: written at once, as upstream does."""
+    """A Job status whose latest condition is Kubeflow's ``Created``, or ``Running`` while replicas are still to
+    start, is written once the Job's next one comes (its pods running) or this long after the pass that made it,
+    whichever is first: a Job whose pods start within it gets one status write instead of one per step
+    (``worker_agent.apply``). 0: written at once, as upstream does."""
 
     lease_stop_before_seconds: float = Field(default=60.0, gt=0)
     """Fencing (worker_agent.lease): suspend every Job this long before the dispatcher's lease runs out

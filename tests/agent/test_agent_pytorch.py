@@ -340,6 +340,61 @@ async def test_a_held_created_status_is_written_on_a_graceful_stop(
     await harness.start_agent()
 
 
+async def place_staggered(harness: AgentHarness, monkeypatch: pytest.MonkeyPatch, hold: float, master: str,
+                          worker: str) -> tuple[list[str], Any]:
+    """As ``place_held``, with the Master's pods starting ``master`` and the Worker's ``worker`` seconds after
+    binding."""
+    written = count_status_writes(monkeypatch)
+    await harness.stop_agent()
+    await harness.start_agent(status_hold_seconds=hold)
+    job = worker_annotations(with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true", START: master}),
+                             **{START: worker})
+    cmd = place(job)
+    await harness.send(cmd)
+    return written, cmd
+
+
+def master_only(r: Any) -> bool:
+    if r.type != "status":
+        return False
+    entries = r.status.get("replicaStatuses") or {}
+    return (entries.get("Master") or {}).get("active") == 1 and not (
+        entries.get("Worker") or {}).get("active")
+
+
+async def test_running_waits_for_the_replicas_starting_within_the_hold(
+        harness: AgentHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 15: a Master running while its Worker is still starting makes a Running status the loop holds, as it
+    holds Created: the Worker running half a second later brings one status write, Created and Running with
+    both replicas active, instead of one for the Master and one for the Worker (upstream's, with no hold)."""
+    written, cmd = await place_staggered(harness, monkeypatch, 1.0, "0.05", "0.5")
+    await harness.wait_report(both_active)
+    statuses = harness.statuses(cmd.placement.workload_uid)
+    assert written == ["pytorch-simple"] and len(statuses) == 1
+    assert [c[0] for c in conditions(statuses[0].status)] == ["Created", "Running"]
+
+
+async def test_running_with_a_replica_still_starting_is_written_once_the_hold_is_over(
+        harness: AgentHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Worker that starts after the hold: the Master's Running goes alone when the hold is over, the Worker's
+    start in a write of its own, Running's time kept from the pass that rendered it."""
+    written, cmd = await place_staggered(harness, monkeypatch, 0.4, "0.05", "2.5")
+    first = await harness.wait_report(master_only)
+    assert [c[0] for c in conditions(first.status)] == ["Created", "Running"]
+    both = await harness.wait_report(both_active)
+    assert both.status["conditions"] == first.status["conditions"]
+    assert len(written) == len(harness.statuses(cmd.placement.workload_uid)) == 2
+
+
+async def test_with_no_hold_the_masters_running_is_written_at_once_as_upstream_does(
+        harness: AgentHarness, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``status_hold_seconds: 0``: Running with the Master alone is written as soon as it renders, as upstream."""
+    written, cmd = await place_staggered(harness, monkeypatch, 0, "0.05", "1.0")
+    await harness.wait_report(master_only)
+    await harness.wait_report(both_active)
+    assert len(written) == len(harness.statuses(cmd.placement.workload_uid)) >= 3  # Created, Master, Worker
+
+
 async def test_the_echo_of_a_status_write_is_taken_undecoded_and_changes_nothing(harness: AgentHarness) -> None:
     """Issue 15: the job watch's echo of the apply loop's own status write is recognised by its resourceVersion
     before decoding (as children's echoes are) and handled as the decoded one was: no Report of its own, no pass

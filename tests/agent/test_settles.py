@@ -179,3 +179,25 @@ def test_status_echo_settles_only_when_nothing_but_the_status_changed() -> None:
     assert _same_but_status(job, written)
     assert not _same_but_status(job, {**written, "spec": {"x": 2}})
     assert not _same_but_status(job, {**written, "metadata": {**written["metadata"], "labels": {"a": "b"}}})
+
+
+def test_starting_is_running_with_replicas_still_to_start_and_none_finished() -> None:
+    """``starting`` (the apply loop holds such a status as it holds Created): Running the latest condition, fewer
+    active than the spec asks for of some type, no replica succeeded or failed."""
+    from worker_agent.reconcilers.pytorch import PyTorchJobReconciler
+
+    rec = PyTorchJobReconciler()
+    job = example("pytorch-simple.yaml")  # Master 1, Worker 1
+
+    def status(latest: str, **entries: dict[str, int]) -> dict[str, Any]:
+        conds = [{"type": "Created", "status": "True"}, {"type": latest, "status": "True"}]
+        return {"conditions": conds, "replicaStatuses": entries}
+
+    assert rec.starting(job, status("Running", Master={"active": 1}, Worker={}))
+    assert rec.starting(job, status("Running", Master={"active": 1}))
+    assert not rec.starting(job, status("Running", Master={"active": 1}, Worker={"active": 1}))
+    assert not rec.starting(job, status("Running", Master={"active": 1}, Worker={"failed": 1}))
+    assert not rec.starting(job, status("Running", Master={"succeeded": 1}, Worker={}))
+    assert not rec.starting(job, status("Restarting", Master={"active": 1}, Worker={}))
+    assert not rec.starting(job, {"conditions": [{"type": "Created", "status": "True"}]})
+    assert not rec.starting({"spec": {}}, status("Running", Master={"active": 1}))  # no replica specs: not ours to hold

@@ -20,6 +20,7 @@ from typing import Any
 from federation import labels as mkd_labels
 from federation.errors import Invalid
 from federation.jsoncopy import json_copy
+from federation.kinds.base import latest_condition
 from federation.kube import PODS, SERVICES, Resource
 from worker_agent.reconcilers import conditions as cond
 from worker_agent.reconcilers.base import Observed, Plan
@@ -227,6 +228,26 @@ class KubeflowV1Reconciler:
         return False
 
     # --- the pass -----------------------------------------------------------------------------
+    def starting(self, job: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+        """Whether ``status`` says Running (its latest condition) while replicas are still to start: fewer active
+        than the spec asks for of some type, and none succeeded or failed. The apply loop holds such a status as
+        it holds Created (``worker_agent.apply``): pods started moments apart then cost one status write, not
+        one per pod (a Master's, then its Worker's)."""
+        if latest_condition(status) != cond.RUNNING:
+            return False
+        try:
+            specs = self.defaulted_specs(job)
+        except Invalid:
+            return False
+        entries = status.get("replicaStatuses") or {}
+        short = False
+        for rtype, rspec in specs.items():
+            entry = entries.get(rtype) or {}
+            if _count(entry, "succeeded") or _count(entry, "failed"):
+                return False
+            short = short or _count(entry, "active") < rspec.replicas
+        return short
+
     @staticmethod
     def settles_after(status: Mapping[str, Any] | None) -> bool:
         """Whether a render right after a pass's own creates and status write (``status``; None: none)
