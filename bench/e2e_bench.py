@@ -109,6 +109,7 @@ WORK = (("manager status writes (written)", "dispatcher", 'mkd_kube_writes_total
         ("Report messages (batches)", "dispatcher", "mkd_report_messages_received_total"),
         ("Commands published", "dispatcher", "mkd_outbox_commands_published_total"),
         ("Command messages (batches)", "dispatcher", "mkd_outbox_messages_published_total"),
+        ("engine batches (transactions)", "dispatcher", "mkd_engine_batches_total"),
         ("agent watch echoes not decoded", "agents", "mkd_agent_watch_echoes_total"),
         ("agent reconcile passes", "agents", 'mkd_agent_reconcile_duration_seconds_count{kind="PyTorchJob"}'),
         ("agent API calls", "agents", "mkd_agent_api_calls_total{"))

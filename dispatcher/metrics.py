@@ -73,11 +73,14 @@ class _Parts(Collector):
                                         "the broker (a Place sent again after no answer counts again)")
         command_messages = CounterMetricFamily("mkd_outbox_messages_published", "Broker messages the outbox "
                                                "published (a batch of Commands is one)")
+        batches = CounterMetricFamily("mkd_engine_batches", "Batches the engine decided, each in one database "
+                                      "transaction (items per batch: how well a burst is gathered)")
         if engine is not None:
             lost.add_metric([], float(engine.streams.lost_holes))
             healed.add_metric([], float(self.metrics.resyncs))
             stale.add_metric([], float(engine.stale_dropped))
             unanswered.add_metric([], float(len(engine.unanswered)))
+            batches.add_metric([], float(engine.batches))
         if reports is not None:
             received.add_metric([], float(reports.received))
             report_messages.add_metric([], float(reports.messages))
@@ -94,7 +97,7 @@ class _Parts(Collector):
             writes.add_metric(["unchanged"], float(writer.unchanged))
             writes.add_metric(["failed"], float(writer.failures))
         yield from (lost, healed, stale, received, refused, reconnects, writes, unanswered, published,
-                   report_messages, command_messages)
+                   report_messages, command_messages, batches)
         handover = getattr(d, "handover", None)
         if handover is not None:  # dispatcher/handover: who runs what, and what the webhook routed
             jobs = GaugeMetricFamily("mkd_manager_jobs", "Jobs on the manager cluster by controller (their "

@@ -198,7 +198,7 @@ async def test_actions_metrics_probes_and_mkctl_server(manager: Path, kube: Any,
                            "mkd_reports_received_total", "mkd_reports_refused_total", "mkd_mqtt_reconnects_total",
                            "mkd_kube_writes_total", "mkd_reports_stale_dropped_total", "mkd_admin_actions_total",
                            "mkd_messages_refused_total", "process_cpu_seconds_total", "mkd_manager_jobs",
-                           "mkd_handover_routed_total", "mkd_handover_policies"):
+                           "mkd_handover_routed_total", "mkd_handover_policies", "mkd_engine_batches_total"):
                 assert f"# TYPE {family.removesuffix('_total')}" in text, family
             assert 'mkd_cluster_allocatable{cluster="worker-1",resource="cpu",unit="core"} 64.0' in text
             assert 'mkd_cluster_allocatable{cluster="worker-2",resource="memory",unit="byte"} 2.74877906944e+11' \
@@ -207,6 +207,8 @@ async def test_actions_metrics_probes_and_mkctl_server(manager: Path, kube: Any,
             assert 'mkd_manager_jobs{controller="kueue.x-k8s.io/multikueue",kind="PyTorchJob",namespace="default"}' \
                 in text
             assert "mkd_admission_latency_seconds_count 2.0" in text
+            batches = float(text.split("\nmkd_engine_batches_total ")[1].split()[0])
+            assert batches >= 1  # the claims, the placements and the Accepted above were decided in batches
             assert 'mkd_admin_actions_total{result="ok",verb="drain"} 2.0' in text
 
 
