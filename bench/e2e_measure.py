@@ -29,7 +29,7 @@ STAGES: tuple[tuple[str, str], ...] = (
     ("placed", "placed (dispatcher event 'placed')"),
     ("queued", "Place queued (outbox.created_at)"),
     ("published", "Place published (outbox.sent_at)"),
-    ("accepted_sent", "Accepted sealed by the agent (report seal t)"),
+    ("accepted_sent", "Accepted sealed by the agent (seal t; not sent when the Status took its place)"),
     ("accepted", "accepted (placements.accepted_at)"),
     ("worker_running", "Running on the worker (bench watch)"),
     ("running_sent", "Status with startTime sealed by the agent (seal t)"),

@@ -83,7 +83,7 @@ class Agent:
         """The policy enforced and announced: the configured one, with the agent's own namespace always denied."""
         self.identity = AgentIdentity(settings)
         """The agent's key (every Report is sealed) and the dispatcher's (every Command is checked)."""
-        self.outbox = Outbox(seal=self.identity.seal)
+        self.outbox = Outbox(seal=self.identity.seal, accept_hold=settings.accept_hold_seconds)
         root = settings.mqtt.topic_root
         self.reporter = Reporter(settings.cluster_name, topics.reports(settings.cluster_name, root), self.outbox,
                                  settings.origin)
@@ -506,6 +506,7 @@ class Agent:
         if self.apply is not None:  # a Created status held for the job's next one is written now (bounded)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.apply.write_held(), FLUSH_SECONDS)
+        self.outbox.release_held()  # Accepteds held for a Status that will not come now
         for _ in range(int(FLUSH_SECONDS / 0.05)):
             if not self.outbox.pending() or not self.connected.is_set():
                 break

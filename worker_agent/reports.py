@@ -75,7 +75,7 @@ def _alone(item: _Item) -> bool:
     return bool(item[2]) or isinstance(item[1], Heartbeat)
 
 
-def _status_key(report: Status) -> tuple[str, int, int]:
+def _status_key(report: Status | Accepted | Rejected) -> tuple[str, int, int]:
     p = report.placement
     return p.workload_uid, p.attempt, p.epoch
 
@@ -93,9 +93,18 @@ class Outbox:
     """
 
     def __init__(self, *, limit: int = 200_000, seal: Callable[[str, bytes, str, int], bytes] | None = None,
-                 max_in_flight: int = MESSAGES_IN_FLIGHT) -> None:
+                 max_in_flight: int = MESSAGES_IN_FLIGHT, accept_hold: float = 0.0) -> None:
         self._seal = seal
         self.max_in_flight = max_in_flight
+        self.accept_hold = accept_hold
+        """Seconds an Accepted waits for its placement's first Status (``put``); 0: it goes at once."""
+        self._held: dict[tuple[str, int, int], _Item] = {}
+        """placement -> its Accepted, held (not in ``_items`` yet)."""
+        self._held_order: deque[tuple[float, tuple[str, int, int], _Item]] = deque()
+        """(when it goes, placement, item) in the order held: the hold is one length, so the first is due first."""
+        self._held_timer: asyncio.TimerHandle | None = None
+        self.folded = 0
+        """Accepteds never sent: their placement's Status went instead."""
         self._in_flight = 0
         """Batches of Reports published and not acknowledged yet (heartbeats not counted)."""
         self._items: deque[_Item] = deque()
@@ -120,6 +129,14 @@ class Outbox:
         """Queue ``report``. A Status carries the Job's whole ``.status``, so one for a placement whose
         previous Status is still waiting replaces that one in its place in the queue: under a backlog the
         dispatcher gets the newest status sooner and nothing in between is lost but superseded states."""
+        if self._held:
+            if isinstance(report, Status):
+                if self._held.pop(_status_key(report), None) is not None:
+                    self.folded += 1  # the Status goes instead: it says the copy exists
+            elif isinstance(report, Inventory):
+                self.release_held()  # what the agent holds is listed after what it answered
+            elif isinstance(report, Accepted | Rejected):
+                self._release(_status_key(report))  # an answer of the same placement goes after it
         if isinstance(report, Status):
             key = _status_key(report)
             waiting = self._queued_status.get(key)
@@ -128,11 +145,62 @@ class Outbox:
                 self.coalesced += 1
                 return
         item: _Item = [topic, report, retain]
+        if self.accept_hold > 0 and isinstance(report, Accepted) and not retain:
+            self._hold(_status_key(report), item)
+            return
         if len(self._items) >= self._limit:  # bounded: the oldest goes (as a full deque would drop it)
             self._forget(self._items.popleft())
         self._items.append(item)
         if isinstance(report, Status):
             self._queued_status[_status_key(report)] = item
+        self._wake()
+
+    def _hold(self, key: tuple[str, int, int], item: _Item) -> None:
+        """Keep an Accepted back for ``accept_hold`` seconds: a Job whose pods start within moments has its first
+        Status follow, and that Status alone tells the dispatcher what both did (one Report, one decision and one
+        row update fewer per Job, issue 15). The dispatcher's re-send of an unanswered Place is 30 s away."""
+        loop = asyncio.get_running_loop()
+        self._held[key] = item
+        self._held_order.append((loop.time() + self.accept_hold, key, item))
+        if self._held_timer is None:
+            self._held_timer = loop.call_at(self._held_order[0][0], self._release_due)
+
+    def _release(self, key: tuple[str, int, int]) -> None:
+        item = self._held.pop(key, None)
+        if item is not None:
+            self._queue(item)
+
+    def _release_due(self) -> None:
+        self._held_timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        order = self._held_order
+        while order and (order[0][0] <= now or self._held.get(order[0][1]) is not order[0][2]):
+            _, key, item = order.popleft()
+            if self._held.get(key) is item:
+                del self._held[key]
+                self._queue(item)
+        if order:
+            self._held_timer = loop.call_at(order[0][0], self._release_due)
+
+    def release_held(self) -> None:
+        """Every held Accepted goes now, in the order held (a stopping agent, an Inventory)."""
+        while self._held_order:
+            _, key, item = self._held_order.popleft()
+            if self._held.get(key) is item:
+                del self._held[key]
+                self._queue(item)
+        if self._held_timer is not None:
+            self._held_timer.cancel()
+            self._held_timer = None
+
+    def held(self) -> int:
+        return len(self._held)
+
+    def _queue(self, item: _Item) -> None:
+        if len(self._items) >= self._limit:
+            self._forget(self._items.popleft())
+        self._items.append(item)
         self._wake()
 
     def _forget(self, item: _Item) -> None:

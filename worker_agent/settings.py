@@ -84,6 +84,13 @@ class AgentSettings(BaseSettings):
     whichever is first: a Job whose pods start within it gets one status write instead of one per step
     (``worker_agent.apply``). 0: written at once, as upstream does."""
 
+    accept_hold_seconds: float = Field(default=1.5, ge=0, le=10)
+    """An Accepted waits this long for the placement's first Status, which then goes alone: the dispatcher takes a
+    Status of a Place it has no answer to as its Accepted, so a Job whose first status comes within it costs one
+    Report instead of two (``worker_agent.reports.Outbox``). A little longer than ``status_hold_seconds``, so that a
+    held Created still takes it along. A Rejected or an Inventory sends what is held first; the dispatcher sends an
+    unanswered Place again only after ``place_resend_seconds`` (30 s). 0: sent at once."""
+
     lease_stop_before_seconds: float = Field(default=60.0, gt=0)
     """Fencing (worker_agent.lease): suspend every Job this long before the dispatcher's lease runs out
     unrenewed, so their pods are gone (terminationGracePeriod 30 s by default) before the lease ends.

@@ -167,6 +167,7 @@ async def harness(tmp_path: Path, mqtt_url: str, topic_root: str) -> AsyncIterat
                                      mqtt=MqttSettings(url=mqtt_url, topic_root=topic_root, backoff_initial=0.1,
                                                        client_id=f"agent-{uuid.uuid4().hex[:10]}"),
                                      heartbeat_interval_seconds=0.5, capacity_debounce_seconds=0.05,
+                                     accept_hold_seconds=0,  # these tests wait for the Accepted; test_accept_hold.py holds it
                                      signing=SigningSettings(private_key=keys.private(CLUSTER)),
                                      dispatcher_public_keys=[keys.public(keys.DISPATCHER)])
             h = AgentHarness(kube, settings)

@@ -422,3 +422,40 @@ async def test_the_echo_of_a_status_write_is_taken_undecoded_and_changes_nothing
     for cmd in cmds:
         copy_ = await harness.get(PYTORCHJOBS, cmd.job.name, cmd.job.namespace)
         assert copy_ is not None and [c[0] for c in conditions(copy_["status"])] == ["Created", "Running"]
+
+
+async def test_an_accepted_is_told_by_the_first_status_when_it_comes_within_the_accept_hold(
+        harness: AgentHarness) -> None:
+    """Issue 15, ``accept_hold_seconds`` (1.5 s by default, longer than ``status_hold_seconds``' 1 s): no Accepted
+    goes for a Job whose first Status comes within it, pods running at once or a Created held and written when
+    its hold is over; that Status says the copy exists (the dispatcher takes it as the Accepted). With a hold
+    shorter than the first status takes, the Accepted goes alone once it is over, then the Status."""
+
+    def job(name: str, start: str) -> Any:
+        manifest = with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true", START: start})
+        manifest["metadata"]["name"] = name
+        return place(manifest)
+
+    def answers(cmd: Any) -> list[str]:
+        return [r.type for r in harness.reports if getattr(r, "placement", None) == cmd.placement]
+
+    await harness.stop_agent()
+    await harness.start_agent(accept_hold_seconds=1.5)
+    quick, slow = job("pytorch-quick", "0.2"), job("pytorch-slow", "4.0")
+    await harness.send(quick)
+    await harness.send(slow)
+    await harness.wait_report(lambda r: r.type == "status" and r.placement == quick.placement)
+    first = await harness.wait_report(lambda r: r.type == "status" and r.placement == slow.placement)
+    assert [c[0] for c in conditions(first.status)] == ["Created"]  # the held Created, written alone
+    assert "accepted" not in answers(quick) and answers(slow) == ["status"]
+    assert harness.agent is not None and harness.agent.outbox.folded == 2 and harness.agent.outbox.held() == 0
+
+    await harness.stop_agent()
+    await harness.start_agent(accept_hold_seconds=0.3)
+    later = job("pytorch-later", "4.0")
+    sent = asyncio.get_running_loop().time()
+    await harness.send(later)
+    accepted = await harness.wait_report(lambda r: r.type == "accepted" and r.placement == later.placement)
+    assert asyncio.get_running_loop().time() - sent >= 0.25  # held, then alone
+    status = await harness.wait_report(lambda r: r.type == "status" and r.placement == later.placement)
+    assert accepted.seq < status.seq and answers(later) == ["accepted", "status"]

@@ -41,6 +41,7 @@ async def test_broker_restart(tmp_path: Path) -> None:
                                                    backoff_initial=0.1, backoff_max=0.5,
                                                    client_id=f"agent-{uuid.uuid4().hex[:8]}"),
                                  heartbeat_interval_seconds=0.5,
+                                 accept_hold_seconds=0,  # these tests wait for the Accepted; test_accept_hold.py holds it
                                  signing=SigningSettings(private_key=keys.private(CLUSTER)),
                                  dispatcher_public_keys=[keys.public(keys.DISPATCHER)])
         h = AgentHarness(kube, settings)

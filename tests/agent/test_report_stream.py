@@ -336,3 +336,68 @@ async def test_a_report_wakes_one_parked_sender_and_a_backlog_fills_every_free_s
         for sender in senders:
             sender.cancel()
     assert [r.n for r in link.published] == list(range(1, backlog + 2))
+
+
+# --- an Accepted held for the placement's first Status (issue 15) -------------------------------------------
+
+
+def _accepted(uid: str, seq: int, spec_version: int = 1) -> Any:
+    from federation.messages import Accepted
+
+    return Accepted(cluster="w1", placement=PlacementKey(workload_uid=uid, attempt=1, epoch=1), seq=seq,
+                    spec_version=spec_version)
+
+
+def _of(uid: str, seq: int, phase: str) -> Status:
+    return Status(cluster="w1", placement=PlacementKey(workload_uid=uid, attempt=1, epoch=1), seq=seq,
+                  status={"phase": phase})
+
+
+async def test_an_accepted_followed_by_a_status_within_the_hold_goes_as_that_status_alone() -> None:
+    """The Status says the copy exists (the dispatcher takes a Status of a placement still 'sent' as its
+    Accepted, dispatcher/answers.py): one Report instead of two. An Accepted no Status follows within the
+    hold goes when the hold ends; nothing is lost."""
+    outbox, link = Outbox(accept_hold=0.3), RecordingLink()
+    outbox.attach(link)  # type: ignore[arg-type]
+    outbox.put("t/reports", _accepted("a", 1))
+    outbox.put("t/reports", _accepted("b", 2))
+    assert outbox.pending() == 0 and outbox.held() == 2  # nothing to send yet
+    outbox.put("t/reports", _of("a", 3, "Running"))
+    assert outbox.pending() == 1 and outbox.held() == 1 and outbox.folded == 1
+    started = asyncio.get_running_loop().time()
+    await drain(outbox, link, 2)
+    waited = asyncio.get_running_loop().time() - started
+    assert [(r.type, r.placement.workload_uid) for r in link.published] == [("status", "a"), ("accepted", "b")]
+    assert waited >= 0.2  # b's Accepted waited for its hold
+    assert outbox.held() == 0
+
+
+async def test_an_accepted_goes_before_a_rejection_or_an_inventory_and_a_second_accepted() -> None:
+    """Order holds for what is not a Status: a Rejected of the placement, an Inventory (every held one), a
+    later Accepted of the same placement (an edit) each release what is held first."""
+    from federation.messages import Inventory, Rejected
+
+    outbox = Outbox(accept_hold=30)
+    outbox.put("t/reports", _accepted("a", 1))
+    outbox.put("t/reports", Rejected(cluster="w1", placement=PlacementKey(workload_uid="a", attempt=1, epoch=1),
+                                     seq=2, spec_version=1, reason="Invalid", message="no"))
+    outbox.put("t/reports", _accepted("b", 3))
+    outbox.put("t/reports", _accepted("b", 4, spec_version=2))
+    outbox.put("t/reports", _accepted("c", 5))
+    outbox.put("t/reports", Inventory(cluster="w1", items=[]))
+    sent = [(item[1].type, getattr(getattr(item[1], "placement", None), "workload_uid", None),
+             getattr(item[1], "seq", None)) for item in outbox._items]
+    assert sent == [("accepted", "a", 1), ("rejected", "a", 2), ("accepted", "b", 3), ("accepted", "b", 4),
+                    ("accepted", "c", 5), ("inventory", None, None)]
+    assert outbox.held() == 0 and outbox.folded == 0
+
+
+async def test_held_accepteds_are_released_on_request_and_none_without_a_hold() -> None:
+    outbox = Outbox(accept_hold=30)
+    outbox.put("t/reports", _accepted("a", 1))
+    outbox.release_held()  # a stopping agent sends what it holds
+    assert outbox.pending() == 1 and outbox.held() == 0
+    plain = Outbox()  # accept_hold 0: sent at once, as before
+    plain.put("t/reports", _accepted("a", 1))
+    plain.put("t/reports", _of("a", 2, "Running"))
+    assert plain.pending() == 2 and plain.folded == 0
