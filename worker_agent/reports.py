@@ -148,12 +148,9 @@ class Outbox:
         if self.accept_hold > 0 and isinstance(report, Accepted) and not retain:
             self._hold(_status_key(report), item)
             return
-        if len(self._items) >= self._limit:  # bounded: the oldest goes (as a full deque would drop it)
-            self._forget(self._items.popleft())
-        self._items.append(item)
+        self._queue(item)
         if isinstance(report, Status):
             self._queued_status[_status_key(report)] = item
-        self._wake()
 
     def _hold(self, key: tuple[str, int, int], item: _Item) -> None:
         """Keep an Accepted back for ``accept_hold`` seconds: a Job whose pods start within moments has its first
@@ -198,7 +195,7 @@ class Outbox:
         return len(self._held)
 
     def _queue(self, item: _Item) -> None:
-        if len(self._items) >= self._limit:
+        if len(self._items) >= self._limit:  # bounded: the oldest goes (as a full deque would drop it)
             self._forget(self._items.popleft())
         self._items.append(item)
         self._wake()
