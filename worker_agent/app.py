@@ -299,12 +299,12 @@ class Agent:
         assert self.apply is not None
         cache = self.caches[self.job_resources[name].plural]
         key = cache.own_key(rv)
-        if key is None or not self.apply.status_written_at(job_key(name, key), rv):
+        jkey = job_key(name, key) if key is not None else None
+        if jkey is None or not self.apply.status_written_at(jkey, rv):
             return None
         header = cache.echo(rv, line)
         if header is None:
             return None
-        jkey = job_key(name, key)
         if self.apply.status_echo(jkey, header) is StatusEcho.PASS_OWED:
             self.apply.enqueue(jkey)
         self.echoes_handled += 1

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Mapping
@@ -167,26 +168,25 @@ class Outbox:
         if item is not None:
             self._queue(item)
 
-    def _release_due(self) -> None:
-        self._held_timer = None
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+    def _release_until(self, until: float) -> None:
+        """Send the Accepteds due by ``until`` in the order held; entries already sent or folded are dropped."""
         order = self._held_order
-        while order and (order[0][0] <= now or self._held.get(order[0][1]) is not order[0][2]):
+        while order and (order[0][0] <= until or self._held.get(order[0][1]) is not order[0][2]):
             _, key, item = order.popleft()
             if self._held.get(key) is item:
                 del self._held[key]
                 self._queue(item)
-        if order:
-            self._held_timer = loop.call_at(order[0][0], self._release_due)
+
+    def _release_due(self) -> None:
+        self._held_timer = None
+        loop = asyncio.get_running_loop()
+        self._release_until(loop.time())
+        if self._held_order:
+            self._held_timer = loop.call_at(self._held_order[0][0], self._release_due)
 
     def release_held(self) -> None:
         """Every held Accepted goes now, in the order held (a stopping agent, an Inventory)."""
-        while self._held_order:
-            _, key, item = self._held_order.popleft()
-            if self._held.get(key) is item:
-                del self._held[key]
-                self._queue(item)
+        self._release_until(math.inf)
         if self._held_timer is not None:
             self._held_timer.cancel()
             self._held_timer = None
