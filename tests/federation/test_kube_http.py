@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from federation.errors import NotFound, Transport
-from federation.kube import CONFIGMAPS, Kube
+from federation.kube import CONFIGMAPS, Kube, _Slots
 from federation.settings import KubeSettings
 from tests.security.tls import make_tls
 
@@ -287,3 +287,50 @@ async def test_an_unframed_body_ends_with_the_connection_and_a_short_one_is_an_e
     short.connection_lost(None)
     with pytest.raises(asyncio.IncompleteReadError):
         waiter.result()
+
+
+async def test_at_most_max_concurrency_requests_are_in_flight_and_the_rest_go_in_turn(serve) -> None:  # type: ignore[no-untyped-def]
+    gate = asyncio.Event()
+    in_flight = peak = 0
+
+    async def answer(request: Request) -> bytes:
+        nonlocal in_flight, peak
+        in_flight += 1
+        peak = max(peak, in_flight)
+        await gate.wait()
+        in_flight -= 1
+        return response(200, {"metadata": {"name": request.path.rsplit("/", 1)[1]}})
+
+    server, kubeconfig = await serve(answer)
+    async with Kube(kubeconfig, settings=KubeSettings(max_concurrency=2)) as kube:
+        tasks = [asyncio.create_task(kube.get(CONFIGMAPS, f"c{i}", "ns")) for i in range(6)]
+        await asyncio.sleep(0.1)
+        assert len(server.requests) == 2  # the other four wait for a slot
+        tasks[3].cancel()  # one gives up while waiting: it takes no slot with it
+        gate.set()
+        done = await asyncio.gather(*tasks, return_exceptions=True)
+        assert isinstance(done[3], asyncio.CancelledError)
+        assert [d["metadata"]["name"] for i, d in enumerate(done) if i != 3] == ["c0", "c1", "c2", "c4", "c5"]
+        assert [r.path.rsplit("/", 1)[1] for r in server.requests] == ["c0", "c1", "c2", "c4", "c5"]  # in turn
+        assert peak == 2
+        gate.clear()
+        again = [asyncio.create_task(kube.get(CONFIGMAPS, f"d{i}", "ns")) for i in range(3)]
+        await asyncio.sleep(0.1)
+        assert len(server.requests) == 7  # both slots are free again
+        gate.set()
+        await asyncio.gather(*again)
+
+
+async def test_a_slot_handed_to_a_waiter_cancelled_before_it_ran_goes_to_the_next() -> None:
+    slots = _Slots(1)
+    await slots.acquire()
+    second = asyncio.create_task(slots.acquire())
+    third = asyncio.create_task(slots.acquire())
+    await asyncio.sleep(0)
+    slots.release()  # handed to the second waiter...
+    second.cancel()  # ...which is cancelled before it runs: the slot must not be lost
+    await asyncio.sleep(0)
+    await asyncio.wait_for(third, 1)
+    slots.release()
+    await asyncio.wait_for(slots.acquire(), 1)  # one slot, free again
+    assert second.cancelled()
