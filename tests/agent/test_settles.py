@@ -181,6 +181,25 @@ def test_status_echo_settles_only_when_nothing_but_the_status_changed() -> None:
     assert not _same_but_status(job, {**written, "metadata": {**written["metadata"], "labels": {"a": "b"}}})
 
 
+def test_same_but_status_reads_the_spec_through_its_generation_when_both_carry_one() -> None:
+    """The API server moves ``metadata.generation`` on every change of a custom resource's spec (not on a status
+    write): two versions with one generation have one spec, whose comparison (the whole pod templates) is then
+    skipped; without a generation on both, the specs are compared."""
+    from worker_agent.apply import _same_but_status
+
+    meta = {"name": "demo", "namespace": "ns", "uid": "u1", "resourceVersion": "7", "generation": 2}
+    job: dict[str, Any] = {"metadata": meta, "spec": {"x": 1}}
+    written: dict[str, Any] = {"metadata": {**meta, "resourceVersion": "8"}, "spec": {"x": 1}, "status": {}}
+    assert _same_but_status(job, written)
+    assert not _same_but_status(job, {**written, "metadata": {**written["metadata"], "generation": 3}})
+    # one generation: the spec is not read (a server that kept it would have moved the generation)
+    assert _same_but_status(job, {**written, "spec": {"x": 2}})
+    no_generation = {k: v for k, v in meta.items() if k != "generation"}
+    assert not _same_but_status({**job, "metadata": no_generation},
+                                {**written, "metadata": {**no_generation, "resourceVersion": "8"}, "spec": {"x": 2}})
+    assert not _same_but_status({**job, "metadata": no_generation}, {**written, "spec": {"x": 2}})
+
+
 def test_starting_is_running_with_replicas_still_to_start_and_none_finished() -> None:
     """``starting`` (the apply loop holds such a status as it holds Created): Running the latest condition, fewer
     active than the spec asks for of some type, no replica succeeded or failed."""
