@@ -46,7 +46,7 @@ def test_cyclic_garbage_made_after_the_freeze_is_still_collected() -> None:
     collected: list[int] = []
     gc.callbacks.append(lambda phase, info: collected.append(info["collected"]) if phase == "stop" else None)
     try:
-        for _ in range(20_000):  # cycles only the collector frees: it must run on its own
+        for _ in range(2 * gctune.YOUNG):  # cycles only the collector frees: it must run on its own
             a, b = Node(), Node()
             a.other, b.other = b, a
     finally:
