@@ -141,11 +141,19 @@ def _json_insert_pg(table: sa.Table, names: tuple[str, ...]) -> Any:
 
 
 def _json_update_pg(table: sa.Table, keys: tuple[str, ...], names: tuple[str, ...]) -> Any:
-    """``UPDATE table SET c = v.c ... FROM json_to_recordset(:rows) AS v WHERE table.k = v.b_k ...``."""
+    """``UPDATE table SET c = v.c ... FROM json_to_recordset(:rows) AS v WHERE table.k = v.b_k ...
+    AND table.k0 = ANY(:keys)``, ``:keys`` the rows' first key values.
+
+    The planner cannot see how many rows a JSON parameter holds and plans for 100: joined by the keys
+    alone, it hashed them and read the whole table on every statement (every batch read every placement
+    ever made, tests/dispatcher/test_bulk_plans.py). ``= ANY`` over an array it counts sends it to the index
+    on the first key."""
     source, values = _recordset(table, (*keys, *names))
     sets = ", ".join(f"{n} = {v}" for n, v in zip(names, values[len(keys):], strict=True))
     where = " AND ".join(f"{table.name}.{k[2:]} = v.{k}" for k in keys)
-    return sa.text(f"UPDATE {table.name} SET {sets} FROM {source} WHERE {where}")
+    first = table.c[keys[0][2:]]
+    return sa.text(f"UPDATE {table.name} SET {sets} FROM {source} WHERE {where} "
+                   f"AND {table.name}.{first.name} = ANY(CAST(:keys AS {_pg_type(first)}[]))")
 
 
 async def _insert_rows(session: AsyncSession, table: sa.Table, rows: Sequence[Mapping[str, Any]],
@@ -298,7 +306,7 @@ async def update_workloads(session: AsyncSession, rows: Sequence[Mapping[str, An
     if text is not None:  # one UPDATE over a JSON text (see _json_insert_pg)
         stmt = _built(session, ("json_update", "workloads", *cols),
                       lambda pg: _json_update_pg(workloads, ("b_uid",), cols))
-        await session.execute(stmt, {"rows": text})
+        await session.execute(stmt, {"rows": text, "keys": [r["b_uid"] for r in rows]})
         return
     stmt = _built(session, ("update_workloads", *cols), lambda pg: sa.update(workloads).where(
         workloads.c.uid == sa.bindparam("b_uid")).values({c: sa.bindparam(c) for c in cols}))
@@ -406,7 +414,7 @@ async def update_placements(session: AsyncSession, rows: Sequence[Mapping[str, A
     if text is not None:  # one UPDATE over a JSON text (see _json_insert_pg)
         stmt = _built(session, ("json_update", "placements", *cols),
                       lambda pg: _json_update_pg(placements, ("b_workload_uid", "b_attempt"), cols))
-        await session.execute(stmt, {"rows": text})
+        await session.execute(stmt, {"rows": text, "keys": [r["b_uid"] for r in rows]})
         return
     stmt = _built(session, ("update_placements", *cols), lambda pg: sa.update(placements)
                   .where(placements.c.workload_uid == sa.bindparam("b_uid"),
