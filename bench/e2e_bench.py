@@ -569,6 +569,14 @@ class Result:
         rates = [r for r in (self.floor_before_rate, self.floor_rate) if r]
         return sum(rates) / len(rates) if rates else float("nan")
 
+    def figures(self) -> dict[str, Any]:
+        """The run's headline figures as JSON data (``--json``; what ``bench/e2e_pair.py`` compares)."""
+        per_job = {name: seconds * 1000 / max(self.n, 1) for name, seconds in self.cpu.items()}
+        return {"n": self.n, "e2e_rate": self.e2e_rate, "floor_rate": self.floor_mean,
+                "ratio": self.e2e_rate / self.floor_mean, "wall": self.wall, "complete": not self.missing,
+                "cpu_ms_per_job": per_job, "total_ms_per_job": sum(per_job.values()),
+                "dispatcher_agents_ms_per_job": sum(v for k, v in per_job.items() if k in FEDERATION)}
+
     def lines(self) -> list[str]:
         ratio = self.e2e_rate / self.floor_mean
         each = ", ".join(f"{self.e2e_rate / r:.2f} against the floor {when}" for when, r in
@@ -914,6 +922,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=None,
                         help="paced: offer this many jobs/s (issue 15's latency goal is at 100) instead of "
                              "creating as fast as the manager's API takes them")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="also write each run's headline figures to this file (a JSON list)")
     parser.add_argument("--agent-stages", action="store_true",
                         help="also watch every worker and tap the agents' Reports for the agent-side stages "
                              "(~0.25-0.3 CPU-ms/job in this process, beside the federation: a lower rate and ratio)")
@@ -930,6 +940,8 @@ def main() -> None:
                                  args.py_spy_kubesims, args.agent_stages))
         print("\n".join(result.lines()), flush=True)
         results.append(result)
+    if args.json is not None:
+        args.json.write_text(json.dumps([r.figures() for r in results], indent=1))
     if args.write_results:
         write_results(results)
 

@@ -141,3 +141,52 @@ def collapsed_top(path: Path, top: int = 20) -> list[tuple[str, int, int]]:
         for frame in set(frames):
             anywhere[frame] += int(count)
     return [(frame, n, anywhere[frame]) for frame, n in own.most_common(top)]
+
+
+PAIR_FIGURES: tuple[tuple[str, str, int], ...] = (
+    ("e2e_rate", "end to end, jobs/s", 1),
+    ("total_ms_per_job", "CPU-ms/job, every process", -1),
+    ("dispatcher_agents_ms_per_job", "CPU-ms/job, dispatcher + agents", -1),
+    ("dispatcher", "CPU-ms/job, dispatcher", -1),
+    ("postgresql (this run's backends)", "CPU-ms/job, PostgreSQL", -1),
+)
+"""What ``pair_table`` compares: a figure of ``e2e_bench``'s ``--json`` (or a process of its ``cpu_ms_per_job``),
+its label, and which way is better (1: higher, -1: lower)."""
+
+
+def _figure(run: Mapping[str, Any], key: str) -> float:
+    value = run.get(key)
+    if value is None:
+        value = (run.get("cpu_ms_per_job") or {}).get(key)
+    return float("nan") if value is None else float(value)
+
+
+def pair_table(pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]], names: tuple[str, str] = ("A", "B")
+               ) -> list[str]:
+    """Runs made two at a time (A and B together on the same cores), compared pair by pair: each figure of A and
+    of B, B's change against A in percent, and over all pairs the mean change and in how many B was better.
+
+    Run together, both see the same machine at the same moment, so a change of a few percent shows that
+    solo runs minutes apart hide (bench/RESULTS.md, issue 15, twelfth session); every figure is for two
+    federations sharing the cores, about half a solo run's rate."""
+    a_name, b_name = names
+    out = [f"  {'figure':<34} {'pair':>4} {a_name:>10} {b_name:>10} {'change':>8}"]
+    for key, label, better in PAIR_FIGURES:
+        if all(math.isnan(_figure(run, key)) for pair in pairs for run in pair):
+            continue  # a figure no run has (a process not measured there)
+        changes: list[float] = []
+        for i, (a, b) in enumerate(pairs, 1):
+            x, y = _figure(a, key), _figure(b, key)
+            change = (y - x) / x * 100 if x and not math.isnan(x) and not math.isnan(y) else float("nan")
+            if not math.isnan(change):
+                changes.append(change)
+            out.append(f"  {label:<34} {i:>4} {x:>10.2f} {y:>10.2f} {change:>+7.1f}%")
+        if changes:
+            wins = sum(1 for c in changes if c * better > 0)
+            out.append(f"  {label:<34} {'mean':>4} {'':>10} {'':>10} {sum(changes) / len(changes):>+7.1f}%"
+                       f"   ({b_name} better in {wins} of {len(changes)})")
+    incomplete = [f"{name} in pair {i}" for i, pair in enumerate(pairs, 1) for name, run in zip(names, pair, strict=True)
+                  if not run.get("complete", True)]
+    if incomplete:
+        out.append(f"  INCOMPLETE runs (jobs not seen Running on the manager in time): {', '.join(incomplete)}")
+    return out

@@ -83,3 +83,23 @@ def test_report_stamps_find_reports_carried_together_in_one_message() -> None:
     into: dict[str, dict[str, float]] = {}
     report_stamps(payload, into)
     assert into == {"accepted_sent": {"a": 7.0, "b": 7.0}}
+
+
+def test_pair_table_compares_b_with_a_pair_by_pair_and_counts_where_b_was_better() -> None:
+    from bench.e2e_measure import pair_table
+
+    def run(rate: float, total: float, own: float, dispatcher: float, complete: bool = True) -> dict[str, object]:
+        return {"e2e_rate": rate, "total_ms_per_job": total, "dispatcher_agents_ms_per_job": own,
+                "cpu_ms_per_job": {"dispatcher": dispatcher}, "complete": complete}
+
+    lines = pair_table([(run(100.0, 4.0, 2.0, 0.5), run(110.0, 3.6, 1.9, 0.5)),
+                        (run(200.0, 2.0, 1.0, 0.4), run(190.0, 2.1, 0.9, 0.3, complete=False))])
+    rates = [ln.split() for ln in lines if ln.strip().startswith("end to end")]
+    assert rates[0][-1] == "+10.0%" and rates[1][-1] == "-5.0%"
+    assert rates[2][-7:] == ["+2.5%", "(B", "better", "in", "1", "of", "2)"]  # higher is better for a rate
+    cpu = [ln for ln in lines if "every process" in ln]
+    assert cpu[-1].endswith("(B better in 1 of 2)")  # -10 % (better) and +5 % (worse)
+    own = [ln for ln in lines if "dispatcher + agents" in ln]
+    assert own[-1].endswith("(B better in 2 of 2)")
+    assert not any("PostgreSQL" in ln for ln in lines)  # a figure no run has is left out
+    assert lines[-1] == "  INCOMPLETE runs (jobs not seen Running on the manager in time): B in pair 2"
