@@ -57,6 +57,7 @@ from federation.errors import (
 )
 from federation.retry import capped
 from federation.settings import KubeSettings
+from federation.tasks import wake_first
 
 log = logging.getLogger(__name__)
 
@@ -433,12 +434,8 @@ class _Slots:
             raise
 
     def release(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
-        self._free += 1
+        if not wake_first(self._waiters):
+            self._free += 1
 
 
 class _Http:

@@ -24,6 +24,7 @@ the failure is kept in ``errors`` and raised by ``check()`` in the owner's loop.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
@@ -253,6 +254,17 @@ class Supervisor:
             for other, exc in self._errors[1:]:
                 log.error("task %s also failed: %r", other, exc)
             raise error
+
+
+def wake_first(waiters: collections.deque[asyncio.Future[None]]) -> bool:
+    """Set the first of ``waiters`` not done yet (taking it and the done ones before it off the queue); False
+    when none was waiting. For a queue of parked coroutines woken one at a time, in the order they came."""
+    while waiters:
+        waiter = waiters.popleft()
+        if not waiter.done():
+            waiter.set_result(None)
+            return True
+    return False
 
 
 def install_signal_handlers(stop: asyncio.Event, signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT),

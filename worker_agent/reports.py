@@ -52,6 +52,7 @@ from federation.messages import (
 from federation.mqtt import MqttLink
 from federation.podset import Resources, add, format_resources, parse_resources, pod_requests, scale, sub
 from federation.policy import PolicySettings
+from federation.tasks import wake_first
 from worker_agent.cache import ObjectCache
 from worker_agent.seq import Sequencer
 
@@ -339,11 +340,7 @@ class Outbox:
             raise
 
     def _wake(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+        wake_first(self._waiters)
 
     def _sendable(self) -> bool:
         """A heartbeat waits (it goes first, outside the limit), or Reports wait and a batch may start."""

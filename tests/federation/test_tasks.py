@@ -252,3 +252,18 @@ async def test_a_failing_short_lived_task_is_logged_counted_and_handed_to_its_ow
         slow = plain.spawn(asyncio.sleep(60), name="slow")
         await plain.cancel_all()
         assert slow.cancelled() and len(plain) == 0 and plain.failures == 1  # a cancel is not a failure
+
+
+async def test_wake_first_sets_the_first_waiter_still_waiting_and_says_when_none_was() -> None:
+    import collections
+
+    from federation.tasks import wake_first
+
+    loop = asyncio.get_running_loop()
+    cancelled, first, second = loop.create_future(), loop.create_future(), loop.create_future()
+    cancelled.cancel()
+    waiters = collections.deque([cancelled, first, second])
+    assert wake_first(waiters)
+    assert first.done() and not second.done() and list(waiters) == [second]
+    assert wake_first(waiters) and second.done()
+    assert not wake_first(waiters)
