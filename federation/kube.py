@@ -57,7 +57,7 @@ from federation.errors import (
 )
 from federation.retry import capped
 from federation.settings import KubeSettings
-from federation.tasks import wake_first
+from federation.tasks import park, wake_first
 
 log = logging.getLogger(__name__)
 
@@ -421,17 +421,7 @@ class _Slots:
         if self._free > 0 and not self._waiters:
             self._free -= 1
             return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await waiter
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self.release()  # handed a slot, then cancelled before running: the next one takes it
-            else:
-                with contextlib.suppress(ValueError):
-                    self._waiters.remove(waiter)
-            raise
+        await park(self._waiters, self.release)  # handed a slot, then cancelled before running: the next takes it
 
     def release(self) -> None:
         if not wake_first(self._waiters):

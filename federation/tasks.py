@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
 import signal
 from collections.abc import Awaitable, Callable, Coroutine
@@ -254,6 +255,22 @@ class Supervisor:
             for other, exc in self._errors[1:]:
                 log.error("task %s also failed: %r", other, exc)
             raise error
+
+
+async def park(waiters: collections.deque[asyncio.Future[None]], pass_on: Callable[[], None]) -> None:
+    """Wait in ``waiters`` until ``wake_first`` wakes this one. Cancelled while waiting, it leaves the queue;
+    cancelled after it was woken but before it ran, ``pass_on`` hands the wake-up on (no one else got it)."""
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    waiters.append(waiter)
+    try:
+        await waiter
+    except asyncio.CancelledError:
+        if waiter.done() and not waiter.cancelled():
+            pass_on()
+        else:
+            with contextlib.suppress(ValueError):
+                waiters.remove(waiter)
+        raise
 
 
 def wake_first(waiters: collections.deque[asyncio.Future[None]]) -> bool:

@@ -52,7 +52,7 @@ from federation.messages import (
 from federation.mqtt import MqttLink
 from federation.podset import Resources, add, format_resources, parse_resources, pod_requests, scale, sub
 from federation.policy import PolicySettings
-from federation.tasks import wake_first
+from federation.tasks import park, wake_first
 from worker_agent.cache import ObjectCache
 from worker_agent.seq import Sequencer
 
@@ -330,14 +330,7 @@ class Outbox:
                 self._wake()  # a slot is free: what queued meanwhile goes as the next batch
 
     async def _park(self) -> None:
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
-        try:
-            await waiter
-        except asyncio.CancelledError:
-            if waiter.done() and not waiter.cancelled():
-                self._wake()  # woken, then cancelled before it ran: the wake-up goes to another sender
-            raise
+        await park(self._waiters, self._wake)  # woken, then cancelled before it ran: the wake-up goes to another sender
 
     def _wake(self) -> None:
         wake_first(self._waiters)
