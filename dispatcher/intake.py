@@ -9,7 +9,9 @@ informer's events are filtered here, without touching the database: a Job whose 
 that mkd never claimed is ignored (never written to); for a claimed Job only a new generation,
 a managedBy change, a deletion timestamp or the deletion itself are passed on — the MODIFIED
 events caused by mkd's own status writes are not, and those echoes (the resourceVersion the kube
-writer's write returned) do not even refresh the Job cache: the writer remembers what it wrote.
+writer's write returned) do not even refresh the Job cache: the writer remembers what it wrote. When the
+write's answer came first, as it nearly always does, the echo is told from the watch line without decoding
+it (``KubeWriter.echo_line``).
 """
 
 from __future__ import annotations
@@ -132,7 +134,10 @@ class Intake:
         # One list at start, the informer's (a page at a time: never every Job of the manager whole at once,
         # issue 15's memory goal). Compact: the engine's JobCache holds the claimed Jobs; the informer keeps
         # no second copy of each.
-        async for event in self.kube.informer(res, namespace, compact=True, listed=listed):
+        # the echoes of mkd's own status writes are told undecoded (KubeWriter.echo_line): intake has nothing to do
+        # with them, and the handover book has seen each such Job as it is (its status aside) already
+        async for event in self.kube.informer(res, namespace, compact=True, listed=listed,
+                                              echoes=self.engine.writer.echo_line):
             deleted = event.type == "DELETED"
             if present is not None and not deleted:
                 present.append(wl.uid_of(event.object))

@@ -182,6 +182,36 @@ def test_the_echo_of_the_kube_writers_own_status_write_is_not_packed_again() -> 
     assert engine.cache["u1"] == newer
 
 
+def test_the_echo_of_the_kube_writers_own_status_write_is_told_from_the_line_undecoded() -> None:
+    """``KubeWriter.echo_line`` (intake's informers' EchoCheck): the version the write's answer brought, with the
+    Job's uid in the line, is the echo once; any other version, a line without the uid, a write whose answer
+    came after its echo (``defer`` holds that one) or a Job forgotten is decoded as ever."""
+    from dispatcher.kubewriter import JobKey
+
+    writer = KubeWriter(None, JobCache(), SystemClock())
+    key = JobKey("u1", "PyTorchJob", "ns", "j1")
+    line = b'{"type":"MODIFIED","object":{"metadata":{"name":"j1","namespace":"ns","uid":"u1","resourceVersion":"8"}}}'
+    writer.wrote("u1", "8", key)
+    assert writer.echo_line(7, line) is None  # not the version written
+    assert writer.echo_line(8, line.replace(b'"u1"', b'"u2"')) is None  # another object at that version
+    assert writer.echo_line(8, line) == {"metadata": {"namespace": "ns", "name": "j1", "uid": "u1",
+                                                      "resourceVersion": "8"}}
+    assert writer.echo_line(8, line) is None  # once
+    assert writer.echoes_not_decoded == 1
+    assert not writer.defer("u1", {"metadata": {"uid": "u1", "resourceVersion": "8"}})  # told already
+
+    writer.wrote("u1", "9", key)
+    writer.wrote("u1", "10", key)  # a second write before the first one's echo came
+    assert writer.echo_line(9, line) is None  # the first one's echo is a change like any other now
+    assert writer._echo_keys.keys() == {10}  # nothing kept for it
+    writer.forget("u1")
+    assert writer.echo_line(10, line) is None and not writer._echo_keys
+
+    writer.wrote("u1", "11")  # no key: told by ``defer`` once decoded, as before
+    assert writer.echo_line(11, line) is None
+    assert writer.defer("u1", {"metadata": {"uid": "u1", "resourceVersion": "11"}})
+
+
 def test_intake_passes_on_a_relist_deletion_stub_of_a_job_not_claimed_yet() -> None:
     """A Job deleted during a watch gap while its claim still waits in the engine's inbox: the compact
     informer's DELETED stub has no spec (so no managedBy); the deletion must still reach the engine."""

@@ -24,7 +24,7 @@ def _cond(type_: str, at: str) -> dict[str, Any]:
 async def test_the_jobs_own_latest_condition_stays_last_and_removed_nested_keys_disappear(
         manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
     s = settings(manager, db_url, mqtt_url, topic_root)
-    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s):
+    async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s) as dispatcher:
         await kube.create(PYTORCHJOBS, pytorchjob("truth", workers=3), "default")
         await eventually(lambda: agent.places(), what="a Place command")
         place = agent.places()[0]
@@ -57,3 +57,5 @@ async def test_the_jobs_own_latest_condition_stays_last_and_removed_nested_keys_
         assert st["conditions"][-1]["type"] == "Succeeded"
         # replaced, not merged: no pod is active any more
         assert st["replicaStatuses"] == {"Master": {"succeeded": 1}, "Worker": {"succeeded": 3}}
+        # the watch's echoes of these status writes were told without decoding them (KubeWriter.echo_line)
+        await eventually(lambda: dispatcher.engine.writer.echoes_not_decoded >= 1, what="an echo told undecoded")
