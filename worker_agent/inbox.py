@@ -166,22 +166,17 @@ class Inbox:
                 horizon = self._arrivals - 10_000
                 self.place_arrival = {u: a for u, a in self.place_arrival.items() if a > horizon}
         lock = self._locks.setdefault(key, asyncio.Lock())
-        self._spawn(self._handle(lock, key, command, arrival, payload), f"{command.type}/{key}")
+        self._spawn(self._handle(lock, key, command, arrival), f"{command.type}/{key}")
 
     def _spawn(self, coro: Any, key: str) -> None:
         self.tasks.spawn(coro, name=key)
 
-    async def _handle(self, lock: asyncio.Lock, key: str, command: Place | Delete | Resync, arrival: int,
-                      payload: bytes | None = None) -> None:
-        """``payload``: what ``command`` was decoded from. A Place's manifest is prepared in place for its create
-        (``_body``), so every retry of a Place decodes it again and is checked as it was sent."""
+    async def _handle(self, lock: asyncio.Lock, key: str, command: Place | Delete | Resync, arrival: int) -> None:
         async with lock:
             for attempt in range(5):
                 try:
                     if isinstance(command, Place):
-                        if attempt:
-                            command = self._fresh(command, payload)
-                        await self.place(command, payload=payload)
+                        await self.place(command)
                     elif isinstance(command, Delete):
                         await self.delete(command)
                     else:
@@ -220,25 +215,16 @@ class Inbox:
                     f"placed attempt {current.attempt}")
         return None
 
-    async def place(self, cmd: Place, *, payload: bytes | None = None) -> None:
+    async def place(self, cmd: Place) -> None:
         """Carry out a Place; a new Job waits first for the agent to have room for it (``admission``), before
-        anything is checked, so the checks hold when it is created. ``payload``: what ``cmd`` was just decoded
-        from, for this call alone: its manifest is then prepared in place, not copied (``_body``)."""
+        anything is checked, so the checks hold when it is created."""
         if self.admission is not None and cmd.placement.workload_uid not in self.workloads:
             async with self.admission(cmd.job.kind):
-                await self._place(cmd, payload=payload)
+                await self._place(cmd)
             return
-        await self._place(cmd, payload=payload)
+        await self._place(cmd)
 
-    @staticmethod
-    def _fresh(cmd: Place, payload: bytes | None) -> Place:
-        """``cmd`` as it was sent, decoded again from ``payload`` (its manifest may have been prepared in place)."""
-        if payload is None:
-            return cmd
-        again = decode_command(payload)
-        return again if isinstance(again, Place) else cmd
-
-    async def _place(self, cmd: Place, *, again: bool = False, payload: bytes | None = None) -> None:
+    async def _place(self, cmd: Place, *, again: bool = False) -> None:
         p = cmd.placement
         uid = p.workload_uid
         try:
@@ -293,7 +279,7 @@ class Inbox:
             self.reporter.rejected(p, cmd.spec_version, "Invalid",
                                    "; ".join(e.message for e in errors[:5]) or first.message)
             return
-        body = self._body(kind, cmd, in_place=payload is not None and not again)
+        body = self._body(kind, cmd)
         ns = cmd.job.namespace
         if not await self._ensure_namespace(ns):
             self.reporter.rejected(p, cmd.spec_version, "NamespaceMissing",
@@ -319,8 +305,7 @@ class Inbox:
                                 delay=1.0) from None
             self.workloads[uid] = found
             self.caches[res.plural].upsert(existing)
-            # decide again against what is really there, from the Place as it was sent (its manifest was prepared)
-            await self._place(self._fresh(cmd, payload), again=True)
+            await self._place(cmd, again=True)  # decide again against what is really there
             return
         except Invalid as exc:
             self.reporter.rejected(p, cmd.spec_version, "Invalid", exc.message)
@@ -341,16 +326,12 @@ class Inbox:
         return cmd.model_copy(update={"job": cmd.job.model_copy(update={"namespace": target}),
                                       "manifest": {**cmd.manifest, "metadata": meta}})
 
-    def _body(self, kind: JobKind, cmd: Place, *, in_place: bool = False) -> dict[str, Any]:
-        """The worker copy of ``cmd``'s manifest. ``in_place``: the manifest is this inbox's own, decoded from a
-        payload it keeps for a retry (``_fresh``); it is prepared in place instead of copied (2-3 % of an agent's
-        samples, issue 15)."""
+    def _body(self, kind: JobKind, cmd: Place) -> dict[str, Any]:
         p = cmd.placement
         stamp = {labels.ORIGIN: self.origin, labels.WORKLOAD_UID: p.workload_uid,
                  labels.PLACEMENT_ATTEMPT: str(p.attempt), labels.EPOCH: str(p.epoch),
                  labels.JOB_KIND: kind.name}
-        body = kind.prepare_for_worker(cmd.manifest, stamp=stamp, managed_by=self.delegate.get(kind.name),
-                                       copy=not in_place)
+        body = kind.prepare_for_worker(cmd.manifest, stamp=stamp, managed_by=self.delegate.get(kind.name))
         flavorstamp.stamp(body, cmd.pod_scheduling)  # the quota's flavors: nodeSelector, tolerations
         meta = body.setdefault("metadata", {})
         meta["name"] = cmd.job.name

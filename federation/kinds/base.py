@@ -94,7 +94,7 @@ class JobKind(Protocol):
     def with_suspended(self, job: Mapping[str, Any], value: bool) -> dict[str, Any]: ...
     def finished(self, job: Mapping[str, Any]) -> Finished | None: ...
     def prepare_for_worker(
-        self, job: Mapping[str, Any], *, stamp: Mapping[str, str], managed_by: str | None, copy: bool = True
+        self, job: Mapping[str, Any], *, stamp: Mapping[str, str], managed_by: str | None
     ) -> dict[str, Any]: ...
     def update_for_worker(self, existing: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]: ...
 
@@ -405,14 +405,10 @@ class BaseKind:
         return out
 
     def prepare_for_worker(
-        self, job: Mapping[str, Any], *, stamp: Mapping[str, str], managed_by: str | None, copy: bool = True
+        self, job: Mapping[str, Any], *, stamp: Mapping[str, str], managed_by: str | None
     ) -> dict[str, Any]:
-        """A copy fit to create in a worker cluster: no server-set metadata, no status, labels stamped.
-
-        ``copy=False``: ``job`` is the caller's own and its spec becomes the result's (changed, not copied): the
-        agent's inbox, which owns the Place it decoded (the deep copy was 2-3 % of an agent's samples, issue 15).
-        Preparing is idempotent (the agent prepares again what the dispatcher prepared)."""
-        out = json_copy(dict(job)) if copy else dict(job)
+        """A copy fit to create in a worker cluster: no server-set metadata, no status, labels stamped."""
+        out = json_copy(dict(job))
         out.pop("status", None)
         out["apiVersion"] = self.api_version
         out["kind"] = self.name

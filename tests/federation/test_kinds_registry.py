@@ -116,38 +116,3 @@ def test_crds_cover_every_custom_kind_and_the_runtimes() -> None:
     assert crds["TrainingRuntime"]["spec"]["scope"] == "Namespaced"
     columns = {c["name"] for c in crds["PyTorchJob"]["spec"]["versions"][0]["additionalPrinterColumns"]}
     assert columns == {"State", "Age"}
-
-
-def test_preparing_a_manifest_in_place_twice_gives_what_a_copy_gives() -> None:
-    """``prepare_for_worker(copy=False)`` (the agent's inbox, which owns the Place's manifest) changes the manifest's
-    own spec. Preparing it again must give what preparing a copy gives, with the flavors' nodeSelector and
-    tolerations stamped on top (``flavorstamp.stamp``), for every example of every kind: the agent prepares what
-    the dispatcher prepared, and an update of a Job placed here prepares its Place again."""
-    from pathlib import Path
-
-    import yaml
-
-    from federation import flavorstamp
-    from federation.jsoncopy import json_copy
-    from federation.messages import PodScheduling
-
-    examples = Path(__file__).resolve().parents[2] / "examples"
-    stamp = {labels.ORIGIN: "mkd", labels.WORKLOAD_UID: "u1", labels.PLACEMENT_ATTEMPT: "1", labels.EPOCH: "1"}
-    scheduling = PodScheduling(node_selector={"pool": "a"}, tolerations=[{"key": "gpu", "operator": "Exists"}])
-    seen = set()
-    for path in sorted(examples.rglob("*.yaml")):
-        for manifest in yaml.safe_load_all(path.read_text()):
-            if not manifest or manifest.get("kind") not in {k.name for k in KINDS}:
-                continue
-            kind = by_name(manifest["kind"])
-            seen.add(kind.name)
-            for managed_by in (None, "example.com/elsewhere"):
-                expected = kind.prepare_for_worker(manifest, stamp=stamp, managed_by=managed_by)
-                flavorstamp.stamp(expected, {"": scheduling})
-                owned = json_copy(manifest)
-                for attempt in (1, 2):
-                    body = kind.prepare_for_worker(owned, stamp=stamp, managed_by=managed_by, copy=False)
-                    flavorstamp.stamp(body, {"": scheduling})
-                    assert body == expected, (path.name, managed_by, attempt)
-                assert owned["metadata"] == manifest["metadata"]  # only the spec is the caller's to lose
-    assert {"PyTorchJob", "MPIJob", "Job", "JobSet", "TrainJob"} <= seen
