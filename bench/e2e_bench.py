@@ -63,6 +63,7 @@ sys.path.insert(0, str(REPO))
 from bench.dispatch_bench import drop_postgres, fresh_postgres  # noqa: E402
 from bench.e2e_measure import (  # noqa: E402
     AGENT_STAGES,
+    POSTGRES,
     STAGES,
     collapsed_top,
     cpu_lines,
@@ -332,7 +333,7 @@ async def track_backends(m: CpuMeter, database: str) -> None:
         finally:
             await conn.close()
         for r in rows:
-            m.track("postgresql (this run's backends)", int(r["pid"]))
+            m.track(POSTGRES, int(r["pid"]))
 
 
 async def keep_sampling(m: CpuMeter, database: str | None) -> None:

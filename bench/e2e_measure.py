@@ -143,12 +143,15 @@ def collapsed_top(path: Path, top: int = 20) -> list[tuple[str, int, int]]:
     return [(frame, n, anywhere[frame]) for frame, n in own.most_common(top)]
 
 
+POSTGRES = "postgresql (this run's backends)"
+"""The CPU table's row of the PostgreSQL backends of a run (``e2e_bench.py`` tracks them by their pids)."""
+
 PAIR_FIGURES: tuple[tuple[str, str, int], ...] = (
     ("e2e_rate", "end to end, jobs/s", 1),
     ("total_ms_per_job", "CPU-ms/job, every process", -1),
     ("dispatcher_agents_ms_per_job", "CPU-ms/job, dispatcher + agents", -1),
     ("dispatcher", "CPU-ms/job, dispatcher", -1),
-    ("postgresql (this run's backends)", "CPU-ms/job, PostgreSQL", -1),
+    (POSTGRES, "CPU-ms/job, PostgreSQL", -1),
 )
 """What ``pair_table`` compares: a figure of ``e2e_bench``'s ``--json`` (or a process of its ``cpu_ms_per_job``),
 its label, and which way is better (1: higher, -1: lower)."""
