@@ -250,10 +250,14 @@ def cpu_seconds(others: dict[str, Any]) -> dict[str, float]:
     return out
 
 
+ADMIN_DATABASE = "postgresql://postgres@127.0.0.1:5432/test"
+"""Where a benchmark creates and drops its own databases."""
+
+
 async def fresh_postgres() -> tuple[str, str]:
     import asyncpg
     name = f"mkd_bench_{uuid.uuid4().hex[:8]}"
-    admin = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test")
+    admin = await asyncpg.connect(ADMIN_DATABASE)
     try:
         await admin.execute(f'CREATE DATABASE "{name}"')
     finally:
@@ -263,7 +267,7 @@ async def fresh_postgres() -> tuple[str, str]:
 
 async def drop_postgres(name: str) -> None:
     import asyncpg
-    admin = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test")
+    admin = await asyncpg.connect(ADMIN_DATABASE)
     try:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:

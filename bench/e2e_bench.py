@@ -60,7 +60,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.dispatch_bench import drop_postgres, fresh_postgres  # noqa: E402
+from bench.dispatch_bench import ADMIN_DATABASE, drop_postgres, fresh_postgres  # noqa: E402
 from bench.e2e_measure import (  # noqa: E402
     AGENT_STAGES,
     POSTGRES,
@@ -323,26 +323,45 @@ async def meter(procs: Processes, database: str | None, mosquitto: bool) -> CpuM
     return m
 
 
-async def track_backends(m: CpuMeter, database: str) -> None:
+async def track_backends(m: CpuMeter, database: str, conn: Any = None) -> None:
+    """Track the backends of ``database`` now connected; through ``conn`` when given (an asyncpg connection to
+    the ``test`` database), else through a connection of its own."""
     import asyncpg
 
     with contextlib.suppress(Exception):
-        conn = await asyncpg.connect("postgresql://postgres@127.0.0.1:5432/test")
+        own = conn is None
+        if own:
+            conn = await asyncpg.connect(ADMIN_DATABASE)
         try:
             rows = await conn.fetch("SELECT pid FROM pg_stat_activity WHERE datname = $1", database)
         finally:
-            await conn.close()
+            if own:
+                await conn.close()
         for r in rows:
             m.track(POSTGRES, int(r["pid"]))
 
 
 async def keep_sampling(m: CpuMeter, database: str | None) -> None:
-    """Every second: new backends of this run's database, and fresh readings (backends come and go)."""
-    while True:
-        await asyncio.sleep(1.0)
-        if database:
-            await track_backends(m, database)
-        m.sample()
+    """Every second: new backends of this run's database, and fresh readings (backends come and go).
+
+    One connection for the whole run: a new one each second made PostgreSQL start a backend each second, CPU
+    the run's processes then lacked and nobody counted."""
+    import asyncpg
+
+    conn = None
+    if database:
+        with contextlib.suppress(Exception):
+            conn = await asyncpg.connect(ADMIN_DATABASE)
+    try:
+        while True:
+            await asyncio.sleep(1.0)
+            if database:
+                await track_backends(m, database, conn)
+            m.sample()
+    finally:
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                await conn.close()
 
 
 async def start_kubesim(procs: Processes, name: str, state: Path, nodes: int) -> Path:
