@@ -79,6 +79,33 @@ class Applied:
                    spec_version_of(job))
 
 
+CREATED_KEPT = 4096
+"""Copies remembered for ``Inbox.created_echo``: their echoes come within moments; one forgotten is decoded."""
+
+
+@dataclass(frozen=True)
+class NewCopy:
+    """A copy the inbox created, as its watch echo would show it (``Inbox.created``)."""
+
+    workload_uid: str
+    applied: Applied
+    placement: PlacementKey
+
+
+def new_copy(kind: str, uid: str, created: Mapping[str, Any]) -> tuple[int, NewCopy] | None:
+    """What the watch echo of the copy just ``created`` would tell (``Inbox.created_echo``), by its version: nothing
+    beyond the create's answer when it has no status (no Status to report) and is not fenced (nothing to resume);
+    else None (its echo is decoded)."""
+    meta = created.get("metadata") or {}
+    rv = str(meta.get("resourceVersion") or "")
+    applied = Applied.of(kind, created)
+    placement = placement_of(created)
+    if created.get("status") or not rv.isdigit() or applied is None or placement is None or \
+            (meta.get("annotations") or {}).get(labels.FENCED_ANNOTATION) == "true":
+        return None
+    return int(rv), NewCopy(uid, applied, placement)
+
+
 class Inbox:
     def __init__(self, kube: Kube, caches: Mapping[str, ObjectCache], reporter: Reporter, *, origin: str,
                  kinds: Mapping[str, JobKind], delegate: Mapping[str, str], create_namespaces: bool,
@@ -117,6 +144,9 @@ class Inbox:
         self.place_arrival: dict[str, int] = {}
         """workload uid -> arrival number of its newest Place. A Resync describes the dispatcher's view
         when it was sent: a Job whose Place arrived after the Resync is newer than it, never garbage."""
+        self.created: dict[int, NewCopy] = {}
+        """resourceVersion -> the copy this inbox created at that version with no status and not fenced, until its
+        watch echo comes (``created_echo``): the newest ``CREATED_KEPT``."""
 
     # --- the index, fed by the job watchers -------------------------------------------------------
     def job_seen(self, kind: str, job: Mapping[str, Any], *, deleted: bool = False) -> None:
@@ -125,7 +155,17 @@ class Inbox:
         applied = Applied.of(kind, job)
         if applied is None:
             return
-        uid = str(((job.get("metadata") or {}).get("labels") or {})[labels.WORKLOAD_UID])
+        self._seen(str(((job.get("metadata") or {}).get("labels") or {})[labels.WORKLOAD_UID]), applied, deleted)
+
+    def created_echo(self, rv: int) -> NewCopy | None:
+        """The copy created at version ``rv`` (``created``) once its watch echo has come: ``job_seen`` of it, which
+        the echo needs no decoding for (it is the version the create's answer brought). None if not such a copy."""
+        made = self.created.pop(rv, None)
+        if made is not None:
+            self._seen(made.workload_uid, made.applied, False)
+        return made
+
+    def _seen(self, uid: str, applied: Applied, deleted: bool) -> None:
         current = self.workloads.get(uid)
         if deleted:
             if current is not None and (current.attempt, current.epoch) <= (applied.attempt, applied.epoch):
@@ -313,8 +353,13 @@ class Inbox:
         except Permanent as exc:
             self.reporter.rejected(p, cmd.spec_version, exc.reason, exc.message, permanent=False)
             return
+        made = new_copy(kind.name, uid, created)
         self.caches[res.plural].upsert(created)
         self.workloads[uid] = Applied(kind.name, ns, cmd.job.name, p.attempt, p.epoch, cmd.spec_version)
+        if made is not None:
+            self.created[made[0]] = made[1]
+            if len(self.created) > CREATED_KEPT:
+                del self.created[next(iter(self.created))]
         self.reporter.accepted(p, cmd.spec_version)
 
     def _mapped(self, cmd: Place) -> Place:

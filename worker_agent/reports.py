@@ -460,6 +460,17 @@ class Reporter:
         self._last_status[uid] = (*fingerprint, outcome is not None)
         self.status(placement, status, outcome)
 
+    def new_copy_seen(self, placement: PlacementKey) -> bool:
+        """``job_changed`` for a copy with no status, without the copy (``Inbox.created_echo``): it reports nothing
+        and counts the job as running, unless a Status of this attempt was sent last (then the empty status is a
+        change to report: False, and the caller decodes the copy for ``job_changed``)."""
+        uid = placement.workload_uid
+        last = self._last_status.get(uid)
+        if last is not None and last[:2] == (placement.attempt, placement.epoch):
+            return False
+        self._finished[uid] = False
+        return True
+
     def running(self) -> int:
         """Owned jobs seen and not finished."""
         return sum(1 for done in self._finished.values() if not done)

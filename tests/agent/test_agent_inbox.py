@@ -274,3 +274,30 @@ async def test_a_place_retried_after_a_failed_create_is_checked_as_it_was_sent(h
     assert failed == ["example.com/elsewhere"]  # the first try sent the worker copy, then failed
     stored = await harness.get(JOBS, "batch-pi", "team-a")
     assert stored is not None and stored["spec"]["managedBy"] == "example.com/elsewhere"
+
+
+def test_a_created_copy_is_remembered_for_its_echo_only_when_the_echo_tells_nothing_new() -> None:
+    """``inbox.new_copy``: a copy with no status and not fenced is remembered by its version (its echo needs no
+    decoding, issue 15); one with a status, fenced, or with no version or placement labels is not."""
+    from worker_agent.inbox import Applied, new_copy
+
+    def copy_(**extra: Any) -> dict[str, Any]:
+        obj: dict[str, Any] = {"metadata": {"name": "j", "namespace": "ns", "resourceVersion": "41", "labels": {
+            labels.ORIGIN: "o", labels.WORKLOAD_UID: "u1", labels.PLACEMENT_ATTEMPT: "2", labels.EPOCH: "3"},
+            "annotations": {labels.SPEC_VERSION_ANNOTATION: "4"}}}
+        obj.update(extra)
+        return obj
+
+    made = new_copy("PyTorchJob", "u1", copy_())
+    assert made is not None and made[0] == 41
+    assert made[1].applied == Applied("PyTorchJob", "ns", "j", 2, 3, 4)
+    assert made[1].placement == PlacementKey(workload_uid="u1", attempt=2, epoch=3)
+    assert new_copy("PyTorchJob", "u1", copy_(status={})) is not None  # an empty status tells nothing either
+    assert new_copy("PyTorchJob", "u1", copy_(status={"conditions": []})) is None
+    fenced = copy_()
+    fenced["metadata"]["annotations"][labels.FENCED_ANNOTATION] = "true"
+    assert new_copy("PyTorchJob", "u1", fenced) is None
+    unversioned = copy_()
+    del unversioned["metadata"]["resourceVersion"]
+    assert new_copy("PyTorchJob", "u1", unversioned) is None
+    assert new_copy("PyTorchJob", "u1", {"metadata": {"name": "j", "resourceVersion": "41"}}) is None

@@ -424,6 +424,28 @@ async def test_the_echo_of_a_status_write_is_taken_undecoded_and_changes_nothing
         assert copy_ is not None and [c[0] for c in conditions(copy_["status"])] == ["Created", "Running"]
 
 
+async def test_the_echo_of_the_copy_the_inbox_created_is_taken_undecoded_and_starts_the_job(
+        harness: AgentHarness) -> None:
+    """Issue 15: the job watch's ADDED echo of the copy the inbox just created (no status, not fenced) is recognised
+    by its resourceVersion before decoding, as the apply loop's own writes are, and does what the decoded one did:
+    the job gets its first pass (its pods are created and it runs) and the inbox, the Reporter and the owner
+    index know it."""
+    job = with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true", START: "0"})
+    job["metadata"]["name"] = "copy-echo"
+    cmd = place(job)
+    await harness.send(cmd)
+    await harness.wait_report(lambda r: both_active(r) and r.placement.workload_uid == cmd.placement.workload_uid)
+    agent = harness.agent
+    assert agent is not None and agent.inbox is not None
+    assert agent.copy_echoes_handled == 1
+    copy_ = await harness.get(PYTORCHJOBS, cmd.job.name, cmd.job.namespace)
+    assert copy_ is not None
+    assert agent.by_uid[copy_["metadata"]["uid"]] == ("PyTorchJob", cmd.job.namespace, cmd.job.name)
+    assert agent.inbox.workloads[cmd.placement.workload_uid].attempt == cmd.placement.attempt
+    assert not agent.inbox.created  # taken when its echo came
+    assert agent.reporter.running() == 1
+
+
 async def test_an_accepted_is_told_by_the_first_status_when_it_comes_within_the_accept_hold(
         harness: AgentHarness) -> None:
     """Issue 15, ``accept_hold_seconds`` (longer than ``status_hold_seconds``' 1 s; 5 here, so a loaded machine's

@@ -169,6 +169,31 @@ def test_a_fresh_copy_with_no_status_yet_sends_no_status_report() -> None:
     assert told == [big, {**big, "x": 2**70 + 1}, {"x": 2**70 + 1, "conditions": []}]  # the order counts, as before
 
 
+def test_a_new_copy_seen_undecoded_tells_what_job_changed_would_of_a_copy_with_no_status() -> None:
+    """``Reporter.new_copy_seen`` (the inbox's create echoed, not decoded): nothing sent and the job counted as
+    running, as ``job_changed`` of the empty copy; False when a Status of this very attempt was sent last (an
+    emptied status is a change, so the copy must be decoded and reported)."""
+    from federation import labels
+    from federation.kinds.registry import by_name
+    from federation.messages import PlacementKey
+    from worker_agent.reports import Reporter
+    from worker_agent.seq import Sequencer
+
+    outbox = Outbox()
+    reporter = Reporter("w1", "mkd/v1/w1/reports", outbox, "o")
+    reporter.seq = Sequencer(8192)
+    assert reporter.new_copy_seen(PlacementKey(workload_uid="u1", attempt=1, epoch=1))
+    assert not outbox._items and reporter.running() == 1
+    job = {"metadata": {"name": "j", "namespace": "ns", "labels": {
+        labels.ORIGIN: "o", labels.WORKLOAD_UID: "u1", labels.PLACEMENT_ATTEMPT: "1", labels.EPOCH: "1"}},
+        "status": {"conditions": [{"type": "Created", "status": "True"}]}}
+    reporter.job_changed(by_name("PyTorchJob"), job)
+    assert len(outbox._items) == 1
+    assert not reporter.new_copy_seen(PlacementKey(workload_uid="u1", attempt=1, epoch=1))
+    assert reporter.new_copy_seen(PlacementKey(workload_uid="u1", attempt=2, epoch=1))
+    assert len(outbox._items) == 1
+
+
 async def test_a_status_still_queued_is_replaced_by_the_newer_one_in_its_place() -> None:
     """Under a backlog, the dispatcher gets each placement's newest whole status once, in the older one's turn."""
     outbox, link = Outbox(), RecordingLink(fail=1)
