@@ -27,7 +27,6 @@ import re
 import ssl
 import threading
 import time
-import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -572,6 +571,8 @@ class Kube:
         """Encoded request headers per content type for the authentication in ``_auth`` (``_header_block``)."""
         self._discovery: dict[str, tuple[float, set[str]]] = {}
         self._watches: set[_WatchStream] = set()
+        self._event_ns = 0
+        """The last Event name's timestamp (``event``)."""
 
     @classmethod
     def from_settings(cls, settings: KubeSettings, *, clock: Clock | None = None, user_agent: str = "mkd") -> Kube:
@@ -837,9 +838,12 @@ class Kube:
         meta = involved.get("metadata") or {}
         namespace = str(meta.get("namespace") or "default")
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        # named as client-go's recorder names them, "<object>.<its UnixNano in hex>", made strictly increasing in
+        # this process so that two Events of one object in the same nanosecond do not collide
+        stamp = self._event_ns = max(time.time_ns(), self._event_ns + 1)
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta.get('name', 'object')}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+            "metadata": {"name": f"{meta.get('name', 'object')}.{stamp:x}", "namespace": namespace},
             "involvedObject": {
                 "apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
                 "name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid"),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -354,6 +355,21 @@ async def test_served_and_event(fake: tuple[FakeApi, Path]) -> None:
         assert events[0]["involvedObject"]["uid"] == "u1" and events[0]["reason"] == "Rejected"
         api.fail_status, api.fail_count = 500, 1
         await kube.event(job, type="Normal", reason="X", message="y", component="c")  # logged, not raised
+
+
+async def test_events_are_named_as_client_go_names_them_and_never_collide(fake: tuple[FakeApi, Path]) -> None:
+    """``<object>.<UnixNano in hex>`` (client-go's recorder), strictly increasing: many Events of one object at
+    once each get a name of their own."""
+    _, kubeconfig = fake
+    async with Kube(kubeconfig) as kube:
+        job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j", "namespace": "ns", "uid": "u1"}}
+        before = time.time_ns()
+        for i in range(20):
+            await kube.event(job, type="Normal", reason="R", message=str(i), component="c")
+        names = [e["metadata"]["name"] for e in (await kube.list(EVENTS, "ns")).items]
+        assert len(set(names)) == 20
+        stamps = [int(n.removeprefix("j."), 16) for n in names]
+        assert all(before <= t <= time.time_ns() for t in stamps)
 
 
 async def next_event(it: AsyncIterator[WatchEvent]) -> WatchEvent:
