@@ -43,7 +43,7 @@ from dispatcher.engine import Engine  # noqa: E402
 from dispatcher.jobcache import JobCache  # noqa: E402
 from dispatcher.kubewriter import KubeWriter  # noqa: E402
 from dispatcher.settings import DispatcherSettings  # noqa: E402
-from federation import labels, messages, signing  # noqa: E402
+from federation import gctune, labels, messages, signing  # noqa: E402
 from federation.clock import SystemClock  # noqa: E402
 from federation.kinds.pytorch import PYTORCHJOB  # noqa: E402
 from federation.settings import SigningSettings  # noqa: E402
@@ -162,6 +162,7 @@ def main() -> int:
         url = f"sqlite+aiosqlite:///{tempfile.mkdtemp(prefix='mkd-engine-bench-')}/mkd.db"
     profile = cProfile.Profile(time.process_time) if args.profile else None
     load = os.getloadavg()[0]
+    gctune.tune()  # the collector's settings mkctl's service runner gives the dispatcher
     try:
         out = asyncio.run(run(args.n, args.batch, url, profile))
     finally:
