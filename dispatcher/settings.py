@@ -166,8 +166,8 @@ class DispatcherSettings(BaseSettings):
     100,000 claims would otherwise hold every Place no agent can take yet (the budget above) in RSS."""
 
     outbox_poll_seconds: float = Field(default=2.0, gt=0)
-    """How often the publisher looks for unsent rows when nothing woke it (rows written by a
-    second dispatcher, or left by a crash)."""
+    """How often the publisher looks for unsent rows, at most, when it has nothing fresh to send (rows
+    written by a second dispatcher, or left by a crash, once this old)."""
 
     outbox_retention_seconds: float = Field(default=3600.0, ge=0)
     """Sent outbox rows are deleted after this long; they only serve debugging."""

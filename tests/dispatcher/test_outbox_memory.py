@@ -126,3 +126,76 @@ async def test_a_stopping_publisher_marks_what_the_broker_acknowledged_and_start
             assert [r.id for r in await q.unsent(s, 10)] == [rows[2]]
     finally:
         await engine.dispose()
+
+
+async def test_a_busy_publisher_looks_for_unsent_rows_in_the_database_once_per_poll_interval(db_url: str) -> None:
+    """Issue 15: each time the publisher has marked what it sent and has nothing fresh, it may look in the database
+    for rows left unsent (a crash, another dispatcher's) -- rows only eligible once ``outbox_poll_seconds`` old. At
+    100 Commands a second that look came ~30 times a second, a transaction each; it comes at most once per
+    interval, and such a row still goes out once the interval has passed."""
+    from datetime import UTC, datetime, timedelta
+
+    from dispatcher import db
+    from dispatcher.db import queries as q
+    from dispatcher.outbox import Publisher
+    from dispatcher.settings import DispatcherSettings
+    from federation.clock import FakeClock
+    from tests.dispatcher.test_command_batches import W1, Recording, delete
+
+    engine = db.make_engine(db_url)
+    sessions = db.sessionmaker(engine)
+    clock = FakeClock(datetime.now(UTC))
+    ids = q.OutboxIds(1)
+    try:
+        fresh = FreshRows(1 << 20)
+        seal = Recording()
+        pub = Publisher(DispatcherSettings(outbox_batch_size=2), sessions, clock, asyncio.Event(), client_id="t",
+                        seal=seal, fresh=fresh)
+        link = Link()
+        pub._link = link  # type: ignore[assignment]
+        pub._startup, pub._last_mark = False, 0.0
+        scans = 0
+        scan = pub._scan
+
+        async def counted(*args: object, **kwargs: object) -> list[tuple[int, str, bytes]]:
+            nonlocal scans
+            scans += 1
+            return await scan(*args, **kwargs)  # type: ignore[arg-type]
+
+        pub._scan = counted  # type: ignore[method-assign]
+
+        async def one_round() -> None:  # a fresh Command committed, published, acknowledged, marked
+            row = ids.next()
+            async with sessions.begin() as s:
+                await q.add_outbox(s, [{"id": row, "cluster": "worker-1", "topic": W1, "payload": delete(f"u{row}"),
+                                        "workload_uid": f"u{row}", "created_at": clock.now()}])
+            fresh.add(row, W1, delete(f"u{row}"), None)
+            for _ in range(20):
+                await pub.drain_once(link)  # type: ignore[arg-type]
+                await asyncio.sleep(0)
+                if not fresh and not pub._inflight and not pub._acked:
+                    break
+            await pub.drain_once(link)  # type: ignore[arg-type]  # idle: nothing fresh, nothing in flight
+
+        for _ in range(20):
+            await one_round()
+            clock.advance(0.01)
+        assert len(seal.signed) == 20
+        assert scans <= 1
+        # rows another dispatcher left, old enough: found by the next look once the interval has passed, and more
+        # than a page of them (2 rows here) all go without waiting an interval per page
+        others = q.OutboxIds(0)
+        left = [others.next() for _ in range(5)]
+        async with sessions.begin() as s:
+            await q.add_outbox(s, [{"id": i, "cluster": "worker-1", "topic": W1, "payload": delete(f"left{i}"),
+                                    "workload_uid": f"left{i}", "created_at": clock.now() - timedelta(seconds=60)}
+                                   for i in left])
+        clock.advance(DispatcherSettings().outbox_poll_seconds)
+        for _ in range(30):
+            await pub.drain_once(link)  # type: ignore[arg-type]
+            await asyncio.sleep(0)
+        assert set(left) <= {i for _, sent in seal.signed for i in sent}
+        async with sessions() as s:
+            assert await q.unsent(s, 10) == []
+    finally:
+        await engine.dispose()
