@@ -87,12 +87,11 @@ CREATED_KEPT = 4096
 class NewCopy:
     """A copy the inbox created, as its watch echo would show it (``Inbox.created``)."""
 
-    workload_uid: str
     applied: Applied
     placement: PlacementKey
 
 
-def new_copy(kind: str, uid: str, created: Mapping[str, Any]) -> tuple[int, NewCopy] | None:
+def new_copy(kind: str, created: Mapping[str, Any]) -> tuple[int, NewCopy] | None:
     """What the watch echo of the copy just ``created`` would tell (``Inbox.created_echo``), by its version: nothing
     beyond the create's answer when it has no status (no Status to report) and is not fenced (nothing to resume);
     else None (its echo is decoded)."""
@@ -103,7 +102,7 @@ def new_copy(kind: str, uid: str, created: Mapping[str, Any]) -> tuple[int, NewC
     if created.get("status") or not rv.isdigit() or applied is None or placement is None or \
             (meta.get("annotations") or {}).get(labels.FENCED_ANNOTATION) == "true":
         return None
-    return int(rv), NewCopy(uid, applied, placement)
+    return int(rv), NewCopy(applied, placement)
 
 
 class Inbox:
@@ -157,13 +156,12 @@ class Inbox:
             return
         self._seen(str(((job.get("metadata") or {}).get("labels") or {})[labels.WORKLOAD_UID]), applied, deleted)
 
-    def created_echo(self, rv: int) -> NewCopy | None:
+    def created_echo(self, rv: int) -> None:
         """The copy created at version ``rv`` (``created``) once its watch echo has come: ``job_seen`` of it, which
-        the echo needs no decoding for (it is the version the create's answer brought). None if not such a copy."""
+        the echo needs no decoding for (it is the version the create's answer brought)."""
         made = self.created.pop(rv, None)
         if made is not None:
-            self._seen(made.workload_uid, made.applied, False)
-        return made
+            self._seen(made.placement.workload_uid, made.applied, False)
 
     def _seen(self, uid: str, applied: Applied, deleted: bool) -> None:
         current = self.workloads.get(uid)
@@ -353,7 +351,7 @@ class Inbox:
         except Permanent as exc:
             self.reporter.rejected(p, cmd.spec_version, exc.reason, exc.message, permanent=False)
             return
-        made = new_copy(kind.name, uid, created)
+        made = new_copy(kind.name, created)
         self.caches[res.plural].upsert(created)
         self.workloads[uid] = Applied(kind.name, ns, cmd.job.name, p.attempt, p.epoch, cmd.spec_version)
         if made is not None:

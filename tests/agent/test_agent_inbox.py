@@ -288,16 +288,16 @@ def test_a_created_copy_is_remembered_for_its_echo_only_when_the_echo_tells_noth
         obj.update(extra)
         return obj
 
-    made = new_copy("PyTorchJob", "u1", copy_())
+    made = new_copy("PyTorchJob", copy_())
     assert made is not None and made[0] == 41
     assert made[1].applied == Applied("PyTorchJob", "ns", "j", 2, 3, 4)
     assert made[1].placement == PlacementKey(workload_uid="u1", attempt=2, epoch=3)
-    assert new_copy("PyTorchJob", "u1", copy_(status={})) is not None  # an empty status tells nothing either
-    assert new_copy("PyTorchJob", "u1", copy_(status={"conditions": []})) is None
+    assert new_copy("PyTorchJob", copy_(status={})) is not None  # an empty status tells nothing either
+    assert new_copy("PyTorchJob", copy_(status={"conditions": []})) is None
     fenced = copy_()
     fenced["metadata"]["annotations"][labels.FENCED_ANNOTATION] = "true"
-    assert new_copy("PyTorchJob", "u1", fenced) is None
+    assert new_copy("PyTorchJob", fenced) is None
     unversioned = copy_()
     del unversioned["metadata"]["resourceVersion"]
-    assert new_copy("PyTorchJob", "u1", unversioned) is None
-    assert new_copy("PyTorchJob", "u1", {"metadata": {"name": "j", "resourceVersion": "41"}}) is None
+    assert new_copy("PyTorchJob", unversioned) is None
+    assert new_copy("PyTorchJob", {"metadata": {"name": "j", "resourceVersion": "41"}}) is None

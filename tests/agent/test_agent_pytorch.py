@@ -425,25 +425,42 @@ async def test_the_echo_of_a_status_write_is_taken_undecoded_and_changes_nothing
 
 
 async def test_the_echo_of_the_copy_the_inbox_created_is_taken_undecoded_and_starts_the_job(
-        harness: AgentHarness) -> None:
+        harness: AgentHarness, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 15: the job watch's ADDED echo of the copy the inbox just created (no status, not fenced) is recognised
     by its resourceVersion before decoding, as the apply loop's own writes are, and does what the decoded one did:
-    the job gets its first pass (its pods are created and it runs) and the inbox, the Reporter and the owner
-    index know it."""
-    job = with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true", START: "0"})
-    job["metadata"]["name"] = "copy-echo"
-    cmd = place(job)
-    await harness.send(cmd)
-    await harness.wait_report(lambda r: both_active(r) and r.placement.workload_uid == cmd.placement.workload_uid)
+    the job gets its first pass (its pods are created and it runs) and the inbox, the Reporter and the owner index
+    know it. The job watch's lines reach the agent 0.3 s late here, so that every create's answer comes first (an
+    echo that beats its answer is decoded as before, which the first test of this file and the others cover)."""
+    import federation.kube
+
+    hand_over = federation.kube._WatchStream._hand_over
+
+    def late(stream: Any) -> None:
+        if "pytorchjobs" in stream.path:
+            asyncio.get_running_loop().call_later(0.3, hand_over, stream)
+        else:
+            hand_over(stream)
+
+    monkeypatch.setattr(federation.kube._WatchStream, "_hand_over", late)
+    cmds = []
+    for i in range(3):
+        job = with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true", START: "0"})
+        job["metadata"]["name"] = f"copy-echo-{i}"
+        cmds.append(place(job))
+        await harness.send(cmds[-1])
+    for cmd in cmds:
+        await harness.wait_report(lambda r, uid=cmd.placement.workload_uid: both_active(r)
+                                  and r.placement.workload_uid == uid)
     agent = harness.agent
     assert agent is not None and agent.inbox is not None
-    assert agent.copy_echoes_handled == 1
-    copy_ = await harness.get(PYTORCHJOBS, cmd.job.name, cmd.job.namespace)
-    assert copy_ is not None
-    assert agent.by_uid[copy_["metadata"]["uid"]] == ("PyTorchJob", cmd.job.namespace, cmd.job.name)
-    assert agent.inbox.workloads[cmd.placement.workload_uid].attempt == cmd.placement.attempt
-    assert not agent.inbox.created  # taken when its echo came
-    assert agent.reporter.running() == 1
+    assert agent.copy_echoes_handled == 3
+    assert not agent.inbox.created  # each taken when its echo came
+    for cmd in cmds:
+        copy_ = await harness.get(PYTORCHJOBS, cmd.job.name, cmd.job.namespace)
+        assert copy_ is not None
+        assert agent.by_uid[copy_["metadata"]["uid"]] == ("PyTorchJob", cmd.job.namespace, cmd.job.name)
+        assert agent.inbox.workloads[cmd.placement.workload_uid].attempt == cmd.placement.attempt
+    assert agent.reporter.running() == 3
 
 
 async def test_an_accepted_is_told_by_the_first_status_when_it_comes_within_the_accept_hold(
