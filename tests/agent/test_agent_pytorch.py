@@ -395,19 +395,26 @@ async def test_with_no_hold_the_masters_running_is_written_at_once_as_upstream_d
     assert len(written) == len(harness.statuses(cmd.placement.workload_uid)) >= 3  # Created, Master, Worker
 
 
-async def test_the_echo_of_a_status_write_is_taken_undecoded_and_changes_nothing(harness: AgentHarness) -> None:
-    """Issue 15: the job watch's echo of the apply loop's own status write is recognised by its resourceVersion
-    before decoding (as children's echoes are) and handled as the decoded one was: no Report of its own, no pass
-    that renders nothing. Three jobs: an echo that beats its write's answer is decoded as before."""
+async def three_running(harness: AgentHarness, prefix: str) -> list[Any]:
+    """Three PyTorchJobs ``<prefix>-0..2`` whose pods run at once and for good, placed; returns their Places once each
+    has reported both replicas active."""
     cmds = []
     for i in range(3):
         job = with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true", START: "0"})
-        job["metadata"]["name"] = f"echo-{i}"
+        job["metadata"]["name"] = f"{prefix}-{i}"
         cmds.append(place(job))
         await harness.send(cmds[-1])
     for cmd in cmds:
         await harness.wait_report(lambda r, uid=cmd.placement.workload_uid: both_active(r)
                                   and r.placement.workload_uid == uid)
+    return cmds
+
+
+async def test_the_echo_of_a_status_write_is_taken_undecoded_and_changes_nothing(harness: AgentHarness) -> None:
+    """Issue 15: the job watch's echo of the apply loop's own status write is recognised by its resourceVersion
+    before decoding (as children's echoes are) and handled as the decoded one was: no Report of its own, no pass
+    that renders nothing. Three jobs: an echo that beats its write's answer is decoded as before."""
+    cmds = await three_running(harness, "echo")
     assert harness.agent is not None and harness.agent.apply is not None
     for _ in range(50):  # the last write's echo comes a moment after its answer
         if harness.agent.job_echoes_handled:
@@ -442,15 +449,7 @@ async def test_the_echo_of_the_copy_the_inbox_created_is_taken_undecoded_and_sta
             hand_over(stream)
 
     monkeypatch.setattr(federation.kube._WatchStream, "_hand_over", late)
-    cmds = []
-    for i in range(3):
-        job = with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true", START: "0"})
-        job["metadata"]["name"] = f"copy-echo-{i}"
-        cmds.append(place(job))
-        await harness.send(cmds[-1])
-    for cmd in cmds:
-        await harness.wait_report(lambda r, uid=cmd.placement.workload_uid: both_active(r)
-                                  and r.placement.workload_uid == uid)
+    cmds = await three_running(harness, "copy-echo")
     agent = harness.agent
     assert agent is not None and agent.inbox is not None
     assert agent.copy_echoes_handled == 3
