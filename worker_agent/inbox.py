@@ -50,7 +50,7 @@ from federation.messages import (
 from federation.retry import capped
 from federation.tasks import TaskSet
 from worker_agent import foreign
-from worker_agent.cache import ObjectCache, kind_resource
+from worker_agent.cache import ObjectCache, Stored, kind_resource
 from worker_agent.lease import LeaseKeeper
 from worker_agent.policy import Policy, PolicySettings, describe
 from worker_agent.reports import Reporter, job_ref, placement_of, spec_version_of
@@ -352,9 +352,9 @@ class Inbox:
             self.reporter.rejected(p, cmd.spec_version, exc.reason, exc.message, permanent=False)
             return
         made = new_copy(kind.name, created)
-        self.caches[res.plural].upsert(created)
+        stored = self.caches[res.plural].upsert(created)
         self.workloads[uid] = Applied(kind.name, ns, cmd.job.name, p.attempt, p.epoch, cmd.spec_version)
-        if made is not None:
+        if made is not None and stored is not Stored.HELD:  # HELD: its echo came first, and was decoded
             self.created[made[0]] = made[1]
             if len(self.created) > CREATED_KEPT:
                 del self.created[next(iter(self.created))]

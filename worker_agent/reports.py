@@ -453,7 +453,7 @@ class Reporter:
         finished = kind.finished(job)
         outcome = finished.outcome if finished else None
         self._finished[uid] = outcome is not None
-        if not force and not status and (last is None or last[:2] != fingerprint[:2]):
+        if not force and not status and self._new_attempt(placement):
             # a copy just created that no controller has written a status for yet: the Accepted already
             # said it exists, and an empty status mirrors nothing
             return
@@ -464,12 +464,15 @@ class Reporter:
         """``job_changed`` for a copy with no status, without the copy (``Inbox.created_echo``): it reports nothing
         and counts the job as running, unless a Status of this attempt was sent last (then the empty status is a
         change to report: False, and the caller decodes the copy for ``job_changed``)."""
-        uid = placement.workload_uid
-        last = self._last_status.get(uid)
-        if last is not None and last[:2] == (placement.attempt, placement.epoch):
+        if not self._new_attempt(placement):
             return False
-        self._finished[uid] = False
+        self._finished[placement.workload_uid] = False
         return True
+
+    def _new_attempt(self, placement: PlacementKey) -> bool:
+        """No Status of ``placement``'s attempt was the last one sent: an empty status of it tells nothing new."""
+        last = self._last_status.get(placement.workload_uid)
+        return last is None or last[:2] != (placement.attempt, placement.epoch)
 
     def running(self) -> int:
         """Owned jobs seen and not finished."""

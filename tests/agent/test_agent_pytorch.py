@@ -415,7 +415,8 @@ async def test_the_echo_of_a_status_write_is_taken_undecoded_and_changes_nothing
     before decoding (as children's echoes are) and handled as the decoded one was: no Report of its own, no pass
     that renders nothing. Three jobs: an echo that beats its write's answer is decoded as before."""
     cmds = await three_running(harness, "echo")
-    assert harness.agent is not None and harness.agent.apply is not None
+    assert harness.agent is not None and harness.agent.apply is not None and harness.agent.inbox is not None
+    assert not harness.agent.inbox.created  # each copy's create echo taken, or decoded before its answer came
     for _ in range(50):  # the last write's echo comes a moment after its answer
         if harness.agent.job_echoes_handled:
             break
