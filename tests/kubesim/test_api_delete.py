@@ -122,7 +122,15 @@ def test_namespace_deletion_terminates_then_removes_contents(api: client.ApiClie
     assert v1.read_namespace("doomed-ns").status.phase == "Terminating"
     with pytest.raises(client.ApiException) as ei:
         v1.create_namespaced_config_map("doomed-ns", cm("late"))
+    # plugin/pkg/admission/namespace/lifecycle/admission.go: NewForbidden plus a NamespaceTerminating cause.
     assert ei.value.status == 403
+    st = json.loads(ei.value.body)
+    assert st["reason"] == "Forbidden"
+    assert st["message"] == ('configmaps "late" is forbidden: unable to create new content in namespace doomed-ns '
+                             "because it is being terminated")
+    assert st["details"] == {"name": "late", "kind": "configmaps", "causes": [
+        {"reason": "NamespaceTerminating", "message": "namespace doomed-ns is being terminated",
+         "field": "metadata.namespace"}]}
     eventually(lambda: v1.read_namespaced_config_map("inside", "doomed-ns").metadata.deletion_timestamp,
                what="contents being deleted")
     v1.patch_namespaced_config_map("inside", "doomed-ns", {"metadata": {"finalizers": None}})

@@ -112,10 +112,44 @@ def test_annotations_are_capped_at_256_kib_in_total(api: client.ApiClient, ns: s
         v1.create_namespaced_config_map(ns, {"metadata": {"name": "big", "annotations": big}})
     st = status_of(ei.value)
     assert ei.value.status == 422
+    # apimachinery pkg/api/validation/objectmeta.go ValidateAnnotations: field.TooLong(path, "", 262144).
     assert st["details"]["causes"] == [{"reason": "FieldValueTooLong", "field": "metadata.annotations",
-                                        "message": "Too long: must have at most 262144 bytes"}]
+                                        "message": "Too long: may not be more than 262144 bytes"}]
     big["b"] = "y" * (128 * 1024 - 2)
     v1.create_namespaced_config_map(ns, {"metadata": {"name": "fits", "annotations": big}})
+
+
+LABEL_VALUE_RULE = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+                    "and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or "
+                    "'12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
+LABEL_KEY_RULE = ("name part must consist of alphanumeric characters, '-', '_' or '.', and must start and end with "
+                  "an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+                  "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')")
+
+
+def test_label_values_and_keys_are_refused_with_each_rule_they_break(api: client.ApiClient, ns: str) -> None:
+    """apimachinery pkg/api/validate/content/kube.go IsLabelValue / IsLabelKey (MaxLenError in bytes, then the
+    RegexError), each message an Invalid cause at ``metadata.labels`` (metav1 validation ValidateLabels)."""
+    v1 = client.CoreV1Api(api)
+
+    def causes(labels: dict[str, str]) -> list[dict[str, str]]:
+        with pytest.raises(client.ApiException) as ei:
+            v1.create_namespaced_config_map(ns, {"metadata": {"name": "lbl", "labels": labels}})
+        assert ei.value.status == 422
+        return list(status_of(ei.value)["details"]["causes"])
+
+    long_ok = "a" * 64
+    assert causes({"k": long_ok}) == [{"reason": "FieldValueInvalid", "field": "metadata.labels",
+                                       "message": f'Invalid value: "{long_ok}": must be no more than 63 bytes'}]
+    long_bad = "-" + "a" * 63
+    assert causes({"k": long_bad}) == [
+        {"reason": "FieldValueInvalid", "field": "metadata.labels",
+         "message": f'Invalid value: "{long_bad}": must be no more than 63 bytes'},
+        {"reason": "FieldValueInvalid", "field": "metadata.labels",
+         "message": f'Invalid value: "{long_bad}": {LABEL_VALUE_RULE}'}]
+    assert causes({"bad key!": "v"}) == [{"reason": "FieldValueInvalid", "field": "metadata.labels",
+                                          "message": f'Invalid value: "bad key!": {LABEL_KEY_RULE}'}]
+    v1.create_namespaced_config_map(ns, {"metadata": {"name": "lbl", "labels": {"k": "a" * 63}}})
 
 
 def test_quantities_come_back_as_canonical_strings(api: client.ApiClient, ns: str) -> None:
