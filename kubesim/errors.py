@@ -1,7 +1,8 @@
 """``ApiError``: a failure that carries a Kubernetes ``Status`` (code, reason, message, details).
 
 The store raises it; the HTTP layer turns it into the response body the official client parses into
-``ApiException``. Helpers build the common statuses with upstream's wording.
+``ApiException``. Helpers build the common statuses, and the field causes of a 422, with upstream's wording
+(apimachinery's ``pkg/api/errors`` and ``pkg/util/validation/field/errors.go``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,23 @@ def conflict(plural: str, group: str, name: str) -> ApiError:
                     "modified; please apply your changes to the latest version and try again", d)
 
 
+def forbidden(plural: str, group: str, name: str, why: str) -> ApiError:
+    d: dict[str, Any] = {"name": name, "kind": plural}
+    if group:
+        d["group"] = group
+    return ApiError(403, "Forbidden", f'{_qualified(plural, group)} "{name}" is forbidden: {why}', d)
+
+
+def namespace_terminating(plural: str, group: str, name: str, namespace: str) -> ApiError:
+    """The namespace lifecycle admission plugin's refusal: Forbidden plus a NamespaceTerminating cause."""
+    err = forbidden(plural, group, name,
+                    f"unable to create new content in namespace {namespace} because it is being terminated")
+    assert err.details is not None
+    err.details["causes"] = [{"reason": "NamespaceTerminating", "message": f"namespace {namespace} is being "
+                              "terminated", "field": "metadata.namespace"}]
+    return err
+
+
 def invalid(kind: str, group: str, name: str, causes: list[dict[str, str]]) -> ApiError:
     """422 Invalid; each cause is {"reason", "message", "field"} like field.Error renders."""
     msgs = [f"{c['field']}: {c['message']}" if c.get("field") else c["message"] for c in causes]
@@ -65,3 +83,17 @@ def invalid(kind: str, group: str, name: str, causes: list[dict[str, str]]) -> A
         d["group"] = group
     return ApiError(422, "Invalid", f'{kind}.{group} "{name}" is invalid: {text}' if group
                     else f'{kind} "{name}" is invalid: {text}', d)
+
+
+def too_long(field: str, max_length: int) -> dict[str, str]:
+    """field.TooLong: the value is left out, the limit is worded in bytes whatever was counted."""
+    unit = "byte" if max_length == 1 else "bytes"
+    return {"reason": "FieldValueTooLong", "message": f"Too long: may not be more than {max_length} {unit}",
+            "field": field}
+
+
+def too_many(field: str, actual: int, max_quantity: int) -> dict[str, str]:
+    """field.TooMany: the count given, then the limit in items."""
+    unit = "item" if max_quantity == 1 else "items"
+    return {"reason": "FieldValueTooMany", "message": f"Too many: {actual}: must have at most {max_quantity} {unit}",
+            "field": field}

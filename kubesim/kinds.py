@@ -12,7 +12,7 @@ import re
 from typing import Any
 
 from kubesim import quantity
-from kubesim.errors import ApiError, invalid
+from kubesim.errors import ApiError, invalid, too_long
 from kubesim.records import now
 from kubesim.resources import ResourceType
 
@@ -30,6 +30,50 @@ MSG_LABEL = ("a lowercase RFC 1123 label must consist of lower case alphanumeric
 MSG_1035 = ("a DNS-1035 label must consist of lower case alphanumeric characters or '-', start with an "
             "alphabetic character, and end with an alphanumeric character (e.g. 'my-name',  or 'abc-123', "
             "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
+
+
+# apimachinery pkg/api/validate/content/kube.go: IsLabelKey / IsLabelValue (MaxLenError, then RegexError).
+MSG_LABEL_KEY = ("must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+                 "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for validation "
+                 "is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')")
+MSG_LABEL_VALUE = ("a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', "
+                   "and must start and end with an alphanumeric character (e.g. 'MyValue',  or 'my_value',  or "
+                   "'12345', regex used for validation is '(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')")
+LABEL_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+
+def label_value_errors(v: str) -> list[str]:
+    out = []
+    if len(v.encode()) > 63:
+        out.append("must be no more than 63 bytes")
+    if not LABEL_VALUE.fullmatch(v):
+        out.append(MSG_LABEL_VALUE)
+    return out
+
+
+def label_key_errors(k: str) -> list[str]:
+    out = []
+    parts = k.split("/")
+    if len(parts) > 2:
+        return ["a valid label key " + MSG_LABEL_KEY +
+                " with an optional DNS subdomain prefix and '/' (e.g. 'example.com/MyName')"]
+    name = parts[-1]
+    if len(parts) == 2:
+        prefix = parts[0]
+        if not prefix:
+            out.append("prefix part must be non-empty")
+        else:
+            if len(prefix) > 253:
+                out.append("prefix part must be no more than 253 bytes")
+            if not DNS1123_SUBDOMAIN.fullmatch(prefix):
+                out.append("prefix part " + MSG_SUBDOMAIN)
+    if not name:
+        out.append("name part must be non-empty")
+    elif len(name.encode()) > 63:
+        out.append("name part must be no more than 63 bytes")
+    if not LABEL_NAME.fullmatch(name):
+        out.append("name part " + MSG_LABEL_KEY)
+    return out
 
 
 def cause(field: str, message: str, reason: str = "FieldValueInvalid") -> dict[str, str]:
@@ -79,24 +123,19 @@ def validate_labels(meta: dict[str, Any]) -> list[dict[str, str]]:
             4 * sum(len(str(k)) + len(str(v)) for k, v in annotations.items()) > TOTAL_ANNOTATION_SIZE_LIMIT:
         total = sum(len(str(k).encode()) + len(str(v).encode()) for k, v in annotations.items())
         if total > TOTAL_ANNOTATION_SIZE_LIMIT:
-            out.append(cause("metadata.annotations", "Too long: must have at most "
-                             f"{TOTAL_ANNOTATION_SIZE_LIMIT} bytes", "FieldValueTooLong"))
+            out.append(too_long("metadata.annotations", TOTAL_ANNOTATION_SIZE_LIMIT))
     good_values, good_keys = _GOOD_LABEL_VALUES, _GOOD_LABEL_KEYS
     for k, v in (meta.get("labels") or {}).items():
-        if type(v) is not str or v not in good_values:
-            if not isinstance(v, str) or len(v) > 63 or not LABEL_VALUE.match(v):
-                out.append(bad_value("metadata.labels", v,
-                                     "a valid label must be an empty string or consist of alphanumeric characters, "
-                                     "'-', '_' or '.', and must start and end with an alphanumeric character"))
-            else:
-                _remember(good_values, v)
         if k not in good_keys:
-            prefix, _, nm = k.rpartition("/")
-            if not nm or len(nm) > 63 or not LABEL_VALUE.match(nm) or (prefix and not DNS1123_SUBDOMAIN.match(prefix)):
-                out.append(bad_value("metadata.labels", k, "name part must consist of alphanumeric characters, '-', "
-                                     "'_' or '.', and must start and end with an alphanumeric character"))
-            else:
+            msgs = label_key_errors(k) if isinstance(k, str) else [MSG_LABEL_KEY]
+            out.extend(bad_value("metadata.labels", k, m) for m in msgs)
+            if not msgs:
                 _remember(good_keys, k)
+        if type(v) is not str or v not in good_values:
+            msgs = label_value_errors(v) if isinstance(v, str) else [MSG_LABEL_VALUE]
+            out.extend(bad_value("metadata.labels", v, m) for m in msgs)
+            if not msgs:
+                _remember(good_values, v)
     return out
 
 

@@ -530,7 +530,9 @@ def table(rt: ResourceType, version: str, objs: list[dict[str, Any]], meta: dict
         row: dict[str, Any] = {"cells": cells(o, now)}
         if include_object == "Object":
             row["object"] = o
-        elif include_object != "None":
+        elif include_object == "None":
+            row["object"] = None  # an empty RawExtension marshals as null, and omitempty keeps a struct
+        else:
             row["object"] = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
                              "metadata": o["metadata"]}
         rows.append(row)

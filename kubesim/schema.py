@@ -37,7 +37,7 @@ from typing import Any
 import orjson
 
 from kubesim import builtin_fields
-from kubesim.errors import ApiError, invalid
+from kubesim.errors import ApiError, invalid, too_long, too_many
 from kubesim.records import json_copy
 from kubesim.resources import ResourceType
 
@@ -413,12 +413,12 @@ _FORMATS: dict[str, re.Pattern[str]] = {
 
 
 def _string(v: str, s: Schema, path: str, name: str, out: list[Cause]) -> None:
+    # kube-openapi's string validator stops at the first of maxLength, minLength, pattern that fails.
     if "maxLength" in s and len(v) > int(s["maxLength"]):
-        out.append(_c("FieldValueTooLong", path, f"Too long: may not be longer than {int(s['maxLength'])}"))
-    if "minLength" in s and len(v) < int(s["minLength"]):
+        out.append(too_long(path, int(s["maxLength"])))
+    elif "minLength" in s and len(v) < int(s["minLength"]):
         out.append(_invalid(path, v, f"{name} in body should be at least {int(s['minLength'])} chars long"))
-    pat = s.get("pattern")
-    if pat:
+    elif pat := s.get("pattern"):
         rx = _PATTERNS.get(pat)
         if rx is None:
             rx = _PATTERNS[pat] = re.compile(pat)
@@ -456,7 +456,7 @@ def _list_key(item: Any, keys: list[str]) -> Any:
 
 def _array(v: list[Any], s: Schema, path: str, name: str, out: list[Cause], old: Any) -> None:
     if "maxItems" in s and len(v) > int(s["maxItems"]):
-        out.append(_c("FieldValueTooMany", path, f"Too many: {len(v)}: must have at most {int(s['maxItems'])} items"))
+        out.append(too_many(path, len(v), int(s["maxItems"])))
     if "minItems" in s and len(v) < int(s["minItems"]):
         out.append(_invalid(path, len(v), f"{name} in body should have at least {int(s['minItems'])} items"))
     list_type = s.get("x-kubernetes-list-type")
@@ -490,8 +490,7 @@ def _object(v: dict[str, Any], s: Schema, path: str, name: str, out: list[Cause]
     props: dict[str, Schema] = s.get("properties") or {}
     addl = s.get("additionalProperties")
     if "maxProperties" in s and len(v) > int(s["maxProperties"]):
-        out.append(_c("FieldValueTooMany", path,
-                      f"Too many: {len(v)}: must have at most {int(s['maxProperties'])} items"))
+        out.append(too_many(path, len(v), int(s["maxProperties"])))
     if "minProperties" in s and len(v) < int(s["minProperties"]):
         out.append(_invalid(path, len(v), f"{name} in body should have at least {int(s['minProperties'])} "
                             "properties"))

@@ -25,7 +25,7 @@ from kubesim import apply as ssa
 from kubesim import jobstatus, kinds, rootca, schema
 from kubesim.admission import Admission
 from kubesim.deletion import DeletionMixin
-from kubesim.errors import ApiError, already_exists, conflict, invalid, not_found
+from kubesim.errors import ApiError, already_exists, conflict, invalid, namespace_terminating, not_found
 from kubesim.patch import json_patch, merge_patch, strategic_merge
 from kubesim.records import Rec, now
 from kubesim.resources import Catalogue, ResourceType
@@ -273,9 +273,7 @@ class Store(DeletionMixin):
             if nsrec is None:
                 raise not_found("namespaces", "", ns)
             if b'"deletionTimestamp"' in nsrec.raw:
-                raise ApiError(403, "Forbidden", f'{rt.plural}{"." + rt.group if rt.group else ""} "{name}" is '
-                               f"forbidden: unable to create new content in namespace {ns} because it is being "
-                               "terminated", {"name": name, "kind": rt.plural})
+                raise namespace_terminating(rt.plural, rt.group, name, ns)
         if self.get_rec(res, ns, name) is not None:
             raise already_exists(rt.plural, rt.group, name)
         meta["uid"] = self.new_uid()
