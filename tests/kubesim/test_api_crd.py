@@ -200,3 +200,33 @@ def test_status_merge_patch_keeps_everything_but_status(api: client.ApiClient, c
     assert again["metadata"]["resourceVersion"] == w["metadata"]["resourceVersion"]
     w = co.patch_namespaced_custom_object_status(crd_group, "v1", ns, "widgets", "st", {"status": None})
     assert "status" not in w and w["spec"] == made["spec"]
+
+
+def test_update_without_resource_version_is_refused_where_upstream_demands_one(api: client.ApiClient, crd_group: str,
+                                                                                ns: str) -> None:
+    """apiserver pkg/registry/generic/registry/store.go Update: a PUT without metadata.resourceVersion is 422
+    (`field.Invalid(metadata.resourceVersion, 0, ...)`, the resource as the kind) unless the kind's strategy
+    AllowUnconditionalUpdate: custom resources and Leases do not, ConfigMaps do."""
+    co = client.CustomObjectsApi(api)
+    co.create_namespaced_custom_object(crd_group, "v1", ns, "widgets", widget(crd_group, "blind", size=1))
+    with pytest.raises(client.ApiException) as ei:
+        co.replace_namespaced_custom_object(crd_group, "v1", ns, "widgets", "blind", widget(crd_group, "blind", size=2))
+    st = status_of(ei.value)
+    assert ei.value.status == 422 and st["reason"] == "Invalid"
+    detail = "metadata.resourceVersion: Invalid value: 0: must be specified for an update"
+    assert st["message"] == f'widgets.{crd_group} "blind" is invalid: {detail}'
+    assert st["details"] == {"name": "blind", "group": crd_group, "kind": "widgets", "causes": [
+        {"reason": "FieldValueInvalid", "message": "Invalid value: 0: must be specified for an update",
+         "field": "metadata.resourceVersion"}]}
+    assert co.get_namespaced_custom_object(crd_group, "v1", ns, "widgets", "blind")["spec"]["size"] == 1
+
+    coord = client.CoordinationV1Api(api)
+    coord.create_namespaced_lease(ns, {"metadata": {"name": "l"}, "spec": {"holderIdentity": "a"}})
+    with pytest.raises(client.ApiException) as ei:
+        coord.replace_namespaced_lease("l", ns, {"metadata": {"name": "l"}, "spec": {"holderIdentity": "b"}})
+    assert ei.value.status == 422 and status_of(ei.value)["details"]["kind"] == "leases"
+
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_config_map(ns, {"metadata": {"name": "free"}, "data": {"a": "1"}})
+    out = v1.replace_namespaced_config_map("free", ns, {"metadata": {"name": "free"}, "data": {"a": "2"}})
+    assert out.data == {"a": "2"}

@@ -219,11 +219,24 @@ def test_field_validation_strict_refuses_and_ignore_is_silent(torchjobs: client.
     data, _, headers = torchjobs.create_namespaced_custom_object_with_http_info(
         GROUP, "v1", ns, "torchjobs", body, field_validation="Ignore")
     assert "bogus" not in data["spec"] and not headers.get("Warning")
-    # Strict also applies to patches (to the patched object).
+    # Strict also applies to patches: apiserver pkg/endpoints/handlers/patch.go refuses the patched object with
+    # errors.NewInvalid(schema.GroupKind{}, "", field.Invalid(field.NewPath("patch"), patchedObjJS, ...)).
+    current = torchjobs.get_namespaced_custom_object(GROUP, "v1", ns, "torchjobs", "ignore")
     with pytest.raises(client.ApiException) as ei:
         torchjobs.patch_namespaced_custom_object(GROUP, "v1", ns, "torchjobs", "ignore", {"spec": {"nope": 1}},
                                                  field_validation="Strict")
-    assert ei.value.status == 400 and 'unknown field "spec.nope"' in status_of(ei.value)["message"]
+    st = status_of(ei.value)
+    assert ei.value.status == 422 and st["reason"] == "Invalid"
+    assert list(st["details"]) == ["causes"]
+    [cause] = st["details"]["causes"]
+    assert cause["field"] == "patch" and cause["reason"] == "FieldValueInvalid"
+    prefix, _, shown = cause["message"].partition(": ")
+    assert prefix == "Invalid value"
+    value, _, detail = shown.rpartition(": strict decoding error: ")
+    assert detail == 'unknown field "spec.nope"'
+    patched = json.loads(json.loads(value))  # %q of the patched object's JSON
+    assert patched["spec"]["nope"] == 1 and patched["metadata"]["uid"] == current["metadata"]["uid"]
+    assert st["message"] == f' "" is invalid: patch: {cause["message"]}'
 
 
 def test_updates_and_status_writes_are_validated(torchjobs: client.CustomObjectsApi, ns: str) -> None:
