@@ -81,6 +81,9 @@ def invalid(kind: str, group: str, name: str, causes: list[dict[str, str]]) -> A
     d: dict[str, Any] = {"name": name, "kind": kind, "causes": causes}
     if group:
         d["group"] = group
+    for k in ("name", "kind"):  # omitempty, as metav1.StatusDetails marshals them
+        if not d[k]:
+            del d[k]
     return ApiError(422, "Invalid", f'{kind}.{group} "{name}" is invalid: {text}' if group
                     else f'{kind} "{name}" is invalid: {text}', d)
 

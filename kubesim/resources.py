@@ -34,6 +34,7 @@ class ResourceType:
     schemas: dict[str, Any] | None = None  # CRDs: version -> openAPIV3Schema (kubesim.schema)
     printer_columns: dict[str, list[dict[str, Any]]] | None = None  # CRDs: version -> additionalPrinterColumns
     verbs: list[str] = field(default_factory=lambda: list(ALL_VERBS))
+    unconditional_update: bool = True  # the strategy's AllowUnconditionalUpdate: PUT without resourceVersion
     key: str = field(init=False, default="")
     list_item_prefix: bytes = field(init=False, default=b"")
 
@@ -71,7 +72,7 @@ BUILTINS: list[ResourceType] = [
     ResourceType("serviceaccounts", "serviceaccount", "ServiceAccount", "", ["v1"], True, (), ("sa",)),
     ResourceType("events", "event", "Event", "", ["v1"], True, (), ("ev",), name_rule="path"),
     ResourceType("jobs", "job", "Job", "batch", ["v1"], True, ("status",), (), ("all",), generation=True),
-    ResourceType("leases", "lease", "Lease", "coordination.k8s.io", ["v1"], True),
+    ResourceType("leases", "lease", "Lease", "coordination.k8s.io", ["v1"], True, unconditional_update=False),
     ResourceType("persistentvolumeclaims", "persistentvolumeclaim", "PersistentVolumeClaim", "", ["v1"], True,
                  ("status",), ("pvc",)),
     ResourceType("deployments", "deployment", "Deployment", "apps", ["v1"], True, ("status", "scale"), ("deploy",),
@@ -88,18 +89,19 @@ BUILTINS: list[ResourceType] = [
     ResourceType("events", "event", "Event", "events.k8s.io", ["v1"], True, (), ("ev",), name_rule="path"),
     ResourceType("validatingadmissionpolicies", "validatingadmissionpolicy", "ValidatingAdmissionPolicy",
                  "admissionregistration.k8s.io", ["v1"], False, ("status",), (), ("api-extensions",),
-                 generation=True),
+                 generation=True, unconditional_update=False),
     ResourceType("validatingadmissionpolicybindings", "validatingadmissionpolicybinding",
                  "ValidatingAdmissionPolicyBinding", "admissionregistration.k8s.io", ["v1"], False, (), (),
-                 ("api-extensions",), generation=True),
+                 ("api-extensions",), generation=True, unconditional_update=False),
     ResourceType("mutatingwebhookconfigurations", "mutatingwebhookconfiguration", "MutatingWebhookConfiguration",
-                 "admissionregistration.k8s.io", ["v1"], False, (), (), ("api-extensions",), generation=True),
+                 "admissionregistration.k8s.io", ["v1"], False, (), (), ("api-extensions",), generation=True,
+                 unconditional_update=False),
     ResourceType("validatingwebhookconfigurations", "validatingwebhookconfiguration",
                  "ValidatingWebhookConfiguration", "admissionregistration.k8s.io", ["v1"], False, (), (),
-                 ("api-extensions",), generation=True),
+                 ("api-extensions",), generation=True, unconditional_update=False),
     ResourceType("customresourcedefinitions", "customresourcedefinition", "CustomResourceDefinition",
                  "apiextensions.k8s.io", ["v1"], False, ("status",), ("crd", "crds"), ("api-extensions",),
-                 name_rule="crd", generation=True),
+                 name_rule="crd", generation=True, unconditional_update=False),
 ]
 
 # The order /apis lists groups in (the legacy core group is served at /api).
@@ -172,6 +174,7 @@ class Catalogue:
             categories=tuple(names.get("categories") or ()),
             generation=True,
             builtin=False,
+            unconditional_update=False,  # customResourceStrategy.AllowUnconditionalUpdate
             scale=scale,
             schemas={v["name"]: (v.get("schema") or {}).get("openAPIV3Schema") for v in versions
                      if isinstance((v.get("schema") or {}).get("openAPIV3Schema"), dict)},

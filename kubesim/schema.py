@@ -56,6 +56,8 @@ class RequestScope:
     field_validation: str = "Warn"
     method: str = "POST"
     warnings: list[str] = field(default_factory=list)
+    patch_type: str = ""  # PATCH: "json" | "merge" | "strategic" | "apply"
+    patch: Any = None  # PATCH: the parsed patch body
 
 
 _SCOPE: ContextVar[RequestScope | None] = ContextVar("kubesim_request_scope", default=None)
@@ -111,7 +113,8 @@ def admit(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> 
         # Typed decoding drops what the kind does not have (API requests only: kubesim's own controllers
         # write through the store directly and are not clients).
         if scope is not None:
-            _report_unknown(rt, obj, builtin_fields.unknown_fields(rt, obj), scope)
+            before = _strict_patch_value(obj, scope)
+            _report_unknown(rt, obj, builtin_fields.unknown_fields(rt, obj), scope, before)
         return
     if not rt.schemas:
         return
@@ -121,9 +124,10 @@ def admit(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> 
         return
     kind, group = rt.kind, rt.group
     unknown: list[str] = []
+    before = _strict_patch_value(obj, scope)
     prune_root(obj, schema, unknown)
     if scope is not None:
-        _report_unknown(rt, obj, unknown, scope)
+        _report_unknown(rt, obj, unknown, scope, before)
     apply_defaults(obj, schema)
     causes = validate(obj, schema, old)
     if causes:
@@ -141,21 +145,55 @@ def decode(rt: ResourceType, obj: dict[str, Any]) -> None:
     if schema is None:
         return
     unknown: list[str] = []
-    prune_root(obj, schema, unknown)
     scope = _SCOPE.get()
+    before = _strict_patch_value(obj, scope)
+    prune_root(obj, schema, unknown)
     if scope is not None:
-        _report_unknown(rt, obj, unknown, scope)
+        _report_unknown(rt, obj, unknown, scope, before)
     apply_defaults(obj, schema)
 
 
-def _report_unknown(rt: ResourceType, obj: dict[str, Any], unknown: list[str], scope: RequestScope) -> None:
-    """fieldValidation: Strict refuses (400, worded as the decoder's error), Warn warns, Ignore is silent."""
+def _go_print(v: Any) -> str:
+    """Go's ``%+v`` of a decoded JSON value (maps print with sorted keys, as fmt does)."""
+    if isinstance(v, dict):
+        return "map[" + " ".join(f"{k}:{_go_print(v[k])}" for k in sorted(v)) + "]"
+    if isinstance(v, list):
+        return "[" + " ".join(_go_print(x) for x in v) + "]"
+    if v is None:
+        return "<nil>"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)):
+        return go_float(float(v)) if not isinstance(v, int) or abs(v) < 2 ** 53 else str(v)
+    return str(v)
+
+
+def _strict_patch_value(obj: dict[str, Any], scope: RequestScope | None) -> str | None:
+    """The bad value of a Strict patch's 422 (apiserver endpoints/handlers/patch.go), taken before unknown
+    fields are dropped: the patched object as the JSON/merge patcher re-encodes it (sorted keys), or the
+    strategic patcher's ``%+v`` of the patch."""
+    if scope is None or scope.method != "PATCH" or scope.field_validation != "Strict":
+        return None
+    if scope.patch_type in ("json", "merge"):
+        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS).decode()
+    if scope.patch_type == "strategic":
+        return _go_print(scope.patch)
+    return None
+
+
+def _report_unknown(rt: ResourceType, obj: dict[str, Any], unknown: list[str], scope: RequestScope,
+                    patched: str | None = None) -> None:
+    """fieldValidation: Strict refuses (400 for a request body the decoder refuses, 422 at ``patch`` for a
+    patched object), Warn warns, Ignore is silent."""
     if not unknown:
         return
     log.info("kubesim: %s %s with unknown field(s) %s (fieldValidation=%s)", scope.method, rt.kind,
              ", ".join(unknown), scope.field_validation)
     if scope.field_validation == "Strict":
         text = "strict decoding error: " + ", ".join(f'unknown field "{p}"' for p in unknown)
+        if patched is not None:  # errors.NewInvalid(schema.GroupKind{}, "", field.Invalid("patch", ...))
+            raise invalid("", "", "", [{"reason": "FieldValueInvalid", "field": "patch",
+                                        "message": f"Invalid value: {orjson.dumps(patched).decode()}: {text}"}])
         if scope.method in ("POST", "PUT"):  # a decode failure of the request body (transformDecodeError)
             version = (obj.get("apiVersion") or rt.api_version()).rpartition("/")[2]
             text = f'{rt.kind} in version "{version}" cannot be handled as a {rt.kind}: {text}'

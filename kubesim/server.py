@@ -356,6 +356,9 @@ class ApiServer:
                 patch = orjson.loads(raw)
             except orjson.JSONDecodeError as e:
                 raise ApiError(400, "BadRequest", f"error decoding patch: {e}") from None
+            scope = schema.current_scope()
+            if scope is not None:
+                scope.patch_type, scope.patch = ptype, patch
             a = self._attrs(t, "UPDATE", t.namespace, name, dry)
             rec, warns = await self.webhooks.write(
                 a, lambda: store.patch_rec(rt.key, t.namespace, name, patch, ptype, sub, dry_run=dry),

@@ -342,6 +342,10 @@ class Store(DeletionMixin):
         ns = (meta.get("namespace") or "default") if rt.namespaced else ""
         rec = self._must(rt, ns, meta["name"])
         rv = meta.get("resourceVersion")
+        if not rv and not rt.unconditional_update:
+            # registry.Store.Update: the resource named as the kind, the version parsed as the uint64 0.
+            raise invalid(rt.plural, rt.group, meta["name"], [kinds.cause(
+                "metadata.resourceVersion", "Invalid value: 0: must be specified for an update")])
         if rv and rv != str(rec.rv):
             raise conflict(rt.plural, rt.group, meta["name"])
         if meta.get("uid") and meta["uid"] != rec.uid:
