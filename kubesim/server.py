@@ -23,6 +23,7 @@ import yaml
 from kubesim import printing, schema
 from kubesim.admission import Attributes
 from kubesim.audit import AuditLog
+from kubesim.authz import Access, token_request_target
 from kubesim.errors import ApiError, not_found
 from kubesim.httpserver import HttpServer, Request, Response, StreamResponse
 from kubesim.resources import ResourceType
@@ -106,7 +107,9 @@ class ApiServer:
         self.address = "127.0.0.1:0"
         self.webhooks = Webhooks(store)
         self.audit = AuditLog()
-        self.reviews = Reviews(store)
+        self.access = Access(store, enforce=bool(getattr(getattr(store, "spec", None), "authorize", False)))
+        """Authentication and RBAC (kubesim/authz.py); ``access.enforce`` judges every request."""
+        self.reviews = Reviews(store, self.access)
         """TokenReview / SubjectAccessReview (kubesim/reviews.py); ``reviews.add_token`` adds users."""
 
     def http_server(self) -> HttpServer:
@@ -140,7 +143,12 @@ class ApiServer:
                                            {"causes": [{"message": "kubesim: injected fault"}]}))
         try:
             with schema.request_scope(request.query.get("fieldValidation"), request.method) as scope:
-                resp = await self._route(request)
+                if self.access.enforce:  # kubesim/authz.py: 401 / 403 before anything is served
+                    self.access.check(request.method, request.path, request.query,
+                                      request.headers.get("Authorization", ""))
+                sa = token_request_target(request.method, request.path)
+                resp = (self._json(self.access.token_request(*sa, await self._body(request)), 201) if sa
+                        else await self._route(request))
             if scope.warnings and not resp.prepared:
                 for w in scope.warnings:  # one header per warning, as the real server writes them
                     resp.headers.add("Warning", "299 - " + orjson.dumps(w).decode())

@@ -38,3 +38,6 @@ class ClusterSpec:
     nodes: list[NodeSpec] = field(default_factory=list)
     seed: int = 0
     kubelet: KubeletSpec = field(default_factory=KubeletSpec)
+    authorize: bool = False
+    """Authenticate and authorize every request as kube-apiserver with RBAC does (kubesim/authz.py);
+    off, every request is served (the kubeconfig's admin may do everything either way)."""
