@@ -43,6 +43,7 @@ from federation.kube import JOBS, PODS, Kube, Resource
 from federation.tasks import Supervisor
 from worker_agent import leaserecord
 from worker_agent.cache import kind_resource
+from worker_agent.fencermetrics import FencerServer
 from worker_agent.reconcilers.jobset import JOBSETS
 from worker_agent.reports import placement_of
 from worker_agent.settings import FencerSettings
@@ -286,8 +287,6 @@ async def run(settings: FencerSettings, *, stop: asyncio.Event, clock: Clock | N
         async with Supervisor() as sup:
             sup.start("fencer", fencer.run, restart=True)
             if settings.metrics_port is not None:  # /metrics, /healthz, /readyz (worker_agent/fencermetrics.py)
-                from worker_agent.fencermetrics import FencerServer
-
                 server = FencerServer(fencer, settings.metrics_host, settings.metrics_port)
                 kube.on_call = server.metrics.api_call
                 sup.start("metrics", server.run, restart=True)

@@ -12,21 +12,35 @@ agent's (``worker_agent.metrics``).
 
 from __future__ import annotations
 
+from collections import Counter as Tally
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, generate_latest
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from worker_agent.fencer import Fencer
 from worker_agent.metrics import ProbeServer
 
 FAILURE_REASONS = ("record", "list", "suspend", "delete")
 
 
+class FencerFigures(Protocol):
+    """What is read from the fencer (``worker_agent.fencer.Fencer``) at scrape and for ``/readyz``."""
+
+    sweeps: int
+    suspended: int
+    children_suspended: int
+    pods_deleted: int
+    failures: Tally[str]
+
+    def seconds_left(self) -> float | None: ...
+
+    def missing(self) -> str | None: ...
+
+
 class _Figures(Collector):
-    def __init__(self, fencer: Fencer) -> None:
+    def __init__(self, fencer: FencerFigures) -> None:
         self.fencer = fencer
 
     def collect(self) -> Iterator[Any]:
@@ -56,7 +70,7 @@ class _Figures(Collector):
 class FencerMetrics:
     """The fencer's registry."""
 
-    def __init__(self, fencer: Fencer) -> None:
+    def __init__(self, fencer: FencerFigures) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(_Figures(fencer))
         self.api_calls = Counter("mkd_fencer_api_calls", "Requests to the worker cluster's API server by verb and "
@@ -66,15 +80,13 @@ class FencerMetrics:
         self.api_calls.labels(verb, str(code)).inc()
 
     def exposition(self) -> bytes:
-        from prometheus_client import REGISTRY
-
         return generate_latest(self.registry) + generate_latest(REGISTRY)
 
 
 class FencerServer(ProbeServer):
     """The fencer's metrics port as a supervised task (``metrics``)."""
 
-    def __init__(self, fencer: Fencer, host: str, port: int) -> None:
+    def __init__(self, fencer: FencerFigures, host: str, port: int) -> None:
         self.fencer = fencer
         self.metrics = FencerMetrics(fencer)
         super().__init__(host, port)
