@@ -85,7 +85,7 @@ class Agent:
         """The policy enforced and announced: the configured one, with the agent's own namespace always denied."""
         self.identity = AgentIdentity(settings)
         """The agent's key (every Report is sealed) and the dispatcher's (every Command is checked)."""
-        self.outbox = Outbox(seal=self.identity.seal, accept_hold=settings.accept_hold_seconds)
+        self.outbox = Outbox(seal=self.identity.seal, accept_hold=settings.accept_hold_seconds, clock=self.clock)
         root = settings.mqtt.topic_root
         self.reporter = Reporter(settings.cluster_name, topics.reports(settings.cluster_name, root), self.outbox,
                                  settings.origin)
@@ -128,7 +128,7 @@ class Agent:
                                status_hold=self.settings.status_hold_seconds)
         self.inbox = Inbox(self.kube, self.caches, self.reporter, origin=self.settings.origin, kinds={},
                            delegate=self.delegated, create_namespaces=self.settings.create_namespaces,
-                           policy=CheckedPolicy(self.policy))
+                           policy=CheckedPolicy(self.policy), clock=self.clock)
         self.lease = LeaseKeeper(self.kube, self.caches, self.inbox.kinds, origin=self.settings.origin,
                                  clock=self.clock, startup_grace=self.settings.lease_startup_grace_seconds,
                                  stop_before=self.settings.lease_stop_before_seconds,

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from federation import chunks, flavorstamp, labels
+from federation.clock import Clock, SystemClock
 from federation.errors import (
     AlreadyExists,
     Conflict,
@@ -47,7 +48,7 @@ from federation.messages import (
     Resync,
     decode_command,
 )
-from federation.retry import capped
+from federation.retry import Backoff
 from federation.tasks import TaskSet
 from worker_agent import foreign
 from worker_agent.cache import ObjectCache, Stored, kind_resource
@@ -108,7 +109,9 @@ def new_copy(kind: str, created: Mapping[str, Any]) -> tuple[int, NewCopy] | Non
 class Inbox:
     def __init__(self, kube: Kube, caches: Mapping[str, ObjectCache], reporter: Reporter, *, origin: str,
                  kinds: Mapping[str, JobKind], delegate: Mapping[str, str], create_namespaces: bool,
-                 policy: Policy | None = None) -> None:
+                 policy: Policy | None = None, clock: Clock | None = None) -> None:
+        self.clock = clock or SystemClock()
+        """What a Command retried after a temporary failure waits on."""
         self.policy = policy or Policy(PolicySettings())
         """Where Jobs may land and what their pods may do (``worker_agent.policy``), checked before creating."""
         self.kube = kube
@@ -211,6 +214,7 @@ class Inbox:
 
     async def _handle(self, lock: asyncio.Lock, key: str, command: Place | Delete | Resync, arrival: int) -> None:
         async with lock:
+            backoff = Backoff(0.2, 5.0)
             for attempt in range(5):
                 try:
                     if isinstance(command, Place):
@@ -225,7 +229,7 @@ class Inbox:
                     if attempt == 4:
                         self._gave_up(command, f"the worker cluster kept failing: {exc}")
                     else:
-                        await asyncio.sleep(capped(attempt + 1, 0.2, 5.0, exc.delay))
+                        await backoff.wait(self.clock, exc.delay)
                 except Exception as exc:
                     log.exception("command %s for %s failed", command.type, key)
                     self._gave_up(command, f"{type(exc).__name__}: {exc}")
@@ -387,7 +391,10 @@ class Inbox:
         res = kind_resource(kind)
         p = cmd.placement
         version = max(cmd.spec_version, current.spec_version)
-        for _ in range(5):
+        backoff = Backoff(0.01, 0.1)  # client-go's RetryOnConflict: a few quick re-reads, apart by a little
+        for attempt in range(5):
+            if attempt:
+                await backoff.wait(self.clock)
             existing = await self.kube.get(res, current.name, current.namespace)
             if cmd.spec_version > current.spec_version:  # suspend, resume, an edit: as the kind allows
                 body = kind.update_for_worker(existing, self._body(kind, cmd))

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from federation import chunks, labels
+from federation.clock import Clock, SystemClock
 from federation.errors import Invalid, Transport
 from federation.kinds.base import JobKind
 from federation.messages import (
@@ -52,6 +53,7 @@ from federation.messages import (
 from federation.mqtt import MqttLink
 from federation.podset import Resources, add, format_resources, parse_resources, pod_requests, scale, sub
 from federation.policy import PolicySettings
+from federation.retry import Backoff
 from federation.tasks import park, wake_first
 from worker_agent.cache import ObjectCache
 from worker_agent.seq import Sequencer
@@ -60,7 +62,9 @@ log = logging.getLogger(__name__)
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
 RETRY_PAUSE = 0.2
-"""Seconds a sender waits after a failed publish on a link that is still up, before the next try."""
+"""Seconds a sender first waits after a failed publish on a link that is still up, before the next try
+(doubling, with jitter, up to ``RETRY_PAUSE_MAX`` while publishes keep failing)."""
+RETRY_PAUSE_MAX = 2.0
 
 
 MESSAGES_IN_FLIGHT = 4
@@ -95,8 +99,11 @@ class Outbox:
     """
 
     def __init__(self, *, limit: int = 200_000, seal: Callable[[str, bytes, str, int], bytes] | None = None,
-                 max_in_flight: int = MESSAGES_IN_FLIGHT, accept_hold: float = 0.0) -> None:
+                 max_in_flight: int = MESSAGES_IN_FLIGHT, accept_hold: float = 0.0,
+                 clock: Clock | None = None) -> None:
         self._seal = seal
+        self.clock = clock or SystemClock()
+        """What a sender waits on between publishes that fail on a live link."""
         self.max_in_flight = max_in_flight
         self.accept_hold = accept_hold
         """Seconds an Accepted waits for its placement's first Status (``put``); 0: it goes at once."""
@@ -279,6 +286,7 @@ class Outbox:
     async def run_sender(self) -> None:
         """One sender; runs until cancelled. The heartbeat goes first and alone; the Reports waiting go
         as one batch (``_take_batch``). A failed publish is put back for the next link, in order."""
+        backoff = Backoff(RETRY_PAUSE, RETRY_PAUSE_MAX)
         while True:
             while not self._sendable():
                 await self._park()
@@ -309,6 +317,7 @@ class Outbox:
             self._in_flight += reports
             try:
                 await link.publish(topic, payload, retain=retain)
+                backoff.succeeded()
                 self.sent += len(batch)
                 self.messages += 1
             except (Transport, RuntimeError) as exc:
@@ -320,7 +329,7 @@ class Outbox:
                     # agent mute after a heal, because only a new link attaches again. If the link is in
                     # fact dead, its keepalive ends it and the link loop detaches it.
                     log.info("publish failed (%s); trying again on the same link", exc)
-                    await asyncio.sleep(RETRY_PAUSE)
+                    await backoff.wait(self.clock)
                     continue
                 if self._link is link:
                     self.attach(None)
