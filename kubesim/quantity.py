@@ -29,11 +29,15 @@ class QuantityError(ValueError):
     pass
 
 
-def canonical(value: Any) -> str:
-    """The canonical string form of a quantity given as a JSON string or number."""
+def _text(value: Any) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
         raise QuantityError("quantities must match the regular expression '" + SPLIT_RE + "'")
-    text = value if isinstance(value, str) else (str(value) if isinstance(value, int) else repr(value))
+    return value if isinstance(value, str) else (str(value) if isinstance(value, int) else repr(value))
+
+
+def canonical(value: Any) -> str:
+    """The canonical string form of a quantity given as a JSON string or number."""
+    text = _text(value)
     hit = _CACHE.get(text)
     if hit is not None:
         return hit
@@ -43,22 +47,34 @@ def canonical(value: Any) -> str:
     return out
 
 
-def _canonical(text: str) -> str:
+def parse(value: Any) -> Decimal:
+    """The exact amount of a quantity given as a JSON string or number, in base units (cores, bytes,
+    counts), before any rounding; :class:`QuantityError` when it is not one."""
+    with localcontext() as ctx:
+        ctx.prec = 80
+        return _parse(_text(value).strip())[1]
+
+
+def _parse(text: str) -> tuple[str, Decimal]:
+    """(format, amount) of ``text``: the grammar of ParseQuantity; the caller sets the precision."""
     m = _SPLIT.match(text)
     if not m or m.group(1).count(".") > 1 or m.group(1) in (".", "+.", "-."):
         raise QuantityError("quantities must match the regular expression '" + SPLIT_RE + "'")
     number, suffix = m.group(1), m.group(2)
+    num = Decimal(number)
+    if suffix in _BINARY:
+        return "BinarySI", num * (Decimal(2) ** _BINARY[suffix])
+    if suffix in _DECIMAL:
+        return "DecimalSI", num.scaleb(_DECIMAL[suffix])
+    if suffix[:1] in ("e", "E") and re.fullmatch(r"[eE][-+]?[0-9]+", suffix):
+        return "DecimalExponent", num.scaleb(int(suffix[1:]))
+    raise QuantityError("unable to parse quantity's suffix")
+
+
+def _canonical(text: str) -> str:
     with localcontext() as ctx:
         ctx.prec = 80
-        num = Decimal(number)
-        if suffix in _BINARY:
-            fmt, val = "BinarySI", num * (Decimal(2) ** _BINARY[suffix])
-        elif suffix in _DECIMAL:
-            fmt, val = "DecimalSI", num.scaleb(_DECIMAL[suffix])
-        elif suffix[:1] in ("e", "E") and re.fullmatch(r"[eE][-+]?[0-9]+", suffix):
-            fmt, val = "DecimalExponent", num.scaleb(int(suffix[1:]))
-        else:
-            raise QuantityError("unable to parse quantity's suffix")
+        fmt, val = _parse(text)
         # Quantities keep at most nano precision, rounding up.
         val = val.quantize(Decimal("1e-9"), rounding=ROUND_CEILING) if val != val.to_integral_value() else val
         if val == 0:

@@ -1,7 +1,7 @@
 """Resource arithmetic for the simulated scheduler: quantities and a pod's effective requests.
 
-Owns the Kubernetes quantity grammar ("500m", "2Gi", "1e3") as far as kubesim needs it and the
-scheduler's rule for what a pod asks of a node: max(sum of the app containers and sidecar init
+Quantities ("500m", "2Gi", "1e3") are read with kubesim's one parser (``kubesim.quantity.parse``); this
+module owns the scheduler's rule for what a pod asks of a node: max(sum of the app containers and sidecar init
 containers, each init container plus the sidecars started before it) plus the pod overhead, with a
 container's limits standing in for missing requests, and one unit of the ``pods`` resource.
 Amounts are ``int`` in base units scaled so they compare exactly: cpu in millicores, everything
@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from decimal import Decimal, InvalidOperation
 from typing import Any
+
+from kubesim.quantity import parse
 
 Resources = dict[str, int]
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
-_DECIMAL = {"n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
-            "k": Decimal("1e3"), "M": Decimal("1e6"), "G": Decimal("1e9"), "T": Decimal("1e12"),
-            "P": Decimal("1e15"), "E": Decimal("1e18")}
+"""For writing amounts back out (``format_amount``); reading them is ``kubesim.quantity.parse``'s."""
 _MILLI_RESOURCES = frozenset({"cpu"})
 _cache: dict[tuple[str, str], int] = {}
 
@@ -31,34 +30,15 @@ def parse_quantity(value: str | int | float, resource: str = "") -> int:
     hit = _cache.get(key)
     if hit is not None:
         return hit
-    amount = _to_decimal(str(value).strip())
+    amount = parse(value)
+    if amount < 0:
+        raise ValueError(f"quantity {value!r} must be non-negative")
     if resource in _MILLI_RESOURCES:
         amount *= 1000
     result = math.ceil(amount)
     if len(_cache) < 10_000:
         _cache[key] = result
     return result
-
-
-def _to_decimal(text: str) -> Decimal:
-    if not text:
-        raise ValueError("empty quantity")
-    for suffix, factor in _BINARY.items():
-        if text.endswith(suffix):
-            return _number(text[: -len(suffix)]) * factor
-    if text[-1] in _DECIMAL and text[-1] != "":
-        return _number(text[:-1]) * _DECIMAL[text[-1]]
-    return _number(text)
-
-
-def _number(text: str) -> Decimal:
-    try:
-        amount = Decimal(text)
-    except InvalidOperation as exc:
-        raise ValueError(f"quantity {text!r} is not a number") from exc
-    if not amount.is_finite() or amount < 0:
-        raise ValueError(f"quantity {text!r} must be finite and non-negative")
-    return amount
 
 
 def quantities(values: Mapping[str, Any] | None) -> Resources:
