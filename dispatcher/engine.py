@@ -31,8 +31,8 @@ from dispatcher.adminactions import AdminAction, AdminActions
 from dispatcher.answers import Answers
 from dispatcher.batch import Batch, Heal, Item, JobChange, ReportIn, ResyncDue, Tick
 from dispatcher.clusters import ClusterHealth
+from dispatcher.db import mapped
 from dispatcher.db import queries as q
-from dispatcher.db import transient
 from dispatcher.faults import FaultHandling
 from dispatcher.heal import Healing
 from dispatcher.jobchanges import JobChanges
@@ -98,16 +98,17 @@ class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, F
         while True:
             heard = None
             try:
-                if self._stale:  # a failed batch may have left the in-memory view ahead of the database
-                    await self.rebuild()
-                    self._stale = False
-                heard = (dict(self.book.heartbeats), dict(self.book.received))  # as committed so far
-                await self._handle(items)
+                with mapped():
+                    if self._stale:  # a failed batch may have left the in-memory view ahead of the database
+                        await self.rebuild()
+                        self._stale = False
+                    heard = (dict(self.book.heartbeats), dict(self.book.received))  # as committed so far
+                    await self._handle(items)
             except Exception as exc:  # a batch must not kill the loop
                 if heard is not None:
                     self._heard = heard  # what the book had heard before this batch (``rebuild`` starts there)
                 self._stale = True
-                if transient(exc) or isinstance(exc, Temporary):
+                if isinstance(exc, Temporary):  # the database (DatabaseUnavailable) or a cluster's API server
                     await self._ride_out(exc, len(items))
                     continue
                 tries += 1

@@ -1,7 +1,8 @@
 """What the engine does when deciding a batch fails: hold everything through an outage, isolate the rest.
 
-Two kinds of failure, told apart by :func:`dispatcher.db.transient` (and
-:class:`~federation.errors.Temporary` for the manager cluster's API):
+Two kinds of failure, told apart by the error tree: :class:`~federation.errors.Temporary` (the database's
+outages mapped onto it as :class:`~federation.errors.DatabaseUnavailable` by :func:`dispatcher.db.mapped`,
+the manager cluster's API by ``federation.kube``):
 
 - **An outage** (the database or the manager's API server is down, restarting, failing over): the
   batch is held and tried again, with the one :class:`~federation.retry.Backoff` (capped at

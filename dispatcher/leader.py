@@ -25,10 +25,10 @@ import logging
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from dispatcher.db import transient
+from dispatcher.db import mapped
 from dispatcher.settings import DispatcherSettings
 from federation.clock import Clock
-from federation.errors import Permanent
+from federation.errors import DatabaseUnavailable, Permanent
 
 log = logging.getLogger(__name__)
 
@@ -65,11 +65,12 @@ class Leadership:
             self._conn = await self.engine.connect()
             timeout = int(self.settings.leader_idle_timeout_seconds * 1000)
             try:
-                await self._conn.execute(sa.text(f"SET idle_session_timeout = {timeout}"))
-                await self._conn.commit()
+                with mapped():
+                    await self._conn.execute(sa.text(f"SET idle_session_timeout = {timeout}"))
+                    await self._conn.commit()
+            except DatabaseUnavailable:
+                raise
             except Exception as exc:  # PostgreSQL < 14: a hung active is noticed by TCP keepalive only
-                if transient(exc):
-                    raise
                 await self._conn.rollback()
                 log.warning("idle_session_timeout not supported (%s); a hung active dispatcher is only "
                             "replaced once its connection times out", exc)
@@ -122,26 +123,23 @@ class Leadership:
             await self.clock.sleep(self.settings.leader_poll_seconds)
             try:
                 assert self._conn is not None
-                await self._conn.execute(sa.text("SELECT 1"))
-                await self._conn.commit()
+                with mapped():
+                    await self._conn.execute(sa.text("SELECT 1"))
+                    await self._conn.commit()
                 continue
-            except Exception as exc:
-                if not transient(exc) and not isinstance(exc, AssertionError):
-                    raise
-                log.warning("the leader session broke (%s); taking the lock again", type(exc).__name__)
+            except (DatabaseUnavailable, AssertionError) as exc:
+                log.warning("the leader session broke (%s); taking the lock again", exc or type(exc).__name__)
                 await self._drop()
             while True:
                 try:
-                    if await self._try():
+                    with mapped():
+                        got = await self._try()
+                    if got:
                         log.info("still the active dispatcher (lock taken again on a new session)")
                         break
                     raise LeadershipLost("another dispatcher took over while this one's session was gone; "
                                          "stepping down (the process restarts as a standby)")
-                except LeadershipLost:
-                    raise
-                except Exception as exc:
-                    if not transient(exc):
-                        raise
+                except DatabaseUnavailable:
                     await self._drop()  # the database is away: nobody can decide; keep trying
                     await self.clock.sleep(self.settings.leader_poll_seconds)
 

@@ -27,10 +27,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from dispatcher.batch import ReportIn
+from dispatcher.db import mapped
 from dispatcher.db import queries as q
-from dispatcher.db import transient
 from federation import messages, topics
-from federation.errors import Transport
+from federation.errors import DatabaseUnavailable, Transport
 from federation.retry import Backoff
 
 if TYPE_CHECKING:
@@ -73,16 +73,17 @@ class LeaseDesk:
             if not taken or not self.active():
                 continue  # a standby grants nothing (and losing the leadership ends the process)
             try:
-                left = await self.grant(list(taken.values()))
-            except Exception as exc:
+                with mapped():
+                    left = await self.grant(list(taken.values()))
+            except DatabaseUnavailable as exc:
                 left = list(taken.values())
-                if not transient(exc):
-                    self._again(left)
-                    raise  # a bug: the Supervisor logs and restarts the task; the claims stay pending
-                log.warning("lease desk: database unreachable (%s); granting again shortly", type(exc).__name__)
+                log.warning("lease desk: database unreachable (%s); granting again shortly", exc)
+            except Exception:
+                self._again(list(taken.values()))
+                raise  # a bug: the Supervisor logs and restarts the task; the claims stay pending
             if left:
                 self._again(left)
-                await asyncio.sleep(backoff.failed())
+                await backoff.wait(self.engine.clock)
                 self.wake.set()
             else:
                 backoff.succeeded()

@@ -23,13 +23,13 @@ from typing import Protocol
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from dispatcher.db import mapped
 from dispatcher.db import queries as q
-from dispatcher.db import transient
 from dispatcher.freshrows import FreshRows
 from dispatcher.settings import DispatcherSettings
 from federation import messages
 from federation.clock import Clock
-from federation.errors import Transport
+from federation.errors import DatabaseUnavailable, Transport
 from federation.mqtt import LinkHealth, MqttLink
 from federation.retry import Backoff
 from federation.signing import peek
@@ -107,10 +107,9 @@ class Publisher:
             while True:
                 self.wake.clear()
                 try:
-                    started = await self.drain_once(link)
-                except Exception as exc:
-                    if not transient(exc):
-                        raise
+                    with mapped():
+                        started = await self.drain_once(link)
+                except DatabaseUnavailable as exc:
                     await self._database_down(exc)
                     continue
                 if self._db_down_since is not None:
@@ -339,11 +338,10 @@ class Publisher:
             return
         self._last_purge = self.clock.monotonic()
         try:
-            async with self.sessions.begin() as s:
-                n = await q.purge_sent(s, self.clock.now() - timedelta(seconds=keep))
-        except Exception as exc:
-            if not transient(exc):
-                raise
+            with mapped():
+                async with self.sessions.begin() as s:
+                    n = await q.purge_sent(s, self.clock.now() - timedelta(seconds=keep))
+        except DatabaseUnavailable:
             return  # housekeeping: the next purge catches up
         if n:
             log.debug("purged %d sent outbox rows", n)

@@ -4,7 +4,7 @@ A dispatcher is started by a Deployment, often together with its database (a res
 node that came back, a failover of PostgreSQL). Each step of the start that reads the database —
 the schema check, the cluster keys, the metrics' starting point, the leader election, the fencing
 epoch and the rebuild of the in-memory view — is run by :meth:`Startup.step`: an outage
-(:func:`dispatcher.db.transient`) is waited out with the one :class:`~federation.retry.Backoff`
+(:class:`~federation.errors.DatabaseUnavailable`, mapped by :func:`dispatcher.db.mapped`) is waited out with the one :class:`~federation.retry.Backoff`
 (capped at ``outage_retry_max_seconds``), for as long as it lasts, and logged at a sane rate: one
 WARNING when it starts, one a minute while it lasts, one when it ends. Anything else (a schema that
 is behind, a role or database that does not exist) ends the start with that error, in one line.
@@ -19,9 +19,9 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from dispatcher.db import transient
+from dispatcher.db import mapped
 from federation.clock import Clock
-from federation.errors import Invalid
+from federation.errors import DatabaseUnavailable, Invalid
 from federation.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -64,15 +64,11 @@ class Startup:
             if stop.is_set():
                 raise Stopped(doing)
             try:
-                result = await fn()
-            except Exception as exc:
-                if not transient(exc):
-                    final = permanent(exc)
-                    if final is exc:
-                        raise
-                    raise final from exc
+                with mapped():
+                    result = await fn()
+            except DatabaseUnavailable as exc:
                 now = self.clock.monotonic()
-                self.last_error = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]
+                self.last_error = str(exc)
                 if self.down_since is None:
                     self.down_since = reminded = now
                     log.warning("database unreachable (%s): %s; waiting for it",
@@ -89,6 +85,11 @@ class Startup:
                     for w in waits:
                         w.cancel()
                 continue
+            except Exception as exc:
+                final = permanent(exc)
+                if final is exc:
+                    raise
+                raise final from exc
             self.backoff.succeeded()
             if self.down_since is not None:
                 log.warning("database reachable after %.1fs; carrying on with the start (%s)",

@@ -9,10 +9,12 @@
     │   ├── Conflict         the object changed under us (stale resourceVersion): re-read, then retry
     │   │   └── AlreadyExists   a create found the name taken
     │   └── Transport        the network, the API server (5xx, 429) or the broker failed
+    │       └── DatabaseUnavailable   the database is unreachable or busy (an outage, a restart, a failover)
     └── NotFound             the object is gone (often fine: a delete already happened)
 
 ``federation.kube`` maps ``kubernetes.client.ApiException`` and urllib3 errors onto this tree;
-``federation.mqtt`` maps aiomqtt errors; nothing else catches library exceptions.
+``federation.mqtt`` maps aiomqtt errors; ``dispatcher.db`` (``database_error``, ``mapped``) maps
+SQLAlchemy's and the drivers'; nothing else catches library exceptions.
 """
 
 from __future__ import annotations
@@ -64,6 +66,14 @@ class AlreadyExists(Conflict):
 
 class Transport(Temporary):
     """The network, the API server (5xx, 429) or the broker failed; the operation may be retried."""
+
+
+class DatabaseUnavailable(Transport):
+    """The database is unreachable or busy (an outage, a restart, a failover, a lock timeout): the same
+    work succeeds once it is back, however long that takes. ``delay`` 0: the caller's backoff decides."""
+
+    def __init__(self, message: str, *, delay: float = 0.0) -> None:
+        super().__init__(message, delay=delay)
 
 
 class NotFound(FederationError):

@@ -4,17 +4,20 @@
 async code use ``upgrade_async``); ``check_current(url)`` is what the dispatcher runs before it
 starts, and raises :class:`~federation.errors.Permanent` naming ``mkctl db upgrade`` when the
 schema is behind. SQLite (aiosqlite) and PostgreSQL (asyncpg) are both supported; SQLite gets
-WAL mode and a busy timeout so a reader never blocks the single writer. ``transient(exc)`` is the
-one place that says which database errors are an outage (retry, however long it lasts) rather
-than a statement that can never succeed.
+WAL mode and a busy timeout so a reader never blocks the single writer. ``database_error(exc)`` is the
+one place that maps SQLAlchemy's and the drivers' errors onto ``federation.errors``: an outage (retry,
+however long it lasts) becomes :class:`~federation.errors.DatabaseUnavailable`, a statement that can
+never succeed stays what it is; a retrying loop wraps its work in ``mapped()`` and catches that.
 """
 
 from __future__ import annotations
 
 import ast
 import asyncio
+import contextlib
 import json
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import orjson
@@ -24,7 +27,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
-from federation.errors import Invalid, Permanent
+from federation.errors import DatabaseUnavailable, Invalid, Permanent
 
 if TYPE_CHECKING:  # alembic is imported only to migrate: a dispatcher never needs it (~11 MB, issue 15)
     from alembic.config import Config
@@ -106,7 +109,7 @@ def ping_when_idle(engine: AsyncEngine, idle_seconds: float | None = None) -> No
     of the engine's statements when batches are small, issue 15). A connection used within the last
     second is taken as alive; if the server went away since, the statement fails as a disconnect, which
     SQLAlchemy answers by replacing every connection of the pool made before it, and the engine holds
-    and retries its batch as in any outage (:func:`transient`). One that lay idle longer (the server
+    and retries its batch as in any outage (:func:`database_error`). One that lay idle longer (the server
     may have restarted meanwhile, between batches) is tested first and, when dead, replaced before
     anything runs on it.
     """
@@ -129,21 +132,48 @@ def ping_when_idle(engine: AsyncEngine, idle_seconds: float | None = None) -> No
             raise sa_exc.InvalidatePoolError(f"pooled connection failed its ping: {exc!r}") from exc
 
 
-def transient(exc: BaseException) -> bool:
-    """Whether ``exc`` means the database is unreachable or busy (an outage, a restart, a failover, a
-    lock timeout): retrying later will work. Anything else is a statement that fails on its own."""
+def database_error(exc: BaseException) -> DatabaseUnavailable | None:
+    """``exc`` (raised by SQLAlchemy or a driver) on mkd's error tree: :class:`DatabaseUnavailable` when
+    the database is unreachable or busy (an outage, a restart, a failover, a lock timeout: retrying later
+    will work); None for a statement that fails on its own (a bug, a constraint), which stays as raised."""
+    if isinstance(exc, DatabaseUnavailable):
+        return exc
+    if not _unavailable(exc):
+        return None
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    return DatabaseUnavailable(f"{type(exc).__name__}: {first}"[:300])
+
+
+@contextlib.contextmanager
+def mapped() -> Iterator[None]:
+    """Raise a database outage inside the block as :class:`DatabaseUnavailable` (from the original);
+    any other error passes unchanged. Wraps async work too (``with mapped(): await ...``)."""
+    try:
+        yield
+    except DatabaseUnavailable:
+        raise
+    except Exception as exc:
+        mapped_error = database_error(exc)
+        if mapped_error is None:
+            raise
+        raise mapped_error from exc
+
+
+def _unavailable(exc: BaseException) -> bool:
     if isinstance(exc, sa_exc.DBAPIError):
         if exc.connection_invalidated or isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError):
             return True
-        return exc.orig is not None and exc.orig is not exc and transient(exc.orig)
+        return exc.orig is not None and exc.orig is not exc and _unavailable(exc.orig)
     # SQLAlchemy's asyncpg adapter raises its own exception with the driver's as the cause
     # ("the database system is starting up" is asyncpg's CannotConnectNowError behind it).
     cause = exc.__cause__
-    if cause is not None and cause is not exc and transient(cause):
+    if cause is not None and cause is not exc and _unavailable(cause):
         return True
     if isinstance(exc, sa_exc.DisconnectionError | sa_exc.TimeoutError | OSError | TimeoutError | ConnectionError):
         return True
-    import asyncpg  # its own errors for a lost connection and a server shutting down or starting
+    # asyncpg's own errors for a lost connection and a server shutting down or starting; imported here,
+    # on an error only: a dispatcher on SQLite never loads the PostgreSQL driver
+    import asyncpg
 
     return isinstance(exc, asyncpg.PostgresConnectionError | asyncpg.InterfaceError
                       | asyncpg.exceptions.OperatorInterventionError)

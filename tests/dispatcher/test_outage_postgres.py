@@ -3,7 +3,7 @@
 The dispatcher runs against it while it is down for longer than any fixed retry ladder; every Job
 created meanwhile is claimed and placed exactly once after it returns, without a restart of the
 engine. The errors asyncpg raises for a crashed server and a refused connection are what
-:func:`dispatcher.db.transient` must call an outage; this test is where that is proven.
+:func:`dispatcher.db.database_error` must map to an outage; this test is where that is proven.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import pytest
 from bench.chaos.procs import PrivatePostgres, missing_binaries
 from dispatcher import db
 from dispatcher.db import models as m
+from federation.errors import DatabaseUnavailable
 from federation.kube import Kube
 from tests.dispatcher.harness import PYTORCHJOBS, FakeAgent, eventually, pytorchjob, running, settings
 from tests.dispatcher.test_flow import rows
@@ -60,7 +61,7 @@ async def test_pooled_connections_after_a_restart_are_replaced_without_a_ping_pe
     """No ping at every checkout (two round trips per batch, issue 15): a connection idle for a while is
     tested as it is checked out and replaced when dead, so the first statement after a restart between
     batches succeeds; a connection in use when the server went away fails its statement once, as an outage
-    (``transient``), and every older connection of the pool is replaced with it."""
+    (``database_error``), and every older connection of the pool is replaced with it."""
     import sqlalchemy as sa
 
     pg = PrivatePostgres(tmp_path, tmp_path)
@@ -87,7 +88,7 @@ async def test_pooled_connections_after_a_restart_are_replaced_without_a_ping_pe
         with pytest.raises(Exception) as caught:
             async with engine.connect() as c:
                 await c.execute(sa.text("SELECT 3"))
-        assert db.transient(caught.value)
+        assert isinstance(db.database_error(caught.value), DatabaseUnavailable)
         async with engine.connect() as c, engine.connect() as d:  # the whole pool was replaced
             assert (await c.execute(sa.text("SELECT 4"))).scalar() == 4
             assert (await d.execute(sa.text("SELECT 5"))).scalar() == 5
