@@ -79,9 +79,10 @@ class _Todo:
     events: list[tuple[Literal["Normal", "Warning"], str, str]] = field(default_factory=list)
     tries: int = 0
     lingering: float | None = None
-    """Not queued yet, until this loop time: conditions or a passing status waiting for more to share the write."""
+    """Not queued yet, until this time (the writer's clock, monotonic): conditions or a passing status waiting
+    for more to share the write."""
     held_since: float = 0.0
-    """Loop time the current wait began: later work extends it, never past the longest wait from here."""
+    """When the current wait began (the same clock): later work extends it, never past the longest wait from here."""
     for_status: bool = False
     """The current wait is for the worker's next status (``status_linger``), not a condition's alone: an Event
     queued meanwhile goes alone (``_work``), and the rest keeps waiting."""
@@ -153,10 +154,8 @@ class KubeWriter:
 
     def _linger(self, todo: _Todo, seconds: float, for_status: bool = False) -> None:
         """Hold ``todo`` until ``seconds`` from now, but no longer than the longest wait since its wait began
-        (statuses that keep coming never hold the write for good; real time on purpose: a batching delay,
-        not logic a test drives with a FakeClock)."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
+        (statuses that keep coming never hold the write for good); a timer on the writer's clock."""
+        now = self.clock.monotonic()
         if todo.lingering is None:
             todo.held_since = now
             todo.for_status = False
@@ -164,7 +163,7 @@ class KubeWriter:
         due = min(now + seconds, todo.held_since + max(self.condition_linger, self.status_linger))
         if todo.lingering is None or due > todo.lingering:
             todo.lingering = due
-            loop.call_at(due, self._release, todo.key.uid, due)
+            self.clock.call_later(due - now, self._release, todo.key.uid, due)
 
     def _release(self, uid: str, due: float | None = None) -> None:
         """A lingering todo's wait is over (its time passed — ``due``, unless extended since — or a write
@@ -172,11 +171,11 @@ class KubeWriter:
         todo = self._todo.get(uid)
         if todo is not None and todo.lingering is not None and (due is None or due >= todo.lingering):
             if due is not None and todo.for_status and self._queue.qsize() > self.workers and self.status_linger:
-                loop = asyncio.get_running_loop()
-                later = min(loop.time() + self.status_linger, todo.held_since + self.start_linger_max)
+                now = self.clock.monotonic()
+                later = min(now + self.status_linger, todo.held_since + self.start_linger_max)
                 if later > due:  # behind: the worker's next status is on its way, writes are short
                     todo.lingering = later
-                    loop.call_at(later, self._release, uid, later)
+                    self.clock.call_later(later - now, self._release, uid, later)
                     return
             todo.lingering = None
             if uid not in self._busy:
@@ -279,6 +278,11 @@ class KubeWriter:
 
     async def wait_idle(self) -> None:
         await self._idle.wait()
+
+    @property
+    def settled(self) -> bool:
+        """Nothing queued and nothing being written: what is left waits for its time (or for more work)."""
+        return self._queue.empty() and not self._busy
 
     async def flush(self, within: float) -> bool:
         """Stopping: what waits to share a write goes now, and nothing waits from here on; True once every

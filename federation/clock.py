@@ -9,8 +9,9 @@ import functools
 import heapq
 import itertools
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 
 def rfc3339(at: datetime) -> str:
@@ -36,6 +37,15 @@ class Clock(Protocol):
 
     async def sleep(self, seconds: float) -> None: ...
 
+    def call_later(self, seconds: float, callback: Callable[..., Any], *args: Any) -> Timer:
+        """Call ``callback(*args)`` once ``seconds`` have passed on this clock (a timer, not a task: cheap
+        enough for one per Job in a burst); on the event loop's thread."""
+        ...
+
+
+class Timer(Protocol):
+    def cancel(self) -> None: ...
+
 
 class SystemClock:
     """The real clock."""
@@ -49,9 +59,13 @@ class SystemClock:
     async def sleep(self, seconds: float) -> None:
         await asyncio.sleep(max(0.0, seconds))
 
+    def call_later(self, seconds: float, callback: Callable[..., Any], *args: Any) -> Timer:
+        return asyncio.get_running_loop().call_later(max(0.0, seconds), callback, *args)
+
 
 class FakeClock:
-    """A clock that moves only when told: ``advance()`` moves time and wakes the sleepers it passed.
+    """A clock that moves only when told: ``advance()`` moves time, wakes the sleepers it passed and runs
+    the timers (``call_later``) that came due, in order, before it returns.
 
     ``sleep(0)`` (or negative) only yields to the loop, like asyncio's.
     """
@@ -62,6 +76,7 @@ class FakeClock:
         self._sleepers: list[tuple[float, int, asyncio.Future[None]]] = []
         self._order = itertools.count()
         self._watchers: list[asyncio.Future[None]] = []
+        self._timers: list[tuple[float, int, _FakeTimer]] = []
 
     def now(self) -> datetime:
         return self._start + timedelta(seconds=self._elapsed)
@@ -93,12 +108,48 @@ class FakeClock:
             self._watchers.append(watcher)
             await watcher
 
+    def call_later(self, seconds: float, callback: Callable[..., Any], *args: Any) -> Timer:
+        timer = _FakeTimer(callback, args)
+        heapq.heappush(self._timers, (self._elapsed + max(0.0, seconds), next(self._order), timer))
+        return timer
+
+    @property
+    def timers(self) -> int:
+        """How many timers (``call_later``) wait to come due."""
+        return sum(1 for _, _, t in self._timers if not t.cancelled)
+
     def advance(self, seconds: float) -> None:
-        """Move time forward and wake every sleeper whose deadline has passed (they run at the next yield)."""
+        """Move time forward, wake every sleeper whose deadline has passed (they run at the next yield) and
+        run every timer that came due, in the order due, each with the clock at its own due time (so one a
+        timer sets runs too when it is due within the advance)."""
         if seconds < 0:
             raise ValueError("a clock never goes back")
-        self._elapsed += seconds
+        target = self._elapsed + seconds
+        while self._timers and self._timers[0][0] <= target:
+            due, _, timer = heapq.heappop(self._timers)
+            if timer.cancelled:
+                continue
+            self._elapsed = max(self._elapsed, due)
+            self._wake_sleepers()
+            timer.cancelled = True
+            timer.callback(*timer.args)
+        self._elapsed = target
+        self._wake_sleepers()
+
+    def _wake_sleepers(self) -> None:
         while self._sleepers and self._sleepers[0][0] <= self._elapsed:
             _, _, fut = heapq.heappop(self._sleepers)
             if not fut.done():
                 fut.set_result(None)
+
+
+class _FakeTimer:
+    __slots__ = ("args", "callback", "cancelled")
+
+    def __init__(self, callback: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        self.callback = callback
+        self.args = args
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True

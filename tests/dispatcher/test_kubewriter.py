@@ -1,5 +1,8 @@
 """The KubeWriter remembers only the status it wrote last: mkd's conditions and the worker's part are read
-back from it (as after a restart from the listed Job). Checked on kubesim through the kubernetes client."""
+back from it (as after a restart from the listed Job). Checked on kubesim through the kubernetes client.
+
+How long work waits to share a write is the writer's clock: those tests run it on a FakeClock, so "it
+still waits" is checked once the writer has nothing queued or in flight (``settled``), not after a sleep."""
 
 from __future__ import annotations
 
@@ -11,23 +14,28 @@ from dispatcher.jobcache import JobCache
 from dispatcher.kubewriter import JobKey, KubeWriter
 from dispatcher.workload import condition, passing, removal, reset
 from federation import labels
-from federation.clock import SystemClock
+from federation.clock import Clock, FakeClock, SystemClock
 from federation.kube import EVENTS, Kube
-from tests.dispatcher.harness import PYTORCHJOBS, pytorchjob
+from tests.dispatcher.harness import PYTORCHJOBS, eventually, pytorchjob
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-async def job_and_writer(kube: Kube, name: str, *, through: Any = None,
+async def job_and_writer(kube: Kube, name: str, *, through: Any = None, clock: Clock | None = None,
                          **settings: Any) -> tuple[JobKey, KubeWriter, asyncio.Task[None]]:
     """A PyTorchJob ``name`` on kubesim, in a Job cache, and a KubeWriter over them (writing ``through``
-    another client when given), running."""
+    another client when given, on ``clock``), running."""
     job = await kube.create(PYTORCHJOBS, pytorchjob(name), "default")
     key = JobKey(job["metadata"]["uid"], "PyTorchJob", "default", name)
     cache = JobCache()
     cache[key.uid] = job
-    writer = KubeWriter(through or kube, cache, SystemClock(), **settings)
+    writer = KubeWriter(through or kube, cache, clock or SystemClock(), **settings)
     return key, writer, asyncio.create_task(writer.run())
+
+
+async def settled(writer: KubeWriter) -> None:
+    """Until the writer has nothing queued and nothing in flight: what is left waits (its clock stands still)."""
+    await eventually(lambda: writer.settled, what="the writer to have nothing queued or in flight")
 
 
 async def test_conditions_and_mirrors_keep_each_other_and_transition_times(kube: Kube) -> None:
@@ -108,11 +116,13 @@ async def test_a_condition_alone_waits_for_the_jobs_status_and_shares_its_write(
     key = JobKey(job["metadata"]["uid"], "PyTorchJob", "default", "linger")
     cache = JobCache()
     cache[key.uid] = job
-    writer = KubeWriter(kube, cache, SystemClock(), workers=2, condition_linger=3600)  # only work on it ends the wait
+    clock = FakeClock()
+    writer = KubeWriter(kube, cache, clock, workers=2, condition_linger=3600)  # only work on it ends the wait
     task = asyncio.create_task(writer.run())
     try:
         writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Placed", "placed on worker-1", T0))
-        await asyncio.sleep(0.2)
+        clock.advance(3599)
+        await settled(writer)
         assert writer.writes == 0 and writer.backlog == 1  # waiting for the worker's status
         writer.mirror(key, {"conditions": [{"type": "Created", "status": "True", "reason": "PyTorchJobCreated",
                                             "message": "created", "lastTransitionTime": "2026-01-01T00:00:01Z"}]})
@@ -122,7 +132,7 @@ async def test_a_condition_alone_waits_for_the_jobs_status_and_shares_its_write(
         assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_DISPATCHED, "Created"]
 
         writer.condition(key, condition(labels.CONDITION_REJECTED, True, "InvalidJob", "bad", T0))
-        await asyncio.sleep(0.2)
+        await settled(writer)
         assert writer.writes == 1
         writer.event(key, "Warning", "InvalidJob", "bad")  # an Event goes at once, and takes the condition along
         await asyncio.wait_for(writer.wait_idle(), 30)
@@ -200,18 +210,19 @@ async def _running_takes_along_what_waited(kube: Kube, writer: KubeWriter, key: 
 
 
 async def test_accepted_created_and_running_share_one_write(kube: Kube) -> None:
-    key, writer, task = await job_and_writer(kube, "passing", workers=2, condition_linger=3600, status_linger=3600)
+    key, writer, task = await job_and_writer(kube, "passing", clock=FakeClock(), workers=2, condition_linger=3600,
+                                             status_linger=3600)
     try:
         writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Placed", "placed on worker-1", T0))
         writer.mirror(key, _created(), finished=False)  # Created: the Job leaves it soon, it waits too
-        await asyncio.sleep(0.2)
+        await settled(writer)
         assert writer.writes == 0 and writer.backlog == 1
         await _running_takes_along_what_waited(kube, writer, key)
 
         more = _running()
         more["replicaStatuses"]["Worker"] = {"active": 1}
         writer.mirror(key, more, finished=False)  # still Running, counts changed: waits for more
-        await asyncio.sleep(0.2)
+        await settled(writer)
         assert writer.writes == 1 and writer.backlog == 1
         done = _running()
         done["conditions"].append({"type": "Succeeded", "status": "True", "reason": "PyTorchJobSucceeded",
@@ -233,17 +244,18 @@ async def test_an_event_goes_at_once_without_what_waits_for_the_workers_status(k
     """The Placed Event goes at once; the Accepted's condition and a Created status, which wait for the
     worker's next status, keep waiting instead of going with it, so Running still shares their write (a
     write queued for an Event took them along: two status writes per Job whenever the writer lagged)."""
-    key, writer, task = await job_and_writer(kube, "evented", workers=1, condition_linger=3600, status_linger=3600)
+    key, writer, task = await job_and_writer(kube, "evented", clock=FakeClock(), workers=1, condition_linger=3600,
+                                             status_linger=3600)
     try:
         writer.event(key, "Normal", "Placed", "attempt 1 on worker-1")  # queued, not written yet
         writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Accepted", "accepted", T0),
                          status_follows=True)
         writer.mirror(key, _created(), finished=False)
-        await asyncio.sleep(0.2)
+        await settled(writer)
         assert await _events_of(kube, "evented") == ["Placed"]
         assert writer.writes == 0 and writer.backlog == 1  # still waiting for the worker's next status
         writer.event(key, "Normal", "Noted", "another Event while they wait")
-        await asyncio.sleep(0.2)
+        await settled(writer)
         assert sorted(await _events_of(kube, "evented")) == ["Noted", "Placed"]
         assert writer.writes == 0 and writer.backlog == 1
         await _running_takes_along_what_waited(kube, writer, key)
@@ -252,11 +264,17 @@ async def test_an_event_goes_at_once_without_what_waits_for_the_workers_status(k
 
 
 async def test_a_passing_status_alone_is_written_once_its_wait_is_over(kube: Kube) -> None:
-    key, writer, task = await job_and_writer(kube, "slow", workers=2, condition_linger=0.05, status_linger=0.3)
+    clock = FakeClock()
+    key, writer, task = await job_and_writer(kube, "slow", clock=clock, workers=2, condition_linger=0.05,
+                                             status_linger=0.3)
     try:
         writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Placed", "placed on worker-1", T0))
-        await asyncio.sleep(0.01)
+        clock.advance(0.01)
         writer.mirror(key, _created(), finished=False)  # extends the condition's wait: both go together
+        clock.advance(0.1)  # past the condition's own wait
+        await settled(writer)
+        assert writer.writes == 0 and writer.backlog == 1
+        clock.advance(0.2)  # the status's wait is over
         await asyncio.wait_for(writer.wait_idle(), 30)
         assert writer.writes == 1
         st = (await kube.get(PYTORCHJOBS, "slow", "default"))["status"]
@@ -313,21 +331,25 @@ async def test_a_trainjob_never_gets_more_conditions_than_its_crd_holds(kube: Ku
 async def test_statuses_that_keep_coming_do_not_hold_the_write_past_the_longest_wait(kube: Kube) -> None:
     """Each counts-only status may wait for the next, but the first of them waits at most ``status_linger``:
     a Job whose counts change more often than that still shows them."""
-    key, writer, task = await job_and_writer(kube, "busy", workers=1, condition_linger=0, status_linger=0.5)
+    clock = FakeClock()
+    key, writer, task = await job_and_writer(kube, "busy", clock=clock, workers=1, condition_linger=0,
+                                             status_linger=0.5)
     try:
         writer.mirror(key, _running(), finished=False)  # Running goes at once
         await asyncio.wait_for(writer.wait_idle(), 30)
         writes = writer.writes
-        loop = asyncio.get_running_loop()
-        started = loop.time()
         active = 1
-        while loop.time() - started < 2.0 and writer.writes == writes:
+        for _ in range(20):  # a new status every 0.1 s for 2 s
             active += 1
             more = _running()
             more["replicaStatuses"]["Master"] = {"active": active}
             writer.mirror(key, more, finished=False)  # same latest condition: it waits, and extends the wait
-            await asyncio.sleep(0.1)
+            clock.advance(0.1)
+            await settled(writer)
+            if writer.writes > writes:
+                break
         assert writer.writes > writes, "a steady trickle of statuses kept the manager Job from being written"
+        assert clock.monotonic() <= 0.5 + 1e-9, "written only after more than the longest wait"
     finally:
         task.cancel()
 
@@ -338,11 +360,14 @@ class _GatedEvents:
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
         self.gate = asyncio.Event()
+        self.entered = asyncio.Event()
+        """Set once an Event write has begun (and waits at the gate)."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.kube, name)
 
     async def event(self, *args: Any, **kwargs: Any) -> Any:
+        self.entered.set()
         await self.gate.wait()
         return await self.kube.event(*args, **kwargs)
 
@@ -353,13 +378,16 @@ async def test_a_wait_for_the_workers_status_lasts_while_the_writer_is_behind(ku
     Created or Running came more than 2 s after the Accepted for a third to over half of the Jobs, each then
     written two or three times, while the writer was behind anyway."""
     slow = _GatedEvents(kube)
-    key, writer, task = await job_and_writer(kube, "behind", through=slow, workers=2, condition_linger=0.05, status_linger=0.5)
+    clock = FakeClock()
+    key, writer, task = await job_and_writer(kube, "behind", through=slow, clock=clock, workers=2,
+                                             condition_linger=0.05, status_linger=0.5)
     try:
         for n in range(5):  # two in flight, three queued: more than the writer's workers
             writer.event(JobKey(f"other-{n}", "PyTorchJob", "default", f"other-{n}"), "Normal", "Placed", "p")
         writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Accepted", "accepted", T0),
                          status_follows=True)
-        await asyncio.sleep(0.7)  # its status_linger is over, while the writer is behind
+        await slow.entered.wait()
+        clock.advance(0.7)  # its status_linger is over, while the writer is behind
         slow.gate.set()
         await _others_written(kube, 5)
         assert writer.writes == 0, "the Accepted went alone as the writer caught up"
@@ -369,12 +397,10 @@ async def test_a_wait_for_the_workers_status_lasts_while_the_writer_is_behind(ku
 
 
 async def _others_written(kube: Kube, n: int) -> None:
-    for _ in range(1000):
-        if len([e for e in (await kube.list(EVENTS, "default")).items
-                if e["involvedObject"]["name"].startswith("other-")]) >= n:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the held Events were not written")
+    async def written() -> bool:
+        return len([e for e in (await kube.list(EVENTS, "default")).items
+                    if e["involvedObject"]["name"].startswith("other-")]) >= n
+    await eventually(written, what="the held Events to be written")
 
 
 async def test_an_accepted_that_comes_while_an_event_is_written_still_waits_for_the_status(kube: Kube) -> None:
@@ -382,15 +408,16 @@ async def test_an_accepted_that_comes_while_an_event_is_written_still_waits_for_
     wait for Running all the same: they went as soon as the Event was written, alone, and Running took a write
     of its own (a fifth to a third of the Jobs of a 5,000-Job burst, whose Events the writer was behind on)."""
     slow = _GatedEvents(kube)
-    key, writer, task = await job_and_writer(kube, "busy-event", through=slow, workers=1, condition_linger=3600, status_linger=3600)
+    key, writer, task = await job_and_writer(kube, "busy-event", through=slow, clock=FakeClock(), workers=1,
+                                             condition_linger=3600, status_linger=3600)
     try:
         writer.event(key, "Normal", "Placed", "attempt 1 on worker-1")
-        await asyncio.sleep(0.05)  # the writer is at it
+        await slow.entered.wait()  # the writer is at it
         writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Accepted", "accepted", T0),
                          status_follows=True)
         writer.mirror(key, _created(), finished=False)
         slow.gate.set()
-        await asyncio.sleep(0.2)
+        await settled(writer)
         assert await _events_of(kube, "busy-event") == ["Placed"]
         assert writer.writes == 0 and writer.backlog == 1  # still waiting for the worker's next status
         await _running_takes_along_what_waited(kube, writer, key)
