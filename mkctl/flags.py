@@ -5,7 +5,7 @@ Each field of the settings class (nested groups such as ``mqtt`` and ``kube`` fl
 default to "not given": the command builds the settings object from the flags that *were* given as
 init arguments, and pydantic-settings fills the rest from the environment and the defaults, so a
 flag beats an env var and an env var beats a default. The same walk produces the configuration
-reference in the README (``mkctl settings``).
+reference in docs/CONFIGURATION.md (``mkctl settings``).
 """
 
 from __future__ import annotations
@@ -267,7 +267,7 @@ def settings_command(cls: type[S], run: Callable[..., None], *, extra: Sequence[
 
 
 def reference_rows(cls: type[BaseModel]) -> Iterator[tuple[str, str, str, str]]:
-    """(flag, env var, default, meaning) per setting: the README's configuration reference."""
+    """(flag, env var, default, meaning) per setting: the configuration reference (docs/CONFIGURATION.md)."""
     for s in settings_of(cls):
         yield s.flag, s.env, s.default_text(), s.doc
 

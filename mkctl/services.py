@@ -3,7 +3,7 @@
 The service commands get one flag per field of the service's settings class (see ``mkctl.flags``),
 build the settings object, set up logging and run the service until SIGINT/SIGTERM, which sets the
 service's ``stop`` event so it shuts down in stages. ``sim up`` hands over to kubesim's own entry
-point; ``settings`` prints the configuration reference the README carries.
+point; ``settings`` prints the configuration reference of docs/CONFIGURATION.md.
 """
 
 from __future__ import annotations
@@ -256,7 +256,7 @@ def write_demo_topology(state_dir: Path) -> Path:
 def settings_reference(
     service: Annotated[str, typer.Argument(help="dispatcher, agent or fencer")],
     update: Annotated[Path | None, typer.Option(
-        "--update", help="Rewrite the table between this service's markers in a Markdown file (the README).",
+        "--update", help="Rewrite the table between this service's markers in a Markdown file (docs/CONFIGURATION.md).",
         show_default=False)] = None,
 ) -> None:
     """Print the configuration reference of a service as a Markdown table (flag, env var, default, meaning)."""
