@@ -26,6 +26,7 @@ from mkctl import flags
 from mkctl.errors import EXIT_USAGE, CommandFailed, describe
 from mkctl.main import app
 from mkctl.output import Column, OutputFormat, render, table
+from tests.conftest import postgres_available
 
 runner = CliRunner()
 
@@ -203,6 +204,33 @@ def test_unknown_output_format_is_a_usage_error(db_url: str) -> None:
 def test_debug_lets_the_traceback_through() -> None:
     with pytest.raises(Exception):  # noqa: B017 - any failure; the point is that it is not swallowed
         invoke("--debug", "placements", "list", "--database-url", "nosuch://x")
+
+
+@pytest.mark.parametrize("where", ["first", "after the command"])
+def test_debug_is_taken_anywhere_on_the_line(where: str) -> None:
+    """Errors say "rerun with --debug", and the README's ``make demo DEMO_ARGS=--debug`` puts it after
+    ``demo``: both places turn debugging on rather than failing with "No such option"."""
+    args = ["settings", "no-such-service"]
+    args = ["--debug", *args] if where == "first" else [*args, "--debug"]
+    result = runner.invoke(app, args, env={})
+    assert isinstance(result.exception, CommandFailed), result.output  # raised, not printed as one line
+    assert "No such option" not in result.output
+
+
+def test_demo_accepts_debug_after_the_command() -> None:
+    result = runner.invoke(app, ["demo", "--debug", "--help"], env={})
+    assert result.exit_code == 0 and "--keep-running" in result.output, result.output
+
+
+@pytest.mark.skipif(not postgres_available(), reason="needs a PostgreSQL (the shared one, read only)")
+def test_a_missing_postgresql_database_says_how_to_create_it() -> None:
+    url = "postgresql+asyncpg://postgres@127.0.0.1:5432/mkd_no_such_database"
+    for args in (["db", "upgrade"], ["workloads", "list"]):
+        result = invoke(*args, "--database-url", url)
+        lines = error_lines(result)
+        assert result.exit_code == 1 and len(lines) == 1, result.output
+        assert 'database "mkd_no_such_database" does not exist' in lines[0]
+        assert "createdb" in lines[0] and "mkctl db upgrade" in lines[0], lines[0]
 
 
 def test_version() -> None:

@@ -124,6 +124,23 @@ def test_mkctl_runs_in_the_production_install(production_venv: Path, argv: list[
 
 
 @pytest.mark.slow
+def test_kubectl_runs_mkd_as_its_plugin(production_venv: Path) -> None:
+    """``kubectl-mkd`` is installed next to ``mkctl`` (kubectl's plugin convention): ``kubectl mkd ...``."""
+    plugin = production_venv / "bin" / "kubectl-mkd"
+    assert plugin.exists(), "the mkd package installs no kubectl-mkd"
+    done = subprocess.run([str(plugin), "why", "--help"], capture_output=True, text=True, cwd=production_venv,
+                          timeout=60, env=CLEAN_ENV)
+    assert done.returncode == 0 and "kubectl mkd why" in done.stdout, done.stdout + done.stderr
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("kubectl is not installed: the plugin is there, kubectl's finding it is not checked")
+    env = {**CLEAN_ENV, "PATH": f"{production_venv / 'bin'}:{CLEAN_ENV.get('PATH', '/usr/bin:/bin')}"}
+    done = subprocess.run([kubectl, "mkd", "why", "--help"], capture_output=True, text=True, cwd=production_venv,
+                          timeout=60, env=env)
+    assert done.returncode == 0 and "kubectl mkd why" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.slow
 def test_production_install_has_no_simulator_broker_or_test_tools(production_venv: Path) -> None:
     probe = (
         "import importlib.util as u, sys\n"

@@ -147,6 +147,17 @@ async def test_a_refused_login_at_start_names_the_setting(manager: Path, mqtt_ur
     assert describe(err.value) == (str(err.value), EXIT_USAGE) and "\n" not in str(err.value)
 
 
+@pytest.mark.skipif(not postgres_available(), reason="needs a PostgreSQL (the shared one, read only)")
+async def test_a_missing_database_at_start_says_how_to_create_it(manager: Path, mqtt_url: str,
+                                                                 topic_root: str) -> None:
+    """PostgreSQL creates no database on connect: the one line names the database and how to create it."""
+    s = settings(manager, "postgresql+asyncpg://postgres@127.0.0.1:5432/mkd_no_such_database", mqtt_url, topic_root)
+    async with Dispatcher(s) as d:
+        with pytest.raises(Invalid, match=r'database_url: database "mkd_no_such_database" does not exist') as err:
+            await asyncio.wait_for(d.run(asyncio.Event()), 30)
+    assert "createdb" in str(err.value) and "mkctl db upgrade" in str(err.value)
+
+
 async def test_the_memory_task_returns_the_c_heaps_free_pages_every_period(monkeypatch: Any) -> None:
     """Issue 15: after a burst of claims glibc keeps the freed heap; the ``memory`` task trims it periodically."""
     from dispatcher import startup
