@@ -19,7 +19,7 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from dispatcher.db import mapped
+from dispatcher.db import mapped, missing_database_fix
 from federation.clock import Clock
 from federation.errors import DatabaseUnavailable, Invalid
 from federation.retry import Backoff
@@ -103,6 +103,9 @@ def permanent(exc: Exception) -> Exception:
     mkd's own errors as they are; a refused login, a missing database or role names the setting."""
     from sqlalchemy import exc as sa_exc
 
+    missing = missing_database_fix(exc)
+    if missing is not None:
+        return Invalid("database_url", missing)
     if isinstance(exc, sa_exc.DBAPIError):
         orig = exc.orig if exc.orig is not None else exc
         first = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__

@@ -75,6 +75,11 @@ def _database_error(exc: BaseException) -> str | None:
         from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError, ProgrammingError
     except ImportError:  # pragma: no cover - SQLAlchemy is a dependency
         return None
+    from dispatcher.db import missing_database_fix
+
+    missing = missing_database_fix(exc)
+    if missing is not None:
+        return f"database: {missing}"
     if isinstance(exc, NoSuchModuleError | ArgumentError):
         return (f"--database-url: {_first_line(exc)}; use sqlite+aiosqlite:///path/mkd.db or "
                 "postgresql+asyncpg://user@host:5432/db")

@@ -34,7 +34,17 @@ def mkd_version() -> str:
 
 
 class ReportedErrors(TyperGroup):
-    """The root group: runs the chosen command and turns any failure into one line and an exit code."""
+    """The root group: runs the chosen command and turns any failure into one line and an exit code.
+
+    ``--debug`` is the root's flag, but errors say "rerun with --debug" and people add it at the end
+    (``make demo DEMO_ARGS=--debug`` runs ``mkctl demo --debug``): it is taken anywhere before ``--``."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if ctx.parent is None and DEBUG_FLAG in args[1:]:
+            end = args.index("--") if "--" in args else len(args)
+            if DEBUG_FLAG in args[:end]:
+                args = [DEBUG_FLAG, *(a for i, a in enumerate(args) if not (i < end and a == DEBUG_FLAG))]
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: Any) -> Any:
         try:
@@ -49,6 +59,8 @@ class ReportedErrors(TyperGroup):
             print_error(message)
             raise typer.Exit(code) from None
 
+
+DEBUG_FLAG = "--debug"
 
 app = typer.Typer(
     cls=ReportedErrors,
@@ -85,6 +97,11 @@ queues.register(app)
 keys.register(app)
 handover.register(app)
 demo.register(app)
+
+
+def kubectl_plugin() -> None:
+    """``kubectl-mkd``: mkctl under kubectl's plugin convention, so ``kubectl mkd why ns/name`` works."""
+    app(prog_name="kubectl mkd")
 
 
 if __name__ == "__main__":  # python -m mkctl.main

@@ -179,6 +179,22 @@ def _unavailable(exc: BaseException) -> bool:
                       | asyncpg.exceptions.OperatorInterventionError)
 
 
+MISSING_DATABASE = "3D000"
+"""PostgreSQL's SQLSTATE for a database that does not exist (``invalid_catalog_name``)."""
+
+
+def missing_database_fix(exc: BaseException) -> str | None:
+    """For "database X does not exist" (PostgreSQL creates no database on connect): how to create it, in
+    one line; None for any other error."""
+    orig = exc.orig if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None else exc
+    if getattr(orig, "sqlstate", None) != MISSING_DATABASE:
+        return None
+    first = str(orig).strip().splitlines()[0] if str(orig).strip() else "the database does not exist"
+    name = first.split('"')[1] if first.count('"') >= 2 else "<name>"
+    return (f"{first}; mkd creates its tables, not the database: create it once (createdb -h HOST -U USER {name}, "
+            f"or CREATE DATABASE \"{name}\"; in psql), then run `{UPGRADE_HINT}`")
+
+
 def sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
     return async_sessionmaker(engine, expire_on_commit=False)
 
