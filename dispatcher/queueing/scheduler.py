@@ -24,7 +24,7 @@ from __future__ import annotations
 import heapq
 import sys
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 
@@ -76,6 +76,7 @@ class Entry:
     set_aside: str = ""      # '' in the heap; 'quota' or 'capacity' while set aside
     set_aside_since: float | None = None
     note: str = ""           # why it let go of a hold (kept in its reason until it is admitted)
+    preempting_since: float | None = None  # it evicted Workloads for its quota: that room is its own
 
     def key(self) -> tuple[int, float, int]:
         return (-self.priority, self.queued_at, self.seq)
@@ -154,6 +155,8 @@ class Queues:
         self._generation = catalog.generation
         self._stamp = 0.0
         self._admitted_now: set[str] = set()
+        self._reserved: list[tuple[str, dict[FR, Decimal]]] = []   # quota held for the rest of a pass
+        self._victims: dict[str, Admitted] = {}   # evicted this pass: their quota is freed when the pass ends
         self._told: list[Entry] = []   # held before any pass (queue missing, stopped): reported by the next pass
 
     # --- membership ------------------------------------------------------------------------------
@@ -161,7 +164,7 @@ class Queues:
     def add(self, e: Entry) -> None:
         old = self.entries.get(e.uid)
         if old is not None:
-            e.set_aside_since, e.note = old.set_aside_since, old.note
+            e.set_aside_since, e.note, e.preempting_since = old.set_aside_since, old.note, old.preempting_since
             hold = self.held.by_uid.get(old.uid)
             self._drop(old)
             if hold is not None:  # the same Workload (a new priority, a pin): its hold stays
@@ -289,12 +292,14 @@ class Queues:
         stamp = now.timestamp()
         self._stamp = stamp
         self._admitted_now = set()
+        reserved: list[tuple[str, dict[FR, Decimal]]] = []
+        self._reserved = reserved
+        self._victims = {}
         blocked: set[str | None] = set()
         self._check_holds(views, stamp, result)
         done: set[str] = set()
-        reserved: list[tuple[str, dict[FR, Decimal]]] = []
         starving = [e for es in self.aside.values() for e in es.values()
-                    if e.set_aside == "capacity" and self._starving(e, stamp)]
+                    if e.set_aside == "capacity" and (self._starving(e, stamp) or self._preempting(e, stamp))]
         while result.attempts < self.max_attempts:
             heads = []
             for queue in list(self.heaps):
@@ -313,10 +318,10 @@ class Queues:
                 got: Assignment | str = Assignment() if spec is None else assign(spec, e.need, self.tree, self.catalog)
                 tried.append((isinstance(got, Assignment) and got.borrows, e, spec, got))
             if self.fair_sharing:  # lower weighted dominant share (after this admission) first
-                tried.sort(key=lambda t: (not self._starving(t[1], stamp), self._share_after(t[2], t[3]),
+                tried.sort(key=lambda t: (not self._first(t[1], stamp), self._share_after(t[2], t[3]),
                                           t[1].key()))
             else:
-                tried.sort(key=lambda t: (not self._starving(t[1], stamp), t[0], t[1].key()))
+                tried.sort(key=lambda t: (not self._first(t[1], stamp), t[0], t[1].key()))
             progress = False
             borrowed_in: set[str] = set()
             for borrows, e, cq, got in tried:
@@ -325,9 +330,10 @@ class Queues:
                 result.attempts += 1
                 if isinstance(got, str):
                     done.add(e.uid)
-                    if cq is not None and self._preempt(e, cq, result):
-                        progress = True   # victims evicted: their quota is free, the preemptor goes next pass
+                    if cq is not None and self._preempt(e, cq, result, views, now, timeout):
+                        progress = True   # victims evicted: the preemptor holds their room and goes next pass
                         continue
+                    e.preempting_since = None
                     progress |= self._wait(e, "quota", got, stamp, cq, blocked, result)
                     continue
                 root = self.tree.root_of(cq.name) if cq is not None and cq.cohort else None
@@ -345,7 +351,12 @@ class Queues:
                     text = decision.reason
                     if held_by_others:
                         text += f" (held for a Workload waiting longer: {', '.join(sorted(held_by_others))})"
-                    if self._starving(e, stamp):
+                    if self._preempting(e, stamp) and cq is not None:
+                        # the room its victims free is its own until their pods are gone
+                        self.tree.add(cq.name, got.usage)
+                        reserved.append((cq.name, got.usage))
+                        text += "; it waits for the room its preemptions free"
+                    elif self._starving(e, stamp):
                         self._hold(e, need, usable, now, timeout, stamp)
                         mine = self.held.by_uid.get(e.uid)
                         if mine is not None and mine.cluster is not None:
@@ -364,59 +375,97 @@ class Queues:
                 break
         for cq_name, usage in reserved:
             self.tree.remove(cq_name, usage)
+        for uid, victim in self._victims.items():   # Kueue frees a victim's quota once it is evicted: the next pass
+            self.admitted.setdefault(uid, victim)
+            self.release(uid)
+        self._victims = {}
         return result
 
-    def _preempt(self, e: Entry, cq: api.ClusterQueue, result: PassResult) -> bool:
-        """Evict a minimal set of admitted Workloads so ``e`` gets its quota (see ``preemption``)."""
+    def _preempt(self, e: Entry, cq: api.ClusterQueue, result: PassResult, views: Mapping[str, ClusterView],
+                 now: datetime, timeout: float) -> bool:
+        """Evict the victims Kueue chooses so ``e`` gets its quota (see ``preemption``). The victims'
+        quota stays counted and ``e``'s is reserved for the rest of the pass, as in Kueue's cycle."""
         pol = cq.preemption
+        fair = self.fair_sharing and cq.cohort is not None
         if pol.within_cluster_queue == "Never" and pol.reclaim_within_cohort == "Never" \
                 and pol.borrow_within_cohort == "Never":
             return False
-        within_nominal = self._within_nominal(e, cq)
-        fair = self.fair_sharing and cq.cohort is not None
-        items = [(a.uid, a.cq, a.priority, a.queued_at, a.admitted_at, a.cluster) for a in self.admitted.values()
+        # Kueue looks for victims only when the request fits the nominal quota, or it may preempt while borrowing
+        if not (self._within_nominal(e, cq) or pol.borrow_within_cohort == "LowerPriority"
+                or (fair and pol.reclaim_within_cohort != "Never")):
+            return False
+        ideal = assign(cq, e.need, self._unused_tree(), self.catalog)
+        if isinstance(ideal, str):
+            return False  # it could not fit even with the whole cohort unused
+        p = preemption.Preemptor(cq, e.priority, e.queued_at, ideal.usage)
+        cands = [preemption.Candidate(a.uid, a.cq, a.priority, a.queued_at, a.admitted_at, a.cluster, a.usage)
+                 for a in [*self.admitted.values(), *self._victims.values()]
                  if a.uid not in self._admitted_now]  # not admitted and evicted in one pass (a Place, then a Delete)
-        cands = preemption.candidates(cq, e.priority, e.queued_at, within_nominal, items, self.tree, fair=fair)
-        if not cands:
-            return False
 
-        def fits() -> bool:
-            return isinstance(assign(cq, e.need, self.tree, self.catalog), Assignment)
+        def fits(borrowing: bool = True) -> bool:
+            got = assign(cq, e.need, self.tree, self.catalog)
+            return isinstance(got, Assignment) and (borrowing or not got.borrows)
 
-        def usage_of(uid: str) -> tuple[str, dict[FR, Decimal]]:
-            return self.admitted[uid].cq, self.admitted[uid].usage
-
-        def choose_set(uids: list[tuple[str, str]]) -> list[tuple[str, str]] | None:
-            if fair:
-                return fairshare.preemptions(cq.name, wanted, uids, usage_of, self.tree,
-                                             fairshare.Shares(self.tree, self.catalog), fits,
-                                             self.preemption_strategies)
-            found = preemption.minimal_set([uid for uid, _ in uids], usage_of, self.tree, fits)
-            return None if found is None else [(uid, self._classic_reason(uid, cq, within_nominal)) for uid in found]
-        wanted: dict[FR, Decimal] = {}
+        sets: list[list[tuple[preemption.Candidate, str]]] = []
         if fair:
-            ideal = assign(cq, e.need, self._unused_tree(), self.catalog)
-            if isinstance(ideal, str):
-                return False  # it could not fit even with the whole cohort unused
-            wanted = ideal.usage
-        best: list[tuple[str, str]] | None = None
-        for cluster in sorted({c[5] or "" for c in cands}):
-            found = choose_set([(c[0], c[1]) for c in cands if (c[5] or "") == cluster])
-            if found is not None and (best is None or len(found) < len(best)):
-                best = found
-        if best is None:  # no single cluster's Workloads free enough: a set across clusters
-            best = choose_set([(c[0], c[1]) for c in cands])
-        if best is None:
+            ordered = preemption.fair_candidates(p, cands, self.tree)
+            by_uid = {c.uid: c for c in ordered}
+            found = fairshare.preemptions(cq.name, ideal.usage, [(c.uid, c.cq) for c in ordered],
+                                          lambda uid: (by_uid[uid].cq, by_uid[uid].usage), self.tree,
+                                          fairshare.Shares(self.tree, self.catalog), fits, self.preemption_strategies)
+            if found is not None:
+                sets.append([(by_uid[uid], word) for uid, word in found])
+        else:
+            kueue = preemption.classical(p, cands, self.tree, fits)
+            if kueue is not None:
+                sets.append(kueue)
+                seen = {frozenset(c.uid for c, _ in kueue)}
+                for cluster in sorted({c.cluster for c in cands if c.cluster is not None}):
+                    other = preemption.classical(p, cands, self.tree, fits, prefer=cluster)
+                    if other is not None and frozenset(c.uid for c, _ in other) not in seen:
+                        seen.add(frozenset(c.uid for c, _ in other))
+                        sets.append(other)
+        if not sets:
             return False
+        best, where = preemption.choose(sets, lambda name, victims: self._fits_after(e, cq, name, victims, views,
+                                                                                     now, timeout))
+        if any(c.uid in self._victims for c, _ in best):
+            # Kueue skips an entry whose targets overlap an earlier preemptor's in the same cycle
+            e.reason, e.step, e.word = ("waiting for Workloads preempted for another Workload to leave",
+                                        "quota", "Preempting")
+            result.waiting.append(e)
+            return True
         who = f"{e.namespace}/{e.name}"
-        for uid, word in best:
-            result.evicted.append(Eviction(uid, e, word, f"Preempted to accommodate a workload ({who}, UID: {e.uid}) "
-                                                         f"due to {REASONS[word]}"))
-            self.release(uid)
+        for c, word in best:
+            result.evicted.append(Eviction(c.uid, e, word, f"Preempted to accommodate a workload ({who}, UID: {e.uid}) "
+                                                           f"due to {REASONS[word]}"))
+            self._victims[c.uid] = self.admitted.pop(c.uid)   # still counted in the tree until the pass ends
+        self.tree.add(cq.name, ideal.usage)   # the room is the preemptor's for the rest of the pass
+        self._reserved.append((cq.name, dict(ideal.usage)))
+        e.preempting_since = self._stamp
+        room = (f"; their room is freed on cluster {where}" if where is not None else
+                "; their room is on no single cluster where it fits: it waits for room to be freed where it fits")
         e.reason, e.step, e.word = (f"preempting {len(best)} admitted Workload(s) to get quota in ClusterQueue "
-                                    f"{cq.name}", "quota", "Preempting")
+                                    f"{cq.name}{room}", "quota", "Preempting")
         result.waiting.append(e)
         return True
+
+    def _fits_after(self, e: Entry, cq: api.ClusterQueue, name: str, victims: list[preemption.Candidate],
+                    views: Mapping[str, ClusterView], now: datetime, timeout: float) -> bool:
+        """Whether ``e`` fits on cluster ``name`` once the victims' pods there are gone (their room by the
+        totals: which nodes they run on is not known here)."""
+        view = views.get(name)
+        if view is None:
+            return False
+        freed: dict[str, Decimal] = {}
+        for c in victims:
+            for (_, res), amount in c.usage.items():
+                freed[res] = freed.get(res, ZERO) + amount
+        free = {k: view.free.get(k, ZERO) + freed.get(k, ZERO) for k in {*view.free, *freed}}
+        after = replace(view, free=free, largest_node_free={}, nodes=[], rooms={})
+        decision = self.policy(e.need, [after], now=now, timeout=timeout, exclude=e.excluded,
+                               constraints=self._constraints(e, cq))
+        return decision.cluster is not None
 
     def share(self, cq: str, extra: Mapping[FR, Decimal] | None = None) -> Decimal:
         """Fair sharing's weighted dominant resource share of a ClusterQueue (``fairshare.Shares``)."""
@@ -429,11 +478,6 @@ class Queues:
         if self._unused is None:
             self._unused = QuotaTree(self.catalog)
         return self._unused
-
-    def _classic_reason(self, uid: str, cq: api.ClusterQueue, within_nominal: bool) -> str:
-        if self.admitted[uid].cq == cq.name:
-            return "InClusterQueue"
-        return "InCohortReclamation" if within_nominal else "InCohortReclaimWhileBorrowing"
 
     def _share_after(self, cq: api.ClusterQueue | None, got: Assignment | str) -> Decimal:
         if cq is None:
@@ -453,6 +497,14 @@ class Queues:
 
     def _quota_still_fits(self, cq: api.ClusterQueue, got: Assignment) -> bool:
         return all(self.tree.available(cq.name, fr) >= amount for fr, amount in got.usage.items())
+
+    def _preempting(self, e: Entry, stamp: float) -> bool:
+        """It evicted Workloads for its quota, not longer ago than ``hold_seconds``."""
+        return e.preempting_since is not None and stamp - e.preempting_since < self.held.seconds
+
+    def _first(self, e: Entry, stamp: float) -> bool:
+        """Tried before the rest of the round: a starving head, or a preemptor whose victims are leaving."""
+        return self._starving(e, stamp) or self._preempting(e, stamp)
 
     def _starving(self, e: Entry, stamp: float) -> bool:
         return e.set_aside_since is not None and stamp - e.set_aside_since >= self.starvation_seconds
