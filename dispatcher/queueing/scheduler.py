@@ -157,6 +157,7 @@ class Queues:
         self._admitted_now: set[str] = set()
         self._reserved: list[tuple[str, dict[FR, Decimal]]] = []   # quota held for the rest of a pass
         self._victims: dict[str, Admitted] = {}   # evicted this pass: their quota is freed when the pass ends
+        self._preemptors: dict[str | None, str] = {}  # ClusterQueue -> its preempting Workload: its head (sticky)
         self._told: list[Entry] = []   # held before any pass (queue missing, stopped): reported by the next pass
 
     # --- membership ------------------------------------------------------------------------------
@@ -305,7 +306,9 @@ class Queues:
             for queue in list(self.heaps):
                 if queue in blocked:
                     continue
-                head = self._head(queue)
+                head = self._sticky(queue, stamp, done)
+                if head is None:
+                    head = self._head(queue)
                 if head is not None:
                     heads.append(head)
             heads.extend(e for e in starving if e.uid not in done and e.cq not in blocked
@@ -399,8 +402,7 @@ class Queues:
             return False  # it could not fit even with the whole cohort unused
         p = preemption.Preemptor(cq, e.priority, e.queued_at, ideal.usage)
         cands = [preemption.Candidate(a.uid, a.cq, a.priority, a.queued_at, a.admitted_at, a.cluster, a.usage)
-                 for a in [*self.admitted.values(), *self._victims.values()]
-                 if a.uid not in self._admitted_now]  # not admitted and evicted in one pass (a Place, then a Delete)
+                 for a in [*self.admitted.values(), *self._victims.values()]]
 
         def fits(borrowing: bool = True) -> bool:
             got = assign(cq, e.need, self.tree, self.catalog)
@@ -435,11 +437,19 @@ class Queues:
                                         "quota", "Preempting")
             result.waiting.append(e)
             return True
+        if any(c.uid in self._admitted_now for c, _ in best):
+            # Kueue's next cycle would take a Workload admitted in this one: the next pass does (its Place
+            # is sent first, never a Place and a Delete in one pass)
+            e.reason, e.step, e.word = (f"preempting Workloads admitted a moment ago to get quota in ClusterQueue "
+                                        f"{cq.name}: next pass", "quota", "Preempting")
+            result.waiting.append(e)
+            return True
         who = f"{e.namespace}/{e.name}"
         for c, word in best:
             result.evicted.append(Eviction(c.uid, e, word, f"Preempted to accommodate a workload ({who}, UID: {e.uid}) "
                                                            f"due to {REASONS[word]}"))
             self._victims[c.uid] = self.admitted.pop(c.uid)   # still counted in the tree until the pass ends
+        self._preemptors[e.cq] = e.uid
         self.tree.add(cq.name, ideal.usage)   # the room is the preemptor's for the rest of the pass
         self._reserved.append((cq.name, dict(ideal.usage)))
         e.preempting_since = self._stamp
@@ -497,6 +507,18 @@ class Queues:
 
     def _quota_still_fits(self, cq: api.ClusterQueue, got: Assignment) -> bool:
         return all(self.tree.available(cq.name, fr) >= amount for fr, amount in got.usage.items())
+
+    def _sticky(self, cq: str | None, stamp: float, done: set[str]) -> Entry | None:
+        """The preemptor of a ClusterQueue stays its head until it is admitted (Kueue's sticky preemptor of
+        a ``BestEffortFIFO`` queue): a head that came before it must not take the room it freed."""
+        uid = self._preemptors.get(cq)
+        if uid is None:
+            return None
+        e = self.entries.get(uid)
+        if e is None or e.cq != cq or e.set_aside or not self._preempting(e, stamp):
+            del self._preemptors[cq]
+            return None
+        return None if uid in done else e
 
     def _preempting(self, e: Entry, stamp: float) -> bool:
         """It evicted Workloads for its quota, not longer ago than ``hold_seconds``."""
