@@ -4,7 +4,8 @@
 
     FederationError
     ├── Permanent            retrying cannot help: surface a condition and an Event naming the cause
-    │   └── Invalid          user input is wrong: carries the field path and the fix
+    │   ├── Invalid          user input is wrong: carries the field path and the fix
+    │   └── Forbidden        RBAC refused a call (HTTP 403): carries the rule that would allow it
     ├── Temporary(delay)     retry after ``delay`` seconds
     │   ├── Conflict         the object changed under us (stale resourceVersion): re-read, then retry
     │   │   └── AlreadyExists   a create found the name taken
@@ -42,6 +43,26 @@ class Invalid(Permanent):
         self.field = field
         self.detail = message
         self.fix = fix
+
+
+class Forbidden(Permanent):
+    """The API server refused a call (HTTP 403): ``verb`` on ``resource`` (``plural`` or ``plural/subresource``)
+    in API group ``group``; ``fix`` names the RBAC rule that would allow it."""
+
+    def __init__(self, message: str, *, verb: str, group: str, resource: str) -> None:
+        super().__init__(message, reason="Forbidden")
+        self.verb = verb
+        self.group = group
+        self.resource = resource
+
+    @property
+    def rule(self) -> str:
+        """The missing rule as a Role's rules list holds it."""
+        return f'{{apiGroups: ["{self.group}"], resources: ["{self.resource}"], verbs: ["{self.verb}"]}}'
+
+    @property
+    def fix(self) -> str:
+        return f"add the rule {self.rule} to the service's ClusterRole (deploy/) and apply it"
 
 
 class Temporary(FederationError):

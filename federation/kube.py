@@ -18,6 +18,7 @@ feeding an ``asyncio.Queue``. Every HTTP failure and every client exception beco
 from __future__ import annotations
 
 import asyncio
+import builtins
 import collections
 import contextlib
 import importlib.metadata
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 from urllib.parse import quote, urlencode, urlsplit
 
 import orjson
@@ -49,6 +50,7 @@ from federation.errors import (
     AlreadyExists,
     Conflict,
     FederationError,
+    Forbidden,
     Invalid,
     NotFound,
     Permanent,
@@ -57,6 +59,9 @@ from federation.errors import (
 from federation.retry import capped
 from federation.settings import KubeSettings
 from federation.tasks import park, wake_first
+
+if TYPE_CHECKING:
+    from federation.tasks import SideWork
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +151,40 @@ def resource_for(kind: _KindLike) -> Resource:
 
 
 @dataclass(frozen=True)
+class Call:
+    """One request as RBAC judges it: ``verb`` (get, list, watch, create, update, patch, delete), API ``group``,
+    ``resource`` (the plural, or ``plural/subresource``); a discovery request is ``get`` on its path with group
+    ``""`` (``nonresource``)."""
+
+    verb: str
+    group: str
+    resource: str
+    nonresource: bool = False
+
+
+def call_of(method: str, path: str, watch: bool = False) -> Call:
+    """The :class:`Call` a request path makes (the API server's RequestInfo, for the paths ``Resource.path`` builds)."""
+    parts = path.split("?", 1)[0].strip("/").split("/")
+    if parts[0] == "api" and len(parts) >= 3:
+        group, rest = "", parts[2:]
+    elif parts[0] == "apis" and len(parts) >= 4:
+        group, rest = parts[1], parts[3:]
+    else:
+        return Call("get", "", path, nonresource=True)
+    if rest[0] == "namespaces" and len(rest) > 2:
+        rest = rest[2:]
+    resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
+    named = len(rest) > 1
+    verb = {"GET": "get" if named else ("watch" if watch else "list"), "POST": "create", "PUT": "update",
+            "PATCH": "patch", "DELETE": "delete" if named else "deletecollection"}.get(method, method.lower())
+    return Call(verb, group, resource)
+
+
+Recorder = Callable[[str, Call], None]
+"""Told the User-Agent and the :class:`Call` of every request a :class:`Kube` makes (``Kube.recorder``)."""
+
+
+@dataclass(frozen=True)
 class WatchEvent:
     type: Literal["ADDED", "MODIFIED", "DELETED"]
     object: dict[str, Any]
@@ -160,8 +199,10 @@ class ListResult:
 # --- error mapping: the one place ------------------------------------------------------------
 
 
-def _error_for_status(status: int, body: bytes, headers: Mapping[str, str], what: str) -> FederationError:
-    """Map an HTTP status and its ``Status`` body onto the federation error tree."""
+def _error_for_status(status: int, body: bytes, headers: Mapping[str, str], what: str,
+                      call: Callable[[], Call] | None = None) -> FederationError:
+    """Map an HTTP status and its ``Status`` body onto the federation error tree; ``call`` says which request
+    it answered (a 403 names the rule that would allow it)."""
     doc: dict[str, Any] = {}
     with contextlib.suppress(ValueError, TypeError):
         parsed = orjson.loads(body) if body else {}
@@ -179,6 +220,9 @@ def _error_for_status(status: int, body: bytes, headers: Mapping[str, str], what
         causes = (doc.get("details") or {}).get("causes") or []
         first = causes[0] if causes and isinstance(causes[0], dict) else {}
         return Invalid(str(first.get("field") or "(request)"), str(first.get("message") or message))
+    if status == 403 and call is not None:
+        asked = call()
+        return Forbidden(text, verb=asked.verb, group=asked.group, resource=asked.resource)
     if status in (401, 403):
         return Permanent(text, reason="Unauthorized" if status == 401 else "Forbidden")
     if status == 429 or status >= 500 or status == 0:
@@ -573,6 +617,8 @@ class Kube:
         self._watches: set[_WatchStream] = set()
         self._event_ns = 0
         """The last Event name's timestamp (``event``)."""
+        self.side: SideWork | None = None
+        """The service's side work (``federation.tasks``): failed Events are reported there as ``events``."""
 
     @classmethod
     def from_settings(cls, settings: KubeSettings, *, clock: Clock | None = None, user_agent: str = "mkd") -> Kube:
@@ -640,6 +686,10 @@ class Kube:
             method, url, body=body, headers=headers, timeout=timeout, retries=False, preload_content=False)
         return response
 
+    recorder: Recorder | None = None
+    """Every request of every Kube, as (User-Agent, :class:`Call`): set by a test that derives RBAC from what
+    the services call; None (no cost) otherwise."""
+
     on_call: Callable[[str, int], None] | None = None
     """Called (from a worker thread) with the verb and HTTP status of every request; 0: no answer.
     The services' metrics count API calls with it."""
@@ -661,13 +711,16 @@ class Kube:
             if self.on_call is not None:
                 self.on_call(method, response.status)
             if not 200 <= response.status < 300:
-                raise _error_for_status(response.status, data, dict(response.headers), what)
+                raise _error_for_status(response.status, data, dict(response.headers), what,
+                                        lambda: call_of(method, path))
             return orjson.loads(data) if data else {}
 
     async def _request(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
                        body: Any = None, content_type: str | None = None, what: str = "") -> Any:
         if self.state != "open" or self._pool is None:
             raise RuntimeError(f"Kube is {self.state}; use it inside `async with`")
+        if Kube.recorder is not None:
+            Kube.recorder(self.user_agent, call_of(method, path))
         payload = orjson.dumps(body) if body is not None else None
         if payload is not None and content_type is None:
             content_type = "application/json"
@@ -720,7 +773,7 @@ class Kube:
             if status == 401 and attempt == 0:
                 continue  # the token may have just expired: ask the client for the headers again
             if not 200 <= status < 300:
-                raise _error_for_status(status, data, headers, what)
+                raise _error_for_status(status, data, headers, what, lambda: call_of(method, path))
             return orjson.loads(data) if data else {}
         raise AssertionError("unreachable")
 
@@ -774,6 +827,18 @@ class Kube:
         """POST a nameless, create-only review (TokenReview, SubjectAccessReview); the answer has its status."""
         obj: dict[str, Any] = await self._request("POST", res.path(None), body=dict(body), what=f"create {res.kind}")
         return obj
+
+    async def token(self, namespace: str, service_account: str, *, seconds: int = 3600,
+                    audiences: builtins.list[str] | None = None) -> str:
+        """A token of the ServiceAccount from its TokenRequest subresource (what ``kubectl create token`` does)."""
+        spec: dict[str, Any] = {"expirationSeconds": seconds}
+        if audiences:
+            spec["audiences"] = audiences
+        answer = await self._request(
+            "POST", SERVICEACCOUNTS.path(namespace, service_account, "token"),
+            body={"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec},
+            what=f"create token for ServiceAccount {namespace}/{service_account}")
+        return str((answer.get("status") or {}).get("token") or "")
 
     async def create(self, res: Resource, body: Mapping[str, Any], namespace: str | None = None) -> dict[str, Any]:
         ns = namespace or _namespace_of(body)
@@ -834,7 +899,8 @@ class Kube:
 
     async def event(self, involved: Mapping[str, Any], *, type: Literal["Normal", "Warning"], reason: str,
                     message: str, component: str) -> None:
-        """Record a core/v1 Event on ``involved``; best effort: failures are logged, never raised."""
+        """Record a core/v1 Event on ``involved``; best effort: failures are reported to ``side`` (logged once per
+        cause, counted) or logged, never raised."""
         meta = involved.get("metadata") or {}
         namespace = str(meta.get("namespace") or "default")
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -856,7 +922,13 @@ class Kube:
         try:
             await self.create(EVENTS, body, namespace)
         except (FederationError, RuntimeError) as exc:
-            log.warning("could not record event %s on %s/%s: %s", reason, namespace, meta.get("name"), exc)
+            if self.side is not None:
+                self.side.failed("events", exc)
+            else:
+                log.warning("could not record event %s on %s/%s: %s", reason, namespace, meta.get("name"), exc)
+            return
+        if self.side is not None and self.side.faults:
+            self.side.ok("events")
 
     # --- informer ---
 
@@ -885,6 +957,8 @@ class Kube:
                  ("timeoutSeconds", str(self.settings.watch_timeout))]
         if label_selector:
             query.append(("labelSelector", label_selector))
+        if Kube.recorder is not None:
+            Kube.recorder(self.user_agent, Call("watch", res.group, res.plural))
         stream = _WatchStream(self, res.path(namespace), query, f"watch {res.plural}")
         self._watches.add(stream)
         stream.start()
@@ -971,7 +1045,8 @@ class _WatchStream:
                     if response.status == 410:
                         self._put(("gone", None))
                         return
-                    raise _error_for_status(response.status, data, dict(response.headers), self.what)
+                    raise _error_for_status(response.status, data, dict(response.headers), self.what,
+                                            lambda: call_of("GET", self.path, watch=True))
                 buffer = b""
                 for chunk in _chunks(response):
                     if self._stopped.is_set():
