@@ -35,7 +35,7 @@ from federation.clock import Clock, SystemClock
 from federation.kinds.base import JobKind
 from federation.kinds.registry import KINDS
 from federation.kube import Kube
-from federation.tasks import Supervisor
+from federation.tasks import SideWork, Supervisor
 
 __all__ = ["Dispatcher", "list_clusters", "list_placements", "run", "show_workload"]
 log = logging.getLogger(__name__)
@@ -72,6 +72,8 @@ class Dispatcher:
         self.startup = Startup(self.clock, settings.outage_retry_max_seconds)
         """The start-up steps, each waiting for the database; readiness reads it (dispatcher/startup.py)."""
         self._switch_interval = sys.getswitchinterval()
+        self.side = SideWork(self.clock)
+        """Faults of the side work (queue status, Events, handover records): /readyz and the metrics show them."""
 
     async def __aenter__(self) -> Dispatcher:
         s = self.settings
@@ -82,6 +84,7 @@ class Dispatcher:
         self._engine_sql = db.make_engine(s.database_url)
         sessions = db.sessionmaker(self._engine_sql)
         self.kube = await Kube.from_settings(s.kube, clock=self.clock, user_agent="mkd-dispatcher").__aenter__()
+        self.kube.side = self.side
         cache = JobCache()
         self.writer = KubeWriter(self.kube, cache, self.clock, workers=s.kube_writers)
         self.engine = Engine(s, sessions, self.kube, self.writer, self.clock, cache=cache)
@@ -112,7 +115,8 @@ class Dispatcher:
             self.http.ctx.ready_checks["start"] = self._started
         engine = self.engine
         self.queue_watcher = QueueWatcher(self.kube, self.engine.queueing.catalog, self.clock,
-                                          lambda: engine.inbox.put_nowait(Tick()), recheck_seconds=s.kind_recheck_seconds)
+                                          lambda: engine.inbox.put_nowait(Tick()), recheck_seconds=s.kind_recheck_seconds,
+                                          side=self.side)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -178,9 +182,9 @@ class Dispatcher:
         assert self.queue_watcher is not None
         watcher = self.queue_watcher
         for object_kind in watcher.kinds():
-            sup.start(f"queues/{object_kind}", lambda k=object_kind: watcher.watch(k), restart=True)  # type: ignore[misc]
+            sup.start(f"queues/{object_kind}", lambda k=object_kind: watcher.watch(k), side=True)  # type: ignore[misc]
         sup.start("queues/status", lambda: watcher.write_status(self.engine.queueing.queues, 2.0),  # type: ignore[union-attr]
-                  restart=True)
+                  side=True)
         if self.handover is not None:
             self.handover.start_tasks(sup)
 
@@ -217,7 +221,7 @@ class Dispatcher:
         standby)."""
         assert self.engine is not None and self.leadership is not None
         try:
-            async with Supervisor(clock=self.clock) as sup:
+            async with Supervisor(clock=self.clock, side=self.side) as sup:
                 self.supervisor = sup
                 if self.http is not None:  # alive from the start, ready only once started (``_started``)
                     sup.start("api", self.http.run, restart=True)

@@ -98,6 +98,9 @@ class _Parts(Collector):
             writes.add_metric(["failed"], float(writer.failures))
         yield from (lost, healed, stale, received, refused, reconnects, writes, unanswered, published,
                    report_messages, command_messages, batches)
+        side = getattr(d, "side", None)
+        if side is not None:
+            yield from side.collect()
         handover = getattr(d, "handover", None)
         if handover is not None:  # dispatcher/handover: who runs what, and what the webhook routed
             jobs = GaugeMetricFamily("mkd_manager_jobs", "Jobs on the manager cluster by controller (their "

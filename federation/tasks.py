@@ -9,6 +9,12 @@ that swallow the cancellation or clean up slowly) get ``grace`` seconds, are the
 and named in the log, and the first task error is re-raised, not swallowed.
 ``install_signal_handlers`` turns SIGTERM / SIGINT into setting the stop event.
 
+Side work (queue status, Events, handover records, metrics: what the service does besides its core loops)
+degrades and never stops the process: a task started with ``side=True`` is restarted with backoff after
+any error, a :class:`~federation.errors.Permanent` one (a 403) included, and the one :class:`SideWork` of
+the service logs each fault once per cause, counts it, and holds what is wrong and how to fix it (for a
+403 the missing RBAC rule) for ``/readyz`` and the metrics until the work reports itself healthy again.
+
 Every long-lived coroutine runs as a Supervisor task. A pool of workers inside one task (the kube
 writer's, the agent's apply loop) is an ``asyncio.TaskGroup``, so one failing worker stops the pool
 and the Supervisor restarts it whole, never leaving orphans. Short-lived per-item tasks (one Command
@@ -31,10 +37,10 @@ import signal
 from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from federation.clock import Clock, SystemClock
-from federation.errors import Permanent
+from federation.errors import Forbidden, Invalid, Permanent, Temporary
 from federation.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -57,6 +63,90 @@ class TaskInfo:
 
 
 OnError = Callable[[str, BaseException], None]
+
+
+@dataclass
+class Fault:
+    """What is wrong with one piece of side work now."""
+
+    work: str
+    cause: str
+    """Short and stable: the same cause failing again is counted, not logged again."""
+    message: str
+    fix: str
+    since: float
+    failures: int = 1
+
+    def describe(self) -> str:
+        return f"{self.work}: {self.message}" + (f"; fix: {self.fix}" if self.fix else "")
+
+
+def cause_of(exc: BaseException) -> tuple[str, str]:
+    """(cause, fix) of a side-work failure: a 403 names the rule it needs, an invalid value its field."""
+    if isinstance(exc, Forbidden):
+        return f"forbidden: {exc.verb} {exc.resource} in API group {exc.group or 'core'}", exc.fix
+    if isinstance(exc, Invalid):
+        return f"invalid: {exc.field}", exc.fix
+    if isinstance(exc, Permanent):
+        return exc.reason, ""
+    if isinstance(exc, Temporary):
+        return type(exc).__name__, "transient: retried with backoff"
+    return type(exc).__name__, "see the log for the traceback"
+
+
+class SideWork:
+    """The faults of a service's side work (see the module docstring); the probes and metrics read it."""
+
+    def __init__(self, clock: Clock | None = None) -> None:
+        self.clock = clock or SystemClock()
+        self.faults: dict[tuple[str, str], Fault] = {}
+        """(work, cause) -> what is wrong now; a work may fail for several causes at once (two 403s)."""
+        self.failures: collections.Counter[tuple[str, str]] = collections.Counter()
+        """(work, cause) -> failures since the start (``mkd_side_work_failures_total``)."""
+
+    def failed(self, work: str, exc: BaseException) -> Fault:
+        """Count a failure of ``work``; logged when its cause is new while the work is failing."""
+        cause, fix = cause_of(exc)
+        self.failures[(work, cause)] += 1
+        fault = self.faults.get((work, cause))
+        if fault is not None:
+            fault.failures += 1
+            fault.message = str(exc)
+            return fault
+        fault = self.faults[(work, cause)] = Fault(work, cause, str(exc), fix, self.clock.monotonic())
+        log.error("%s is degraded (the service keeps running and retries with backoff): %s%s", work, exc,
+                  f"; fix: {fix}" if fix else "", exc_info=exc if fix.startswith("see the log") else None)
+        return fault
+
+    def ok(self, work: str) -> None:
+        """``work`` succeeded throughout: its faults (if any) are over."""
+        for key in [k for k in self.faults if k[0] == work]:
+            fault = self.faults.pop(key)
+            log.warning("%s recovered after %d failure(s) (%s)", work, fault.failures, fault.cause)
+
+    def of(self, work: str) -> list[Fault]:
+        """The faults of ``work`` now, oldest first."""
+        return sorted((f for (w, _), f in self.faults.items() if w == work), key=lambda f: f.since)
+
+    def problems(self) -> list[str]:
+        """One line per fault: what is wrong and the fix."""
+        return [fault.describe() for _, fault in sorted(self.faults.items())]
+
+    def collect(self) -> list[Any]:
+        """Prometheus families (a collector's ``collect``): ``mkd_side_work_failures_total{work,cause}`` and
+        ``mkd_side_work_degraded{work,cause}`` (1 while failing), the same in every service."""
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        failures = CounterMetricFamily("mkd_side_work_failures", "Failures of side work (queue status, Events, "
+                                       "handover records, metrics) by work and cause; the service keeps running",
+                                       labels=["work", "cause"])
+        for (work, cause), n in sorted(self.failures.items()):
+            failures.add_metric([work, cause], float(n))
+        degraded = GaugeMetricFamily("mkd_side_work_degraded", "1 while a side work fails for this cause (/readyz "
+                                     "says what is wrong and the fix)", labels=["work", "cause"])
+        for work, cause in sorted(self.faults):
+            degraded.add_metric([work, cause], 1.0)
+        return [failures, degraded]
 
 
 class TaskSet:
@@ -128,9 +218,11 @@ class Supervisor:
     """Async context manager owning named tasks; leaving it stops them all (see module docstring)."""
 
     def __init__(self, *, grace: float = 5.0, clock: Clock | None = None,
-                 restart_initial: float = 0.5, restart_max: float = 30.0) -> None:
+                 restart_initial: float = 0.5, restart_max: float = 30.0, side: SideWork | None = None) -> None:
         self.grace = grace
         self.clock = clock or SystemClock()
+        self.side = side or SideWork(self.clock)
+        """Where ``side=True`` tasks' failures go (module docstring)."""
         self.restart_initial = restart_initial
         self.restart_max = restart_max
         self.tasks: dict[str, TaskInfo] = {}
@@ -161,18 +253,19 @@ class Supervisor:
                 self.orphan_failures += 1
         return TaskSet(owner, on_error=on_error, counted=counted)
 
-    def start(self, name: str, factory: Factory, *, restart: bool = False) -> None:
-        """Run ``factory()`` as the task ``name``; ``restart`` re-runs it after a failure, with backoff."""
+    def start(self, name: str, factory: Factory, *, restart: bool = False, side: bool = False) -> None:
+        """Run ``factory()`` as the task ``name``; ``restart`` re-runs it after a failure, with backoff;
+        ``side``: side work, re-run after any failure (``Permanent`` too) and reported to ``self.side``."""
         if self._fatal is None:
             raise RuntimeError("Supervisor.start before `async with Supervisor()`")
         if self._stopping:
             raise RuntimeError(f"Supervisor is shutting down; cannot start {name}")
         if name in self.tasks and not self.tasks[name].task.done():
             raise RuntimeError(f"a task named {name!r} is already running")
-        task = asyncio.get_running_loop().create_task(self._run(name, factory, restart), name=name)
-        self.tasks[name] = TaskInfo(name, restart, task)
+        task = asyncio.get_running_loop().create_task(self._run(name, factory, restart or side, side), name=name)
+        self.tasks[name] = TaskInfo(name, restart or side, task)
 
-    async def _run(self, name: str, factory: Factory, restart: bool) -> None:
+    async def _run(self, name: str, factory: Factory, restart: bool, side: bool = False) -> None:
         backoff = Backoff(self.restart_initial, self.restart_max)
         while True:
             started = self.clock.monotonic()
@@ -186,6 +279,14 @@ class Supervisor:
                 info = self.tasks.get(name)
                 if info is not None:
                     info.last_error = exc
+                if side:  # degrade, say why once, retry: side work never stops the service
+                    if self.clock.monotonic() - started > self.restart_max:
+                        backoff.succeeded()
+                    self.side.failed(name, exc)
+                    if info is not None:
+                        info.restarts += 1
+                    await self.clock.sleep(backoff.failed())
+                    continue
                 if isinstance(exc, Permanent):  # a bad setting, refused credentials: retrying cannot help
                     log.error("task %s: %s", name, exc)  # one line; the service stops and says it
                     self._errors.append((name, exc))

@@ -28,7 +28,7 @@ from federation.kube import CONFIGMAPS, NODES, PODS, SECRETS, Kube, Resource
 from federation.labels import origin_selector
 from federation.messages import Capacity, Heartbeat, encode
 from federation.mqtt import LinkHealth, MqttLink, Will
-from federation.tasks import Supervisor
+from federation.tasks import SideWork, Supervisor
 from worker_agent.apply import ApplyLoop, JobKey, StatusEcho, job_key
 from worker_agent.cache import ObjectCache, Stored, key_of, kind_resource
 from worker_agent.foreign import created_by, foreign_owner
@@ -65,6 +65,9 @@ class Agent:
         self.settings = settings
         self.kube = kube
         self.clock = clock or SystemClock()
+        self.side = SideWork(self.clock)
+        """Faults of the side work (Events, the metrics port): /readyz and /metrics show them."""
+        kube.side = self.side
         self.kinds: dict[str, JobKind] = {k.name: k for k in KINDS}
         self.delegated = {k: v for k, v in settings.delegate.items() if k in self.kinds}
         recs = all_reconcilers()
@@ -501,9 +504,9 @@ class Agent:
             self.metrics_server = MetricsServer(self, self.settings.metrics_host, self.settings.metrics_port)
             self.kube.on_call = self.metrics_server.metrics.api_call
             self.apply.pass_observer = self.metrics_server.metrics.reconciled
-        async with Supervisor() as sup:
+        async with Supervisor(side=self.side) as sup:
             if self.metrics_server is not None:
-                sup.start("metrics", self.metrics_server.run, restart=True)
+                sup.start("metrics", self.metrics_server.run, side=True)
             self._start_watchers(sup)
             sup.start("discovery", lambda: self.rediscover_loop(sup), restart=True)
             self.apply.timers = sup.task_set("apply")  # per-item tasks: counted on their owner task

@@ -285,9 +285,10 @@ async def run(settings: FencerSettings, *, stop: asyncio.Event, clock: Clock | N
                         clock=clock, poll_seconds=settings.poll_seconds, sweep_seconds=settings.sweep_seconds,
                         concurrency=settings.concurrency)
         async with Supervisor() as sup:
+            kube.side = sup.side  # failed Events degrade, counted and on /readyz
             sup.start("fencer", fencer.run, restart=True)
             if settings.metrics_port is not None:  # /metrics, /healthz, /readyz (worker_agent/fencermetrics.py)
-                server = FencerServer(fencer, settings.metrics_host, settings.metrics_port)
+                server = FencerServer(fencer, settings.metrics_host, settings.metrics_port, sup.side)
                 kube.on_call = server.metrics.api_call
-                sup.start("metrics", server.run, restart=True)
+                sup.start("metrics", server.run, side=True)
             await sup.run_until_stopped(stop)

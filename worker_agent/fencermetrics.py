@@ -20,6 +20,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, generate_lat
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from federation.tasks import SideWork
 from worker_agent.metrics import ProbeServer
 
 FAILURE_REASONS = ("record", "list", "suspend", "delete")
@@ -86,10 +87,10 @@ class FencerMetrics:
 class FencerServer(ProbeServer):
     """The fencer's metrics port as a supervised task (``metrics``)."""
 
-    def __init__(self, fencer: FencerFigures, host: str, port: int) -> None:
+    def __init__(self, fencer: FencerFigures, host: str, port: int, side: SideWork | None = None) -> None:
         self.fencer = fencer
         self.metrics = FencerMetrics(fencer)
-        super().__init__(host, port)
+        super().__init__(host, port, side)
 
     def missing(self) -> str | None:
         return self.fencer.missing()

@@ -20,6 +20,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from federation.tasks import SideWork
+
 RECONCILE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
@@ -84,24 +86,32 @@ class AgentMetrics:
         return generate_latest(self.registry) + generate_latest(REGISTRY)
 
 
-def create_app(metrics: Any, ready: Any) -> Any:
+def create_app(metrics: Any, ready: Any, side: SideWork | None = None) -> Any:
     """``/metrics`` (``metrics.exposition()``), ``/healthz`` and ``/readyz``; ``ready()`` returns None or
-    what is missing. The agent's and the fencer's (``worker_agent.fencermetrics``) ports."""
+    what is missing; ``side``'s faults are listed by ``/readyz`` (one ``degraded:`` line each, the probe's
+    status unchanged) and counted in ``/metrics``. The agent's and the fencer's (``worker_agent.fencermetrics``) ports."""
     from prometheus_client import CONTENT_TYPE_LATEST
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import PlainTextResponse, Response
     from starlette.routing import Route
 
+    sides = CollectorRegistry(auto_describe=False)
+    if side is not None:
+        sides.register(side)  # type: ignore[arg-type]
+
     async def prometheus(request: Request) -> Response:
-        return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
+        return Response(metrics.exposition() + generate_latest(sides), media_type=CONTENT_TYPE_LATEST)
 
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")
 
     async def readyz(request: Request) -> Response:
         missing = ready()
-        return PlainTextResponse(f"not ready: {missing}", status_code=503) if missing else PlainTextResponse("ok")
+        degraded = "".join(f"\ndegraded: {line}" for line in side.problems()) if side is not None else ""
+        if missing:
+            return PlainTextResponse(f"not ready: {missing}{degraded}", status_code=503)
+        return PlainTextResponse(f"ok{degraded}")
 
     return Starlette(routes=[Route("/metrics", prometheus), Route("/healthz", healthz), Route("/readyz", readyz)])
 
@@ -112,11 +122,11 @@ class ProbeServer:
 
     metrics: Any
 
-    def __init__(self, host: str, port: int) -> None:
+    def __init__(self, host: str, port: int, side: SideWork | None = None) -> None:
         self.host = host
         self.port = port
         self.started = asyncio.Event()
-        self.app = create_app(self.metrics, self.missing)
+        self.app = create_app(self.metrics, self.missing, side)
 
     def missing(self) -> str | None:
         raise NotImplementedError
@@ -137,7 +147,7 @@ class MetricsServer(ProbeServer):
     def __init__(self, agent: Any, host: str, port: int) -> None:
         self.agent = agent
         self.metrics = AgentMetrics(agent)
-        super().__init__(host, port)
+        super().__init__(host, port, agent.side)
 
     def missing(self) -> str | None:
         if getattr(self.agent, "apply", None) is None:

@@ -4,7 +4,9 @@
 uvicorn as one of the dispatcher's supervised tasks (``api``). The OpenAPI document is at
 ``/openapi.json`` (browsable at ``/docs``). ``/healthz`` answers while the process's event loop runs;
 ``/readyz`` answers 200 only when the database answers and every readiness check passes (intake has
-listed every kind, the report subscription is in place), 503 naming what is missing otherwise.
+listed every kind, the report subscription is in place), 503 naming what is missing otherwise; either way
+it lists, one line each, the side work that is degraded (``federation.tasks.SideWork``: what is wrong and
+the fix), which does not make the replica unready.
 """
 
 from __future__ import annotations
@@ -46,9 +48,11 @@ def create_app(ctx: ApiContext, metrics: Any = None) -> FastAPI:
             problem = check()
             if problem:
                 missing.append(f"{name}: {problem}")
+        side = getattr(app.state, "side", None)
+        degraded = "".join(f"\ndegraded: {line}" for line in side.problems()) if side is not None else ""
         if missing:
-            return PlainTextResponse("not ready: " + "; ".join(missing), status_code=503)
-        return PlainTextResponse("ok")
+            return PlainTextResponse("not ready: " + "; ".join(missing) + degraded, status_code=503)
+        return PlainTextResponse("ok" + degraded)
 
     @app.get("/metrics", include_in_schema=False)
     async def prometheus(request: Request) -> Response:

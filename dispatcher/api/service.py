@@ -28,6 +28,7 @@ class HttpService:
         self.ctx = ApiContext(sessions=sessions, auth=self.auth, engine=dispatcher.engine, kube=dispatcher.kube,
                               ready_checks={"intake": self._intake_ready, "reports": self._reports_ready})
         self.app = create_app(self.ctx, self.metrics)
+        self.app.state.side = dispatcher.side  # degraded side work, listed by /readyz
         self.host = s.api_host
         self.port: int = s.api_port or 0
         self.started = asyncio.Event()

@@ -57,8 +57,8 @@ class HandoverService:
                     ssl_certfile=str(self.settings.webhook_cert_file), ssl_keyfile=str(self.settings.webhook_key_file))
 
     def start_tasks(self, sup: Supervisor) -> None:
-        sup.start("handover/policies", self.book.watch_policies, restart=True)
-        sup.start("handover/namespaces", self.book.watch_namespaces, restart=True)
-        sup.start("handover/flush", self.book.run, restart=True)
+        sup.start("handover/policies", self.book.watch_policies, side=True)
+        sup.start("handover/namespaces", self.book.watch_namespaces, side=True)
+        sup.start("handover/flush", self.book.run, side=True)
         if self.settings.webhook_port is not None:
             sup.start("handover/webhook", self._webhook, restart=True)

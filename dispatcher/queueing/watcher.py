@@ -8,7 +8,11 @@ the engine for a placement round. The catalog is ``ready`` once every type has b
 found missing): until then the scheduler admits nothing, so a restarting dispatcher never takes
 a moment without ClusterQueues for open mode. ``write_status`` keeps every ClusterQueue's and
 LocalQueue's ``status`` as Kueue writes it (pending / reserving / admitted counts, flavor
-reservation and usage, the ``Active`` condition), patching only what changed.
+reservation and usage, the ``Active`` condition), patching only what changed. Writing status is side
+work: a write that fails (a 403 for a missing ``patch`` on ``clusterqueues/status``, an API outage) is
+reported to the service's :class:`~federation.tasks.SideWork` as ``queues/status`` (logged once per cause,
+counted, shown on ``/readyz`` with the fix) and tried again, less often while it keeps failing; placement
+goes on meanwhile.
 """
 
 from __future__ import annotations
@@ -22,8 +26,10 @@ from dispatcher.queueing.catalog import Catalog
 from dispatcher.queueing.scheduler import Queues
 from dispatcher.queueing.views import cluster_queue_status, local_queue_status
 from federation.clock import Clock
-from federation.errors import NotFound, Temporary
+from federation.errors import FederationError, NotFound, Temporary
 from federation.kube import NAMESPACES, Kube, Resource
+from federation.retry import Backoff
+from federation.tasks import SideWork
 
 log = logging.getLogger("dispatcher.queueing")
 
@@ -41,8 +47,9 @@ class QueueWatcher:
     """See the module docstring. ``wake`` is called after every change (puts a Tick in the engine)."""
 
     def __init__(self, kube: Kube, catalog: Catalog, clock: Clock, wake: Callable[[], None], *,
-                 recheck_seconds: float) -> None:
+                 recheck_seconds: float, side: SideWork | None = None) -> None:
         self.kube = kube
+        self.side = side or SideWork(clock)
         self.catalog = catalog
         self.clock = clock
         self.wake = wake
@@ -98,12 +105,17 @@ class QueueWatcher:
         return [kind for kind, _ in self.types]
 
     async def write_status(self, queues: Queues, every: float) -> None:
-        """Every ``every`` seconds: each ClusterQueue's and LocalQueue's status, written when it changed."""
+        """Every ``every`` seconds: each ClusterQueue's and LocalQueue's status, written when it changed; while
+        writes fail, less often (capped backoff up to a minute), each failure reported as ``queues/status``."""
+        backoff = Backoff(every, max(every, 60.0))
+        delay = every
         while True:
-            await self.clock.sleep(every)
+            await self.clock.sleep(delay)
+            delay = every
             if not self.catalog.ready:
                 continue
             now = self.clock.now()
+            wrote, failed = False, False
             targets: list[tuple[str, str, str, dict[str, Any]]] = []
             for name in list(self.catalog.cluster_queues):
                 targets.append(("ClusterQueue", "", name, cluster_queue_status(queues, name, now)))
@@ -123,10 +135,17 @@ class QueueWatcher:
                     await self.kube.patch(res, name, {"status": status}, ns or None, subresource="status")
                 except NotFound:
                     continue
-                except Temporary as exc:
-                    log.warning("writing the status of %s %s failed: %s", kind, name, exc)
+                except FederationError as exc:
+                    self.side.failed("queues/status", exc)
+                    failed = True
                     continue
                 self._written[key] = status
+                wrote = True
+            if failed:
+                delay = backoff.failed()
+            elif wrote:
+                backoff.succeeded()
+                self.side.ok("queues/status")
             for key in [k for k in self._written if (k[0] == "ClusterQueue" and k[2] not in self.catalog.cluster_queues)
                         or (k[0] == "LocalQueue" and (k[1], k[2]) not in self.catalog.local_queues)]:
                 del self._written[key]

@@ -267,3 +267,41 @@ async def test_wake_first_sets_the_first_waiter_still_waiting_and_says_when_none
     assert first.done() and not second.done() and list(waiters) == [second]
     assert wake_first(waiters) and second.done()
     assert not wake_first(waiters)
+
+
+async def test_side_work_that_is_forbidden_degrades_says_so_once_and_retries_with_backoff(
+        caplog: pytest.LogCaptureFixture) -> None:
+    from federation.errors import Forbidden
+
+    clock = FakeClock()
+    runs: list[float] = []
+    allowed = asyncio.Event()
+    healthy = asyncio.Event()
+
+    async def write_status() -> None:
+        runs.append(clock.monotonic())
+        if not allowed.is_set():
+            raise Forbidden('clusterqueues.kueue.x-k8s.io "a" is forbidden', verb="patch", group="kueue.x-k8s.io",
+                            resource="clusterqueues/status")
+        sup.side.ok("queues/status")
+        healthy.set()
+        await asyncio.Event().wait()
+
+    async with Supervisor(clock=clock, restart_initial=1, restart_max=30) as sup:
+        sup.start("queues/status", write_status, side=True)
+        for delay in (1, 2, 4):
+            await asyncio.wait_for(clock.wait_for_sleepers(), TIMEOUT)
+            clock.advance(delay)
+        await asyncio.wait_for(clock.wait_for_sleepers(), TIMEOUT)
+        assert not sup.failed  # a 403 in side work never stops the service
+        [fault] = sup.side.of("queues/status")
+        assert fault.cause == "forbidden: patch clusterqueues/status in API group kueue.x-k8s.io"
+        assert fault.failures == 4 and sup.side.failures[("queues/status", fault.cause)] == 4
+        assert 'resources: ["clusterqueues/status"], verbs: ["patch"]' in sup.side.problems()[0]
+        allowed.set()
+        clock.advance(8)
+        await asyncio.wait_for(healthy.wait(), TIMEOUT)
+        assert sup.side.problems() == []
+    assert runs == [0, 1, 3, 7, 15]
+    said = [r for r in caplog.records if "is degraded" in r.getMessage()]
+    assert len(said) == 1 and said[0].exc_info is None
