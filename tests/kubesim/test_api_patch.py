@@ -137,3 +137,39 @@ def test_apply_removes_fields_the_manager_stopped_applying(api: client.ApiClient
     cms.server_side_apply(body=_cm_manifest(ns, a="1", b="2"), field_manager="mkd")
     after = cms.server_side_apply(body=_cm_manifest(ns, a="1"), field_manager="mkd")
     assert dict(after.data) == {"a": "1"}
+
+
+def test_updates_and_patches_record_their_own_managed_fields_entries(api: client.ApiClient, ns: str) -> None:
+    """apiserver pkg/endpoints/handlers/fieldmanager (managedFieldsUpdater) and structured-merge-diff's
+    Updater.Update: a create, merge patch or update records an ``Update`` entry for its field manager (the
+    fieldManager parameter, else the User-Agent's product) with the fields it set; an update takes the fields
+    it changes from every other manager, Apply ones too; Apply entries are listed first."""
+    def entries(obj: dict) -> list[tuple[str, str, dict]]:
+        return [(m["manager"], m["operation"], m["fieldsV1"]) for m in obj["metadata"]["managedFields"]]
+
+    v1 = client.CoreV1Api(api)
+    cms = DynamicClient(api).resources.get(api_version="v1", kind="ConfigMap")
+    cms.server_side_apply(body=_cm_manifest(ns, a="1"), field_manager="applier")
+    raw = v1.patch_namespaced_config_map("owned", ns, {"data": {"b": "2"}}, field_manager="patcher",
+                                         _preload_content=False)
+    patched = json.loads(raw.data)
+    assert entries(patched) == [("applier", "Apply", {"f:data": {"f:a": {}}}),
+                                ("patcher", "Update", {"f:data": {"f:b": {}}})]
+    assert {m["manager"]: m["apiVersion"] for m in patched["metadata"]["managedFields"]} == {
+        "applier": "v1", "patcher": "v1"}
+    # A PUT changing "a": the applier loses it (and its entry with it), the updater owns it.
+    current = v1.read_namespaced_config_map("owned", ns)
+    current.data["a"] = "3"
+    raw = v1.replace_namespaced_config_map("owned", ns, current, field_manager="updater", _preload_content=False)
+    assert entries(json.loads(raw.data)) == [("patcher", "Update", {"f:data": {"f:b": {}}}),
+                                             ("updater", "Update", {"f:data": {"f:a": {}}})]
+    # A create without fieldManager: the manager is the User-Agent's product; a map it brings into being
+    # is owned with its "." member.
+    api.user_agent = "mkd-probe/1.0 (test)"
+    try:
+        raw = v1.create_namespaced_config_map(ns, {"metadata": {"name": "plain", "labels": {"x": "y"}},
+                                                   "data": {"k": "v"}}, _preload_content=False)
+    finally:
+        api.user_agent = "OpenAPI-Generator/python"
+    assert entries(json.loads(raw.data)) == [("mkd-probe", "Update", {
+        "f:data": {".": {}, "f:k": {}}, "f:metadata": {"f:labels": {".": {}, "f:x": {}}}})]
