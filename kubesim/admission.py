@@ -152,10 +152,14 @@ class Matcher:
         rec = self.store.get_rec("namespaces", None, a.namespace)
         return dict(rec.labels or {}) if rec is not None else {}
 
-    def matches(self, spec: dict[str, Any], a: Attributes, rules_key: str = "resourceRules") -> bool:
+    def matches(self, spec: dict[str, Any], a: Attributes, rules_key: str = "resourceRules",
+                all_without_rules: bool = False) -> bool:
+        """``all_without_rules``: the policy matcher's Matches, where no resourceRules match every resource
+        (a binding's matchResources that only selects namespaces or objects); a webhook without rules and a
+        policy's matchConstraints (which must name rules) match nothing then."""
         equivalent = (spec.get("matchPolicy") or "Equivalent") == "Equivalent"
         rules = spec.get(rules_key) or ()
-        if not any(_rule_matches(r, a, equivalent) and _names_match(r, a) for r in rules):
+        if (rules or not all_without_rules) and not any(_rule_matches(r, a, equivalent) and _names_match(r, a) for r in rules):
             return False
         if any(_rule_matches(r, a, equivalent) and _names_match(r, a) for r in spec.get("excludeResourceRules") or ()):
             return False
@@ -344,7 +348,7 @@ class Admission:
             for b in bindings[pname]:
                 bspec = b.get("spec") or {}
                 mr = bspec.get("matchResources")
-                if mr and not self.matcher.matches(mr, a):
+                if mr and not self.matcher.matches(mr, a, all_without_rules=True):
                     continue
                 for msg, reason in self._evaluate(p, a):
                     bname = b["metadata"]["name"]
