@@ -58,6 +58,7 @@ class RequestScope:
     warnings: list[str] = field(default_factory=list)
     patch_type: str = ""  # PATCH: "json" | "merge" | "strategic" | "apply"
     patch: Any = None  # PATCH: the parsed patch body
+    manager: str = ""  # the field manager of a write (fieldManager, else the User-Agent's product)
 
 
 _SCOPE: ContextVar[RequestScope | None] = ContextVar("kubesim_request_scope", default=None)

@@ -20,7 +20,7 @@ from urllib.parse import unquote
 import orjson
 import yaml
 
-from kubesim import printing, schema
+from kubesim import managed, printing, schema
 from kubesim.admission import Attributes
 from kubesim.audit import AuditLog
 from kubesim.authz import Access, token_request_target
@@ -143,6 +143,8 @@ class ApiServer:
                                            {"causes": [{"message": "kubesim: injected fault"}]}))
         try:
             with schema.request_scope(request.query.get("fieldValidation"), request.method) as scope:
+                scope.manager = managed.manager_of(request.query.get("fieldManager"),
+                                                   request.headers.get("User-Agent", ""))
                 if self.access.enforce:  # kubesim/authz.py: 401 / 403 before anything is served
                     self.access.check(request.method, request.path, request.query,
                                       request.headers.get("Authorization", ""))
@@ -331,6 +333,9 @@ class ApiServer:
                                "accepted media types include: " + ", ".join(PATCH_TYPES), {})
             raw = await request.read()
             if ptype == "apply":
+                scope = schema.current_scope()
+                if scope is not None:
+                    scope.patch_type = "apply"  # Apply entries are kubesim.apply's, not Update ones
                 manager = q.get("fieldManager")
                 if not manager:
                     raise ApiError(400, "BadRequest", "PATCH /apply: fieldManager is required for apply requests")

@@ -22,7 +22,7 @@ from typing import Any
 import orjson
 
 from kubesim import apply as ssa
-from kubesim import jobstatus, kinds, rootca, schema
+from kubesim import jobstatus, kinds, managed, rootca, schema
 from kubesim.admission import Admission
 from kubesim.deletion import DeletionMixin
 from kubesim.errors import ApiError, already_exists, conflict, invalid, namespace_terminating, not_found
@@ -288,6 +288,7 @@ class Store(DeletionMixin):
             obj.pop("status", None)
         schema.admit(rt, obj, None)
         kinds.apply_kind_rules(rt, obj, None, self.alloc_ip)
+        self._record_manager(rt, None, obj, None)
         self.admission.validate(rt, "CREATE", obj, None, None, dry_run)
         if dry_run:
             obj["metadata"]["resourceVersion"] = ""
@@ -406,6 +407,7 @@ class Store(DeletionMixin):
             if rt.generation and _spec_part(new) != _spec_part(old):
                 nmeta["generation"] = int(ometa.get("generation") or 1) + 1
         new["metadata"]["resourceVersion"] = ometa.get("resourceVersion")
+        self._record_manager(rt, old, new, subresource)
         self.admission.validate(rt, "UPDATE", new, old, subresource, dry_run)
         if new == old:
             return rec  # a no-op write keeps the version and sends no event, like etcd3's GuaranteedUpdate
@@ -422,6 +424,14 @@ class Store(DeletionMixin):
         if out.owners != rec.owners and out.owners and not any(o in self._uids for o in out.owners):
             self.defer(lambda: self._collect(rt.key, rec.ns, rec.name))
         return out
+
+    @staticmethod
+    def _record_manager(rt: ResourceType, old: dict[str, Any] | None, new: dict[str, Any],
+                        subresource: str | None) -> None:
+        """The Update entry of an API write's field manager (not for apply, nor kubesim's own writers)."""
+        scope = schema.current_scope()
+        if scope is not None and scope.manager and scope.patch_type != "apply":
+            managed.record_update(old, new, scope.manager, subresource, rt.has_status, now())
 
     # ------------------------------------------------------------------ patch / apply
 
