@@ -80,7 +80,9 @@ def _gizmo_schema() -> dict[str, Any]:
                 "replicas": {"type": "integer"},
                 "min": {"type": "string"}, "max": {"type": "string"},
                 "forbidden": {"type": "string"},
-                "torch": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
+                "torch": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                          "properties": {"elasticPolicy": {"type": "object",
+                                                           "x-kubernetes-preserve-unknown-fields": True}}},
                 "mpi": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
                 "jax": {"type": "object", "x-kubernetes-preserve-unknown-fields": True},
                 "numProcPerNode": {"x-kubernetes-int-or-string": True, "x-kubernetes-validations": [
@@ -152,10 +154,12 @@ def test_changing_managedby_on_a_claimed_job_is_refused_by_the_crd_rule(api: cli
     st = refused(co.patch_namespaced_custom_object, "kubeflow.org", "v1", ns, "pytorchjobs", "claimed",
                  {"spec": {"runPolicy": {"managedBy": "kubeflow.org/training-operator"}}})
     assert st["code"] == 422 and st["reason"] == "Invalid"
+    # apiextensions-apiserver schema/cel/validation.go fieldErrorForReason: a scalar self is shown as it is.
     assert st["message"] == ('PyTorchJob.kubeflow.org "claimed" is invalid: spec.runPolicy.managedBy: '
-                             'Invalid value: "string": managedBy is immutable')
+                             'Invalid value: "kubeflow.org/training-operator": managedBy is immutable')
     assert st["details"]["causes"] == [{"reason": "FieldValueInvalid", "field": "spec.runPolicy.managedBy",
-                                        "message": 'Invalid value: "string": managedBy is immutable'}]
+                                        "message": 'Invalid value: "kubeflow.org/training-operator": managedBy is '
+                                                   "immutable"}]
     assert st["details"]["group"] == "kubeflow.org" and st["details"]["kind"] == "PyTorchJob"
     # An update that leaves managedBy alone passes the transition rule.
     got = co.patch_namespaced_custom_object("kubeflow.org", "v1", ns, "pytorchjobs", "claimed",
@@ -194,32 +198,33 @@ def test_crd_rules_from_upstream_expressions(api: client.ApiClient, gizmos: str,
         forbidden="x", order=[3, 1], label="A"))
     assert st["code"] == 422 and st["reason"] == "Invalid"
     # The spec's own rules come first, in order; the real server walks properties in map order (random).
+    # fieldErrorForReason shows a scalar self, never an object or a list, nor beside a messageExpression's text.
     causes = st["details"]["causes"]
     assert causes[:5] == [
         {"reason": "FieldValueInvalid", "field": "spec",
-         "message": 'Invalid value: "object": Only one of the policy can be configured'},
+         "message": "Invalid value: Only one of the policy can be configured"},
         {"reason": "FieldValueInvalid", "field": "spec",
-         "message": 'Invalid value: "object": numNodes should not be set if torch.elasticPolicy is configured'},
+         "message": "Invalid value: numNodes should not be set if torch.elasticPolicy is configured"},
         {"reason": "FieldValueInvalid", "field": "spec.min",
-         "message": 'Invalid value: "object": min must be strictly less than max'},
+         "message": "Invalid value: min must be strictly less than max"},
         {"reason": "FieldValueInvalid", "field": "spec",
-         "message": 'Invalid value: "object": replicas is 9, at most 8 allowed'},
+         "message": "Invalid value: replicas is 9, at most 8 allowed"},
         {"reason": "FieldValueForbidden", "field": "spec", "message": "Forbidden: forbidden may not be set"},
     ]
     assert sorted(causes[5:], key=lambda c: c["field"]) == [
         {"reason": "FieldValueInvalid", "field": "spec.label",
-         "message": "Invalid value: \"string\": failed rule: self.lowerAscii() == self && "
+         "message": "Invalid value: \"A\": failed rule: self.lowerAscii() == self && "
                     "self.split('-').size() <= 3"},
         {"reason": "FieldValueInvalid", "field": "spec.order",
-         "message": 'Invalid value: "array": order must be sorted'},
+         "message": "Invalid value: order must be sorted"},
     ]
-    assert st["message"].startswith('Gizmo.cel.kubesim.mkd.dev "bad" is invalid: [spec: Invalid value: "object": '
+    assert st["message"].startswith('Gizmo.cel.kubesim.mkd.dev "bad" is invalid: [spec: Invalid value: '
                                     "Only one of the policy can be configured, ")
 
     st = refused(co.create_namespaced_custom_object, gizmos, "v1", ns, "gizmos", gizmo("9gizmo"))
     assert st["details"]["causes"] == [
         {"reason": "FieldValueInvalid", "field": "<nil>",
-         "message": 'Invalid value: "object": metadata.name must match RFC 1035 DNS label format'}]
+         "message": "Invalid value: metadata.name must match RFC 1035 DNS label format"}]
 
     # int-or-string: a string that is no keyword makes `self > 0` fail to find an overload, so the rule errors.
     st = refused(co.create_namespaced_custom_object, gizmos, "v1", ns, "gizmos", gizmo("ips", numProcPerNode="x"))
@@ -236,16 +241,16 @@ def test_crd_transition_rules_and_ratcheting(api: client.ApiClient, gizmos: str,
     st = refused(co.patch_namespaced_custom_object, gizmos, "v1", ns, "gizmos", "t",
                  {"spec": {"runtimeRef": {"name": "jax"}}})
     assert st["details"]["causes"] == [{"reason": "FieldValueInvalid", "field": "spec.runtimeRef",
-                                        "message": 'Invalid value: "object": runtimeRef is immutable'}]
+                                        "message": "Invalid value: runtimeRef is immutable"}]
     # Map lists correlate by key: b's image changes (refused); a new item c has no old value (allowed).
     st = refused(co.patch_namespaced_custom_object, gizmos, "v1", ns, "gizmos", "t",
                  {"spec": {"containers": [{"name": "b", "image": "y:2"}, {"name": "a", "image": "x:1"}]}})
     assert st["details"]["causes"] == [{"reason": "FieldValueInvalid", "field": "spec.containers[0].image",
-                                        "message": 'Invalid value: "string": image is immutable'}]
+                                        "message": 'Invalid value: "y:2": image is immutable'}]
     # optionalOldSelf: evaluated on create too, with oldSelf an optional.
     st = refused(co.create_namespaced_custom_object, gizmos, "v1", ns, "gizmos", gizmo("big", size=7))
     assert st["details"]["causes"] == [{"reason": "FieldValueInvalid", "field": "spec.size",
-                                        "message": 'Invalid value: "integer": size starts at most 5 and only grows'}]
+                                        "message": "Invalid value: 7: size starts at most 5 and only grows"}]
     co.patch_namespaced_custom_object(gizmos, "v1", ns, "gizmos", "t", {"spec": {"size": 3}})
     co.patch_namespaced_custom_object(gizmos, "v1", ns, "gizmos", "t", {"spec": {"size": 9}})
     st = refused(co.patch_namespaced_custom_object, gizmos, "v1", ns, "gizmos", "t", {"spec": {"size": 8}})
@@ -601,6 +606,15 @@ def test_crd_with_a_rule_that_does_not_compile_is_refused(api: client.ApiClient)
     st = refused(client.ApiextensionsV1Api(api).create_custom_resource_definition, body)
     assert st["code"] == 422 and st["reason"] == "Invalid"
     (c,) = st["details"]["causes"]
-    assert c["field"] == "spec.versions[0].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule"
+    # apiextensions v1 conversion hoists a schema every version shares to the internal spec.validation, and
+    # validation.go reports it there.
+    assert c["field"] == "spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule"
     assert c["message"].startswith('Invalid value: apiextensions.ValidationRule{Rule:"self.size( >", Message:""')
     assert "compilation failed: ERROR: <input>:1:" in c["message"]
+    # Versions with schemas of their own are reported at their own path.
+    fine = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    body["spec"]["versions"] = [{"name": "v1", "served": True, "storage": True, "schema": fine},
+                                {**body["spec"]["versions"][0], "name": "v2", "storage": False}]
+    st = refused(client.ApiextensionsV1Api(api).create_custom_resource_definition, body)
+    assert [c["field"] for c in st["details"]["causes"]] == [
+        "spec.versions[1].schema.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule"]
