@@ -271,9 +271,14 @@ class Admission:
             prepare_registration(rt, obj)
         elif rt.key == RAW_CRD and obj is not None and subresource is None:
             causes = []
-            for i, v in enumerate((obj.get("spec") or {}).get("versions") or ()):
-                schema = ((v or {}).get("schema") or {}).get("openAPIV3Schema")
-                causes += cel.rule_compile_causes(schema, f"spec.versions[{i}].schema.openAPIV3Schema")
+            schemas = [((v or {}).get("schema") or {}).get("openAPIV3Schema")
+                       for v in (obj.get("spec") or {}).get("versions") or ()]
+            if schemas and all(sc == schemas[0] for sc in schemas):
+                # The v1 -> internal conversion hoists a schema shared by every version to spec.validation.
+                causes += cel.rule_compile_causes(schemas[0], "spec.validation.openAPIV3Schema")
+            else:
+                for i, schema in enumerate(schemas):
+                    causes += cel.rule_compile_causes(schema, f"spec.versions[{i}].schema.openAPIV3Schema")
             if causes:
                 raise invalid(rt.kind, rt.group, (obj.get("metadata") or {}).get("name", ""), causes)
         if not rt.builtin and obj is not None:

@@ -25,6 +25,8 @@ from typing import Any
 from cel_expr_python import cel as _cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 
+from kubesim.schema import go_value
+
 T = _cel.Type
 
 CRD_VARS = ("self", "oldSelf")
@@ -251,6 +253,22 @@ class Node:
     compile_errors: list[str] = field(default_factory=list)
 
 
+def rule_error(path: str, value: Any, detail: str, reason: str | None, shown_by_message: bool) -> dict[str, str]:
+    """A failed rule's cause (cel/validation.go fieldErrorForReason): an Invalid one shows the value of
+    ``self`` when it is a scalar, nothing for an object or a list, nor when a messageExpression wrote the
+    message (which embeds the value if it wants to)."""
+    f = path or "<nil>"
+    if reason == "FieldValueForbidden":
+        return {"reason": reason, "message": f"Forbidden: {detail}", "field": f}
+    if reason == "FieldValueRequired":
+        return {"reason": reason, "message": f"Required value: {detail}", "field": f}
+    if reason == "FieldValueDuplicate":
+        return {"reason": reason, "message": f"Duplicate value: {go_value(value)}", "field": f}
+    if shown_by_message or isinstance(value, (dict, list)):
+        return {"reason": "FieldValueInvalid", "message": f"Invalid value: {detail}", "field": f}
+    return {"reason": "FieldValueInvalid", "message": f"Invalid value: {go_value(value)}: {detail}", "field": f}
+
+
 def field_error(path: str, value_type: str, detail: str, reason: str | None) -> dict[str, str]:
     """A cause like upstream's fieldErrorForReason (Invalid unless the rule names another reason)."""
     f = path or "<nil>"
@@ -466,19 +484,20 @@ def _run_rules(node: Node, path: str, val: Any, old: Any, ratchet: bool, errs: l
         if ok is True:
             continue
         detail = ""
+        detail_from_expr = False
         if rule.message_expr is not None:
             if acts[0] is None:
                 acts[0] = activation({"self": val, "oldSelf": old}, CRD_VARS)
             try:
                 m = rule.message_expr.eval(acts[0])
                 if isinstance(m, str) and m.strip() and "\n" not in m.strip() and len(m.strip()) <= MAX_MESSAGE:
-                    detail = m.strip()
+                    detail, detail_from_expr = m.strip(), True
             except EvalError:
                 pass
         if not detail:
             detail = rule.message.strip() if rule.message else f"failed rule: {rule.error_string()}"
         where = child(path, rule.field_path) if rule.field_path else path
-        err = field_error(where, node.type, detail, rule.reason)
+        err = rule_error(where, val, detail, rule.reason, shown_by_message=detail_from_expr)
         if not rule.program.uses_old_self and ratchet:
             warns.append(f"{err['field']}: {err['message']}")
         else:
