@@ -100,10 +100,14 @@ class Leadership:
                 self.standing_by = False  # not known while the database is away (readiness says so)
                 raise
             if got:
+                took_over = self.standing_by or self.takeovers > 0  # another replica (or this one) was active
                 self.active = True
                 self.standing_by = False
                 self.takeovers += 1
-                log.warning("this dispatcher is the active one for origin %r", self.settings.origin)
+                if took_over:
+                    log.warning("this dispatcher took over: it is the active one for origin %r", self.settings.origin)
+                else:  # the normal start of the only (or the first) replica
+                    log.info("this dispatcher is the active one for origin %r", self.settings.origin)
                 return True
             if not self.standing_by:
                 log.info("standing by: another dispatcher of origin %r is active", self.settings.origin)

@@ -6,9 +6,9 @@ of source:
 - **observed as it happens** (histograms, counters): report lag (``ReportIn`` as the engine takes it),
   admission latency (claim → Place sent) and placement latency (Place sent → accepted), read from new
   placement rows at each scrape so every placement is observed exactly once;
-- **read at scrape** from the database (``refresh``): Workloads by state and queue, the oldest pending
-  Workload's age per queue, Cluster health / cordon / capacity (allocatable, free, used per resource),
-  outbox depth;
+- **read at scrape** from the database (``refresh``): Workloads by state and LocalQueue (namespace and
+  name), the oldest pending Workload's age per LocalQueue, Cluster health / cordon / capacity
+  (allocatable, free, used per resource), outbox depth;
 - **counters owned by the parts** (report streams, link health, kube writer), exposed through a
   collector that reads them at scrape, so no part keeps a second copy.
 
@@ -128,9 +128,11 @@ class DispatcherMetrics:
         self.dispatcher = dispatcher
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.workloads = Gauge("mkd_workloads", "Workloads per state and queue", ["state", "queue"], registry=r)
+        self.workloads = Gauge("mkd_workloads", "Workloads per state and LocalQueue (namespace and queue name)",
+                               ["state", "namespace", "queue"], registry=r)
         self.pending_age = Gauge("mkd_workload_pending_oldest_age_seconds",
-                                 "Age of the oldest pending (not suspended) Workload per queue", ["queue"], registry=r)
+                                 "Age of the oldest pending (not suspended) Workload per LocalQueue (namespace and "
+                                 "queue name)", ["namespace", "queue"], registry=r)
         self.admission = Histogram("mkd_admission_latency_seconds",
                                    "From claim to the first Place sent (first attempts only)",
                                    buckets=LATENCY_BUCKETS, registry=r)
@@ -194,22 +196,23 @@ class DispatcherMetrics:
 
         now = now or datetime.now(UTC)
         self.workloads.clear()
-        seen_queues: set[str] = set()
-        for queue, state, n in await session.execute(
-                sa.select(workloads.c.queue, workloads.c.state, sa.func.count())
-                .group_by(workloads.c.queue, workloads.c.state)):
-            seen_queues.add(queue)
-            self.workloads.labels(state, queue).set(n)
-        for queue in seen_queues:  # every state of a known queue, zeros included (rates need the series)
+        seen_queues: set[tuple[str, str]] = set()
+        for namespace, queue, state, n in await session.execute(
+                sa.select(workloads.c.namespace, workloads.c.queue, workloads.c.state, sa.func.count())
+                .group_by(workloads.c.namespace, workloads.c.queue, workloads.c.state)):
+            seen_queues.add((namespace, queue))
+            self.workloads.labels(state, namespace, queue).set(n)
+        for namespace, queue in seen_queues:  # every state of a known queue, zeros included (rates need the series)
             for state in WORKLOAD_STATES:
-                self.workloads.labels(state, queue)
+                self.workloads.labels(state, namespace, queue)
         self.pending_age.clear()
-        for queue, oldest in await session.execute(
-                sa.select(workloads.c.queue, sa.func.min(workloads.c.created_at))
-                .where(workloads.c.state == "pending", workloads.c.suspended.is_(False)).group_by(workloads.c.queue)):
+        for namespace, queue, oldest in await session.execute(
+                sa.select(workloads.c.namespace, workloads.c.queue, sa.func.min(workloads.c.created_at))
+                .where(workloads.c.state == "pending", workloads.c.suspended.is_(False))
+                .group_by(workloads.c.namespace, workloads.c.queue)):
             if oldest is not None:
                 oldest = oldest if oldest.tzinfo else oldest.replace(tzinfo=UTC)
-                self.pending_age.labels(queue).set(max(0.0, (now - oldest).total_seconds()))
+                self.pending_age.labels(namespace, queue).set(max(0.0, (now - oldest).total_seconds()))
         for gauge in (self.cluster_up, self.cluster_cordoned, self.heartbeat_age, self.allocatable, self.free,
                       self.used):
             gauge.clear()

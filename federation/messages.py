@@ -236,13 +236,17 @@ class NodeTaint(BaseModel):
 
 
 class NodeFree(BaseModel):
-    """One ready node: its labels, taints and free capacity (quantity strings per resource)."""
+    """One ready node: its labels, taints, free and allocatable capacity (quantity strings per resource)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     name: str
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[NodeTaint] = Field(default_factory=list)
     free: dict[str, str] = Field(default_factory=dict)
+    allocatable: dict[str, str] = Field(default_factory=dict)
+    """The most the node can ever give its pods: what tells "never fits" from "no room now" (empty from
+    agents that do not send it; a dispatcher that does not know the field refuses the heartbeat, so
+    upgrade the dispatcher before the agents)."""
 
 
 MAX_NODES_REPORTED = 2000

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import typer
@@ -42,8 +41,6 @@ Kubeconfig = Annotated[str | None, typer.Option(
     "--kubeconfig", envvar="KUBECONFIG", show_default=False,
     help="Manager cluster kubeconfig: lets `show` say who manages a Job mkd never claimed.")]
 
-STALE_INTERVALS = 3.0
-"""A cluster whose last heartbeat is older than this many heartbeat intervals shows as stale."""
 WATCH_POLL_SECONDS = 1.0
 
 PLACEMENT_COLUMNS = (
@@ -76,6 +73,10 @@ PLACEMENT_HISTORY_COLUMNS = (
     Column("state", "state"), Column("reason", "reason"), Column("created", "created_at"),
     Column("accepted", "accepted_at", wide=True), Column("finished", "finished_at", wide=True),
 )
+CONDITION_COLUMNS = (
+    Column("type", "type"), Column("status", "status"), Column("reason", "reason"), Column("message", "message"),
+    Column("changed", "lastTransitionTime"),
+)
 EVENT_COLUMNS = (
     Column("at", "at"), Column("type", "type"), Column("cluster", "cluster"), Column("reason", "reason"),
     Column("message", "message"),
@@ -87,32 +88,16 @@ ALL_EVENT_COLUMNS = (
 )
 
 
-def cluster_health(row: Mapping[str, Any], now: datetime | None = None) -> str:
-    now = now or datetime.now(UTC)
-    last = row.get("last_heartbeat")
-    if not row.get("online") or last is None:
-        return "offline"
-    if last.tzinfo is None:
-        last = last.replace(tzinfo=UTC)
-    interval = float(row.get("interval_seconds") or 10.0)
-    return "stale" if (now - last).total_seconds() > STALE_INTERVALS * interval else "online"
-
-
-def cluster_view(row: Mapping[str, Any], now: datetime | None = None) -> dict[str, Any]:
-    """A clusters row plus the computed columns: health and the free cpu / GPUs from its capacity."""
-    view = dict(row)
-    health = cluster_health(row, now)
-    view["health"] = f"{health},cordoned" if row.get("cordoned") else health
-    if row.get("refused"):  # a sender with no registered key (mkctl clusters refused), never a cluster
-        view["health"] = f"refused ({row['refused']})"
-    capacity = row.get("capacity") or {}
-    free = capacity.get("free", {}) if isinstance(capacity, Mapping) else {}
+def cluster_view(item: Mapping[str, Any]) -> dict[str, Any]:
+    """A cluster of the read model plus the table's columns: health with cordon, free cpu and GPUs."""
+    view = dict(item)
+    health = str(item.get("health") or "offline")
+    view["health"] = f"{health},cordoned" if item.get("cordoned") else health
+    if item.get("refused"):  # a sender with no registered key (mkctl clusters refused), never a cluster
+        view["health"] = f"refused ({item['refused']})"
+    free = item.get("free") or {}
     view["cpu_free"] = free.get("cpu")
     view["gpu_free"] = free.get("nvidia.com/gpu")
-    kinds = row.get("kinds")
-    if isinstance(kinds, Mapping):
-        view["kinds"] = sorted(kinds.get("reconciled", [])) + sorted(
-            f"{k}->{v}" for k, v in (kinds.get("delegated") or {}).items())
     return view
 
 
@@ -187,7 +172,7 @@ def list_workloads(
         "rejected, deleted (any case).")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", help="Only workloads placed on this cluster.")] = None,
     kind: Annotated[str | None, typer.Option("--kind", help="Only this job kind (PyTorchJob, JobSet, ...).")] = None,
-    queue: Annotated[str | None, typer.Option("--queue", help="Only this queue (kueue.x-k8s.io/queue-name).")] = None,
+    queue: Annotated[str | None, typer.Option("--queue", help="Only this LocalQueue (kueue.x-k8s.io/queue-name), in any namespace unless -n.")] = None,
     label: Annotated[str | None, typer.Option("-l", "--label", help="Only Jobs with these labels: key=value[,...].")
                      ] = None,
     watch: Watch = False,
@@ -224,17 +209,33 @@ def show_workload(
     if not whole:
         namespace, _, name = job.rpartition("/")
         why = src.unclaimed(namespace or "default", name)
-        if why:
-            raise CommandFailed(f"job: no workload {job!r}: {why}")
+        if why:  # the Job exists and another controller runs it: that is the answer, not an error
+            if output_format in (OutputFormat.json, OutputFormat.yaml):
+                typer.echo(output.render_one({"job": f"{namespace or 'default'}/{name}", "managed": False,
+                                              "message": why}, output_format))
+            else:
+                typer.echo(why)
+            return
         hint = ("" if server or kubeconfig else
                 "; pass --kubeconfig (the manager cluster) or --server to see who manages a Job mkd never claimed")
         raise CommandFailed(f"job: no workload {job!r} in the dispatcher's database (mkd claims only Jobs whose "
                             f"managedBy is kueue.x-k8s.io/multikueue); `mkctl workloads list` shows the known "
                             f"ones{hint}")
+    if output_format in (OutputFormat.json, OutputFormat.yaml):
+        typer.echo(output.render_one(whole, output_format))
+        return
+    answer = whole.get("why") or {}
+    conditions = whole.get("conditions")
+    shown = {k: v for k, v in whole.items() if k not in ("why", "conditions", "podsets")}
+    shown["why"] = f"{answer.get('step')}: {answer.get('answer')}" if answer else None
+    if conditions is None:
+        shown["conditions"] = "unknown: pass --kubeconfig (the manager cluster) or --server to read the Job's own"
     history = [dict(p) for p in whole.get("placements", [])]
     events = [dict(e) for e in whole.get("events", [])]
-    typer.echo(output.render_one(whole, output_format, sections=[
-        ("Placements", history, PLACEMENT_HISTORY_COLUMNS), ("Events", events, EVENT_COLUMNS)]))
+    sections = [("Placements", history, PLACEMENT_HISTORY_COLUMNS), ("Events", events, EVENT_COLUMNS)]
+    if conditions is not None:
+        sections.insert(0, ("Conditions", [dict(c) for c in conditions], CONDITION_COLUMNS))
+    typer.echo(output.render_one(shown, output_format, sections=sections))
 
 
 for _app in (workloads_app, placements_app):
@@ -268,7 +269,8 @@ def workloads_evict(
     job: Annotated[str, typer.Argument(help="NAMESPACE/NAME or NAME (namespace default).")],
     server: Server = None, token: Token = None,
 ) -> None:
-    """Take a Workload off its cluster and keep it pending (suspended) until it is requeued."""
+    """Take a Workload off its cluster and never place it there again: it is placed on another cluster at once
+    (or waits, pending, until one has room). `mkctl workloads show` lists the clusters it is excluded from."""
     _act(server, token, _ref_path(job) + "/evict")
 
 
@@ -293,8 +295,7 @@ def clusters_list(
     token: Token = None,
 ) -> None:
     """List worker clusters: health from the last heartbeat, cordon, running workloads, free capacity."""
-    now = datetime.now(UTC)
-    views = [cluster_view(r, now) for r in source(database_url, server, token).clusters()]
+    views = [cluster_view(r) for r in source(database_url, server, token).clusters()]
     typer.echo(output.render(views, CLUSTER_COLUMNS, output_format, kind="ClusterList",
                              empty="No clusters have sent a heartbeat yet."))
 
@@ -382,5 +383,5 @@ def mkctl_command() -> str:
     return f"{sys.executable} -m mkctl.main"
 
 
-__all__: Sequence[str] = ("as_dict", "cluster_health", "cluster_view", "mkctl_command", "placement_view",
+__all__: Sequence[str] = ("as_dict", "cluster_view", "mkctl_command", "placement_view",
                           "register", "with_session")

@@ -2,7 +2,7 @@
 
 Both sources answer the same questions with the same plain dicts, so every ``mkctl`` admin verb prints
 the same columns whichever it used. :class:`DatabaseSource` runs the query functions of
-``dispatcher.db.admin`` in one read-only session per call; :class:`ApiSource` calls the dispatcher's
+``dispatcher.readmodel`` (the functions the API and the dashboard call) in one read-only session per call; :class:`ApiSource` calls the dispatcher's
 ``/api/v1`` with a bearer token. Actions (cordon, drain, requeue, evict, pin) change what the
 dispatcher decides, so only the API carries them: the database source refuses them naming ``--server``.
 """
@@ -59,7 +59,7 @@ def with_session(url: str, query: Callable[[Any], Awaitable[Any]]) -> Any:
 def _iso_times(row: dict[str, Any]) -> dict[str, Any]:
     """The API sends times as ISO strings; the views age datetimes, so read them back."""
     for key, value in row.items():
-        if isinstance(value, str) and key.endswith(("_at", "heartbeat", "_since")) and value:
+        if isinstance(value, str) and (key == "at" or key.endswith(("_at", "heartbeat", "_since"))) and value:
             try:
                 row[key] = datetime.fromisoformat(value.replace("Z", "+00:00"))
             except ValueError:
@@ -68,81 +68,84 @@ def _iso_times(row: dict[str, Any]) -> dict[str, Any]:
 
 
 class DatabaseSource:
-    """Reads the dispatcher's database directly (no dispatcher needs to run)."""
+    """Reads the dispatcher's database directly (no dispatcher needs to run) and, given a kubeconfig, the
+    manager cluster for what lives there (conditions, ClusterQueues, Jobs mkd did not claim)."""
 
     def __init__(self, url: str, kubeconfig: str | None = None) -> None:
         self.url = url
         self.kubeconfig = kubeconfig
 
-    def workloads(self, f: Any, *, limit: int = 5000) -> list[dict[str, Any]]:
-        from dispatcher.db import admin
+    def _read(self, query: Callable[[Any, Any], Awaitable[Any]]) -> Any:
+        """``query(session, kube)`` in one read-only session; kube is the manager's client or None."""
+        if not self.kubeconfig:
+            return with_session(self.url, lambda s: query(s, None))
+        from pathlib import Path
 
-        return [as_dict(r) for r in with_session(self.url, lambda s: admin.list_workloads(s, f, limit=limit))]
+        from federation.kube import Kube
+        from federation.settings import KubeSettings
+
+        async def with_kube(session: Any) -> Any:
+            settings = KubeSettings(kubeconfig=Path(self.kubeconfig or ""), timeout=10)
+            async with Kube.from_settings(settings) as kube:
+                return await query(session, kube)
+
+        return with_session(self.url, with_kube)
+
+    def workloads(self, f: Any, *, limit: int = 5000) -> list[dict[str, Any]]:
+        from dispatcher import readmodel
+
+        return list(self._read(lambda s, _: readmodel.workloads(s, f, limit=limit)))
 
     def workload(self, ref: str) -> dict[str, Any] | None:
-        from dispatcher.db import admin, queries
+        from dispatcher import readmodel
 
-        async def query(session: Any) -> Any:
-            uid = await admin.find_workload_uid(session, ref)
-            return None if uid is None else await queries.show_workload(session, uid)
-
-        found = with_session(self.url, query)
-        if found is None:
-            return None
-        return {**as_dict(found.workload), "placements": [as_dict(p) for p in found.placements],
-                "events": [as_dict(e) for e in found.events]}
+        found = self._read(lambda s, kube: readmodel.workload(s, ref, kube))
+        return None if found is None else dict(found)
 
     def unclaimed(self, namespace: str, name: str) -> str | None:
         """Ask the manager cluster who manages a Job mkd never claimed (only with ``--kubeconfig``)."""
         if not self.kubeconfig:
             return None
-        from pathlib import Path
+        from dispatcher import readmodel
 
-        from dispatcher.unclaimed import explain
-        from federation.kube import Kube
-        from federation.settings import KubeSettings
+        async def query(_: Any, kube: Any) -> str | None:
+            return await readmodel.unclaimed(kube, namespace, name)
 
-        async def run() -> str | None:
-            async with Kube.from_settings(KubeSettings(kubeconfig=Path(self.kubeconfig or ""), timeout=10)) as kube:
-                return await explain(kube, namespace, name)
-
-        return await_maybe(run())  # type: ignore[no-any-return]
+        return self._read(query)  # type: ignore[no-any-return]
 
     def clusters(self) -> list[dict[str, Any]]:
-        from dispatcher.db import admin, queries
+        from dispatcher import readmodel
 
-        async def query(session: Any) -> tuple[list[Any], dict[str, int], list[Any]]:
-            return (list(await queries.list_clusters(session)), await admin.holding_per_cluster(session),
-                    await queries.list_refusals(session))
-
-        rows, running, refused = with_session(self.url, query)
-        out = []
-        for r in rows:
-            view = as_dict(r)
-            view["running"] = running.get(view["name"], 0)
-            out.append(view)
-        known = {v["name"] for v in out}
-        for r in refused:  # senders with no registered key: shown, never created (issue 14)
-            if r.name not in known:
-                out.append({"name": r.name, "refused": f"{r.reason}, {r.count} messages", "last_heartbeat": r.last_at,
-                            "online": False, "running": 0})
-        return out
+        return list(self._read(lambda s, _: readmodel.clusters(s)))
 
     def events(self, *, ref: str | None = None, cluster: str | None = None, type_: str | None = None,
                after_id: int = 0, limit: int = 500) -> list[dict[str, Any]]:
-        from dispatcher.db import admin
+        from dispatcher import readmodel
 
-        async def query(session: Any) -> list[Any]:
-            uid = None
-            if ref:
-                uid = await admin.find_workload_uid(session, ref)
-                if uid is None:
-                    raise CommandFailed(f"--for: no workload {ref!r} in the dispatcher's database; "
-                                        "`mkctl workloads list` shows the known ones")
-            return await admin.list_events(session, workload_uid=uid, cluster=cluster, type_=type_,
-                                           after_id=after_id, limit=limit)
+        try:
+            return list(self._read(lambda s, _: readmodel.events(s, ref=ref, cluster=cluster, type_=type_,
+                                                                  after_id=after_id, limit=limit)))
+        except readmodel.UnknownRef:
+            raise CommandFailed(f"--for: no workload {ref!r} in the dispatcher's database; "
+                                "`mkctl workloads list` shows the known ones") from None
 
-        return [as_dict(r) for r in with_session(self.url, query)]
+    def queues(self) -> dict[str, Any]:
+        from dispatcher import readmodel
+
+        return dict(self._read(readmodel.queues))
+
+    def pending(self, *, cluster_queue: str | None = None, namespace: str | None = None,
+                queue: str | None = None) -> list[dict[str, Any]]:
+        from dispatcher import readmodel
+
+        return list(self._read(lambda s, _: readmodel.pending(s, cluster_queue=cluster_queue, namespace=namespace,
+                                                               queue=queue)))
+
+    def why(self, ref: str) -> dict[str, Any] | None:
+        from dispatcher import readmodel
+
+        found = self._read(lambda s, kube: readmodel.why(s, ref, kube))
+        return None if found is None else dict(found)
 
     def action(self, path: str, body: Mapping[str, Any] | None = None) -> dict[str, Any]:
         raise CommandFailed("actions change what the dispatcher decides, so they go through its API: "
@@ -197,6 +200,8 @@ class ApiSource:
         found = _iso_times(dict(found))
         found["placements"] = [_iso_times(dict(p)) for p in found.get("placements", [])]
         found["events"] = [_iso_times(dict(e)) for e in found.get("events", [])]
+        found["conditions"] = [_iso_times(dict(c)) for c in found["conditions"]] \
+            if found.get("conditions") is not None else None
         return dict(found)
 
     def unclaimed(self, namespace: str, name: str) -> str | None:
@@ -205,6 +210,26 @@ class ApiSource:
 
     def clusters(self) -> list[dict[str, Any]]:
         return [_iso_times(dict(c)) for c in self._call("GET", "/clusters")["items"]]
+
+    def queues(self) -> dict[str, Any]:
+        return dict(self._call("GET", "/queues"))
+
+    def pending(self, *, cluster_queue: str | None = None, namespace: str | None = None,
+                queue: str | None = None) -> list[dict[str, Any]]:
+        page = self._call("GET", "/pending", params={"cluster_queue": cluster_queue, "namespace": namespace,
+                                                     "queue": queue})
+        return [_iso_times(dict(r)) for r in page["items"]]
+
+    def why(self, ref: str) -> dict[str, Any] | None:
+        namespace, _, name = ref.rpartition("/")
+        if not namespace and len(name) >= 32:  # a uid: the API names Workloads by namespace/name
+            found = self._call("GET", "/workloads", params={"limit": 5000})["items"]
+            match = next((w for w in found if w["uid"] == name), None)
+            if match is None:
+                return None
+            namespace, name = match["namespace"], match["name"]
+        found = self._call("GET", f"/why/{namespace or 'default'}/{name}", missing_ok=True)
+        return None if found is None else dict(found)
 
     def events(self, *, ref: str | None = None, cluster: str | None = None, type_: str | None = None,
                after_id: int = 0, limit: int = 500) -> list[dict[str, Any]]:

@@ -124,6 +124,8 @@ def settings_of(cls: type[BaseModel]) -> list[Setting]:
         env_top = (info.alias if isinstance(info.alias, str) else prefix + name).upper()
         if _is_model(inner):
             for sub, sub_info in inner.model_fields.items():
+                if sub in cls.model_fields and not _is_model(_unwrap_optional(cls.model_fields[sub].annotation)):
+                    continue  # the top-level setting of that name is the flag (--kubeconfig, not --kube-kubeconfig)
                 env = f"{env_top}{delimiter}{sub.upper()}" if delimiter else f"{env_top} (JSON: {{\"{sub}\": ...}})"
                 out.append(_leaf(inner, (name, sub), sub_info, env, _group_default(info, sub, sub_info)))
         else:

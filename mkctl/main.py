@@ -19,6 +19,40 @@ from mkctl import admin, demo, handover, keys, queues, services
 from mkctl.errors import describe, print_error
 
 
+def _fold_help_text() -> None:
+    """Help boxes wrap a long value (a URL, a flag name) onto the next line instead of cutting it with '…'
+    (rich's table cells cut by default; on an 80-column terminal or a pipe that cut what users copy)."""
+    from rich.table import Table
+    from rich.text import Text
+    from typer import rich_utils
+
+    if getattr(getattr(rich_utils, "Table", None), "folds", False):
+        return
+
+    class FoldingTable(Table):
+        folds = True
+
+        def add_row(self, *renderables: Any, **kwargs: Any) -> None:
+            super().add_row(*renderables, **kwargs)
+            for column in self.columns:
+                column.overflow = "fold"
+
+    setattr(rich_utils, "Table", FoldingTable)  # noqa: B010 (typer does not export the name it uses)
+    parameter_help = rich_utils._get_parameter_help
+
+    def folding_help(*args: Any, **kwargs: Any) -> Any:
+        made = parameter_help(*args, **kwargs)
+        for part in getattr(made, "renderables", []):
+            if isinstance(part, Text):
+                part.overflow = "fold"
+        return made
+
+    rich_utils._get_parameter_help = folding_help
+
+
+_fold_help_text()
+
+
 @dataclass
 class Globals:
     """What the root callback learned, handed to sub-commands through ``ctx.obj``."""

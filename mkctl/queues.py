@@ -1,12 +1,12 @@
 """Queue views: ``mkctl queues list|show``, ``mkctl workloads pending``, ``mkctl why``.
 
-Each reads the dispatcher's database (``--database-url``, env ``MKD_DATABASE_URL``) through the
-query functions of :mod:`dispatcher.queueing.views`, the same functions the HTTP API calls: the
-ClusterQueues seen in the records with their pending and admitted counts and the quota in use;
-the pending Workloads in admission order with their position in the ClusterQueue and in the
-LocalQueue (as Kueue's visibility API gives ``positionInClusterQueue`` / ``positionInLocalQueue``);
-and, for one Job, the step that holds it (queue, quota, placement) in words.
-``kubectl get clusterqueues`` on the manager shows the status the dispatcher writes there.
+Each answers from the read model (:mod:`dispatcher.readmodel`), the same functions the HTTP API and the
+dashboard call: reading the dispatcher's database (``--database-url``) and, with ``--kubeconfig``, the
+manager cluster, or the dispatcher's API (``--server``), with the same columns and values either way.
+ClusterQueues are the manager's (every one defined there; without the manager only those Workloads were
+recorded in, and the output says so); pending Workloads come in admission order with their position in
+the ClusterQueue and in the LocalQueue (as Kueue's visibility API gives ``positionInClusterQueue`` /
+``positionInLocalQueue``); ``why`` names the step that holds one Job and what it lacks.
 """
 
 from __future__ import annotations
@@ -15,93 +15,125 @@ from typing import Annotated, Any
 
 import typer
 
-from dispatcher.queueing import views
 from mkctl import output
-from mkctl.admin import Output, workloads_app
-from mkctl.admin_source import with_session
+from mkctl.admin import Kubeconfig, Output, Server, Token, source, workloads_app
 from mkctl.errors import CommandFailed
 from mkctl.output import Column, OutputFormat
-from mkctl.services import DatabaseUrl, database_url_from
+from mkctl.services import DatabaseUrl
 
-queues_app = typer.Typer(help="ClusterQueues as the dispatcher records them: pending, admitted, quota in use.",
+queues_app = typer.Typer(help="ClusterQueues and LocalQueues: quota, usage, pending and admitted Workloads.",
                          no_args_is_help=True)
 
-QUEUE_COLUMNS = (Column("clusterqueue", "name"), Column("pending", "pending"), Column("admitted", "admitted"),
-                 Column("usage", "usage_text"))
+QUEUE_COLUMNS = (Column("clusterqueue", "name"), Column("cohort", "cohort"), Column("pending", "pending"),
+                 Column("admitted", "admitted"), Column("usage", "usage_text"), Column("quota", "quota_text", wide=True))
+LOCAL_QUEUE_COLUMNS = (Column("namespace", "namespace"), Column("localqueue", "name"),
+                       Column("clusterqueue", "cluster_queue"), Column("pending", "pending"),
+                       Column("admitted", "admitted"))
 PENDING_COLUMNS = (
     Column("clusterqueue", "cluster_queue_text"), Column("pos", "position_in_cluster_queue"),
     Column("namespace", "namespace"), Column("localqueue", "queue"), Column("lq pos", "position_in_local_queue"),
-    Column("job", "name"), Column("priority", "priority"), Column("queued", "age"),
+    Column("job", "name"), Column("priority", "priority"), Column("queued", "queued_at"),
     Column("reason", "reason"), Column("kind", "kind", wide=True), Column("uid", "uid", wide=True),
 )
+RECORDS_ONLY = ("only the ClusterQueues Workloads were recorded in: pass --kubeconfig (the manager cluster) or "
+                "--server to list every one defined")
 
 
 def _queue_view(q: dict[str, Any]) -> dict[str, Any]:
-    return {**q, "usage_text": ", ".join(f"{k}={v}" for k, v in q["usage"].items()) or "-"}
+    return {**q, "usage_text": ", ".join(f"{k}={v}" for k, v in q["usage"].items()) or "-",
+            "quota_text": ", ".join(f"{k}={v}" for k, v in q["quota"].items()) or "-"}
 
 
 def _pending_view(r: dict[str, Any]) -> dict[str, Any]:
-    return {**r, "cluster_queue_text": r["cluster_queue"] or "-", "age": output.age(r["queued_at"])}
+    return {**r, "cluster_queue_text": r["cluster_queue"] or "-"}
 
 
 @queues_app.command("list")
-def queues_list(database_url: DatabaseUrl = None, output_format: Output = OutputFormat.table) -> None:
-    """Every ClusterQueue with pending or admitted Workloads: counts and the quota they hold."""
-    rows = with_session(database_url_from(database_url), views.queues_from_db)
-    typer.echo(output.render([_queue_view(q) for q in rows], QUEUE_COLUMNS, output_format, kind="ClusterQueueList"))
+def queues_list(database_url: DatabaseUrl = None, output_format: Output = OutputFormat.table,
+                server: Server = None, token: Token = None, kubeconfig: Kubeconfig = None) -> None:
+    """Every ClusterQueue: cohort, pending and admitted Workloads, the quota they hold."""
+    page = source(database_url, server, token, kubeconfig).queues()
+    rows = [_queue_view(q) for q in page["cluster_queues"]]
+    empty = ("No ClusterQueue exists: Workloads are admitted in arrival order without quota (open mode)."
+             if page["source"] == "manager" else "No Workload was recorded in a ClusterQueue; " + RECORDS_ONLY + ".")
+    typer.echo(output.render(rows, QUEUE_COLUMNS, output_format, kind="ClusterQueueList", empty=empty))
+    if rows and page["source"] != "manager" and output_format in (OutputFormat.table, OutputFormat.wide):
+        typer.echo(f"({RECORDS_ONLY})")
 
 
 @queues_app.command("show")
 def queues_show(name: Annotated[str, typer.Argument(help="ClusterQueue name.")], database_url: DatabaseUrl = None,
-                output_format: Output = OutputFormat.table) -> None:
-    """One ClusterQueue: counts, quota in use, and its pending Workloads in admission order."""
-    url = database_url_from(database_url)
-    found = [q for q in with_session(url, views.queues_from_db) if q["name"] == name]
+                output_format: Output = OutputFormat.table, server: Server = None, token: Token = None,
+                kubeconfig: Kubeconfig = None) -> None:
+    """One ClusterQueue: quota, usage, its LocalQueues, and its pending Workloads in admission order."""
+    src = source(database_url, server, token, kubeconfig)
+    page = src.queues()
+    found = [q for q in page["cluster_queues"] if q["name"] == name]
     if not found:
-        raise CommandFailed(f"clusterqueue: no Workload was ever queued in {name!r}; `mkctl queues list` shows "
-                            "the ClusterQueues in use, `kubectl get clusterqueues` the ones defined")
-    pending = with_session(url, lambda s: views.pending_from_db(s, cluster_queue=name))
-    typer.echo(output.render_one(_queue_view(found[0]), output_format, sections=[
+        known = ", ".join(q["name"] for q in page["cluster_queues"]) or "none"
+        where = "defined on the manager" if page["source"] == "manager" else RECORDS_ONLY
+        raise CommandFailed(f"clusterqueue: no ClusterQueue {name!r} ({where}; known: {known})")
+    pending = src.pending(cluster_queue=name)
+    local = [q for q in page["local_queues"] if q["cluster_queue"] == name]
+    typer.echo(output.render_one({**_queue_view(found[0]), "local_queues": local, "pending_workloads": pending},
+                                 output_format, sections=[
+        ("LocalQueues", local, LOCAL_QUEUE_COLUMNS),
         ("Pending", [_pending_view(r) for r in pending], PENDING_COLUMNS)]))
 
 
 def workloads_pending(
     database_url: DatabaseUrl = None,
     output_format: Output = OutputFormat.table,
-    queue: Annotated[str | None, typer.Option("--queue", help="Only this ClusterQueue.")] = None,
-    local_queue: Annotated[str | None, typer.Option(
-        "--local-queue", help="Only this LocalQueue: NAMESPACE/NAME.")] = None,
+    cluster_queue: Annotated[str | None, typer.Option("--cluster-queue", help="Only this ClusterQueue.")] = None,
+    queue: Annotated[str | None, typer.Option(
+        "--queue", help="Only this LocalQueue (kueue.x-k8s.io/queue-name), as in `workloads list`.")] = None,
     namespace: Annotated[str | None, typer.Option("-n", "--namespace", help="Only this namespace.")] = None,
+    server: Server = None,
+    token: Token = None,
 ) -> None:
     """Pending Workloads in admission order, with their positions in the ClusterQueue and the LocalQueue."""
-    ns, lq = None, None
-    if local_queue:
-        ns, _, lq = local_queue.rpartition("/")
-        ns = ns or "default"
-    rows = with_session(database_url_from(database_url), lambda s: views.pending_from_db(
-        s, cluster_queue=queue, namespace=ns or namespace, local_queue=lq))
-    typer.echo(output.render([_pending_view(r) for r in rows], PENDING_COLUMNS, output_format, kind="PendingList"))
+    rows = source(database_url, server, token).pending(cluster_queue=cluster_queue, namespace=namespace, queue=queue)
+    typer.echo(output.render([_pending_view(r) for r in rows], PENDING_COLUMNS, output_format, kind="PendingList",
+                             empty="No pending Workloads."))
+
+
+def why_lines(answer: dict[str, Any]) -> list[str]:
+    """``mkctl why``'s text: the step and its answer, the per-cluster figures, the positions, the priority."""
+    lines = [f"{answer['workload']}: {answer['step']}: {answer['answer']}"]
+    lines += [f"  {d}" for d in answer.get("details") or []]
+    if answer.get("position_in_cluster_queue") is not None:
+        where = (f"ClusterQueue {answer['cluster_queue']}" if answer.get("cluster_queue")
+                 else "arrival order (open mode: no ClusterQueue exists)")
+        lines.append(f"position {answer['position_in_cluster_queue']} in {where}, "
+                     f"{answer['position_in_local_queue']} in LocalQueue {answer['queue']}")
+    if answer.get("priority_source"):
+        lines.append(f"priority {answer['priority']} from {answer['priority_source']}")
+    return lines
 
 
 def why(job: Annotated[str, typer.Argument(help="NAMESPACE/NAME, NAME (namespace default) or the workload uid.")],
-        database_url: DatabaseUrl = None, output_format: Output = OutputFormat.table) -> None:
+        database_url: DatabaseUrl = None, output_format: Output = OutputFormat.table, server: Server = None,
+        token: Token = None, kubeconfig: Kubeconfig = None) -> None:
     """Why a Job is not running: the step that holds it (queue, quota, placement) and what it lacks."""
     ref = job if "/" in job or len(job) >= 32 else f"default/{job}"
-    answer = with_session(database_url_from(database_url), lambda s: views.why_from_db(s, ref))
+    src = source(database_url, server, token, kubeconfig)
+    answer = src.why(ref)
+    if answer is None and "/" in ref and not server:
+        namespace, _, name = ref.partition("/")
+        other = src.unclaimed(namespace, name)
+        if other:
+            from dispatcher.readmodel import not_managed
+
+            answer = not_managed(ref, other)
     if answer is None:
+        hint = "" if server or kubeconfig else "; pass --kubeconfig (the manager cluster) or --server to ask it"
         raise CommandFailed(f"job: no workload {job!r} in the dispatcher's database (mkd claims only Jobs whose "
-                            "managedBy is kueue.x-k8s.io/multikueue); `mkctl workloads list` shows the known ones")
+                            f"managedBy is kueue.x-k8s.io/multikueue); `mkctl workloads list` shows the known ones"
+                            f"{hint}")
     if output_format in (OutputFormat.json, OutputFormat.yaml):
         typer.echo(output.render_one(answer, output_format))
         return
-    lines = [f"{answer['workload']}: {answer['step']}: {answer['message']}"]
-    if "position_in_cluster_queue" in answer:
-        lines.append(f"position {answer['position_in_cluster_queue']} in ClusterQueue "
-                     f"{answer['cluster_queue'] or '(open mode)'}, {answer['position_in_local_queue']} in "
-                     f"LocalQueue {answer['queue']}")
-    if answer.get("priority_source"):
-        lines.append(f"priority {answer['priority']} from {answer['priority_source']}")
-    typer.echo("\n".join(lines))
+    typer.echo("\n".join(why_lines(answer)))
 
 
 def register(app: typer.Typer) -> None:

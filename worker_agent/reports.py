@@ -568,19 +568,20 @@ class CapacityMeter:
                     largest[resource] = max(amount, Decimal(0))
             if len(per_node) <= MAX_NODES_REPORTED:
                 listed.append(_node_free(node_shapes[node_name], {k: max(v, Decimal(0)) for k, v in node_free.items()
-                                                                  if k in alloc}))
+                                                                  if k in alloc}, alloc))
         return Capacity(allocatable=format_resources(allocatable), free=format_resources(free),
                         largest_node_free=format_resources(largest), nodes=listed)
 
 
-def _node_free(node: Mapping[str, Any], free: Resources) -> NodeFree:
-    """A node as the dispatcher's gang fit reads it: labels, scheduling taints, free figures."""
+def _node_free(node: Mapping[str, Any], free: Resources, allocatable: Resources) -> NodeFree:
+    """A node as the dispatcher's gang fit and ``mkctl why`` read it: labels, scheduling taints, free and
+    allocatable figures."""
     md = node.get("metadata") or {}
     taints = [NodeTaint(key=str(t.get("key") or ""), value=str(t.get("value") or ""),
                         effect=str(t.get("effect") or "NoSchedule"))
               for t in (node.get("spec") or {}).get("taints") or [] if isinstance(t, Mapping)]
     return NodeFree(name=str(md.get("name") or ""), labels={str(k): str(v) for k, v in (md.get("labels") or {}).items()},
-                    taints=taints, free=format_resources(free))
+                    taints=taints, free=format_resources(free), allocatable=format_resources(allocatable))
 
 
 def heartbeat(cluster: str, capacity: Capacity, *, version: str, interval: float,

@@ -15,14 +15,15 @@ from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
+from urllib.parse import urlencode
 
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from dispatcher import readmodel
 from dispatcher.api import routes
 from dispatcher.api.auth import read_access
 from dispatcher.db import admin as dbadmin
-from dispatcher.db import queries
 from dispatcher.states import WorkloadState
 from federation.errors import Invalid
 
@@ -43,7 +44,7 @@ form.filters{display:flex;gap:8px;flex-wrap:wrap;margin-bottom:12px}form.filters
 .bar span{position:absolute;left:0;top:0;bottom:0;background:#4f7fd8;border-radius:3px}
 .note{background:#fff;border-left:4px solid #4f7fd8;padding:8px 12px;margin:8px 0}
 dl{display:grid;grid-template-columns:max-content auto;gap:4px 16px;background:#fff;padding:12px}
-dt{font-weight:600}h2{margin:18px 0 8px}.muted{color:#6b7385}
+dt{font-weight:600}h2{margin:18px 0 8px}.muted{color:#6b7385}.name{white-space:nowrap}
 """
 
 LIVE_JS = """
@@ -60,6 +61,10 @@ LIVE_JS = """
   setTimeout(tick,every);
 })();
 """
+
+FAVICON = ("<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'><rect width='16' height='16' rx='3' "
+           "fill='#1d2330'/><path d='M3 12V4l5 5 5-5v8' stroke='#4f7fd8' stroke-width='2' fill='none'/></svg>")
+"""The dashboard's icon (served as ``/favicon.ico``, which browsers ask for on every page)."""
 
 STATES = tuple(s.value for s in WorkloadState)
 
@@ -102,9 +107,21 @@ def page(title: str, active: str, body: str) -> HTMLResponse:
                                            ("clusters", "/ui/clusters", "Clusters"),
                                            ("queues", "/ui/queues", "Queues")))
     return HTMLResponse(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} · mkd</title>"
-                        f"<style>{CSS}</style></head><body><header><b>mkd</b>{nav}"
+                        f"<link rel='icon' href='/favicon.ico' type='image/svg+xml'><style>{CSS}</style></head><body><header><b>mkd</b>{nav}"
                         f"<span class='muted' id='stamp'></span></header><main>{body}</main>"
                         f"<script>{LIVE_JS}</script></body></html>")
+
+
+def _with_token(request: Request) -> Response | None:
+    """``?token=T`` on any page: store it in the cookie and open the same page without it in the URL."""
+    token = request.query_params.get("token")
+    if not token:
+        return None
+    rest = [(k, v) for k, v in request.query_params.multi_items() if k != "token"]
+    target = request.url.path + ("?" + urlencode(rest) if rest else "")
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie("mkd_token", token, httponly=True, samesite="strict")
+    return response
 
 
 async def _reader(request: Request, namespace: str = "") -> None:
@@ -126,6 +143,8 @@ def login_page(message: str) -> HTMLResponse:
 async def workloads_page(request: Request) -> Response:
     params = request.query_params
     values = {k: params.get(k) or "" for k in ("namespace", "kind", "queue", "cluster", "state", "label")}
+    if (redirect := _with_token(request)) is not None:
+        return redirect
     try:
         await _reader(request, values["namespace"])
     except HTTPException as exc:
@@ -143,7 +162,7 @@ async def workloads_page(request: Request) -> Response:
     rows: list[dict[str, Any]] = []
     if f is not None:
         async with routes.ctx_of(request).sessions() as s:
-            rows = [dict(r._mapping) for r in await dbadmin.list_workloads(s, f, limit=1000)]
+            rows = await readmodel.workloads(s, f, limit=1000)
     now = datetime.now(UTC)
     body_rows = [(
         esc(r["namespace"]),
@@ -168,56 +187,54 @@ async def workloads_page(request: Request) -> Response:
 
 
 async def workload_page(request: Request, namespace: str, name: str) -> Response:
+    if (redirect := _with_token(request)) is not None:
+        return redirect
     try:
         await _reader(request, namespace)
     except HTTPException as exc:
         return login_page(str(exc.detail))
     ctx = routes.ctx_of(request)
-    from dispatcher.queueing.views import why_from_db
-
     async with ctx.sessions() as s:
-        uid = await dbadmin.find_workload_uid(s, f"{namespace}/{name}")
-        found = await queries.show_workload(s, uid) if uid else None
-        queued = await why_from_db(s, uid) if uid else None
-    if found is None:
-        message = f"no workload {namespace}/{name}"
-        if ctx.kube is not None:
-            from dispatcher.unclaimed import explain
-
-            message = await explain(ctx.kube, namespace, name) or message
+        w = await readmodel.workload(s, f"{namespace}/{name}", ctx.kube)
+    if w is None:
+        message = await readmodel.unclaimed(ctx.kube, namespace, name) or f"no workload {namespace}/{name}"
         response = page(name, "workloads", f"<h2>{html.escape(namespace)}/{html.escape(name)}</h2>"
                                            f"<p class='note' id='why'>{html.escape(message)}</p>")
         response.status_code = 404
         return response
-    w = dict(found.workload._mapping)
-    placements = [dict(p._mapping) for p in found.placements]
-    current = next((p for p in placements if p["attempt"] == w["attempt"]), None)
-    why = routes.why_of(w, current, queued)
+    why = w["why"]
     where = "".join(f" · {label} {value}" for label, value in (
-        ("held at step", why.step), ("ClusterQueue", why.cluster_queue),
-        ("position in ClusterQueue", why.position_in_cluster_queue),
-        ("in LocalQueue", why.position_in_local_queue)) if value)
+        ("held at step", why["step"]), ("ClusterQueue", why["cluster_queue"]),
+        ("position in ClusterQueue", why["position_in_cluster_queue"]),
+        ("in LocalQueue", why["position_in_local_queue"])) if value)
+    details = "".join(f"<li>{html.escape(d)}</li>" for d in why["details"])
     now = datetime.now(UTC)
-    facts = {"kind": esc(w["kind"]), "queue": esc(w["queue"]), "state": badge(w["state"]), "cluster": esc(w["cluster"]),
-             "attempt": esc(w["attempt"]), "pinned": esc(w.get("pinned")), "suspended": esc(w["suspended"]),
+    facts = {"kind": esc(w["kind"]), "queue": esc(f"{w['namespace']}/{w['queue']}"), "state": badge(w["state"]),
+             "cluster": esc(w["cluster"]), "attempt": esc(w["attempt"]), "pinned": esc(w.get("pinned")),
+             "suspended": esc(w["suspended"]),
              "requests": esc(", ".join(f"{k}={v}" for k, v in (w["requests"] or {}).items())),
              "excluded": esc(", ".join(w["excluded"] or [])), "created": age(w["created_at"], now) + " ago",
              "uid": esc(w["uid"])}
     dl = "<dl>" + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts.items()) + "</dl>"
-    conditions = routes._mkd_conditions(ctx, w["uid"])
-    cond_table = table(("type", "status", "reason", "message"),
-                       [(esc(c.get("type")), esc(c.get("status")), esc(c.get("reason")), esc(c.get("message")))
-                        for c in conditions])
+    conditions = w["conditions"]
+    if conditions is None:
+        cond_table = "<p class='note' id='conditions'>the manager cluster could not be read</p>"
+    else:
+        cond_table = table(("type", "status", "reason", "message", "changed"),
+                           [(esc(c.get("type")), esc(c.get("status")), esc(c.get("reason")), esc(c.get("message")),
+                             esc(c.get("lastTransitionTime"))) for c in conditions], body_id="condition-rows")
+    placements = w["placements"]
     p_table = table(("attempt", "cluster", "state", "reason", "created", "accepted", "finished"),
                     [(esc(p["attempt"]), esc(p["cluster"]), badge(p["state"]), esc(p["reason"]),
                       age(p["created_at"], now), age(p["accepted_at"], now), age(p["finished_at"], now))
                      for p in placements], body_id="placement-rows")
     e_table = table(("age", "type", "cluster", "reason", "message"),
-                    [(age(e.at, now), esc(e.type), esc(e.cluster), esc(e.reason), esc(e.message))
-                     for e in found.events], body_id="event-rows")
+                    [(age(e["at"], now), esc(e["type"]), esc(e["cluster"]), esc(e["reason"]), esc(e["message"]))
+                     for e in w["events"]], body_id="event-rows")
     body = (f"<h2>{html.escape(namespace)}/{html.escape(name)}</h2>"
-            f"<p class='note' id='why'><b>why {html.escape(why.state)}:</b> {html.escape(why.answer)}"
-            f"<span class='muted'>{html.escape(where)}</span></p>{dl}"
+            f"<div class='note' id='why'><b>why {html.escape(why['state'])}:</b> {html.escape(why['answer'])}"
+            f"<span class='muted'>{html.escape(where)}</span>"
+            + (f"<ul id='why-details'>{details}</ul>" if details else "") + f"</div>{dl}"
             f"<h2>Conditions</h2>{cond_table}<h2>Placements</h2>{p_table}<h2>History</h2>{e_table}")
     return page(f"{namespace}/{name}", "workloads", body)
 
@@ -228,6 +245,8 @@ def _bar(used: Decimal, total: Decimal) -> str:
 
 
 async def clusters_page(request: Request) -> Response:
+    if (redirect := _with_token(request)) is not None:
+        return redirect
     try:
         await _reader(request)
     except HTTPException as exc:
@@ -235,25 +254,26 @@ async def clusters_page(request: Request) -> Response:
     from federation.podset import parse_quantity
 
     async with routes.ctx_of(request).sessions() as s:
-        rows = await queries.list_clusters(s)
-        running = await dbadmin.holding_per_cluster(s)
+        items = await readmodel.clusters(s)
     now = datetime.now(UTC)
     out = []
-    for r in rows:
-        item = routes.cluster_item(dict(r._mapping), running.get(r.name, 0), now)
+    for item in items:
         bars = []
-        for resource in sorted(item.allocatable):
+        for resource in sorted(item["allocatable"]):
             try:
-                total = parse_quantity(item.allocatable[resource], resource)
-                used = parse_quantity(item.used.get(resource, "0"), resource)
+                total = parse_quantity(item["allocatable"][resource], resource)
+                used = parse_quantity(item["used"].get(resource, "0"), resource)
             except (ValueError, Invalid, ArithmeticError):
                 continue
             bars.append(f"<div class='cap' data-resource='{html.escape(resource)}'>{_bar(used, total)} "
-                        f"{html.escape(resource)}: {html.escape(item.used.get(resource, '0'))} used of "
-                        f"{html.escape(item.allocatable[resource])}</div>")
-        health = badge(item.health) + (" " + badge("cordoned") if item.cordoned else "")
-        out.append((f"<b>{esc(item.name)}</b>", health, age(item.last_heartbeat, now), esc(item.running),
-                    "".join(bars) or "-", esc(", ".join(f"{k}={v}" for k, v in item.labels.items()))))
+                        f"{html.escape(resource)}: {html.escape(item['used'].get(resource, '0'))} used of "
+                        f"{html.escape(item['allocatable'][resource])}</div>")
+        health = badge(item["health"]) + (" " + badge("cordoned") if item["cordoned"] else "")
+        if item["refused"]:
+            health += f" <span class='muted'>{esc(item['refused'])}</span>"
+        out.append((f"<b class='name'>{esc(item['name'])}</b>", health, age(item["last_heartbeat"], now),
+                    esc(item["running"]), "".join(bars) or "-",
+                    esc(", ".join(f"{k}={v}" for k, v in item["labels"].items()))))
     rendered = table(("cluster", "health", "heartbeat", "running", "capacity", "labels"), out, body_id="cluster-rows")
     if request.query_params.get("fragment"):
         return HTMLResponse(rendered)
@@ -262,42 +282,50 @@ async def clusters_page(request: Request) -> Response:
 
 
 async def queues_page(request: Request) -> Response:
+    if (redirect := _with_token(request)) is not None:
+        return redirect
     try:
         await _reader(request)
     except HTTPException as exc:
         return login_page(str(exc.detail))
-    from dispatcher.api.queues import queue_page
-
     ctx = routes.ctx_of(request)
     async with ctx.sessions() as s:
-        queues = await queue_page(s, getattr(ctx.engine, "queueing", None))
-    note = "" if queues.configured else (
-        "<p class='note' id='not-configured'>Queues not configured: no quotas are set, so Workloads are placed in "
-        "arrival order. The queue names below are the ones Jobs carry (kueue.x-k8s.io/queue-name).</p>")
+        queues = await readmodel.queues(s, ctx.kube)
+    note = ""
+    if queues["source"] == "records":
+        note = ("<p class='note' id='not-read'>The manager cluster could not be read: only the queues Workloads "
+                "were recorded in are shown.</p>")
+    elif not queues["configured"]:
+        note = ("<p class='note' id='not-configured'>Queues not configured: no ClusterQueue exists, so Workloads are "
+                "placed in arrival order without quota. The LocalQueues below are the ones Jobs name "
+                "(kueue.x-k8s.io/queue-name).</p>")
     from federation.podset import parse_quantity
 
     rows = []
-    for q in queues.items:
-        usage = ", ".join(f"{k}={v}" for k, v in q.requests_admitted.items())
-        rows.append((f"<b>{esc(q.name)}</b>", " ".join(f"{badge(k)} {v}" for k, v in sorted(q.workloads.items())),
-                     esc(usage)))
-    rendered = table(("queue", "workloads", "admitted requests"), [r[:3] for r in rows], body_id="queue-rows")
+    for q in queues["local_queues"]:
+        usage = ", ".join(f"{k}={v}" for k, v in q["requests_admitted"].items())
+        rows.append((f"<b class='name'>{esc(q['namespace'])}/{esc(q['name'])}</b>", esc(q["cluster_queue"]),
+                     " ".join(f"{badge(k)} {v}" for k, v in sorted(q["workloads"].items())) or "-", esc(usage)))
+    rendered = table(("local queue", "cluster queue", "workloads", "admitted requests"), rows, body_id="queue-rows")
     cq_rows = []
-    for cq in queues.cluster_queues:
+    for cq in queues["cluster_queues"]:
         bars = []
-        for key, total in cq.quota.items():
+        for key, total in cq["quota"].items():
             resource = key.split("/", 1)[1]
-            used = cq.usage.get(key, "0")
+            used = cq["usage"].get(key, "0")
             try:
                 share = _bar(parse_quantity(used, resource), parse_quantity(total, resource))
             except (ValueError, Invalid, ArithmeticError):
                 share = ""
             bars.append(f"<div class='cap' data-resource='{html.escape(key)}'>{share} {html.escape(key)}: "
                         f"{html.escape(used)} of {html.escape(total)}</div>")
-        cq_rows.append((f"<b>{esc(cq.name)}</b>", esc(cq.cohort), esc(cq.pending), "".join(bars) or "-"))
-    cq_table = (f"<h2>ClusterQueues</h2>{table(('cluster queue', 'cohort', 'pending', 'usage against quota'), cq_rows, body_id='cluster-queue-rows')}"
-                if queues.configured else "")
-    return page("Queues", "queues", f"<h2>Queues</h2>{note}{rendered}{cq_table}")
+        if cq.get("problem"):
+            bars.append(f"<div class='muted'>{esc(cq['problem'])}</div>")
+        cq_rows.append((f"<b class='name'>{esc(cq['name'])}</b>", esc(cq["cohort"]), esc(cq["pending"]),
+                        esc(cq["admitted"]), "".join(bars) or "-"))
+    cq_table = (f"<h2>ClusterQueues</h2>{table(('cluster queue', 'cohort', 'pending', 'admitted', 'usage against quota'), cq_rows, body_id='cluster-queue-rows')}"
+                if queues["cluster_queues"] else "")
+    return page("Queues", "queues", f"<h2>Queues</h2>{note}{cq_table}<h2>LocalQueues</h2>{rendered}")
 
 
 def register(app: FastAPI) -> None:
@@ -308,6 +336,10 @@ def register(app: FastAPI) -> None:
         if token:
             response.set_cookie("mkd_token", token, httponly=True, samesite="strict")
         return response
+
+    @app.get("/favicon.ico", include_in_schema=False)
+    async def favicon() -> Response:
+        return Response(FAVICON, media_type="image/svg+xml", headers={"Cache-Control": "max-age=86400"})
 
     app.get("/ui/workloads", include_in_schema=False)(workloads_page)
     app.get("/ui/workloads/{namespace}/{name}", include_in_schema=False)(workload_page)

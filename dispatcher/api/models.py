@@ -69,13 +69,22 @@ class EventPage(BaseModel):
 
 
 class Why(BaseModel):
-    """Why the Workload is where it is: pending (what it waits for) or placed (why that cluster won)."""
+    """Why the Workload is where it is: pending (what holds it, its positions), admitted (where it runs
+    and why that cluster won), else its end (``dispatcher.readmodel``)."""
 
+    workload: str
+    uid: str | None = None
     state: str
+    step: str | None = Field(default=None, description="what holds a pending one: queue, quota, placement, "
+                                                       "suspended; admitted; or the end state")
     answer: str
-    step: str | None = Field(default=None, description="what holds a pending one: queue, quota, placement, suspended "
-                                               "(dispatcher.queueing.views)")
+    reason: str | None = None
+    details: list[str] = Field(default_factory=list, description="per cluster: its figures from its last heartbeat "
+                                                                 "and the heartbeat's age")
     cluster_queue: str | None = None
+    queue: str | None = None
+    priority: int = 0
+    priority_source: str = ""
     position_in_cluster_queue: int | None = None
     position_in_local_queue: int | None = None
 
@@ -84,10 +93,12 @@ class WorkloadDetail(WorkloadItem):
     api_version: str = ""
     generation: int = 0
     spec_version: int = 1
+    cluster_queue: str | None = None
     excluded: list[str] = Field(default_factory=list)
     podsets: list[dict[str, Any]] = Field(default_factory=list)
-    conditions: list[dict[str, Any]] = Field(default_factory=list, description="the manager Job's conditions (mkd's MultiCluster* and the mirrored worker's), "
-                                                    "as the dispatcher last saw them")
+    conditions: list[dict[str, Any]] | None = Field(
+        default=None, description="the manager Job's status.conditions, read from the manager cluster (mkd's "
+                                  "MultiCluster* and the mirrored worker's); null when the manager could not be read")
     placements: list[PlacementItem]
     events: list[EventItem]
     why: Why
@@ -95,43 +106,77 @@ class WorkloadDetail(WorkloadItem):
 
 class ClusterItem(BaseModel):
     name: str
-    health: str = Field(description="online, stale (no heartbeat for 3 intervals) or offline")
+    health: str = Field(description="online, stale (no heartbeat for 3 intervals), offline, or refused (a sender "
+                                    "with no registered key: never a cluster)")
     cordoned: bool = False
     online: bool
     last_heartbeat: datetime | None = None
+    heartbeat_age_seconds: float | None = None
     lost_since: datetime | None = None
     agent_version: str = ""
     labels: dict[str, str] = Field(default_factory=dict)
-    kinds: Any = None
+    kinds: list[str] = Field(default_factory=list)
     allocatable: dict[str, str] = Field(default_factory=dict)
     free: dict[str, str] = Field(default_factory=dict)
     used: dict[str, str] = Field(default_factory=dict, description="allocatable minus free, per resource")
     running: int = Field(default=0, description="placements holding the cluster now (accepted or running)")
+    refused: str | None = Field(default=None, description="why messages from this sender are refused")
 
 
 class ClusterPage(BaseModel):
     items: list[ClusterItem]
 
 
-class QueueItem(BaseModel):
+class LocalQueueItem(BaseModel):
+    namespace: str
     name: str
-    workloads: dict[str, int] = Field(description="Workloads in this queue per state")
-    requests_admitted: dict[str, str] = Field(description="summed requests of placed and running Workloads")
-    quota: dict[str, str] | None = Field(default=None, description="the queue's quota; None: queues not configured")
+    cluster_queue: str | None = None
+    workloads: dict[str, int] = Field(description="Workloads in this LocalQueue per state")
+    pending: int = 0
+    admitted: int = 0
+    requests_admitted: dict[str, str] = Field(default_factory=dict,
+                                              description="summed requests of placed and running Workloads")
+    defined: bool | None = Field(default=None, description="exists on the manager (null: the manager was not read)")
 
 
 class ClusterQueueItem(BaseModel):
     name: str
     cohort: str | None = None
-    quota: dict[str, str] = Field(description="nominal quota per flavor/resource")
-    usage: dict[str, str] = Field(description="quota held by admitted Workloads per flavor/resource")
-    pending: int = Field(default=0, description="Workloads waiting in this ClusterQueue's LocalQueues")
+    quota: dict[str, str] = Field(default_factory=dict, description="nominal quota per flavor/resource")
+    usage: dict[str, str] = Field(default_factory=dict, description="quota held by admitted Workloads per "
+                                                                    "flavor/resource")
+    pending: int = Field(default=0, description="Workloads waiting in this ClusterQueue")
+    admitted: int = Field(default=0, description="Workloads holding quota in this ClusterQueue")
+    defined: bool | None = Field(default=None, description="exists on the manager (null: the manager was not read)")
+    problem: str | None = Field(default=None, description="why Kueue's rules refuse its spec")
 
 
 class QueuePage(BaseModel):
-    configured: bool = Field(description="False: no ClusterQueues / quotas configured, queue names only")
-    items: list[QueueItem]
+    source: str = Field(description="manager: every queue defined on the manager cluster; records: only the queues "
+                                    "Workloads were recorded in (the manager was not read)")
+    configured: bool = Field(description="False: no ClusterQueue exists, Workloads are admitted in arrival order "
+                                         "without quota (open mode)")
     cluster_queues: list[ClusterQueueItem] = Field(default_factory=list)
+    local_queues: list[LocalQueueItem] = Field(default_factory=list)
+
+
+class PendingItem(BaseModel):
+    uid: str
+    namespace: str
+    name: str
+    kind: str
+    queue: str
+    cluster_queue: str | None = None
+    priority: int = 0
+    queued_at: datetime | None = None
+    queue_seq: int | None = None
+    reason: str | None = None
+    position_in_cluster_queue: int
+    position_in_local_queue: int
+
+
+class PendingPage(BaseModel):
+    items: list[PendingItem]
 
 
 class ActionResult(BaseModel):

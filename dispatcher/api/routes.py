@@ -1,7 +1,8 @@
 """The ``/api/v1`` endpoints: reads straight from the database, actions through the engine's inbox.
 
-Reads run the query functions of :mod:`dispatcher.db.admin` in a fresh read-only session (the engine's
-transactions are not disturbed); filters are checked the way mkctl checks them, so ``state=bogus`` is a
+Reads answer with the read model's functions (:mod:`dispatcher.readmodel`, the same mkctl and the dashboard
+call) in a fresh read-only session (the engine's transactions are not disturbed) and, where the truth lives
+on the manager cluster, its client; filters are checked the way mkctl checks them, so ``state=bogus`` is a
 400 naming the states. Actions build an :class:`~dispatcher.adminactions.AdminAction`, queue it for
 the engine and answer once the engine's transaction committed (or 504 after ``action_timeout``).
 """
@@ -9,18 +10,15 @@ the engine and answer once the engine's transaction committed (or 504 after ``ac
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request
 
+from dispatcher import readmodel
 from dispatcher.api import models as m
 from dispatcher.api.auth import Access, Authenticator, AuthError, User, action_access, read_access
 from dispatcher.db import admin as dbadmin
-from dispatcher.db import queries
 from federation.errors import Invalid
 
 STALE_INTERVALS = 3.0
@@ -69,73 +67,6 @@ def bad_request(exc: Invalid) -> HTTPException:
     return HTTPException(400, exc.message)
 
 
-def health(row: Mapping[str, Any], now: datetime) -> str:
-    last = row.get("last_heartbeat")
-    if not row.get("online") or last is None:
-        return "offline"
-    interval = float(row.get("interval_seconds") or 10.0)
-    return "stale" if (now - last).total_seconds() > STALE_INTERVALS * interval else "online"
-
-
-def _used(allocatable: Mapping[str, str], free: Mapping[str, str]) -> dict[str, str]:
-    from federation.podset import format_quantity, parse_quantity
-
-    out = {}
-    for name, total in allocatable.items():
-        try:
-            used = parse_quantity(total, name) - parse_quantity(free.get(name, "0"), name)
-        except (ValueError, Invalid, ArithmeticError):
-            continue
-        out[name] = format_quantity(max(used, Decimal(0)), name)
-    return out
-
-
-def cluster_item(row: Mapping[str, Any], running: int, now: datetime) -> m.ClusterItem:
-    capacity = row.get("capacity") or {}
-    allocatable = dict(capacity.get("allocatable") or {})
-    free = dict(capacity.get("free") or {})
-    return m.ClusterItem(name=row["name"], health=health(row, now), cordoned=bool(row.get("cordoned")),
-                         online=bool(row.get("online")), last_heartbeat=row.get("last_heartbeat"),
-                         lost_since=row.get("lost_since"), agent_version=row.get("agent_version") or "",
-                         labels=dict(row.get("labels") or {}), kinds=row.get("kinds"), allocatable=allocatable,
-                         free=free, used=_used(allocatable, free), running=running)
-
-
-def why_of(workload: Mapping[str, Any], current: Mapping[str, Any] | None,
-           queued: Mapping[str, Any] | None = None) -> m.Why:
-    """The "why" answer: for a pending Workload the queueing package's (which step holds it, its
-    positions), for a placed one why its cluster won, else its reason."""
-    if queued is not None and workload["state"] == "pending":
-        return m.Why(state="pending", answer=str(queued.get("message") or ""), step=queued.get("step"),
-                     cluster_queue=queued.get("cluster_queue"),
-                     position_in_cluster_queue=queued.get("position_in_cluster_queue"),
-                     position_in_local_queue=queued.get("position_in_local_queue"))
-    state = str(workload["state"])
-    reason = str(workload.get("reason") or "")
-    if state == "pending":
-        if workload.get("suspended"):
-            answer = reason or "suspended on the manager cluster; placed once resumed"
-        else:
-            answer = reason or "waiting for the next placement round"
-        if workload.get("pinned"):
-            answer += f" (pinned to {workload['pinned']})"
-    elif state in ("placed", "running") and current is not None:
-        answer = f"on {current['cluster']} (attempt {current['attempt']}): {current.get('reason') or 'placed'}"
-    else:
-        answer = reason or state
-    return m.Why(state=state, answer=answer, cluster_queue=workload.get("cluster_queue"))
-
-
-def _mkd_conditions(ctx: ApiContext, uid: str) -> list[dict[str, Any]]:
-    """mkd's conditions as the engine last saw them on the manager Job (its Job cache)."""
-    engine = ctx.engine
-    obj = (getattr(engine, "cache", None) or {}).get(uid) if engine is not None else None
-    if not obj:
-        return []
-    conditions = (obj.get("status") or {}).get("conditions") or []
-    return [dict(c) for c in conditions if isinstance(c, Mapping)]
-
-
 router = APIRouter(prefix="/api/v1")
 UserDep = Annotated[User, Depends(authenticated)]
 
@@ -160,10 +91,9 @@ async def list_workloads(
     except Invalid as exc:
         raise bad_request(exc) from None
     async with ctx_of(request).sessions() as s:
-        rows = await dbadmin.list_workloads(s, f, limit=limit, offset=offset)
+        rows = await readmodel.workloads(s, f, limit=limit, offset=offset)
         total = await dbadmin.count_workloads(s, f)
-    return m.WorkloadPage(items=[m.WorkloadItem(**dict(r._mapping)) for r in rows], total=total, limit=limit,
-                          offset=offset)
+    return m.WorkloadPage(items=[m.WorkloadItem(**r) for r in rows], total=total, limit=limit, offset=offset)
 
 
 async def _find(request: Request, namespace: str, name: str) -> str:
@@ -180,22 +110,41 @@ async def _find(request: Request, namespace: str, name: str) -> str:
             summary="One Workload: every placement attempt, its history, conditions and why it is where it is")
 async def get_workload(request: Request, user: UserDep, namespace: str, name: str) -> m.WorkloadDetail:
     await allow(request, user, read_access(namespace))
-    uid = await _find(request, namespace, name)
-    from dispatcher.queueing.views import why_from_db
-
-    async with ctx_of(request).sessions() as s:
-        found = await queries.show_workload(s, uid)
-        rows = await dbadmin.list_workloads(s, dbadmin.WorkloadFilter(namespace=namespace, name=name), limit=50)
-        queued = await why_from_db(s, uid)
+    ctx = ctx_of(request)
+    async with ctx.sessions() as s:
+        found = await readmodel.workload(s, f"{namespace}/{name}", ctx.kube)
+    if found is None:
+        await _find(request, namespace, name)  # the 404 naming the owner endpoint
     assert found is not None
-    w = dict(found.workload._mapping)
-    summary = next((dict(r._mapping) for r in rows if r.uid == uid), {})
-    placements = [dict(p._mapping) for p in found.placements]
-    current = next((p for p in placements if p["attempt"] == w["attempt"]), None)
-    events = [m.EventItem(**dict(e._mapping), namespace=namespace, name=name, kind=w["kind"]) for e in found.events]
-    return m.WorkloadDetail(**{**w, **{k: summary.get(k) for k in ("placement_state", "epoch") if summary}},
-                            placements=[m.PlacementItem(**p) for p in placements], events=events,
-                            conditions=_mkd_conditions(ctx_of(request), uid), why=why_of(w, current, queued))
+    return m.WorkloadDetail(**found)
+
+
+@router.get("/why/{namespace}/{name}", response_model=m.Why,
+            summary="Why a Job is where it is: the step that holds it, what it lacks, or who manages it instead")
+async def get_why(request: Request, user: UserDep, namespace: str, name: str) -> m.Why:
+    await allow(request, user, read_access(namespace))
+    ctx = ctx_of(request)
+    async with ctx.sessions() as s:
+        found = await readmodel.why(s, f"{namespace}/{name}", ctx.kube)
+    if found is None:
+        other = await readmodel.unclaimed(ctx.kube, namespace, name)
+        if other is None:
+            raise HTTPException(404, f"no workload {namespace}/{name} and no Job of that name on the manager "
+                                     "cluster (mkd claims only Jobs whose managedBy is kueue.x-k8s.io/multikueue)")
+        found = readmodel.not_managed(f"{namespace}/{name}", other)
+    return m.Why(**found)
+
+
+@router.get("/pending", response_model=m.PendingPage,
+            summary="Pending Workloads in admission order with their positions in ClusterQueue and LocalQueue")
+async def list_pending(request: Request, user: UserDep, cluster_queue: str | None = None,
+                       namespace: str | None = None,
+                       queue: Annotated[str | None, Query(description="LocalQueue name (the Job's queue label)")
+                                        ] = None) -> m.PendingPage:
+    await allow(request, user, read_access(namespace or ""))
+    async with ctx_of(request).sessions() as s:
+        rows = await readmodel.pending(s, cluster_queue=cluster_queue, namespace=namespace, queue=queue)
+    return m.PendingPage(items=[m.PendingItem(**r) for r in rows])
 
 
 @router.get("/jobs/{namespace}/{name}/owner", response_model=m.Owner,
@@ -217,20 +166,16 @@ async def job_owner(request: Request, user: UserDep, namespace: str, name: str) 
 async def list_clusters(request: Request, user: UserDep) -> m.ClusterPage:
     await allow(request, user, read_access())
     async with ctx_of(request).sessions() as s:
-        rows = await queries.list_clusters(s)
-        running = await dbadmin.holding_per_cluster(s)
-    now = datetime.now(UTC)
-    return m.ClusterPage(items=[cluster_item(dict(r._mapping), running.get(r.name, 0), now) for r in rows])
+        return m.ClusterPage(items=[m.ClusterItem(**c) for c in await readmodel.clusters(s)])
 
 
-@router.get("/queues", response_model=m.QueuePage, summary="Queues: Workloads per state and admitted requests")
+@router.get("/queues", response_model=m.QueuePage,
+            summary="ClusterQueues and LocalQueues: quota, usage, Workloads pending and admitted")
 async def list_queues(request: Request, user: UserDep) -> m.QueuePage:
     await allow(request, user, read_access())
-    from dispatcher.api.queues import queue_page
-
     ctx = ctx_of(request)
     async with ctx.sessions() as s:
-        return await queue_page(s, getattr(ctx.engine, "queueing", None))
+        return m.QueuePage(**await readmodel.queues(s, ctx.kube))
 
 
 @router.get("/events", response_model=m.EventPage, summary="History rows across every Workload and Cluster")
@@ -247,14 +192,11 @@ async def list_events(
     if type and type not in EVENT_TYPES:
         raise HTTPException(400, f"type: {type!r} is not an event type; use one of: {', '.join(EVENT_TYPES)}")
     async with ctx_of(request).sessions() as s:
-        uid = None
-        if workload:
-            uid = await dbadmin.find_workload_uid(s, workload)
-            if uid is None:
-                raise HTTPException(404, f"no workload {workload!r}")
-        rows = await dbadmin.list_events(s, workload_uid=uid, cluster=cluster, type_=type, after_id=after,
-                                         limit=limit)
-    return m.EventPage(items=[m.EventItem(**dict(r._mapping)) for r in rows])
+        try:
+            rows = await readmodel.events(s, ref=workload, cluster=cluster, type_=type, after_id=after, limit=limit)
+        except readmodel.UnknownRef:
+            raise HTTPException(404, f"no workload {workload!r}") from None
+    return m.EventPage(items=[m.EventItem(**r) for r in rows])
 
 
 # --- actions ------------------------------------------------------------------------------------
@@ -317,5 +259,5 @@ _cluster_route("cordon", "Cordon a cluster: no new placements there")
 _cluster_route("uncordon", "Uncordon a cluster: placements allowed again")
 _cluster_route("drain", "Drain a cluster: cordon it and move every Workload placed there (Delete + requeue)")
 _workload_route("requeue", "Take a Workload off its cluster and place it again")
-_workload_route("evict", "Take a Workload off its cluster; it is placed on another one")
+_workload_route("evict", "Take a Workload off its cluster; it is placed again on another one (never there)")
 _workload_route("pin", "Pin a Workload to one cluster (null unpins)")

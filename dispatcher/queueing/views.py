@@ -1,11 +1,10 @@
-"""Read-only answers about queues for ``mkctl`` and the HTTP API: positions, usage, and "why".
+"""Queue figures: positions of pending Workloads from the database, and the status Kueue writes.
 
-Two sources answer the same questions. The ``*_from_db`` functions take a session (and never
-commit, like every query function) and read what the dispatcher recorded: pending rows with their
-ClusterQueue and order (priority, queue time, claim order), the quota placed Workloads hold, and
-the history row that says which step holds a Workload. :func:`cluster_queue_status` and
-:func:`local_queue_status` compute, from a running dispatcher's memory, the ``status`` Kueue writes
-on a ClusterQueue and a LocalQueue (``dispatcher.queueing.status_writer`` writes them to the manager).
+:func:`pending_from_db` takes a session (and never commits, like every query function) and reads
+the pending rows with their ClusterQueue and order (priority, queue time, claim order): the read
+model (``dispatcher.readmodel``) answers every admin surface with it. :func:`cluster_queue_status`
+and :func:`local_queue_status` compute, from a running dispatcher's memory, the ``status`` Kueue
+writes on a ClusterQueue and a LocalQueue (``dispatcher.queueing.watcher`` writes them to the manager).
 """
 
 from __future__ import annotations
@@ -18,11 +17,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dispatcher.db.models import events, workloads
+from dispatcher.db.models import workloads
 from dispatcher.queueing.catalog import Catalog
 from dispatcher.queueing.quota import ZERO
 from dispatcher.queueing.scheduler import Queues
-from dispatcher.queueing.state import HOLDING, usage_from_json
 from federation.podset import format_quantity
 
 STEPS = {
@@ -64,65 +62,6 @@ async def pending_from_db(session: AsyncSession, *, cluster_queue: str | None = 
         if namespace is not None and r["namespace"] != namespace:
             continue
         out.append(r)
-    return out
-
-
-async def queues_from_db(session: AsyncSession) -> list[dict[str, Any]]:
-    """Per ClusterQueue seen in the records: pending and admitted counts and the quota in use."""
-    w = workloads
-    out: dict[str, dict[str, Any]] = {}
-    result = await session.execute(sa.select(w.c.cluster_queue, w.c.state, w.c.usage, w.c.suspended)
-                                   .where(w.c.cluster_queue.is_not(None),
-                                          w.c.state.in_(("pending", *HOLDING))))
-    for r in result:
-        q = out.setdefault(r.cluster_queue, {"name": r.cluster_queue, "pending": 0, "admitted": 0, "usage": {}})
-        if r.state == "pending":
-            q["pending"] += 0 if r.suspended else 1
-            continue
-        q["admitted"] += 1
-        for fr, amount in usage_from_json(r.usage).items():
-            q["usage"][fr] = q["usage"].get(fr, ZERO) + amount
-    for q in out.values():
-        q["usage"] = {f"{f}/{res}": format_quantity(v, res) for (f, res), v in sorted(q["usage"].items())}
-    return sorted(out.values(), key=lambda q: q["name"])
-
-
-async def why_from_db(session: AsyncSession, ref: str) -> dict[str, Any] | None:
-    """Which step holds one Workload (``namespace/name`` or uid), in words; None when unknown."""
-    w = workloads
-    if "/" in ref:
-        ns, _, name = ref.partition("/")
-        where = sa.and_(w.c.namespace == ns, w.c.name == name)
-    else:
-        where = w.c.uid == ref
-    row = (await session.execute(sa.select(w).where(where).order_by(w.c.created_at.desc()).limit(1))).first()
-    if row is None:
-        return None
-    r = dict(row._mapping)
-    out: dict[str, Any] = {"workload": f"{r['namespace']}/{r['name']}", "uid": r["uid"], "state": r["state"],
-                           "cluster_queue": r["cluster_queue"], "queue": r["queue"], "priority": r["priority"],
-                           "priority_source": r["priority_source"]}
-    state = r["state"]
-    if state == "pending" and r["suspended"]:
-        out.update(step="suspended", message="suspended on the manager cluster; queued once resumed")
-    elif state == "pending":
-        last = (await session.execute(
-            sa.select(events.c.reason, events.c.message, events.c.at)
-            .where(events.c.workload_uid == r["uid"], events.c.type == "pending")
-            .order_by(events.c.id.desc()).limit(1))).first()
-        word = last.reason if last is not None else ""
-        out.update(step=STEPS.get(word, "queued"), reason=word,
-                   message=r["reason"] or (last.message if last is not None else "")
-                   or "waiting for its turn: nothing has held it yet")
-        mine = [p for p in await pending_from_db(session) if p["uid"] == r["uid"]]
-        if mine:
-            out.update(position_in_cluster_queue=mine[0]["position_in_cluster_queue"],
-                       position_in_local_queue=mine[0]["position_in_local_queue"])
-    elif state in HOLDING:
-        out.update(step="admitted", message=f"admitted: {state} on cluster {r['cluster']}"
-                   + (f", quota in ClusterQueue {r['cluster_queue']}" if r["cluster_queue"] else ""))
-    else:
-        out.update(step=state, message=r["reason"] or state)
     return out
 
 

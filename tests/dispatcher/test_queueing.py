@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dispatcher import db
+from dispatcher import db, readmodel
 from dispatcher.db import models as m
 from dispatcher.queueing import views
 from federation import labels
@@ -168,7 +168,7 @@ async def test_quota_holds_a_team_and_frees_when_a_job_finishes_and_survives_a_r
 
             # the one answer to "why is a2 not running", and its position
             answer = await _why(db_url, "default/a2")
-            assert answer["step"] == "quota" and "1 more needed" in answer["message"]
+            assert answer["step"] == "quota" and "1 more needed" in answer["answer"]
             assert answer["position_in_cluster_queue"] == 1 and answer["cluster_queue"] == "team-a"
             assert (await _why(db_url, "default/unqueued"))["step"] == "queue"
             assert (await _why(db_url, "default/a0"))["step"] == "admitted"
@@ -188,7 +188,7 @@ async def _why(url: str, ref: str) -> dict[str, Any]:
     engine = db.make_engine(url)
     try:
         async with AsyncSession(engine) as session:
-            answer = await views.why_from_db(session, ref)
+            answer = await readmodel.why(session, ref)
             assert answer is not None
             return answer
     finally:
@@ -323,10 +323,11 @@ async def test_a_starving_job_that_fits_nowhere_lets_go_of_its_hold_and_why_says
                 if not any(r.name == "gang" for r in await rows(db_url, m.workloads)):
                     return None  # not claimed yet
                 answer = await _why(db_url, "default/gang")
-                return answer if "let go of cluster worker-1" in answer.get("message", "") else None
-            answer = await eventually(let_go, what="the hold let go, in why", within=30)
-            assert answer["step"] == "placement"
-            assert "no more room for it there in 2s" in answer["message"], answer
+                said = " ".join([answer["answer"], *answer["details"]])
+                return said if "let go of cluster worker-1" in said else None
+            said = await eventually(let_go, what="the hold let go, in why", within=30)
+            assert "no more room for it there in 2s" in said, said
+            assert (await _why(db_url, "default/gang"))["step"] == "placement"
             c = cond(await kube.get(PYTORCHJOBS, "gang", "default"), labels.CONDITION_DISPATCHED)
             assert c is not None and c["status"] == "False"
 
