@@ -71,8 +71,9 @@ def _gizmo_schema() -> dict[str, Any]:
                  "message": "numNodes should not be set if torch.elasticPolicy is configured"},
                 {"rule": "double(self.min) < double(self.max)", "message": "min must be strictly less than max",
                  "fieldPath": ".min"},
+                # format(), not '+' on string(): a concatenation's size is unknown, so over any cost budget.
                 {"rule": "self.replicas <= 8",
-                 "messageExpression": "'replicas is ' + string(self.replicas) + ', at most 8 allowed'"},
+                 "messageExpression": "'replicas is %d, at most 8 allowed'.format([self.replicas])"},
                 {"rule": "!has(self.forbidden)", "message": "forbidden may not be set", "reason": "FieldValueForbidden"},
             ],
             "properties": {
@@ -594,6 +595,89 @@ def test_policy_on_delete_sees_the_old_object(api: client.ApiClient, ns: str, po
         "denied request: protected config maps stay")
     v1.delete_namespaced_config_map("loose", ns)
     assert v1.read_namespaced_config_map("kept", ns).metadata.name == "kept"
+
+
+COST_HINT = ("(try simplifying the rule, or adding maxItems, maxProperties, and maxLength where arrays, maps, and "
+             "strings are declared)")
+
+
+def _rules_crd(spec_schema: dict[str, Any], root_rules: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": {"spec": spec_schema}}
+    if root_rules:
+        schema["x-kubernetes-validations"] = root_rules
+    return {"metadata": {"name": f"checked.{GIZMO_GROUP}"}, "spec": {
+        "group": GIZMO_GROUP, "scope": "Namespaced", "names": {"plural": "checked", "singular": "checked",
+                                                               "kind": "Checked"},
+        "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}]}}
+
+
+def test_crd_rules_must_name_fields_the_schema_declares(api: client.ApiClient) -> None:
+    """apiserver pkg/cel/common/schemas.go SchemaDeclType: an object exposes only its declared properties (with
+    x-kubernetes-preserve-unknown-fields too), a resource root only apiVersion, kind, metadata.name and
+    metadata.generateName; cel-go's checker refuses any other field (apiextensions validation.go)."""
+    create = client.ApiextensionsV1Api(api).create_custom_resource_definition
+    rule = "!(has(self.numNodes) && has(self.torch.elasticPolicy))"
+    st = refused(create, _rules_crd({"type": "object", "x-kubernetes-validations": [{"rule": rule}], "properties": {
+        "numNodes": {"type": "integer"}, "torch": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}),
+        dry_run="All")
+    assert st["code"] == 422
+    (c,) = st["details"]["causes"]
+    assert c["field"] == "spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].rule"
+    assert c["reason"] == "FieldValueInvalid"
+    assert c["message"].startswith(f'Invalid value: apiextensions.ValidationRule{{Rule:"{rule}", Message:""')
+    assert "compilation failed: ERROR: <input>:1:" in c["message"]
+    assert "undefined field 'elasticPolicy'" in c["message"]
+    st = refused(create, _rules_crd({"type": "object"}, [{"rule": "has(self.metadata.labels)"}]), dry_run="All")
+    assert [c["field"] for c in st["details"]["causes"]] == [
+        "spec.validation.openAPIV3Schema.x-kubernetes-validations[0].rule"]
+    assert "undefined field 'labels'" in st["details"]["causes"][0]["message"]
+    # Declared fields (and a root's metadata.name) pass.
+    create(_rules_crd({"type": "object", "x-kubernetes-validations": [{"rule": rule}], "properties": {
+        "numNodes": {"type": "integer"}, "torch": {"type": "object", "properties": {"elasticPolicy": {
+            "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}}},
+        [{"rule": "self.metadata.name.size() < 20"}]), dry_run="All")
+
+
+def test_crd_rules_over_the_cost_budget_are_refused(api: client.ApiClient) -> None:
+    """apiextensions validation.go: a rule's estimated cost (cel-go checker/cost.go with the Kubernetes library's
+    estimates; sizes from maxItems / maxLength, else from the 3 MiB request limit) may not exceed 10 000 000,
+    nor the CRD's total 100 000 000; getCostErrorMessage words the factor."""
+    create = client.ApiextensionsV1Api(api).create_custom_resource_definition
+
+    def tags(**bounds: int) -> dict[str, Any]:
+        items: dict[str, Any] = {"type": "string"}
+        if "maxLength" in bounds:
+            items["maxLength"] = bounds["maxLength"]
+        tags_schema: dict[str, Any] = {"type": "array", "items": items,
+                                       "x-kubernetes-validations": [{"rule": "self.all(x, x.contains('gpu'))"}]}
+        if "maxItems" in bounds:
+            tags_schema["maxItems"] = bounds["maxItems"]
+        return {"type": "object", "properties": {"tags": tags_schema}}
+
+    rule_at = "spec.validation.openAPIV3Schema.properties[spec].properties[tags].x-kubernetes-validations[0].rule"
+    st = refused(create, _rules_crd(tags()), dry_run="All")
+    assert st["code"] == 422 and st["reason"] == "Invalid"
+    assert st["details"]["causes"] == [
+        {"reason": "FieldValueForbidden", "field": rule_at,
+         "message": f"Forbidden: estimated rule cost exceeds budget by factor of more than 100x {COST_HINT}"},
+        {"reason": "FieldValueForbidden", "field": rule_at, "message": "Forbidden: contributed to estimated rule "
+                                                                       "cost total exceeding cost limit for entire OpenAPIv3 schema"},
+        {"reason": "FieldValueForbidden", "field": "spec.validation.openAPIV3Schema",
+         "message": "Forbidden: x-kubernetes-validations estimated rule cost total for entire OpenAPIv3 schema "
+                    f"exceeds budget by factor of more than 100x {COST_HINT}"}]
+    # 11 per item of at most 16 characters: 909 090 items fit the budget, one more does not.
+    create(_rules_crd(tags(maxLength=16, maxItems=909_090)), dry_run="All")
+    st = refused(create, _rules_crd(tags(maxLength=16, maxItems=909_091)), dry_run="All")
+    assert st["details"]["causes"] == [{"reason": "FieldValueForbidden", "field": rule_at, "message":
+                                        f"Forbidden: estimated rule cost exceeds budget by factor of 1.000000x {COST_HINT}"}]
+    # A messageExpression that concatenates string(...) has no size bound.
+    st = refused(create, _rules_crd({"type": "object", "properties": {"n": {"type": "integer"}},
+                                     "x-kubernetes-validations": [{"rule": "self.n < 5", "messageExpression":
+                                                                   "'n is ' + string(self.n)"}]}), dry_run="All")
+    assert st["details"]["causes"][0] == {
+        "reason": "FieldValueForbidden",
+        "field": "spec.validation.openAPIV3Schema.properties[spec].x-kubernetes-validations[0].messageExpression",
+        "message": f"Forbidden: estimated messageExpression cost exceeds budget by factor of more than 100x {COST_HINT}"}
 
 
 def test_crd_with_a_rule_that_does_not_compile_is_refused(api: client.ApiClient) -> None:
