@@ -23,7 +23,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kubesim import cel
+from kubesim import cel, celcheck
 from kubesim.errors import ApiError, invalid
 from kubesim.resources import ResourceType
 
@@ -275,10 +275,15 @@ class Admission:
                        for v in (obj.get("spec") or {}).get("versions") or ()]
             if schemas and all(sc == schemas[0] for sc in schemas):
                 # The v1 -> internal conversion hoists a schema shared by every version to spec.validation.
-                causes += cel.rule_compile_causes(schemas[0], "spec.validation.openAPIV3Schema")
+                bases = [(schemas[0], "spec.validation.openAPIV3Schema")]
             else:
-                for i, schema in enumerate(schemas):
-                    causes += cel.rule_compile_causes(schema, f"spec.versions[{i}].schema.openAPIV3Schema")
+                bases = [(sc, f"spec.versions[{i}].schema.openAPIV3Schema") for i, sc in enumerate(schemas)]
+            known: set[str] = set()  # an update does not judge again what the stored CRD already had
+            for v in ((old or {}).get("spec") or {}).get("versions") or ():
+                known |= cel.rule_texts(((v or {}).get("schema") or {}).get("openAPIV3Schema"))
+            for schema, base in bases:
+                causes += cel.rule_compile_causes(schema, base)
+                causes += celcheck.schema_causes(schema, base, known, cel.compiled_texts(schema))
             if causes:
                 raise invalid(rt.kind, rt.group, (obj.get("metadata") or {}).get("name", ""), causes)
         if not rt.builtin and obj is not None:

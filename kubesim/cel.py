@@ -384,6 +384,43 @@ def rule_compile_causes(schema: Any, path: str) -> list[dict[str, str]]:
     return out
 
 
+def _rule_nodes(schema: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if not isinstance(schema, dict):
+        return out
+    out += [r for r in schema.get("x-kubernetes-validations") or () if isinstance(r, dict)]
+    for sub in (schema.get("properties") or {}).values():
+        out += _rule_nodes(sub)
+    out += _rule_nodes(schema.get("items"))
+    out += _rule_nodes(schema.get("additionalProperties"))
+    return out
+
+
+def rule_texts(schema: Any) -> set[str]:
+    """Every rule and messageExpression text in a CRD schema."""
+    return {str(r.get(k)) for r in _rule_nodes(schema) for k in ("rule", "messageExpression") if r.get(k)}
+
+
+def compiled_texts(schema: Any) -> set[str]:
+    """The rule and messageExpression texts of a schema that compile (the others are reported on their own)."""
+    out: set[str] = set()
+    for r in _rule_nodes(schema):
+        text = str(r.get("rule") or "")
+        try:
+            compile_expr(_optional_rule(text) if r.get("optionalOldSelf") else text,
+                         OPTIONAL_VARS if r.get("optionalOldSelf") else CRD_VARS)
+            out.add(text)
+        except CompileError:
+            pass
+        if r.get("messageExpression"):
+            try:
+                compile_expr(str(r["messageExpression"]), CRD_VARS)
+                out.add(str(r["messageExpression"]))
+            except CompileError:
+                pass
+    return out
+
+
 def _optional_rule(text: str) -> str:
     """A rule with ``optionalOldSelf: true`` sees ``oldSelf`` as an optional (none on create)."""
     return f"cel.bind(oldSelf, kubesimHasOld ? optional.of(kubesimOld) : optional.none(), ({text}))"

@@ -96,9 +96,10 @@ def _gizmo_schema() -> dict[str, Any]:
                                "x-kubernetes-validations": [{"rule": "self == oldSelf",
                                                              "message": "runtimeRef is immutable"}]},
                 "containers": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
+                               "maxItems": 16,
                                "items": {"type": "object", "required": ["name"], "properties": {
-                                   "name": {"type": "string"},
-                                   "image": {"type": "string", "x-kubernetes-validations": [
+                                   "name": {"type": "string", "maxLength": 63},
+                                   "image": {"type": "string", "maxLength": 256, "x-kubernetes-validations": [
                                        {"rule": "self == oldSelf", "message": "image is immutable"}]}}}},
                 "size": {"type": "integer", "x-kubernetes-validations": [
                     {"rule": "oldSelf.hasValue() ? self >= oldSelf.value() : self <= 5", "optionalOldSelf": True,
