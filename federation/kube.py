@@ -153,12 +153,14 @@ def resource_for(kind: _KindLike) -> Resource:
 @dataclass(frozen=True)
 class Call:
     """One request as RBAC judges it: ``verb`` (get, list, watch, create, update, patch, delete), API ``group``,
-    ``resource`` (the plural, or ``plural/subresource``); a discovery request is ``get`` on its path with group
-    ``""`` (``nonresource``)."""
+    ``resource`` (the plural, or ``plural/subresource``), the ``namespace`` it is confined to ("" for a
+    cluster-scoped object or a call across all namespaces); a discovery request is ``get`` on its path with
+    group ``""`` (``nonresource``)."""
 
     verb: str
     group: str
     resource: str
+    namespace: str = ""
     nonresource: bool = False
 
 
@@ -171,13 +173,14 @@ def call_of(method: str, path: str, watch: bool = False) -> Call:
         group, rest = parts[1], parts[3:]
     else:
         return Call("get", "", path, nonresource=True)
+    namespace = ""
     if rest[0] == "namespaces" and len(rest) > 2:
-        rest = rest[2:]
+        namespace, rest = rest[1], rest[2:]
     resource = rest[0] + (f"/{rest[2]}" if len(rest) > 2 else "")
     named = len(rest) > 1
     verb = {"GET": "get" if named else ("watch" if watch else "list"), "POST": "create", "PUT": "update",
             "PATCH": "patch", "DELETE": "delete" if named else "deletecollection"}.get(method, method.lower())
-    return Call(verb, group, resource)
+    return Call(verb, group, resource, namespace)
 
 
 Recorder = Callable[[str, Call], None]
@@ -958,7 +961,7 @@ class Kube:
         if label_selector:
             query.append(("labelSelector", label_selector))
         if Kube.recorder is not None:
-            Kube.recorder(self.user_agent, Call("watch", res.group, res.plural))
+            Kube.recorder(self.user_agent, Call("watch", res.group, res.plural, namespace or ""))
         stream = _WatchStream(self, res.path(namespace), query, f"watch {res.plural}")
         self._watches.add(stream)
         stream.start()

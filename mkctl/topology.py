@@ -11,6 +11,11 @@ per worker next to its agent (``worker_agent.fencer``, its probes and metrics on
 ``describe()["fencers"]``); a fencer keeps running while its agent is stopped. Leaving it stops them in reverse order. Agents can be stopped and started
 again (``stop_agent`` / ``start_agent``) to show that a lost worker is noticed and nothing is lost.
 Given ``TopologyOptions.kubeconfigs``, real clusters stand in for kubesim (the e2e suite on real clusters).
+With ``TopologyOptions.rbac`` (the default) the services run as ``deploy/`` runs them: the RBAC objects of
+their manifests are applied from ``deploy/`` (``mkctl.deployrbac``) and each service gets a kubeconfig with
+its ServiceAccount's token, never the admin's; kubesim clusters then authorize every request, so a rule
+missing from ``deploy/`` fails the demo and the tests. On real clusters what this applied is removed again
+when the topology is left.
 """
 
 from __future__ import annotations
@@ -102,6 +107,9 @@ class TopologyOptions:
     (the e2e suite's ``MKD_TEST_KUBECONFIGS``); ``workers`` is then ignored."""
     api: bool = True
     """Serve the dispatcher's admin API, dashboard and metrics on a free local port with a fresh token."""
+    rbac: bool = True
+    """Run the services with ServiceAccount tokens bound to deploy/'s roles (module docstring); False, or
+    without a deploy/ directory (an installed wheel), they use the clusters' admin kubeconfigs."""
     fencers: bool = False
     """Start a fencer per worker (``mkctl fencer``; deploy/worker/fencer.yaml), each serving /healthz,
     /readyz and /metrics on a free local port. Off for the tests that stop agents on purpose to see what
@@ -153,6 +161,10 @@ class Topology:
         self._tag = hashlib.sha1(self.options.topic_root.encode()).hexdigest()[:6]
         self.api_port: int | None = _free_port() if self.options.api else None
         self.api_token = secrets.token_urlsafe(18)
+        self.service_kubeconfigs: dict[tuple[str, str], Path] = {}
+        """(service, cluster) -> the kubeconfig with that service's token (``rbac``)."""
+        self._applied: dict[str, list[Any]] = {}
+        """Cluster -> the RBAC objects this topology created there (removed again on real clusters)."""
         self.fencer_ports: dict[str, int] = {}
         """Worker -> the port of its fencer's /metrics, /healthz and /readyz (with ``fencers``)."""
         """The demo's static API token (printed with the dashboard's URL)."""
@@ -196,7 +208,12 @@ class Topology:
             if self.options.kubeconfigs is None:
                 ks = _kubesim()
                 sim_dir = self.options.state_dir / "sim"
-                self.sim = await stack.enter_async_context(ks.serve_async([manager_spec(), *self.workers], sim_dir))
+                specs = [manager_spec(), *self.workers]
+                if self.rbac:
+                    import dataclasses
+
+                    specs = [dataclasses.replace(spec, authorize=True) for spec in specs]
+                self.sim = await stack.enter_async_context(ks.serve_async(specs, sim_dir))
             if not self.mqtt_url:
                 try:
                     from federation.embedded_broker import EmbeddedBroker
@@ -209,6 +226,9 @@ class Topology:
             for name in self.cluster_names:
                 self.kubes[name] = await stack.enter_async_context(Kube(self.kubeconfig(name)))
             await asyncio.gather(*(self.install_crds(name) for name in self.cluster_names))
+            if self.rbac:
+                stack.push_async_callback(self._remove_rbac)
+                await asyncio.gather(*(self._apply_rbac(name) for name in self.cluster_names))
             self._supervisor = await stack.enter_async_context(Supervisor(grace=5.0))
             if self.options.start_services:
                 self.start_dispatcher()
@@ -234,6 +254,47 @@ class Topology:
         stack, self._stack = self._stack, None
         if stack is not None:
             await stack.__aexit__(exc_type, exc, tb)
+
+    @property
+    def rbac(self) -> bool:
+        from mkctl import deployrbac
+
+        if self.options.rbac and not deployrbac.available():
+            log.warning("deploy/ is not here (an installed wheel): the services run with the admin kubeconfigs")
+        return self.options.rbac and deployrbac.available()
+
+    async def _apply_rbac(self, cluster: str) -> None:
+        """deploy/'s RBAC for the services of ``cluster`` and a kubeconfig with each one's token."""
+        from mkctl import deployrbac
+
+        kube = self.kubes[cluster]
+        services = ["dispatcher"] if cluster == MANAGER else ["agent", "fencer"]
+        allowed = list((self.options.agent_overrides.get("policy") or {}).get("allowed_namespaces") or [])
+        applied = self._applied.setdefault(cluster, [])
+        for service in services:
+            docs = deployrbac.documents(service, allowed if service != "dispatcher" else None)
+            applied += await deployrbac.apply(kube, docs)
+        for service in services:
+            out = self.options.state_dir / "kubeconfigs" / f"{service}-{cluster}.kubeconfig"
+            self.service_kubeconfigs[(service, cluster)] = await deployrbac.service_kubeconfig(
+                kube, self.kubeconfig(cluster), service, out)
+
+    async def _remove_rbac(self) -> None:
+        """On real clusters, delete what ``_apply_rbac`` created (newest first); kubesim goes away anyway."""
+        from federation.errors import FederationError
+
+        if self.options.kubeconfigs is None:
+            return
+        for cluster, created in self._applied.items():
+            for res, ns, name in reversed(created):
+                try:
+                    await self.kubes[cluster].delete(res, name, ns)
+                except FederationError as exc:
+                    log.warning("could not remove %s %s from %s: %s", res.kind, name, cluster, exc)
+
+    def credentials(self, service: str, cluster: str) -> Path:
+        """The kubeconfig ``service`` runs with on ``cluster``: its token's, or the admin's without ``rbac``."""
+        return self.service_kubeconfigs.get((service, cluster)) or self.kubeconfig(cluster)
 
     async def _upgrade_database(self) -> None:
         from datetime import UTC, datetime
@@ -271,7 +332,7 @@ class Topology:
         from dispatcher.settings import DispatcherSettings
 
         values: dict[str, Any] = {
-            "kube": {"kubeconfig": self.kubeconfig(MANAGER)},
+            "kube": {"kubeconfig": self.credentials("dispatcher", MANAGER)},
             "database_url": self.database_url,
             "mqtt": {"url": self.mqtt_url, "topic_root": self.options.topic_root,
                      "client_id": f"{self.options.origin}-{self._tag}-dispatcher"},
@@ -291,7 +352,7 @@ class Topology:
 
         values: dict[str, Any] = {
             "cluster_name": cluster,
-            "kubeconfig": self.kubeconfig(cluster),
+            "kubeconfig": self.credentials("agent", cluster),
             "mqtt": {"url": self.mqtt_url, "topic_root": self.options.topic_root,
                      "client_id": f"{self.options.origin}-{self._tag}-agent-{cluster}"},
             "origin": self.options.origin,
@@ -324,7 +385,7 @@ class Topology:
 
         port = self.fencer_ports.setdefault(cluster, _free_port())
         return build_settings(FencerSettings, {
-            "cluster_name": cluster, "kubeconfig": self.kubeconfig(cluster), "origin": self.options.origin,
+            "cluster_name": cluster, "kubeconfig": self.credentials("fencer", cluster), "origin": self.options.origin,
             "metrics_port": port, "metrics_host": "127.0.0.1"})
 
     def start_fencer(self, cluster: str) -> None:

@@ -1,16 +1,19 @@
 """deploy/ as an operator applies it: every kustomize overlay renders, a manager and a worker cluster
-accept every object with server-side dry-run, and the ClusterRoles grant what the services call and
-nothing more.
+accept every object with server-side dry-run, and the roles grant what the services call and nothing more.
 
 The overlays are rendered with ``kubectl kustomize`` (skipped, saying so, where kubectl is not
-installed) and applied through the official client with ``dryRun=All``. The RBAC check runs the demo's
-federation over every sample job, deletes them, and reads kubesim's audit log: every (verb, group,
-resource) the dispatcher (User-Agent ``mkd-dispatcher/...``) asked of the manager, and the agents
-(``mkd-agent/...``) of the workers, must be granted by the ClusterRole the overlay installs; every rule
-granted but never used in that run must be listed in ``UNUSED_ON_PURPOSE`` with the reason. Scope is
-checked too: a call not confined to one namespace (a cluster-wide list or watch) must be granted by a
-role the overlay binds cluster-wide (a ClusterRoleBinding), so the agents run with a policy that lists
-the namespaces the samples land in, as the shipped policy does (their Secrets are read there only).
+installed) and applied through the official client with ``dryRun=All``. The rules come from the code:
+every Kubernetes call mkd makes goes through ``federation.kube``, whose ``Kube.recorder`` hears each one
+as (User-Agent, verb, API group, resource[/subresource], namespace). The RBAC check runs the demo's
+federation (every sample job, the ClusterQueues and LocalQueues of ``demo/queues``, a fencer per worker,
+the services under deploy/'s own roles on clusters that authorize), deletes the jobs, and compares: every
+(verb, group, resource) the dispatcher (``mkd-dispatcher/...``), the agents (``mkd-agent/...``) and the
+fencers (``mkd-fencer/...``) called must be granted by the roles the production overlay installs; every
+rule granted but never called in that run must be listed in ``UNUSED_ON_PURPOSE`` with the code path that
+calls it. Scope is checked too: a call not confined to one namespace (a cluster-wide list or watch) must
+be granted by a role the overlay binds cluster-wide (a ClusterRoleBinding), so the agents run with a policy
+that lists the namespaces the samples land in, as the shipped policy does (their Secrets are read there
+only). The fencer's fencing calls are recorded in a run of their own.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import asyncio
 import contextlib
 import shutil
 import subprocess
+from collections import defaultdict
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -31,13 +35,14 @@ from kubernetes.client.rest import ApiException
 import kubesim
 from federation import labels
 from federation.kinds.registry import KINDS, by_api
-from federation.kube import resource_for
+from federation.kube import Call, Kube, resource_for
 from mkctl import jobs
 from mkctl.demo import observe_all, submit
 from mkctl.topology import Topology, TopologyOptions
 from tests.e2e.conftest import NotYet, wait_for
 
-pytestmark = pytest.mark.kubesim_only("dry-runs the overlays on kubesim clusters and reads kubesim's audit log")
+pytestmark = pytest.mark.kubesim_only("creates deploy/'s namespaces for the dry-runs and runs every sample job, "
+                                      "whose pods must run to completion")
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = {"demo-manager": "manager", "production-manager": "manager",
@@ -52,6 +57,10 @@ UNUSED_ON_PURPOSE: dict[str, dict[tuple[str, str, str], str]] = {
                                    "deleted before its claim was handled); tests/dispatcher cover that path",
         ("create", "", "events"): "Warning Events on invalid Jobs (tests/dispatcher/test_conditions.py); "
                                   "every sample is valid",
+        ("list", "handover.mkd.dev", "handoverpolicies"): "dispatcher/handover reads HandoverPolicies when "
+                                                           "handover is enabled (tests/e2e/test_handover.py); "
+                                                           "off in this run",
+        ("watch", "handover.mkd.dev", "handoverpolicies"): "as above: handover is off in this run",
         ("create", "authentication.k8s.io", "tokenreviews"): "the admin API checks a caller's bearer token "
                                                              "(dispatcher/api; no admin calls in this run)",
         ("create", "authorization.k8s.io", "subjectaccessreviews"): "the admin API asks RBAC whether the caller "
@@ -72,6 +81,21 @@ UNUSED_ON_PURPOSE: dict[str, dict[tuple[str, str, str], str]] = {
     },
     "fencer": {},
 }
+
+
+def record_calls() -> tuple[dict[str, set[Call]], Any]:
+    """Every call by service (the User-Agent's name: mkd-dispatcher, mkd-agent, mkd-fencer) from now on;
+    the second value stops recording."""
+    seen: dict[str, set[Call]] = defaultdict(set)
+
+    def record(user_agent: str, call: Call) -> None:
+        if not call.nonresource:  # discovery is open to every authenticated user
+            seen[user_agent.split("/", 1)[0]].add(call)
+    Kube.recorder = record
+
+    def stop() -> None:
+        Kube.recorder = None
+    return seen, stop
 
 
 def render(overlay: str) -> list[dict[str, Any]]:
@@ -204,7 +228,7 @@ async def confined(tmp_path: Path, mqtt_url: str, database_url: str, topic_root:
     options = TopologyOptions(
         state_dir=tmp_path / "state", mqtt_url=mqtt_url, database_url=database_url, topic_root=topic_root,
         heartbeat_seconds=1.0, heartbeat_timeout_seconds=3.0, origin="mkd-e2e",
-        agent_overrides={"policy": {"allowed_namespaces": namespaces}})
+        agent_overrides={"policy": {"allowed_namespaces": namespaces}}, fencers=True)
     async with Topology(options) as top:
         yield top
         top.check_running()
@@ -212,56 +236,76 @@ async def confined(tmp_path: Path, mqtt_url: str, database_url: str, topic_root:
 
 @needs_kubectl
 @pytest.mark.slow
-async def test_cluster_roles_grant_what_the_services_call_and_nothing_more(confined: Topology) -> None:
+async def test_the_roles_grant_what_the_services_call_and_nothing_more(confined: Topology) -> None:
     federation = confined
     examples = jobs.load_examples()
-    await submit(federation, examples)
+    queues = jobs.load_examples(jobs.queues_dir())
+    examples.queue_objects += queues.queue_objects  # ClusterQueues and LocalQueues: their status is written
+    examples.namespaces |= {str(o["metadata"]["namespace"]) for o in queues.queue_objects
+                            if o["metadata"].get("namespace")}
+    used, stop = record_calls()
+    try:
+        await submit(federation, examples)
 
-    async def all_reached() -> bool | NotYet:
-        seen = await observe_all(federation.manager, examples.samples)
-        missing = [s.key for s in examples.samples if not jobs.reached(s, seen[s.key])]
-        return NotYet(", ".join(missing)) if missing else True
+        async def all_reached() -> bool | NotYet:
+            seen = await observe_all(federation.manager, examples.samples)
+            missing = [s.key for s in examples.samples if not jobs.reached(s, seen[s.key])]
+            return NotYet(", ".join(missing)) if missing else True
 
-    await wait_for(all_reached, "every sample at its expected end", top=federation)
-    kinds = {s.key: by_api(s.manifest["apiVersion"], s.kind) for s in examples.samples}
-    for sample in examples.samples:  # deletions travel to the workers too
-        await federation.manager.delete(resource_for(kinds[sample.key]), sample.name, sample.namespace)
+        await wait_for(all_reached, "every sample at its expected end", top=federation)
+        cq = "kueue.x-k8s.io", "clusterqueues/status"
 
-    async def workers_empty() -> bool | NotYet:
-        left = []
-        for worker in federation.worker_names:
-            for kind in {k for k in kinds.values() if k is not None}:
-                if (await federation.kubes[worker].list(resource_for(kind), label_selector=labels.ORIGIN)).items:
-                    left.append(f"{worker}: {kind.name}")
-        return NotYet(", ".join(sorted(set(left)))) if left else True
+        async def queue_status_written() -> bool | NotYet:
+            return True if any((c.group, c.resource) == cq for c in used["mkd-dispatcher"]) else NotYet("no write")
+        await wait_for(queue_status_written, "the ClusterQueues' status written", top=federation)
+        kinds = {s.key: by_api(s.manifest["apiVersion"], s.kind) for s in examples.samples}
+        for sample in examples.samples:  # deletions travel to the workers too
+            await federation.manager.delete(resource_for(kinds[sample.key]), sample.name, sample.namespace)
 
-    await wait_for(workers_empty, "the workers' copies deleted", top=federation)
+        async def workers_empty() -> bool | NotYet:
+            left = []
+            for worker in federation.worker_names:
+                for kind in {k for k in kinds.values() if k is not None}:
+                    if (await federation.kubes[worker].list(resource_for(kind), label_selector=labels.ORIGIN)).items:
+                        left.append(f"{worker}: {kind.name}")
+            return NotYet(", ".join(sorted(set(left)))) if left else True
 
-    used = {"dispatcher": federation.sim.cluster("manager").server.audit.by("mkd-dispatcher/"),
-            "agent": set().union(*(federation.sim.cluster(w).server.audit.by("mkd-agent/")
-                                   for w in federation.worker_names))}
+        await wait_for(workers_empty, "the workers' copies deleted", top=federation)
+    finally:
+        stop()
+
     worker_docs = render("production-worker")
     roles = {"dispatcher": role_of(render("production-manager"), "mkd-dispatcher"),
-             "agent": roles_of(worker_docs, "mkd-agent")}
+             "agent": roles_of(worker_docs, "mkd-agent"), "fencer": roles_of(worker_docs, "mkd-fencer")}
     everywhere = cluster_wide(worker_docs, "mkd-agent")
-    unconfined = {(a.verb, a.group, a.resource) for w in federation.worker_names
-                  for a in federation.sim.cluster(w).server.audit.records
-                  if a.user_agent.startswith("mkd-agent/") and not a.namespace and not a.resource.startswith("/")}
+    unconfined = {(c.verb, c.group, c.resource) for c in used["mkd-agent"] if not c.namespace}
     assert ("watch", "", "pods") in unconfined  # capacity: every pod, cluster-wide
     beyond = sorted(c for c in unconfined if not allowed(everywhere, *c))
     assert not beyond, f"the agent calls cluster-wide what is granted only per namespace: {beyond}"
     assert not {c for c in unconfined if c[2] in ("secrets", "configmaps")}, "Secrets read cluster-wide"
     assert not allowed(everywhere, "list", "", "secrets") and not allowed(everywhere, "get", "", "secrets")
+    figures = []
     for service, role in roles.items():
-        granted = grants(role)
-        calls = {c for c in used[service] if not c[2].startswith("/")}  # discovery is open to everyone
-        assert calls, f"the {service} made no API calls under its User-Agent"
-        missing = sorted(c for c in calls if not allowed(granted, *c))
-        assert not missing, f"the {service} calls what its ClusterRole does not grant: {missing}"
-        called = {normalize(*c) for c in calls}
-        unused = sorted({normalize(*g) for g in granted} - called - set(UNUSED_ON_PURPOSE[service]))
-        assert not unused, (f"the {service}'s ClusterRole grants what it never called in the run; remove it "
-                            f"or say why in UNUSED_ON_PURPOSE: {unused}")
+        calls = {(c.verb, c.group, c.resource) for c in used[f"mkd-{service}"]}
+        assert calls, f"the {service} made no API calls"
+        check_role(service, role, calls, ignore_unused=service == "fencer")  # fencing: the test below
+        figures.append(f"{service}: {len({normalize(*c) for c in calls})} rules used")
+    print("RBAC from the calls:", "; ".join(figures))
+
+
+def check_role(service: str, role: dict[str, Any], calls: set[tuple[str, str, str]], *,
+               ignore_unused: bool = False) -> None:
+    """Every call granted; every grant called or named in UNUSED_ON_PURPOSE (unless ``ignore_unused``)."""
+    granted = grants(role)
+    missing = sorted(c for c in calls if not allowed(granted, *c))
+    assert not missing, (f"the {service} calls what its roles in deploy/ do not grant; add these rules "
+                         f"(verb, API group, resource): {missing}")
+    if ignore_unused:
+        return
+    called = {normalize(*c) for c in calls}
+    unused = sorted({normalize(*g) for g in granted} - called - set(UNUSED_ON_PURPOSE[service]))
+    assert not unused, (f"the {service}'s roles grant what it never called in the run; remove it "
+                        f"or say why in UNUSED_ON_PURPOSE: {unused}")
 
 
 @needs_kubectl
@@ -304,16 +348,14 @@ async def test_the_fencers_roles_grant_what_it_calls_when_it_fences_and_nothing_
         await kube.create(PODS, pod, "mkd-jobs")
         await leaserecord.write(kube, "mkd-system", "worker-1", origin="mkd",
                                 renewed=datetime.now(UTC) - timedelta(seconds=60), seconds=5)
-    async with Kube(clusters.kubeconfig("worker-1"), user_agent="mkd-fencer") as kube:
-        fencer = Fencer(kube, cluster="worker-1", namespace="mkd-system", origin="mkd")
-        await fencer.check()
-        swept = await fencer.sweep()  # a second sweep finds nothing left to stop
-        assert fencer.sweeps == 1 and not swept.suspended and not swept.pods_deleted
-
-    used = clusters.cluster("worker-1").server.audit.by("mkd-fencer/")
-    granted = grants(roles_of(render("production-worker"), "mkd-fencer"))
-    calls = {c for c in used if not c[2].startswith("/")}
-    missing = sorted(c for c in calls if not allowed(granted, *c))
-    assert not missing, f"the fencer calls what its roles do not grant: {missing}"
-    unused = sorted({normalize(*g) for g in granted} - {normalize(*c) for c in calls} - set(UNUSED_ON_PURPOSE["fencer"]))
-    assert not unused, f"the fencer's roles grant what it never called; remove it or say why: {unused}"
+    used, stop = record_calls()
+    try:
+        async with Kube(clusters.kubeconfig("worker-1"), user_agent="mkd-fencer") as kube:
+            fencer = Fencer(kube, cluster="worker-1", namespace="mkd-system", origin="mkd")
+            await fencer.check()
+            swept = await fencer.sweep()  # a second sweep finds nothing left to stop
+            assert fencer.sweeps == 1 and not swept.suspended and not swept.pods_deleted
+    finally:
+        stop()
+    calls = {(c.verb, c.group, c.resource) for c in used["mkd-fencer"]}
+    check_role("fencer", roles_of(render("production-worker"), "mkd-fencer"), calls)
