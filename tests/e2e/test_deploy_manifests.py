@@ -75,6 +75,9 @@ UNUSED_ON_PURPOSE: dict[str, dict[tuple[str, str, str], str]] = {
                              "a conflict, replaces what drifted and deletes what the render no longer wants"
            for verb in ("get", "update", "delete") for kind in ("pods", "services", "configmaps", "secrets")},
         ("create", "", "events"): "Warning Events on worker Jobs the agent refuses (tests/agent)",
+        ("create", "", "namespaces"): "worker_agent/inbox.py creates a placed Job's namespace when it is missing "
+                                      "(create_namespaces) and worker_agent/seq.py its own; here deploy/ and the "
+                                      "test made them first (tests/agent/test_agent_inbox.py)",
         ("patch", "<job>", "<job>"): "worker_agent/lease.py suspends its Jobs when its lease runs out and "
                                      "resumes them after a Resync (tests/agent/test_lease.py); no lease runs "
                                      "out in this run",
