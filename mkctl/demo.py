@@ -375,6 +375,8 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
         finally:
             await reader.close()
         problems += queue_problems(examples, progress.queues)
+        problems += [f"{service} degraded: {line}" for service, lines in (await top.degraded()).items()
+                     for line in lines]
         summary(console, top, progress, opts, problems)
         if opts.keep_running:
             await keep_running(console, top)

@@ -165,6 +165,8 @@ class Topology:
         """(service, cluster) -> the kubeconfig with that service's token (``rbac``)."""
         self._applied: dict[str, list[Any]] = {}
         """Cluster -> the RBAC objects this topology created there (removed again on real clusters)."""
+        self.agent_ports: dict[str, int] = {}
+        """Worker -> the port of its agent's /metrics, /healthz and /readyz."""
         self.fencer_ports: dict[str, int] = {}
         """Worker -> the port of its fencer's /metrics, /healthz and /readyz (with ``fencers``)."""
         """The demo's static API token (printed with the dashboard's URL)."""
@@ -360,6 +362,8 @@ class Topology:
             "dispatcher_public_keys": [self.keys[DISPATCHER_KEY][1]],
             "heartbeat_interval_seconds": self.options.heartbeat_seconds,
             "capacity_debounce_seconds": 0.2,
+            "metrics_port": self.agent_ports.setdefault(cluster, _free_port()),  # /readyz says what degraded
+            "metrics_host": "127.0.0.1",
         }
         values.update(self.options.agent_overrides)
         return build_settings(AgentSettings, values)
@@ -443,6 +447,27 @@ class Topology:
             # The supervisor keeps a failed task's error in last_error (its task itself returns).
             if info.task.done() and info.last_error is not None:
                 out.append((info.name, info.last_error))
+        return out
+
+    async def degraded(self) -> dict[str, list[str]]:
+        """Service -> the side work its ``/readyz`` says is degraded (what is wrong and the fix), for every
+        service serving one (the dispatcher with ``api``, the agents, the fencers); empty when all is well."""
+        import httpx
+
+        probes = {f"agent-{c}": p for c, p in self.agent_ports.items()}
+        probes |= {f"fencer-{c}": p for c, p in self.fencer_ports.items()}
+        if self.api_port is not None:
+            probes["dispatcher"] = self.api_port
+        out: dict[str, list[str]] = {}
+        async with httpx.AsyncClient(timeout=5.0) as client:
+            for service, port in sorted(probes.items()):
+                try:
+                    text = (await client.get(f"http://127.0.0.1:{port}/readyz")).text
+                except httpx.HTTPError:
+                    continue  # not serving (stopped on purpose, or not up yet): nothing it could say
+                lines = [line.removeprefix("degraded: ") for line in text.splitlines() if line.startswith("degraded: ")]
+                if lines:
+                    out[service] = lines
         return out
 
     def check_running(self) -> None:

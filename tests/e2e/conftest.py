@@ -51,6 +51,16 @@ async def federation(tmp_path: Path, mqtt_url: str, database_url: str, topic_roo
     async with Topology(options) as top:
         yield top
         top.check_running()  # a service that crashed during the test fails it, with its cause
+        await check_not_forbidden(top)
+
+
+async def check_not_forbidden(top: Topology) -> None:
+    """A service refused by its deploy/ roles degrades rather than stops: its /readyz says so, and so does
+    the test (the rule to add is in the line)."""
+    refused = {service: [line for line in lines if "forbidden" in line]
+               for service, lines in (await top.degraded()).items()}
+    refused = {service: lines for service, lines in refused.items() if lines}
+    assert not refused, f"side work refused by deploy/'s RBAC: {refused}"
 
 
 async def wait_for(probe: Callable[[], Awaitable[T | NotYet | None]], what: str, *, within: float = WAIT_SECONDS,

@@ -39,7 +39,7 @@ from federation.kube import Call, Kube, resource_for
 from mkctl import jobs
 from mkctl.demo import observe_all, submit
 from mkctl.topology import Topology, TopologyOptions
-from tests.e2e.conftest import NotYet, wait_for
+from tests.e2e.conftest import NotYet, check_not_forbidden, wait_for
 
 pytestmark = pytest.mark.kubesim_only("creates deploy/'s namespaces for the dry-runs and runs every sample job, "
                                       "whose pods must run to completion")
@@ -235,6 +235,7 @@ async def confined(tmp_path: Path, mqtt_url: str, database_url: str, topic_root:
     async with Topology(options) as top:
         yield top
         top.check_running()
+        await check_not_forbidden(top)
 
 
 @needs_kubectl

@@ -28,7 +28,7 @@ from mkctl import jobs
 from mkctl.demo import observe_all, read_job, submit
 from mkctl.main import app
 from mkctl.topology import Topology
-from tests.e2e.conftest import NotYet, wait_for
+from tests.e2e.conftest import NotYet, check_not_forbidden, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -386,3 +386,4 @@ async def test_the_demos_federation_runs_a_ready_fencer_per_worker_reading_its_a
                 return True
             await wait_for(all_ready_and_current, "every fencer ready with a current lease record", top=top)
         top.check_running()
+        await check_not_forbidden(top)

@@ -27,7 +27,7 @@ from federation.errors import NotFound
 from federation.kube import NAMESPACES, Kube, Resource
 from kubesim.testing import webhook_pki
 from mkctl.topology import Topology, TopologyOptions
-from tests.e2e.conftest import NotYet, wait_for
+from tests.e2e.conftest import NotYet, check_not_forbidden, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.kubesim_only(
     "the dispatcher's webhook listens on this machine's loopback, out of a real API server's reach")]
@@ -138,6 +138,7 @@ async def handover(tmp_path: Path, mqtt_url: str, database_url: str, topic_root:
         try:
             yield top, operator, port
             top.check_running()
+            await check_not_forbidden(top)
         finally:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
