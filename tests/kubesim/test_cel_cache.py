@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from kubesim import cel
+
+pytestmark = pytest.mark.kubesim_only("unit tests of kubesim's CEL result cache; no cluster involved")
 
 
 def validator(rule: str) -> cel.Validator:
