@@ -34,6 +34,12 @@ STEPS = {
 }
 
 
+PLACEMENT_KEYS = ("attempt", "cluster", "epoch", "state", "reason", "spec_version", "created_at", "accepted_at",
+                  "finished_at")
+LOCAL_QUEUE_KEYS = ("namespace", "name", "cluster_queue", "workloads", "pending", "admitted", "requests_admitted",
+                    "defined")
+
+
 class UnknownRef(LookupError):
     """A Workload reference (``--for``, ``workload=``) that names no Workload."""
 
@@ -186,15 +192,13 @@ async def workload(session: AsyncSession, ref: str, kube: Any = None, now: datet
     rows = await dbadmin.list_workloads(session, dbadmin.WorkloadFilter(namespace=w["namespace"], name=w["name"]),
                                         limit=50)
     item = next((workload_item(r) for r in rows if r.uid == uid), workload_item(w))
-    placements = [{k: v for k, v in _row(p).items() if k in (
-        "attempt", "cluster", "epoch", "state", "reason", "spec_version", "created_at", "accepted_at", "finished_at")}
-        for p in found.placements]
+    placements = [{k: row.get(k) for k in PLACEMENT_KEYS} for row in (_row(p) for p in found.placements)]
     history = [event_item({**_row(e), "namespace": w["namespace"], "name": w["name"], "kind": w["kind"]})
                for e in found.events]
     return {**item, "api_version": w.get("api_version") or "", "generation": w.get("generation") or 0,
-            "spec_version": w.get("spec_version") or 1, "excluded": list(w.get("excluded") or []),
-            "podsets": list(w.get("podsets") or []), "cluster_queue": w.get("cluster_queue"),
-            "placements": placements, "events": history, "conditions": await job_conditions(kube, w),
+            "spec_version": w.get("spec_version") or 1, "cluster_queue": w.get("cluster_queue"),
+            "excluded": list(w.get("excluded") or []), "podsets": list(w.get("podsets") or []),
+            "conditions": await job_conditions(kube, w), "placements": placements, "events": history,
             "why": await _why(session, w, placements, kube, now or datetime.now(UTC))}
 
 
@@ -315,14 +319,14 @@ async def queues(session: AsyncSession, kube: Any = None) -> dict[str, Any]:
     for name in sorted(per_cq):
         q = per_cq[name]
         held = usage.get(name, {})
-        cluster_queues.append({"name": name, "pending": q["pending"], "admitted": q["admitted"], "cohort": cohorts.get(name), "quota": quotas.get(name, {}),
+        cluster_queues.append({"name": name, "cohort": cohorts.get(name), "quota": quotas.get(name, {}),
                                "usage": {f"{f}/{res}": format_quantity(v, res) for (f, res), v in sorted(held.items())
                                          if v},
-                               "defined": None if objects is None else name in quotas,
-                               "problem": q.get("problem")})
+                               "pending": q["pending"], "admitted": q["admitted"],
+                               "defined": None if objects is None else name in quotas, "problem": q.get("problem")})
     configured = bool(quotas) if objects is not None else any(r["cluster_queue"] for r in per_lq.values())
-    return {"source": source, "configured": configured, "cluster_queues": cluster_queues,
-            "local_queues": [per_lq[k] for k in sorted(per_lq)]}
+    local_queues = [{k: per_lq[key].get(k) for k in LOCAL_QUEUE_KEYS} for key in sorted(per_lq)]
+    return {"source": source, "configured": configured, "cluster_queues": cluster_queues, "local_queues": local_queues}
 
 
 async def pending(session: AsyncSession, *, cluster_queue: str | None = None, namespace: str | None = None,
@@ -343,6 +347,7 @@ class _Fit:
     cluster: str
     verdict: str   # "fits", "wait" (room may come), "never" (no node can ever hold a pod)
     text: str
+    largest: Decimal = Decimal(0)  # for "never": the most this cluster could ever give (the headline names the best)
 
 
 def _views(rows: Sequence[Mapping[str, Any]]) -> list[tuple[Mapping[str, Any], Any]]:
@@ -391,9 +396,9 @@ def _fit_one(need: Any, row: Mapping[str, Any], view: Any) -> _Fit:
                 biggest = max(known, default=None)
                 bound = biggest if biggest is not None else view.allocatable.get(res, Decimal(0))
                 if amount > bound:
-                    where = "no node has" if biggest is not None else "the whole cluster has"
-                    return _Fit(view.name, "never", f"a {ps.name} pod needs {q(amount, res)}; {where} that much "
-                                                     f"(largest: {format_quantity(bound, res)})")
+                    what = "largest node" if biggest is not None else "the whole cluster"
+                    return _Fit(view.name, "never", f"no node has {q(amount, res)} for a {ps.name} pod ({what}: "
+                                                     f"{format_quantity(bound, res)})", bound)
         misfit = fit_nodes(need, view.nodes)
         if misfit is not None:
             return _Fit(view.name, "wait", misfit)
@@ -403,8 +408,9 @@ def _fit_one(need: Any, row: Mapping[str, Any], view: Any) -> _Fit:
                 if amount <= 0 or res in OPTIONAL:
                     continue
                 if amount > view.allocatable.get(res, Decimal(0)):
-                    return _Fit(view.name, "never", f"a {podset} pod needs {q(amount, res)}; the whole cluster has "
-                                                     f"{format_quantity(view.allocatable.get(res, Decimal(0)), res)}")
+                    have = view.allocatable.get(res, Decimal(0))
+                    return _Fit(view.name, "never", f"no node has {q(amount, res)} for a {podset} pod (the whole "
+                                                     f"cluster: {format_quantity(have, res)})", have)
                 largest = view.largest_node_free.get(res)
                 if largest is not None and amount > largest:
                     return _Fit(view.name, "wait", f"no node with {q(amount, res)} free for a {podset} pod "
@@ -458,9 +464,10 @@ def explain_room(w: Mapping[str, Any], cluster_rows: Sequence[Mapping[str, Any]]
             return "waiting for room: no worker cluster has sent a heartbeat yet", lines
         return "waiting for room: no online cluster can take it now", lines
     if all(f.verdict == "never" for f in fits):
-        first = fits[0]
-        return f"can never run here: {first.text} on {first.cluster}" + (
-            "" if len(fits) == 1 else f" (nor on {', '.join(f.cluster for f in fits[1:])})"), lines
+        best = max(fits, key=lambda f: (f.largest, f.cluster))
+        others = [f.cluster for f in fits if f is not best]
+        return f"can never run here: {best.text} on {best.cluster}" + (
+            f" (nor on {', '.join(others)})" if others else ""), lines
     waiting = [f for f in fits if f.verdict == "wait"]
     if waiting:
         return "waiting for room: " + "; ".join(f"on {f.cluster}, {f.text}" for f in waiting), lines
@@ -517,7 +524,16 @@ async def _why(session: AsyncSession, w: Mapping[str, Any], placements: Sequence
         out.update(step="admitted", answer=answer)
     else:
         out.update(step=state, answer=reason or state)
-    return out
+    return _why_shape(out)
+
+
+WHY_KEYS = ("workload", "uid", "state", "step", "answer", "reason", "details", "cluster_queue", "queue", "priority",
+            "priority_source", "position_in_cluster_queue", "position_in_local_queue")
+
+
+def _why_shape(answer: Mapping[str, Any]) -> dict[str, Any]:
+    """Every ``why`` answer with the same keys in the same order (the API's ``Why``)."""
+    return {k: answer.get(k, [] if k == "details" else None) for k in WHY_KEYS}
 
 
 async def why(session: AsyncSession, ref: str, kube: Any = None, now: datetime | None = None
@@ -529,9 +545,8 @@ async def why(session: AsyncSession, ref: str, kube: Any = None, now: datetime |
 
 def not_managed(job_ref: str, explanation: str) -> dict[str, Any]:
     """The ``why`` answer for a Job of the manager cluster that mkd does not manage."""
-    return {"workload": job_ref, "uid": None, "state": "not managed", "step": "not managed", "answer": explanation,
-            "details": [], "cluster_queue": None, "queue": None, "priority": 0, "priority_source": "",
-            "position_in_cluster_queue": None, "position_in_local_queue": None}
+    return _why_shape({"workload": job_ref, "state": "not managed", "step": "not managed", "answer": explanation,
+                       "details": [], "priority": 0, "priority_source": ""})
 
 
 __all__: Sequence[str] = ("UnknownRef", "cluster_health", "cluster_item", "clusters", "event_item", "events",
