@@ -6,7 +6,8 @@ list after start-up fills the Job cache and turns Workloads whose Job vanished w
 dispatcher was away into deletions (that first list is the informer's: one list at start); once every
 kind is listed, the listed Jobs' conditions are checked against their Workloads (dispatcher/heal.py). The
 informer's events are filtered here, without touching the database: a Job whose managedBy is not ``kueue.x-k8s.io/multikueue`` and
-that mkd never claimed is ignored (never written to); for a claimed Job only a new generation,
+that mkd never claimed is ignored (never written to; one that names a Kueue queue but has no managedBy gets a
+Warning Event saying so and how to fix it, ``dispatcher/unclaimed.py``); for a claimed Job only a new generation,
 a managedBy change, a deletion timestamp or the deletion itself are passed on — the MODIFIED
 events caused by mkd's own status writes are not, and those echoes (the resourceVersion the kube
 writer's write returned) do not even refresh the Job cache: the writer remembers what it wrote. When the
@@ -32,6 +33,8 @@ from federation.kinds.base import JobKind
 from federation.kube import Kube, resource_for
 
 log = logging.getLogger(__name__)
+TOLD_MAX = 100_000
+"""Jobs remembered as told they name a queue but not mkd's managedBy (the oldest forgotten beyond)."""
 
 
 def relevant(kind: JobKind, engine: Engine, obj: Mapping[str, Any], deleted: bool) -> bool:
@@ -84,6 +87,8 @@ class Intake:
         # Sees every event of every Job, mkd's or not (the handover book counts and shadows them); set
         # once here, not in follow_claimed, which runs again when the engine has rebuilt its view.
         self.observe: Callable[[JobKind, Mapping[str, Any], bool], None] | None = None
+        self._told: collections.OrderedDict[str, None] = collections.OrderedDict()  # uids given the Warning
+        self._telling: set[asyncio.Task[None]] = set()
         self.follow_claimed()
 
     def follow_claimed(self) -> None:
@@ -147,8 +152,31 @@ class Intake:
                 self.observe(kind, event.object, deleted)
             if self._followed_only(namespace, event.object):
                 continue
+            if not deleted:
+                self._tell_unmanaged(kind, event.object)
             if relevant(kind, self.engine, event.object, deleted):
                 self.engine.inbox.put_nowait(JobChange(kind, event.object, deleted=deleted))
+
+    def _tell_unmanaged(self, kind: JobKind, obj: Mapping[str, Any]) -> None:
+        """A Job that names a Kueue queue but no managedBy gets a Warning Event saying mkd leaves it alone and
+        how to have it queued (once per Job and process; mkd writes nothing to the Job itself)."""
+        from dispatcher.unclaimed import NOT_MANAGED_REASON, queued_but_unmanaged
+
+        uid = wl.uid_of(obj)
+        if uid in self._told or uid in self.engine.known:
+            return
+        message = queued_but_unmanaged(kind, obj)
+        if message is None:
+            return
+        self._told[uid] = None
+        if len(self._told) > TOLD_MAX:
+            self._told.popitem(last=False)
+        involved = {"apiVersion": f"{kind.group}/{kind.version}", "kind": kind.name, "metadata": wl.meta(obj)}
+        task = asyncio.get_running_loop().create_task(self.kube.event(
+            involved, type="Warning", reason=NOT_MANAGED_REASON, message=f"This {kind.name} {message}",
+            component="mkd-dispatcher"))
+        self._telling.add(task)
+        task.add_done_callback(self._telling.discard)
 
     def _followed_only(self, namespace: str | None, obj: Mapping[str, Any]) -> bool:
         """A Job in a namespace watched only to follow what mkd already holds, that mkd does not hold."""

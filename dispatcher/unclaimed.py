@@ -3,17 +3,36 @@
 mkd claims only Jobs whose managedBy is ``kueue.x-k8s.io/multikueue`` and never writes to the others,
 so the database knows nothing about them. ``mkctl placements show NAME`` (with ``--kubeconfig``) and the
 API's Workload endpoint ask the manager cluster instead: every kind mkd knows is looked up by name and
-the answer names the controller the Job is left to, and the field that says so.
+the answer names the controller the Job is left to, and the field that says so. A Job that names a
+Kueue queue but has no managedBy was meant to be queued: intake puts a Warning Event on it
+(:func:`queued_but_unmanaged`, once per Job and dispatcher process) and the answer says how to fix it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from federation import labels
 from federation.errors import FederationError, NotFound
 from federation.kinds.base import dotted
 from federation.kinds.registry import KINDS
+
+NOT_MANAGED_REASON = "NotManagedByMultiKueue"
+"""The Warning Event on a Job that names a Kueue queue but not mkd's managedBy."""
+
+
+def queued_but_unmanaged(kind: Any, job: Mapping[str, Any]) -> str | None:
+    """The feedback for a Job that carries ``kueue.x-k8s.io/queue-name`` but no managedBy at all: the user
+    meant it to be queued, and mkd leaves it to the kind's own controller. None for every other Job."""
+    md = job.get("metadata") or {}
+    queue = (md.get("labels") or {}).get(labels.QUEUE_NAME)
+    if not queue or kind.managed_by(job):
+        return None
+    where = dotted(kind.managed_by_path)
+    return (f"has {labels.QUEUE_NAME}={queue} but {where} is unset, so mkd does not queue or dispatch it and "
+            f"{kind.controller} runs it here; to have mkd queue it and run it on a worker cluster, create it with "
+            f"{where}: {labels.MULTIKUEUE} ({where} cannot be changed once set)")
 
 
 async def explain(kube: Any, namespace: str, name: str) -> str | None:
@@ -32,6 +51,9 @@ async def explain(kube: Any, namespace: str, name: str) -> str | None:
         if managed_by == labels.MULTIKUEUE:
             return (f"{namespace}/{name} ({kind.name}) has {where}: {labels.MULTIKUEUE} but no Workload yet: "
                     "the dispatcher has not claimed it (is it running and watching this namespace?)")
+        queued = queued_but_unmanaged(kind, job)
+        if queued is not None:
+            return f"{namespace}/{name} ({kind.name}) is not managed by mkd: it {queued}"
         owner = managed_by or kind.controller
         value = repr(managed_by) if managed_by else "unset"
         return (f"{namespace}/{name} ({kind.name}) is left to {owner}: its {where} is {value}, "
