@@ -55,3 +55,30 @@ async def test_a_queued_job_without_managed_by_is_told_why_mkd_leaves_it(
     written = await kube.get(PYTORCHJOBS, "forgot", "default")
     assert not (written.get("status") or {}).get("conditions")  # mkd claims nothing and writes nothing to it
     assert written["spec"]["runPolicy"].get("managedBy") is None
+
+
+async def test_the_only_dispatcher_taking_the_lock_is_no_warning(database_url: str, caplog: Any) -> None:
+    """A normal PostgreSQL start logged ``WARNING ... this dispatcher is the active one``: only a takeover
+    (another replica, or this one, held the lock before) is worth a warning."""
+    import logging
+
+    import pytest
+
+    from dispatcher import db
+    from dispatcher.leader import Leadership
+    from federation.clock import SystemClock
+    from tests.dispatcher.harness import settings as dispatcher_settings
+
+    if not database_url.startswith("postgresql"):
+        pytest.skip("leader election runs on PostgreSQL only (no PostgreSQL reachable)")
+    s = dispatcher_settings(Path("unused"), database_url, "mqtt://127.0.0.1:1", "t", origin="mkd-leader-log")
+    engine = db.make_engine(database_url)
+    try:
+        first = Leadership(s, engine, SystemClock())
+        with caplog.at_level(logging.INFO, logger="dispatcher.leader"):
+            assert await first.acquire(asyncio.Event())
+        said = [(r.levelno, r.getMessage()) for r in caplog.records if "active one" in r.getMessage()]
+        assert said and all(level == logging.INFO for level, _ in said), said
+        await first.release()
+    finally:
+        await engine.dispose()
