@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import heapq
 import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
@@ -157,7 +157,11 @@ class Queues:
         self._admitted_now: set[str] = set()
         self._reserved: list[tuple[str, dict[FR, Decimal]]] = []   # quota held for the rest of a pass
         self._victims: dict[str, Admitted] = {}   # evicted this pass: their quota is freed when the pass ends
+        self._round_reserved: list[tuple[str, dict[FR, Decimal]]] = []  # kept by heads without victims, this round
         self._preemptors: dict[str | None, str] = {}  # ClusterQueue -> its preempting Workload: its head (sticky)
+        self._failed: dict[str | None, dict[tuple[object, ...], str]] = {}
+        """Per BestEffortFIFO ClusterQueue: shapes (priority and pods) that found no quota, and why, until quota
+        in its cohort frees (Kueue's scheduling equivalence: an equal Workload is not tried again meanwhile)."""
         self._told: list[Entry] = []   # held before any pass (queue missing, stopped): reported by the next pass
 
     # --- membership ------------------------------------------------------------------------------
@@ -233,6 +237,8 @@ class Queues:
             self._return(cq, "capacity")
 
     def _return(self, cq: str | None, why: str) -> None:
+        if why == "quota":
+            self._failed.pop(cq, None)
         aside = self.aside.get(cq)
         if not aside:
             return
@@ -251,6 +257,7 @@ class Queues:
             self.tree.add(a.cq, a.usage)
         self.heaps.clear()
         self.aside.clear()
+        self._failed.clear()
         self.held.clear()
         for e in self.entries.values():
             self._route(e)
@@ -307,8 +314,11 @@ class Queues:
                 if queue in blocked:
                     continue
                 head = self._sticky(queue, stamp, done)
-                if head is None:
+                while head is None:
                     head = self._head(queue)
+                    if head is None or not self._equivalent_failed(head, stamp, blocked, result):
+                        break
+                    head = None
                 if head is not None:
                     heads.append(head)
             heads.extend(e for e in starving if e.uid not in done and e.cq not in blocked
@@ -326,22 +336,28 @@ class Queues:
             else:
                 tried.sort(key=lambda t: (not self._first(t[1], stamp), t[0], t[1].key()))
             progress = False
-            borrowed_in: set[str] = set()
-            for borrows, e, cq, got in tried:
+            round_reserved: list[tuple[str, dict[FR, Decimal]]] = []
+            self._round_reserved = round_reserved
+            for _, e, cq, got in tried:
                 if e.cq in blocked or e.uid in done:
                     continue
                 result.attempts += 1
                 if isinstance(got, str):
                     done.add(e.uid)
-                    if cq is not None and self._preempt(e, cq, result, views, now, timeout):
+                    preempted = self._preempt(e, cq, result, views, now, timeout) if cq is not None else False
+                    if preempted is None:
+                        done.discard(e.uid)   # its victims no longer make room after this round's others: next round
+                        continue
+                    if preempted:
                         progress = True   # victims evicted: the preemptor holds their room and goes next pass
                         continue
                     e.preempting_since = None
+                    if cq is not None and cq.strategy != "StrictFIFO" and not self._starving(e, stamp):
+                        self._failed.setdefault(e.cq, {})[_shape(e)] = got
                     progress |= self._wait(e, "quota", got, stamp, cq, blocked, result)
+                    if cq is not None:
+                        self._reserve_unreclaimable(e, cq, round_reserved)
                     continue
-                root = self.tree.root_of(cq.name) if cq is not None and cq.cohort else None
-                if borrows and root is not None and root in borrowed_in:
-                    continue  # one borrowing admission per cohort per round; the next round sees it
                 if cq is not None and not self._quota_still_fits(cq, got):
                     continue  # an earlier candidate of this round took the quota: next round
                 done.add(e.uid)
@@ -370,10 +386,10 @@ class Queues:
                             reserved.append((cq.name, got.usage))
                     progress |= self._wait(e, "capacity", text, stamp, cq, blocked, result)
                     continue
-                if root is not None and borrows:
-                    borrowed_in.add(root)
                 self._admit(e, cq, got, need, decision.cluster, decision.reason, views, result)
                 progress = True
+            for cq_name, usage in round_reserved:
+                self.tree.remove(cq_name, usage)
             if not progress:
                 break
         for cq_name, usage in reserved:
@@ -385,9 +401,11 @@ class Queues:
         return result
 
     def _preempt(self, e: Entry, cq: api.ClusterQueue, result: PassResult, views: Mapping[str, ClusterView],
-                 now: datetime, timeout: float) -> bool:
+                 now: datetime, timeout: float) -> bool | None:
         """Evict the victims Kueue chooses so ``e`` gets its quota (see ``preemption``). The victims'
-        quota stays counted and ``e``'s is reserved for the rest of the pass, as in Kueue's cycle."""
+        quota stays counted and ``e``'s is reserved for the rest of the pass, as in Kueue's cycle. The
+        victims are chosen on the quota as the round found it (Kueue nominates before it processes); None
+        when what others kept in this round leaves no room even without them (tried again next round)."""
         pol = cq.preemption
         fair = self.fair_sharing and cq.cohort is not None
         if pol.within_cluster_queue == "Never" and pol.reclaim_within_cohort == "Never" \
@@ -408,13 +426,38 @@ class Queues:
             got = assign(cq, e.need, self.tree, self.catalog)
             return isinstance(got, Assignment) and (borrowing or not got.borrows)
 
+        for cq_name, usage in self._round_reserved:
+            self.tree.remove(cq_name, usage)
+        try:
+            sets = self._victim_sets(e, cq, p, cands, fits, fair, ideal.usage)
+        finally:
+            for cq_name, usage in self._round_reserved:
+                self.tree.add(cq_name, usage)
+        if not sets:
+            return False
+        best, where = preemption.choose(sets, lambda name, victims: self._fits_after(e, cq, name, victims, views,
+                                                                                     now, timeout))
+        for c, _ in best:
+            self.tree.remove(c.cq, c.usage)
+        room = fits()
+        for c, _ in best:
+            self.tree.add(c.cq, c.usage)
+        if not room:
+            return None
+        return self._evict_for(e, cq, best, where, ideal.usage, result)
+
+    def _victim_sets(self, e: Entry, cq: api.ClusterQueue, p: preemption.Preemptor,
+                     cands: list[preemption.Candidate], fits: Callable[[bool], bool], fair: bool,
+                     wanted: dict[FR, Decimal]) -> list[list[tuple[preemption.Candidate, str]]]:
+        """Kueue's victim set first, then those Kueue's ties allow (one per cluster preferred)."""
         sets: list[list[tuple[preemption.Candidate, str]]] = []
         if fair:
             ordered = preemption.fair_candidates(p, cands, self.tree)
             by_uid = {c.uid: c for c in ordered}
-            found = fairshare.preemptions(cq.name, ideal.usage, [(c.uid, c.cq) for c in ordered],
+            found = fairshare.preemptions(cq.name, wanted, [(c.uid, c.cq) for c in ordered],
                                           lambda uid: (by_uid[uid].cq, by_uid[uid].usage), self.tree,
-                                          fairshare.Shares(self.tree, self.catalog), fits, self.preemption_strategies)
+                                          fairshare.Shares(self.tree, self.catalog), lambda: fits(True),
+                                          self.preemption_strategies)
             if found is not None:
                 sets.append([(by_uid[uid], word) for uid, word in found])
         else:
@@ -427,10 +470,10 @@ class Queues:
                     if other is not None and frozenset(c.uid for c, _ in other) not in seen:
                         seen.add(frozenset(c.uid for c, _ in other))
                         sets.append(other)
-        if not sets:
-            return False
-        best, where = preemption.choose(sets, lambda name, victims: self._fits_after(e, cq, name, victims, views,
-                                                                                     now, timeout))
+        return sets
+
+    def _evict_for(self, e: Entry, cq: api.ClusterQueue, best: list[tuple[preemption.Candidate, str]],
+                   where: str | None, usage: dict[FR, Decimal], result: PassResult) -> bool:
         if any(c.uid in self._victims for c, _ in best):
             # Kueue skips an entry whose targets overlap an earlier preemptor's in the same cycle
             e.reason, e.step, e.word = ("waiting for Workloads preempted for another Workload to leave",
@@ -450,8 +493,8 @@ class Queues:
                                                            f"due to {REASONS[word]}"))
             self._victims[c.uid] = self.admitted.pop(c.uid)   # still counted in the tree until the pass ends
         self._preemptors[e.cq] = e.uid
-        self.tree.add(cq.name, ideal.usage)   # the room is the preemptor's for the rest of the pass
-        self._reserved.append((cq.name, dict(ideal.usage)))
+        self.tree.add(cq.name, usage)   # the room is the preemptor's for the rest of the pass
+        self._reserved.append((cq.name, dict(usage)))
         e.preempting_since = self._stamp
         room = (f"; their room is freed on cluster {where}" if where is not None else
                 "; their room is on no single cluster where it fits: it waits for room to be freed where it fits")
@@ -459,6 +502,37 @@ class Queues:
                                     f"{cq.name}{room}", "quota", "Preempting")
         result.waiting.append(e)
         return True
+
+    def _reserve_unreclaimable(self, e: Entry, cq: api.ClusterQueue, reserved: list[tuple[str, dict[FR, Decimal]]]
+                               ) -> None:
+        """A head that needs preemption and found no victims keeps what it could use of its quota for the rest
+        of the round when its ClusterQueue cannot always reclaim (``reclaimWithinCohort`` other than ``Any``),
+        so that Workloads after it in the round do not take it (Kueue's ``reserveCapacityForUnreclaimablePreempt``)."""
+        pol = cq.preemption
+        if pol.reclaim_within_cohort == "Any" or cq.name not in self.tree.queues:
+            return
+        fair = self.fair_sharing and cq.cohort is not None
+        if not (self._within_nominal(e, cq) or pol.borrow_within_cohort == "LowerPriority"
+                or (fair and pol.reclaim_within_cohort != "Never")):
+            return  # Kueue would not look for victims: it does not fit (NoFit), nothing is kept
+        ideal = assign(cq, e.need, self._unused_tree(), self.catalog)
+        if isinstance(ideal, str):
+            return
+        node = self.tree.queues[cq.name]
+        borrowing = any(node.usage.get(fr, ZERO) + v > node.nominal.get(fr, ZERO) for fr, v in ideal.usage.items())
+        keep: dict[FR, Decimal] = {}
+        for fr, v in ideal.usage.items():
+            used, nominal = node.usage.get(fr, ZERO), node.nominal.get(fr, ZERO)
+            if borrowing:
+                limit = node.borrowing_limit.get(fr)
+                amount = v if limit is None else min(v, nominal + limit - used)
+            else:
+                amount = min(v, nominal - used)
+            if amount > 0:
+                keep[fr] = amount
+        if keep:
+            self.tree.add(cq.name, keep)
+            reserved.append((cq.name, keep))
 
     def _fits_after(self, e: Entry, cq: api.ClusterQueue, name: str, victims: list[preemption.Candidate],
                     views: Mapping[str, ClusterView], now: datetime, timeout: float) -> bool:
@@ -507,6 +581,18 @@ class Queues:
 
     def _quota_still_fits(self, cq: api.ClusterQueue, got: Assignment) -> bool:
         return all(self.tree.available(cq.name, fr) >= amount for fr, amount in got.usage.items())
+
+    def _equivalent_failed(self, e: Entry, stamp: float, blocked: set[str | None], result: PassResult) -> bool:
+        """``e`` is equal (priority and pods) to a Workload of its ClusterQueue that found no quota since quota
+        last freed: set aside with the same reason, untried (Kueue moves its whole equivalence class)."""
+        failed = self._failed.get(e.cq)
+        if not failed or self._starving(e, stamp) or self._preempting(e, stamp):
+            return False
+        why = failed.get(_shape(e))
+        if why is None:
+            return False
+        spec = self.catalog.cluster_queues.get(e.cq) if e.cq else None
+        return self._wait(e, "quota", why, stamp, spec, blocked, result)
 
     def _sticky(self, cq: str | None, stamp: float, done: set[str]) -> Entry | None:
         """The preemptor of a ClusterQueue stays its head until it is admitted (Kueue's sticky preemptor of
@@ -654,6 +740,13 @@ class Queues:
             view.nodes = subtract_from_nodes(view.nodes, need.total, need)
         self._admitted_now.add(e.uid)
         result.admitted.append(Admission(e, cluster, why, need, got.flavors, dict(got.usage), got.borrows))
+
+
+def _shape(e: Entry) -> tuple[object, ...]:
+    """What makes two pending Workloads equal to the scheduler: priority, pods, constraints."""
+    pods = tuple((ps.name, ps.count, tuple(sorted(ps.requests.items())), ps.node_selector, ps.tolerations,
+                  ps.affinity) for ps in e.need.podsets)
+    return (e.priority, e.need.kind, pods, repr(e.placement), e.excluded, e.pinned)
 
 
 def _room(view: ClusterView, need: Need) -> Decimal:

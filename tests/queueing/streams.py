@@ -90,9 +90,11 @@ def random_stream(seed: int, n: int = 40, every: float = 1.2, delete_every: floa
     return jobs, [round(start + (k + 1) * delete_every, 3) for k in range(n)]
 
 
-def drive(objs: list[dict[str, Any]], jobs: list[Job], deletions: list[float], *, tick: float = 0.5,
+def drive(objs: list[dict[str, Any]], jobs: list[Job], deletions: list[float], *, tick: float | None = 0.5,
           fair: bool = False, cpu: int = 64) -> Trace:
-    """Run the stream; ``cpu``: the one worker cluster's room (enough for everything: quota is the limit)."""
+    """Run the stream; ``cpu``: the one worker cluster's room (enough for everything: quota is the limit).
+    ``tick`` None: no passes between events; at each event, passes at that instant until one admits and
+    evicts nothing (as Kueue runs cycles until its queues have no head to try)."""
     q = Queues(catalog(*objs), fair_sharing=fair)
     w = [cluster("w", node("n", cpu))]
     trace = Trace()
@@ -101,7 +103,7 @@ def drive(objs: list[dict[str, Any]], jobs: list[Job], deletions: list[float], *
     cq_of: dict[str, str] = {}
     events = sorted({j.at for j in jobs} | set(deletions))
     end = (max(events) if events else 0.0) + 30.0
-    times = sorted(set(events) | {round(k * tick, 3) for k in range(int(end / tick) + 1)})
+    times = sorted(set(events) | ({round(k * tick, 3) for k in range(int(end / tick) + 1)} if tick else set()))
     pending_jobs = sorted(jobs, key=lambda j: j.at)
     for t in times:
         while pending_jobs and pending_jobs[0].at <= t:
@@ -114,14 +116,22 @@ def drive(objs: list[dict[str, Any]], jobs: list[Job], deletions: list[float], *
             gone = order.pop(0)
             q.release(gone)
             trace.steps.append(Step(t, "delete", gone))
-        r = q.schedule(w, now=NOW + timedelta(seconds=t), timeout=1e9)
-        for v in r.evicted:
-            order.remove(v.uid)
-            trace.steps.append(Step(t, "evict", v.uid, cq_of.get(v.uid, ""), v.reason, v.preemptor.uid))
-            q.add(replace(submitted[v.uid], queued_at=(NOW + timedelta(seconds=t)).timestamp()))
-        for a in r.admitted:
-            order.append(a.entry.uid)
-            held = q.admitted.get(a.entry.uid)
-            cq_of[a.entry.uid] = held.cq if held else ""
-            trace.steps.append(Step(t, "admit", a.entry.uid, cq_of[a.entry.uid]))
+        for _ in range(1 if tick else 50):
+            if not _pass(q, w, t, trace, submitted, order, cq_of):
+                break
     return trace
+
+
+def _pass(q: Queues, w: list[Any], t: float, trace: Trace, submitted: dict[str, Entry], order: list[str],
+          cq_of: dict[str, str]) -> bool:
+    r = q.schedule(w, now=NOW + timedelta(seconds=t), timeout=1e9)
+    for v in r.evicted:
+        order.remove(v.uid)
+        trace.steps.append(Step(t, "evict", v.uid, cq_of.get(v.uid, ""), v.reason, v.preemptor.uid))
+        q.add(replace(submitted[v.uid]))   # its queue time stays its creationTimestamp, as in Kueue
+    for a in r.admitted:
+        order.append(a.entry.uid)
+        held = q.admitted.get(a.entry.uid)
+        cq_of[a.entry.uid] = held.cq if held else ""
+        trace.steps.append(Step(t, "admit", a.entry.uid, cq_of[a.entry.uid]))
+    return bool(r.admitted or r.evicted)
