@@ -329,7 +329,7 @@ class Queues:
             for e in heads:
                 spec = self.catalog.cluster_queues.get(e.cq) if e.cq else None
                 got: Assignment | str = Assignment() if spec is None else assign(spec, e.need, self.tree, self.catalog)
-                tried.append((isinstance(got, Assignment) and got.borrows, e, spec, got))
+                tried.append((got.borrows if isinstance(got, Assignment) else self._would_borrow(e, spec), e, spec, got))
             if self.fair_sharing:  # lower weighted dominant share (after this admission) first
                 tried.sort(key=lambda t: (not self._first(t[1], stamp), self._share_after(t[2], t[3]),
                                           t[1].key()))
@@ -503,6 +503,16 @@ class Queues:
         result.waiting.append(e)
         return True
 
+    def _would_borrow(self, e: Entry, cq: api.ClusterQueue | None) -> bool:
+        """Whether ``e``, which does not fit now, would borrow if it did (Kueue orders a head that does
+        not fit by that too)."""
+        if cq is None or cq.name not in self.tree.queues:
+            return False
+        ideal = assign(cq, e.need, self._unused_tree(), self.catalog)
+        if isinstance(ideal, str):
+            return True
+        return any(self.tree.borrows(cq.name, fr, v) for fr, v in ideal.usage.items())
+
     def _reserve_unreclaimable(self, e: Entry, cq: api.ClusterQueue, reserved: list[tuple[str, dict[FR, Decimal]]]
                                ) -> None:
         """A head that needs preemption and found no victims keeps what it could use of its quota for the rest
@@ -611,8 +621,9 @@ class Queues:
         return e.preempting_since is not None and stamp - e.preempting_since < self.held.seconds
 
     def _first(self, e: Entry, stamp: float) -> bool:
-        """Tried before the rest of the round: a starving head, or a preemptor whose victims are leaving."""
-        return self._starving(e, stamp) or self._preempting(e, stamp)
+        """Tried before the rest of the round: a starving head (a preemptor keeps Kueue's order: it is its
+        queue's head, and what needs no borrowing goes first)."""
+        return self._starving(e, stamp)
 
     def _starving(self, e: Entry, stamp: float) -> bool:
         return e.set_aside_since is not None and stamp - e.set_aside_since >= self.starvation_seconds

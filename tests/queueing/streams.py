@@ -92,11 +92,10 @@ def random_stream(seed: int, n: int = 40, every: float = 1.2, delete_every: floa
 
 def drive(objs: list[dict[str, Any]], jobs: list[Job], deletions: list[float], *, tick: float | None = 0.5,
           fair: bool = False, cpu: int = 64) -> Trace:
-    """Run the stream; ``cpu``: the one worker cluster's room (enough for everything: quota is the limit).
+    """Run the stream; ``cpu``: the one worker cluster's free room at every pass (quota is the limit).
     ``tick`` None: no passes between events; at each event, passes at that instant until one admits and
     evicts nothing (as Kueue runs cycles until its queues have no head to try)."""
     q = Queues(catalog(*objs), fair_sharing=fair)
-    w = [cluster("w", node("n", cpu))]
     trace = Trace()
     submitted: dict[str, Entry] = {}
     order: list[str] = []   # admission order of what holds quota
@@ -117,7 +116,7 @@ def drive(objs: list[dict[str, Any]], jobs: list[Job], deletions: list[float], *
             q.release(gone)
             trace.steps.append(Step(t, "delete", gone))
         for _ in range(1 if tick else 50):
-            if not _pass(q, w, t, trace, submitted, order, cq_of):
+            if not _pass(q, [cluster("w", node("n", cpu))], t, trace, submitted, order, cq_of):
                 break
     return trace
 
