@@ -38,6 +38,7 @@ ALLOWED = ((LESS_THAN_OR_EQUAL_TO_FINAL_SHARE,), (LESS_THAN_INITIAL_SHARE,),
            (LESS_THAN_OR_EQUAL_TO_FINAL_SHARE, LESS_THAN_INITIAL_SHARE))
 """The lists Kueue's configuration accepts (the second strategy, when there is one, is LessThanInitialShare)."""
 IN_CLUSTER_QUEUE = "InClusterQueue"
+IN_COHORT_RECLAMATION = "InCohortReclamation"
 IN_COHORT_FAIR_SHARING = "InCohortFairSharing"
 INFINITE = Decimal("Infinity")
 
@@ -177,10 +178,16 @@ def preemptions(preemptor_cq: str, usage: Mapping[FR, Decimal], candidates: Sequ
     tree.add(preemptor_cq, usage)
     try:
         retry: dict[str, list[str]] = {}
+        # within its nominal quota (counting itself), the preemptor reclaims whatever the shares say
+        within = all(me.usage.get(fr, ZERO) <= me.nominal.get(fr, ZERO) for fr in usage)
         order = _Ordering(me, by_cq, shares)
         while not fitted and (target := order.next()) is not None:
             if target is me:
                 take(by_cq[me.name].pop(0), IN_CLUSTER_QUEUE)
+                fitted = fits_now()
+                continue
+            if within:
+                take(by_cq[target.name].pop(0), IN_COHORT_RECLAMATION)
                 fitted = fits_now()
                 continue
             mine, theirs = almost_lcas(me, target)

@@ -330,15 +330,12 @@ class Queues:
                 spec = self.catalog.cluster_queues.get(e.cq) if e.cq else None
                 got: Assignment | str = Assignment() if spec is None else assign(spec, e.need, self.tree, self.catalog)
                 tried.append((got.borrows if isinstance(got, Assignment) else self._would_borrow(e, spec), e, spec, got))
-            if self.fair_sharing:  # lower weighted dominant share (after this admission) first
-                tried.sort(key=lambda t: (not self._first(t[1], stamp), self._share_after(t[2], t[3]),
-                                          t[1].key()))
-            else:
+            if not self.fair_sharing:
                 tried.sort(key=lambda t: (not self._first(t[1], stamp), t[0], t[1].key()))
             progress = False
             round_reserved: list[tuple[str, dict[FR, Decimal]]] = []
             self._round_reserved = round_reserved
-            for _, e, cq, got in tried:
+            for _, e, cq, got in self._in_order(tried, stamp):
                 if e.cq in blocked or e.uid in done:
                     continue
                 result.attempts += 1
@@ -573,10 +570,29 @@ class Queues:
             self._unused = QuotaTree(self.catalog)
         return self._unused
 
-    def _share_after(self, cq: api.ClusterQueue | None, got: Assignment | str) -> Decimal:
-        if cq is None:
-            return ZERO
-        return self.share(cq.name, got.usage if isinstance(got, Assignment) else None)
+    def _in_order(self, tried: list[tuple[bool, Entry, api.ClusterQueue | None, Assignment | str]], stamp: float
+                  ) -> Iterable[tuple[bool, Entry, api.ClusterQueue | None, Assignment | str]]:
+        """The round's heads in the order they are tried: as sorted, or with fair sharing, each time the one
+        whose ClusterQueue would then not borrow, else has the lowest share after its admission, counting what
+        the round did so far (Kueue's fair sharing tournament); then priority and queue time."""
+        if not self.fair_sharing:
+            yield from tried
+            return
+        rest = list(tried)
+        while rest:
+            keys = [(not self._first(t[1], stamp), *self._fair_rank(t[2], t[1], t[3]), t[1].key()) for t in rest]
+            yield rest.pop(min(range(len(rest)), key=keys.__getitem__))
+
+    def _fair_rank(self, cq: api.ClusterQueue | None, e: Entry, got: Assignment | str) -> tuple[bool, Decimal]:
+        if cq is None or cq.name not in self.tree.queues:
+            return False, ZERO
+        if isinstance(got, Assignment):
+            usage = got.usage
+        else:
+            ideal = assign(cq, e.need, self._unused_tree(), self.catalog)
+            usage = ideal.usage if isinstance(ideal, Assignment) else {}
+        borrows = any(self.tree.borrows(cq.name, fr, v) for fr, v in usage.items())
+        return borrows, self.share(cq.name, usage)
 
     def _within_nominal(self, e: Entry, cq: api.ClusterQueue) -> bool:
         """Whether ``e`` alone fits the ClusterQueue's nominal quota in some flavor of each group."""
