@@ -3,7 +3,6 @@ every field a rule selects exists in the schema (cel-go's checker over the schem
 ``undefined field 'x'``), and that each rule's estimated worst-case cost stays within budget (cel-go's cost
 estimator with the Kubernetes library's estimates, sizes taken from ``maxLength`` / ``maxItems`` /
 ``maxProperties`` or, without them, from the 3 MiB request limit, times the number of times the rule can run).
-
 The expression is parsed here (a CEL parser for the grammar rules use; the runtime stays cel-expr-python) and
 walked once for both checks. Types follow apiserver's ``SchemaDeclType``: an object exposes its declared
 properties only (also with ``x-kubernetes-preserve-unknown-fields``), a resource root ``apiVersion``,
