@@ -12,7 +12,9 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from kubesim.errors import ApiError
+import orjson
+
+from kubesim.errors import ApiError, conflict, options_invalid
 from kubesim.records import Rec, now
 from kubesim.resources import ResourceType
 
@@ -52,18 +54,23 @@ class DeletionMixin:
         rt = self.rtype(res)
         ns = (namespace or "default") if rt.namespaced else ""
         rec = self._must(rt, ns, name)
+        # rest.BeforeDelete: the options are validated, then the preconditions checked (naming the kind).
+        if propagation is not None and propagation not in ("Background", "Foreground", "Orphan"):
+            raise options_invalid("DeleteOptions", [{
+                "reason": "FieldValueNotSupported", "field": "propagationPolicy",
+                "message": f"Unsupported value: {orjson.dumps(propagation).decode()}: supported values: "
+                           '"Foreground", "Background", "Orphan", "nil"'}])
         if precondition_uid and precondition_uid != rec.uid:
-            raise ApiError(409, "Conflict", f'Precondition failed: UID in precondition: {precondition_uid}, '
-                           f"UID in object meta: {rec.uid}", {"name": name, "kind": rt.plural})
+            raise conflict(rt.kind, rt.group, name, f"the UID in the precondition ({precondition_uid}) does not "
+                           f"match the UID in record ({rec.uid}). The object might have been deleted and then "
+                           "recreated")
         if precondition_rv and precondition_rv != str(rec.rv):
-            raise ApiError(409, "Conflict", f"Precondition failed: ResourceVersion in precondition: "
-                           f"{precondition_rv}, ResourceVersion in object meta: {rec.rv}",
-                           {"name": name, "kind": rt.plural})
+            raise conflict(rt.kind, rt.group, name, f"the ResourceVersion in the precondition ({precondition_rv}) "
+                           f"does not match the ResourceVersion in record ({rec.rv}). The object might have been "
+                           "modified")
         if propagation is None:
             # batch/v1 Jobs still default to orphaning their pods, as upstream keeps for compatibility.
             propagation = "Orphan" if res == "jobs.batch" else "Background"
-        if propagation not in ("Background", "Foreground", "Orphan"):
-            raise ApiError(400, "BadRequest", f"propagationPolicy: Unsupported value: {propagation!r}")
         obj = rec.obj()
         meta = obj["metadata"]
         fins = list(meta.get("finalizers") or [])

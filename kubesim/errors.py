@@ -48,13 +48,35 @@ def already_exists(plural: str, group: str, name: str) -> ApiError:
     return ApiError(409, "AlreadyExists", f'{_qualified(plural, group)} "{name}" already exists', d)
 
 
-def conflict(plural: str, group: str, name: str) -> ApiError:
+OPTIMISTIC_LOCK = "the object has been modified; please apply your changes to the latest version and try again"
+
+
+def conflict(plural: str, group: str, name: str, why: str = OPTIMISTIC_LOCK) -> ApiError:
+    """NewConflict (``plural`` is whatever names the resource: BeforeDelete passes the kind)."""
     d: dict[str, Any] = {"name": name, "kind": plural}
     if group:
         d["group"] = group
-    return ApiError(409, "Conflict",
-                    f'Operation cannot be fulfilled on {_qualified(plural, group)} "{name}": the object has been '
-                    "modified; please apply your changes to the latest version and try again", d)
+    return ApiError(409, "Conflict", f'Operation cannot be fulfilled on {_qualified(plural, group)} "{name}": {why}', d)
+
+
+def storage_key(plural: str, group: str, namespace: str, name: str, builtin: bool) -> str:
+    """The etcd key a real server keeps an object under (default prefix /registry), as StorageError prints it."""
+    prefix = {"services": "services/specs", "nodes": "minions",
+              "customresourcedefinitions": "apiextensions.k8s.io/customresourcedefinitions"}.get(plural, plural)
+    if not builtin:
+        prefix = f"{group}/{plural}"
+    return f"/registry/{prefix}/{namespace}/{name}" if namespace else f"/registry/{prefix}/{name}"
+
+
+def precondition_failed(plural: str, group: str, name: str, key: str, detail: str) -> ApiError:
+    """A storage precondition (Preconditions.Check: StorageError invalid object) reported as a Conflict."""
+    return conflict(plural, group, name, f"StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, "
+                                         f"AdditionalErrorMsg: Precondition failed: {detail}")
+
+
+def options_invalid(kind: str, causes: list[dict[str, str]]) -> ApiError:
+    """A request's CreateOptions / UpdateOptions / PatchOptions / DeleteOptions refused (meta.k8s.io)."""
+    return invalid(kind, "meta.k8s.io", "", causes)
 
 
 def forbidden(plural: str, group: str, name: str, why: str) -> ApiError:

@@ -85,8 +85,8 @@ def bad_value(field: str, value: Any, detail: str) -> dict[str, str]:
     return cause(field, f"Invalid value: {orjson.dumps(value).decode()}: {detail}")
 
 
-def required(field: str) -> dict[str, str]:
-    return cause(field, "Required value", "FieldValueRequired")
+def required(field: str, detail: str = "") -> dict[str, str]:
+    return cause(field, f"Required value: {detail}" if detail else "Required value", "FieldValueRequired")
 
 
 def name_causes(rule: str, name: str, field: str = "metadata.name") -> list[dict[str, str]]:

@@ -37,7 +37,7 @@ from typing import Any
 import orjson
 
 from kubesim import builtin_fields
-from kubesim.errors import ApiError, invalid, too_long, too_many
+from kubesim.errors import ApiError, invalid, options_invalid, too_long, too_many
 from kubesim.records import json_copy
 from kubesim.resources import ResourceType
 
@@ -72,10 +72,15 @@ class request_scope:  # named as the function it replaced: ``with request_scope(
 
     def __init__(self, field_validation: str | None, method: str = "POST") -> None:
         directive = field_validation or "Warn"
+        options = {"POST": "CreateOptions", "PUT": "UpdateOptions", "PATCH": "PatchOptions"}.get(method)
         if directive not in FIELD_VALIDATION:
-            # Upstream validates CreateOptions/UpdateOptions/PatchOptions.fieldValidation: 400 BadRequest.
-            raise ApiError(400, "BadRequest", f'fieldValidation: Unsupported value: "{directive}": supported '
-                           'values: "Ignore", "Strict", "Warn"')
+            if options is None:
+                directive = "Warn"  # only writes parse the parameter
+            else:  # meta/v1 validation ValidateFieldValidation, in the handler's options check
+                raise options_invalid(options, [{
+                    "reason": "FieldValueNotSupported", "field": "fieldValidation",
+                    "message": f"Unsupported value: {orjson.dumps(directive).decode()}: supported values: "
+                               '"", "Ignore", "Strict", "Warn"'}])
         self.scope = RequestScope(directive, method)
         self.token: Token[RequestScope | None] | None = None
 

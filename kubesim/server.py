@@ -329,8 +329,11 @@ class ApiServer:
             ctype = request.content_type
             ptype = PATCH_TYPES.get(ctype)
             if ptype is None:
+                accepted = ["application/json-patch+json", "application/merge-patch+json",
+                            *(["application/strategic-merge-patch+json"] if rt.builtin else []),
+                            "application/apply-patch+yaml"]  # handlers/patch.go's list for the kind
                 raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an unknown format - "
-                               "accepted media types include: " + ", ".join(PATCH_TYPES), {})
+                               "accepted media types include: " + ", ".join(accepted))
             raw = await request.read()
             if ptype == "apply":
                 scope = schema.current_scope()

@@ -25,7 +25,16 @@ from kubesim import apply as ssa
 from kubesim import jobstatus, kinds, managed, rootca, schema
 from kubesim.admission import Admission
 from kubesim.deletion import DeletionMixin
-from kubesim.errors import ApiError, already_exists, conflict, invalid, namespace_terminating, not_found
+from kubesim.errors import (
+    ApiError,
+    already_exists,
+    conflict,
+    invalid,
+    namespace_terminating,
+    not_found,
+    precondition_failed,
+    storage_key,
+)
 from kubesim.patch import json_patch, merge_patch, strategic_merge
 from kubesim.records import Rec, now
 from kubesim.resources import Catalogue, ResourceType
@@ -259,7 +268,8 @@ class Store(DeletionMixin):
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = self._generate_name(meta["generateName"])
         name = meta.get("name") or ""
-        causes = [kinds.required("metadata.name")] if not name else kinds.name_causes(rt.name_rule, name)
+        causes = [kinds.required("metadata.name", "name or generateName is required")] if not name \
+            else kinds.name_causes(rt.name_rule, name)
         ns = ""
         if rt.namespaced:
             ns = meta.get("namespace") or "default"
@@ -347,11 +357,12 @@ class Store(DeletionMixin):
             # registry.Store.Update: the resource named as the kind, the version parsed as the uint64 0.
             raise invalid(rt.plural, rt.group, meta["name"], [kinds.cause(
                 "metadata.resourceVersion", "Invalid value: 0: must be specified for an update")])
+        if meta.get("uid") and meta["uid"] != rec.uid:  # the storage checks it before the update runs
+            raise precondition_failed(rt.plural, rt.group, meta["name"],
+                                      storage_key(rt.plural, rt.group, ns, meta["name"], rt.builtin),
+                                      f"UID in precondition: {meta['uid']}, UID in object meta: {rec.uid}")
         if rv and rv != str(rec.rv):
             raise conflict(rt.plural, rt.group, meta["name"])
-        if meta.get("uid") and meta["uid"] != rec.uid:
-            raise ApiError(409, "Conflict", f"Precondition failed: UID in precondition: {meta['uid']}, UID in "
-                           f"object meta: {rec.uid}", {"name": meta["name"], "kind": rt.plural})
         return self._replace(rt, rec, obj, subresource, dry_run)
 
     def _replace(self, rt: ResourceType, rec: Rec, obj: dict[str, Any], subresource: str | None,
