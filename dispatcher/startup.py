@@ -19,6 +19,8 @@ import os
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from sqlalchemy import exc as sa_exc
+
 from dispatcher.db import mapped, missing_database_fix
 from federation.clock import Clock
 from federation.errors import DatabaseUnavailable, Invalid
@@ -101,8 +103,6 @@ class Startup:
 def permanent(exc: Exception) -> Exception:
     """A database error at start-up that waiting cannot fix, as the one-line error the CLI prints:
     mkd's own errors as they are; a refused login, a missing database or role names the setting."""
-    from sqlalchemy import exc as sa_exc
-
     missing = missing_database_fix(exc)
     if missing is not None:
         return Invalid("database_url", missing)

@@ -35,6 +35,7 @@ from worker_agent.foreign import created_by, foreign_owner
 from worker_agent.identity import AgentIdentity
 from worker_agent.inbox import Inbox
 from worker_agent.lease import LeaseKeeper
+from worker_agent.metrics import MetricsServer
 from worker_agent.policy import CheckedPolicy
 from worker_agent.reconcilers.base import Reconciler
 from worker_agent.reconcilers.registry import reconcilers as all_reconcilers
@@ -499,8 +500,6 @@ class Agent:
         await self.discover()
         assert self.apply is not None
         if self.settings.metrics_port is not None:  # /metrics, /healthz, /readyz (worker_agent/metrics.py)
-            from worker_agent.metrics import MetricsServer
-
             self.metrics_server = MetricsServer(self, self.settings.metrics_host, self.settings.metrics_port)
             self.kube.on_call = self.metrics_server.metrics.api_call
             self.apply.pass_observer = self.metrics_server.metrics.reconciled

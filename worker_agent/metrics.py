@@ -16,7 +16,14 @@ import asyncio
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    REGISTRY,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -81,8 +88,6 @@ class AgentMetrics:
         child.inc()
 
     def exposition(self) -> bytes:
-        from prometheus_client import REGISTRY
-
         return generate_latest(self.registry) + generate_latest(REGISTRY)
 
 
@@ -90,7 +95,7 @@ def create_app(metrics: Any, ready: Any, side: SideWork | None = None) -> Any:
     """``/metrics`` (``metrics.exposition()``), ``/healthz`` and ``/readyz``; ``ready()`` returns None or
     what is missing; ``side``'s faults are listed by ``/readyz`` (one ``degraded:`` line each, the probe's
     status unchanged) and counted in ``/metrics``. The agent's and the fencer's (``worker_agent.fencermetrics``) ports."""
-    from prometheus_client import CONTENT_TYPE_LATEST
+    # starlette only once a port is served: an agent or fencer without one never loads it
     from starlette.applications import Starlette
     from starlette.requests import Request
     from starlette.responses import PlainTextResponse, Response
@@ -136,7 +141,7 @@ class ProbeServer:
         self.started.set()
 
     async def run(self) -> None:
-        from federation.httpserve import serve
+        from federation.httpserve import serve  # uvicorn: loaded only by a process that serves a port
 
         await serve(self.app, self.host, self.port, self._bound)
 

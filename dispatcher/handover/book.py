@@ -19,6 +19,7 @@ writes the records and counts to SQL every ``flush_seconds``. The admission webh
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import sys
 from collections import Counter
@@ -37,7 +38,7 @@ from federation import labels
 from federation.clock import Clock
 from federation.errors import FederationError, Invalid, NotFound, Temporary
 from federation.kinds.base import JobKind
-from federation.kube import NAMESPACES, Kube, Resource
+from federation.kube import NAMESPACES, Kube, Resource, resource_for
 
 log = logging.getLogger(__name__)
 
@@ -229,8 +230,6 @@ class HandoverBook:
         self._recorded.update(r["uid"] for r in rows)
 
     async def _list_all(self) -> None:
-        from federation.kube import resource_for
-
         for kind in self.kinds.values():
             res = resource_for(kind)  # type: ignore[arg-type]
             try:
@@ -296,8 +295,6 @@ class HandoverBook:
 
 
 def _with_managed_by(kind: JobKind, obj: Mapping[str, Any]) -> dict[str, Any]:
-    import copy
-
     handed = copy.deepcopy(dict(obj))
     node: dict[str, Any] = handed
     for part in kind.managed_by_path[:-1]:
