@@ -30,6 +30,7 @@ from federation.settings import MqttSettings, SigningSettings
 from federation.signing import Opener, Refused, parse_public_key
 from kubesim import ClusterSpec, NodeSpec, serve_async
 from tests import keys
+from tests.waiting import eventually
 from worker_agent.app import Agent
 from worker_agent.settings import AgentSettings
 
@@ -159,10 +160,7 @@ async def harness(tmp_path: Path, mqtt_url: str, topic_root: str) -> AsyncIterat
         async with Kube(sim.kubeconfig(CLUSTER)) as kube:
             for crd in load_crds():
                 await kube.create(CRDS, crd)
-            for _ in range(100):  # the CRDs become served once established
-                if await kube.served(PYTORCHJOBS):
-                    break
-                await asyncio.sleep(0.05)
+            await eventually(lambda: kube.served(PYTORCHJOBS), what="the CRDs to be served (once established)")
             settings = AgentSettings(cluster_name=CLUSTER, kubeconfig=sim.kubeconfig(CLUSTER),
                                      mqtt=MqttSettings(url=mqtt_url, topic_root=topic_root, backoff_initial=0.1,
                                                        client_id=f"agent-{uuid.uuid4().hex[:10]}"),

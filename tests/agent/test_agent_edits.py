@@ -9,7 +9,6 @@ afterwards removes it.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import logging
 from typing import Any
@@ -21,8 +20,8 @@ from federation.kinds.batchjob import BATCH_JOB
 from federation.kube import JOBS, Kube
 from federation.messages import Delete, JobRef, PlacementKey
 from tests.agent.conftest import AgentHarness, place
-from tests.dispatcher.harness import eventually
 from tests.federation.test_examples import EXAMPLES
+from tests.waiting import eventually
 
 UID = "wl-batch-pi"
 
@@ -102,10 +101,8 @@ async def test_a_delete_whose_watch_event_arrives_first_does_not_raise(
 
     async def delete_then_let_the_watch_win(self: Kube, *args: Any, **kwargs: Any) -> Any:
         result = await real_delete(self, *args, **kwargs)
-        for _ in range(200):  # the watcher's DELETED event is handled before this call returns
-            if UID not in inbox.workloads:
-                break
-            await asyncio.sleep(0.02)
+        # the watcher's DELETED event is handled before this call returns
+        await eventually(lambda: UID not in inbox.workloads, within=4.0, what="the watch's DELETED event handled")
         return result
     monkeypatch.setattr(Kube, "delete", delete_then_let_the_watch_win)
     seen = len(harness.reports)

@@ -16,6 +16,7 @@ from federation.messages import Delete, Heartbeat, PlacementKey, Resync
 from tests.agent.conftest import CLUSTER, PYTORCHJOBS, AgentHarness, conditions, place
 from tests.agent.render_harness import example
 from tests.agent.test_agent_pytorch import FOREVER, RUN, has, with_annotations
+from tests.waiting import eventually
 
 TFJOBS = Resource("kubeflow.org", "v1", "tfjobs", "TFJob")
 
@@ -177,10 +178,9 @@ async def test_delegated_kind_gets_operator_managed_by(harness: AgentHarness) ->
 async def test_kind_without_crd_is_rejected_not_lost(harness: AgentHarness, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(federation.kube, "DISCOVERY_TTL", 0.1)  # the test need not wait out the cache
     await harness.kube.delete(CRDS, "tfjobs.kubeflow.org")
-    for _ in range(100):
-        if not await harness.kube.served(TFJOBS):
-            break
-        await asyncio.sleep(0.05)
+    async def tfjobs_gone() -> bool:
+        return not await harness.kube.served(TFJOBS)
+    await eventually(tfjobs_gone, what="TFJobs to be served no more")
     await harness.stop_agent()
     await harness.start_agent(discovery_interval_seconds=0.2)
     restarted = len(harness.reports)
@@ -235,7 +235,7 @@ async def test_a_resync_in_parts_is_acted_on_only_whole(harness: AgentHarness) -
     assert len(parts) >= 3
     for p in parts[:-1]:  # the part listing wl-keep is last: acting early would delete it
         await harness.send(p)
-    await asyncio.sleep(0.5)
+    await asyncio.sleep(0.5)  # real time: nothing to wait for (the partial Resync must not act); the agent runs on the system clock
     assert await harness.get(PYTORCHJOBS, "garbage", "team-a") is not None  # nothing done on a partial list
     await harness.send(parts[-1])
     gone = await harness.wait_report(lambda r: r.type == "status" and r.gone)

@@ -12,6 +12,7 @@ from federation import labels
 from federation.kube import EVENTS, NAMESPACES, PODS, SERVICES
 from tests.agent.conftest import PYTORCHJOBS, AgentHarness, conditions, place
 from tests.agent.render_harness import example
+from tests.waiting import eventually
 
 RUN = "kubesim.mkd.dev/run-seconds"
 
@@ -135,11 +136,9 @@ async def test_suspend_resume_by_spec_version(harness: AgentHarness) -> None:
     status = await harness.wait_report(has(("Suspended", "True", "PyTorchJobSuspended")))
     assert conditions(status.status)[-2:] == [("Running", "False", "PyTorchJobSuspended"),
                                               ("Suspended", "True", "PyTorchJobSuspended")]
-    for _ in range(100):
-        if await harness.get(PODS, "pytorch-simple-master-0", "team-a") is None:
-            break
-        await asyncio.sleep(0.05)
-    assert await harness.get(PODS, "pytorch-simple-master-0", "team-a") is None
+    async def master_pod_gone() -> bool:
+        return await harness.get(PODS, "pytorch-simple-master-0", "team-a") is None
+    await eventually(master_pod_gone, what="the suspended job's master pod to be deleted")
     assert await harness.get(SERVICES, "pytorch-simple-master-0", "team-a") is None
     resumed = copy.deepcopy(job)
     resumed["spec"]["runPolicy"] = {"suspend": False}
@@ -327,10 +326,9 @@ async def test_a_held_created_status_is_written_on_a_graceful_stop(
     first pass's time: the next agent would render its own, later."""
     written, _ = await place_held(harness, monkeypatch, 30, "60")
     await harness.wait_report(lambda r: r.type == "accepted")
-    for _ in range(100):  # the first pass has rendered (its Pods are created) and holds the status
-        if await harness.get(PODS, "pytorch-simple-worker-0", "team-a") is not None:
-            break
-        await asyncio.sleep(0.05)
+    async def rendered() -> bool:  # the first pass has rendered (its Pods are created) and holds the status
+        return await harness.get(PODS, "pytorch-simple-worker-0", "team-a") is not None
+    await eventually(rendered, what="the first pass to create the worker pod")
     assert written == []
     await harness.stop_agent()
     created = await harness.wait_report(has(("Created", "True", "PyTorchJobCreated")))
@@ -417,11 +415,9 @@ async def test_the_echo_of_a_status_write_is_taken_undecoded_and_changes_nothing
     cmds = await three_running(harness, "echo")
     assert harness.agent is not None and harness.agent.apply is not None and harness.agent.inbox is not None
     assert not harness.agent.inbox.created  # each copy's create echo taken, or decoded before its answer came
-    for _ in range(50):  # the last write's echo comes a moment after its answer
-        if harness.agent.job_echoes_handled:
-            break
-        await asyncio.sleep(0.05)
-    assert harness.agent.job_echoes_handled >= 1
+    agent = harness.agent
+    await eventually(lambda: agent.job_echoes_handled >= 1,  # the last write's echo comes a moment after its answer
+                     what="the echo of the agent's last status write")
     reports = {cmd.placement.workload_uid: len(harness.statuses(cmd.placement.workload_uid)) for cmd in cmds}
     passes = harness.agent.apply.passes
     await asyncio.sleep(1.2)  # past the hold: nothing more to report or render

@@ -16,6 +16,7 @@ from tests import keys
 from tests.agent.conftest import CLUSTER, PYTORCHJOBS, AgentHarness, place
 from tests.agent.render_harness import example
 from tests.agent.test_agent_pytorch import FOREVER, with_annotations
+from tests.waiting import eventually
 from worker_agent.settings import AgentSettings
 
 
@@ -32,10 +33,7 @@ async def test_broker_restart(tmp_path: Path) -> None:
     async with serve_async([spec], tmp_path / "sim") as sim, Kube(sim.kubeconfig(CLUSTER)) as kube:
         for crd in load_crds():
             await kube.create(CRDS, crd)
-        for _ in range(100):  # served once the CRDs are established
-            if await kube.served(PYTORCHJOBS):
-                break
-            await asyncio.sleep(0.05)
+        await eventually(lambda: kube.served(PYTORCHJOBS), what="the CRDs to be served (once established)")
         settings = AgentSettings(cluster_name=CLUSTER, kubeconfig=sim.kubeconfig(CLUSTER),
                                  mqtt=MqttSettings(url=f"mqtt://127.0.0.1:{port}", topic_root="t/v1",
                                                    backoff_initial=0.1, backoff_max=0.5,
@@ -51,7 +49,7 @@ async def test_broker_restart(tmp_path: Path) -> None:
                 await h.send(place(with_annotations(example("pytorch-simple.yaml"), **{FOREVER: "true"})))
                 await h.wait_report(lambda r: r.type == "accepted")
         # the broker is gone for a moment; the agent keeps its jobs and retries
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # real time: the broker really is away while the agent's MQTT keepalive notices
         async with EmbeddedBroker(port=port):
             seen = len(h.reports)
             async with h.listen():

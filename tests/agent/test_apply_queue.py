@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from federation.clock import SystemClock
+from tests.waiting import eventually
 from worker_agent.apply import ApplyLoop, JobKey
 
 KEY: JobKey = ("PyTorchJob", "ns", "j")
@@ -85,18 +86,15 @@ async def test_a_new_job_comes_in_only_once_the_loop_has_room_for_it() -> None:
     try:
         for n in range(4):  # one pass running (blocked), three waiting: the loop is full
             loop.enqueue(("PyTorchJob", "ns", f"old-{n}"))
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # real time: lets the loop's tasks take what they can (none may take more)
         assert loop._queue.qsize() == 3
         waiters = [asyncio.create_task(new_job(n)) for n in range(5)]
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # real time: a new job, had one been let in while the loop is full, would come now
         assert came == [], "a new job came in while the loop was full"
         loop.go.set()  # the loop catches up: the new jobs come in as it does, never more than it has room for
         await asyncio.wait_for(asyncio.gather(*waiters), 10)
         assert came == [0, 1, 2, 3, 4] and max(peaks) <= 3
-        for _ in range(100):
-            if len(loop.passed) == 9:
-                break
-            await asyncio.sleep(0.02)
+        await eventually(lambda: len(loop.passed) == 9, what="the nine passes")
         assert [k[2] for k in loop.passed] == [*(f"old-{n}" for n in range(4)), *(f"new-{n}" for n in range(5))]
     finally:
         worker.cancel()

@@ -19,6 +19,7 @@ from federation.messages import Lease, Resync
 from tests.agent.conftest import CLUSTER, PYTORCHJOBS, AgentHarness, place
 from tests.agent.test_agent_inbox import forever
 from tests.agent.test_agent_kinds import load
+from tests.waiting import eventually
 from worker_agent import leaserecord
 from worker_agent.fencer import Fencer
 
@@ -58,11 +59,7 @@ async def live_pods(kube: Kube, ns: str = "team-a") -> list[str]:
 
 
 async def until(probe: Any, what: str, within: float = 30.0) -> None:
-    for _ in range(int(within / 0.1)):
-        if await probe():
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"not within {within:g}s: {what}")
+    await eventually(probe, within, what=what)
 
 
 async def grant(harness: AgentHarness, seconds: float) -> None:
@@ -113,7 +110,8 @@ async def test_the_fencer_stops_an_absent_agents_jobs_when_its_record_runs_out_a
         assert 0 < await fencer.check() <= fencer.poll_seconds and fencer.sweeps == 0
         pt = await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a")
         assert not suspended_at(pt, "spec", "runPolicy", "suspend")
-        await asyncio.sleep(max(0.0, (held.ends - datetime.now(UTC)).total_seconds()))  # it runs out for real
+        # it runs out for real: the agent started again below reads its record on the system clock
+        await asyncio.sleep(max(0.0, (held.ends - datetime.now(UTC)).total_seconds()))
         clock.advance(3.0)
         await fencer.check()
         assert fencer.sweeps == 1
@@ -137,7 +135,7 @@ async def test_the_fencer_stops_an_absent_agents_jobs_when_its_record_runs_out_a
     # even for a Resync listing the Job: the fencer would stop it at once, its record being out of date
     await harness.start_agent()
     await harness.send(Resync(cluster=CLUSTER, epoch=1, expected=[pytorch.placement, batch.placement]))
-    await asyncio.sleep(1.5)
+    await asyncio.sleep(1.5)  # real time: a window in which the agent (system clock) must resume nothing
     again = await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a")
     assert suspended_at(again, "spec", "runPolicy", "suspend") and not await live_pods(harness.kube)
     # a renewal: the record had run out, so the agent asks for a Resync before resuming anything

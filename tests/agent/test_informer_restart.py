@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from federation.kube import SERVICES, Kube, Resource, WatchEvent
+from tests import waiting
 from tests.agent.conftest import PYTORCHJOBS, AgentHarness, place
 from tests.agent.render_harness import example
 from tests.agent.test_agent_pytorch import FOREVER, with_annotations
@@ -73,11 +74,7 @@ async def restart_cuttable(h: AgentHarness, res: Resource) -> CutInformer:
 
 
 async def eventually(check: Any, within: float = 15.0) -> None:
-    for _ in range(int(within / 0.05)):
-        if await check():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{check.__name__} not within {within}s")
+    await waiting.eventually(check, within, what=check.__name__)
 
 
 async def cut_while(kube: CutInformer, deleted: Any) -> None:

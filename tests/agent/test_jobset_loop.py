@@ -22,6 +22,7 @@ from federation.errors import NotFound
 from federation.kinds.crds import load_crds
 from federation.kube import CRDS, JOBS, Kube, Resource
 from kubesim import ClusterSpec, KubeletSpec, NodeSpec, serve_async
+from tests.waiting import eventually
 from worker_agent.apply import ApplyLoop, JobKey
 from worker_agent.cache import ObjectCache, key_of
 from worker_agent.reconcilers.base import Reconciler
@@ -93,14 +94,16 @@ class LoopRig:
 
     async def wait(self, res: Resource, name: str, probe: Callable[[dict[str, Any]], bool],
                    within: float = 20.0) -> dict[str, Any]:
-        deadline = asyncio.get_running_loop().time() + within
         last: dict[str, Any] | None = None
-        while asyncio.get_running_loop().time() < deadline:
+
+        async def seen() -> dict[str, Any] | None:
+            nonlocal last
             last = await self.get(res, name)
-            if last is not None and probe(last):
-                return last
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"timed out waiting on {res.plural}/{name}; last: {last and last.get('status')}")
+            return last if last is not None and probe(last) else None
+        try:
+            return await eventually(seen, within, what=f"{res.plural}/{name}")  # type: ignore[no-any-return]
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; last: {last and last.get('status')}") from None
 
 
 @contextlib.asynccontextmanager
@@ -110,10 +113,7 @@ async def cluster(tmp_path: Path) -> AsyncIterator[Kube]:
     async with serve_async([spec], tmp_path / "sim") as sim, Kube(sim.kubeconfig("w")) as kube:
         for crd in load_crds():
             await kube.create(CRDS, crd)
-        for _ in range(200):
-            if await kube.served(JOBSETS):
-                break
-            await asyncio.sleep(0.05)
+        await eventually(lambda: kube.served(JOBSETS), within=15, what="the JobSet CRD to be served")
         yield kube
 
 

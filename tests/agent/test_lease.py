@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime
+from typing import Any
 
 from federation import labels
 from federation.messages import Heartbeat, Lease, Resync
 from tests.agent.conftest import CLUSTER, PYTORCHJOBS, AgentHarness, place
 from tests.agent.test_agent_inbox import forever
+from tests.waiting import eventually
 
 
 def suspended(job: dict | None) -> bool:  # type: ignore[type-arg]
@@ -30,12 +32,11 @@ async def test_an_agent_without_renewals_suspends_its_jobs_and_resumes_only_what
         await harness.wait_report(lambda r: r.type == "accepted" and r.placement == wanted)  # noqa: B023
     # no dispatcher renews the lease: the start-up grace runs out and both are suspended, marked fenced
     for name in ("pytorch-simple", "moved-away"):
-        for _ in range(100):
+        async def suspended_now(name: str = name) -> dict[str, Any] | None:
             job = await harness.get(PYTORCHJOBS, name, "team-a")
-            if suspended(job):
-                break
-            await asyncio.sleep(0.1)
-        assert suspended(job) and job["metadata"]["annotations"][labels.FENCED_ANNOTATION] == "true"
+            return job if suspended(job) else None
+        job = await eventually(suspended_now, what=f"{name} suspended once the grace ran out")
+        assert job["metadata"]["annotations"][labels.FENCED_ANNOTATION] == "true"
     # a fenced agent starts nothing new
     late = forever()
     late["metadata"]["name"] = "late"
@@ -49,12 +50,10 @@ async def test_an_agent_without_renewals_suspends_its_jobs_and_resumes_only_what
     await harness.wait_report(lambda r: r.type == "inventory", after=n)
     # the Resync lists only wl-keep (wl-moved went elsewhere meanwhile): one resumed, one deleted
     await harness.send(Resync(cluster=CLUSTER, epoch=1, expected=[keep.placement]))
-    for _ in range(100):
+    async def running_again() -> dict[str, Any] | None:
         job = await harness.get(PYTORCHJOBS, "pytorch-simple", "team-a")
-        if job is not None and not suspended(job):
-            break
-        await asyncio.sleep(0.1)
-    assert job is not None and not suspended(job)
+        return job if job is not None and not suspended(job) else None
+    job = await eventually(running_again, what="the listed job resumed")
     assert labels.FENCED_ANNOTATION not in (job["metadata"].get("annotations") or {})
     await harness.wait_report(lambda r: r.type == "status" and r.gone and r.placement.workload_uid == "wl-moved")
     assert await harness.get(PYTORCHJOBS, "late", "team-a") is None
@@ -145,7 +144,7 @@ async def test_renewals_in_quick_succession_ask_for_one_resync_at_a_time(harness
     await harness.wait_report(lambda r: r.type == "inventory", after=n)
     m = len(harness.reports)
     agent._regained.set()  # a second renewal while the first Inventory is unanswered
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # real time: a window in which the agent (system clock) must not ask again
     assert not [r for r in harness.reports[m:] if r.type == "inventory"]
     await harness.send(Resync(cluster=CLUSTER, epoch=1, expected=[]))
     await harness.wait_report(lambda r: r.type == "inventory", after=m)  # now it asks again
@@ -166,11 +165,9 @@ async def test_pods_wanted_while_the_lease_was_out_are_created_as_soon_as_it_is_
     async def pods() -> list[dict]:  # type: ignore[type-arg]
         listed = await harness.kube.list(PODS, "team-a")
         return [p for p in listed.items if not (p.get("metadata") or {}).get("deletionTimestamp")]
-    for _ in range(200):
-        if len(await pods()) == 2:
-            break
-        await asyncio.sleep(0.05)
-    assert len(await pods()) == 2
+    async def two_pods() -> bool:
+        return len(await pods()) == 2
+    await eventually(two_pods, what="the job's two pods")
     held = True
     agent.apply.may_start = lambda: not held
     for pod in await pods():  # pods to create again, while there is no lease
@@ -179,11 +176,7 @@ async def test_pods_wanted_while_the_lease_was_out_are_created_as_soon_as_it_is_
     assert await pods() == []
     held = False
     agent._lease_regained()  # what a renewal after fencing does
-    for _ in range(40):
-        if len(await pods()) == 2:
-            break
-        await asyncio.sleep(0.05)
-    assert len(await pods()) == 2
+    await eventually(two_pods, within=2.0, what="the pods created again once the lease is back")
 
 
 async def _keeper_with_placed_jobs(harness: AgentHarness, uids: list[str]):  # type: ignore[no-untyped-def]
@@ -220,12 +213,15 @@ def _renew(keeper, clock) -> None:  # type: ignore[no-untyped-def]
 
 
 async def _resumed(harness: AgentHarness, name: str) -> bool:
-    for _ in range(100):
+    """Whether ``name`` resumes (within 5 s), and without its fenced mark."""
+    async def running() -> dict[str, Any] | None:
         job = await harness.get(PYTORCHJOBS, name, "team-a")
-        if job is not None and not suspended(job):
-            return FENCED not in (job["metadata"].get("annotations") or {})
-        await asyncio.sleep(0.05)
-    return False
+        return job if job is not None and not suspended(job) else None
+    try:
+        job = await eventually(running, within=5.0, what=f"{name} resumed")
+    except AssertionError:
+        return False
+    return FENCED not in (job["metadata"].get("annotations") or {})
 
 
 FENCED = labels.FENCED_ANNOTATION
@@ -317,7 +313,7 @@ async def test_a_resync_from_before_the_lease_ran_out_again_resumes_nothing(harn
         keeper.lease_lost()
         assert await keeper.fence_all() == 1
         _renew(keeper, clock)  # back, but no Resync yet
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # real time: the resume loop, had it acted on the old listing, would have by now
         assert suspended(await harness.get(PYTORCHJOBS, "wl-e1", "team-a"))
     finally:
         loop.cancel()

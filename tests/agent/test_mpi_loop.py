@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import yaml
 
 from federation.kube import CONFIGMAPS, JOBS, PODS, SECRETS, SERVICES, Resource
 from tests.agent.test_jobset_loop import NS, LoopRig, cluster, conds
+from tests.waiting import eventually
 from worker_agent.reconcilers.mpi import MPIJobReconciler
 
 MPIJOBS = Resource("kubeflow.org", "v2beta1", "mpijobs", "MPIJob")
@@ -69,13 +69,14 @@ async def test_pi_runs_to_succeeded_and_running_workers_are_cleaned(tmp_path: Pa
             assert conds(done) == [("Created", "True", "MPIJobCreated"), ("Running", "False", "MPIJobRunning"),
                                    ("Succeeded", "True", "MPIJobSucceeded")]
             assert done["status"]["completionTime"] == launcher_completion(await rig.get(JOBS, "pi-launcher"))
-            for _ in range(200):  # cleanPodPolicy Running: the workers still running are deleted
-                pods = [await rig.get(PODS, f"pi-worker-{i}") for i in (0, 1)]
-                if all(p is None or p["metadata"].get("deletionTimestamp") for p in pods):
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("running workers were not deleted after success")
+            # cleanPodPolicy Running: the workers still running are deleted
+            await eventually(lambda: workers_going(rig), what="running workers to be deleted after success")
+
+
+async def workers_going(rig: Any) -> bool:
+    """Both workers are gone or being deleted."""
+    pods = [await rig.get(PODS, f"pi-worker-{i}") for i in (0, 1)]
+    return all(p is None or p["metadata"].get("deletionTimestamp") for p in pods)
 
 
 def launcher_completion(job: dict[str, Any] | None) -> Any:
@@ -102,13 +103,8 @@ async def test_launcher_failure_fails_the_mpijob_with_completion_time(tmp_path: 
                 "True", "BackoffLimitExceeded/", "Job has reached the specified backoff limit: ")
             assert failed["status"]["completionTime"]
             assert failed["status"]["replicaStatuses"]["Launcher"] == {"failed": 1}
-            for _ in range(200):  # cleanPodPolicy All: every worker goes
-                pods = [await rig.get(PODS, f"pi-worker-{i}") for i in (0, 1)]
-                if all(p is None or p["metadata"].get("deletionTimestamp") for p in pods):
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("workers were not deleted after failure")
+            # cleanPodPolicy All: every worker goes
+            await eventually(lambda: workers_going(rig), what="the workers to be deleted after failure")
 
 
 @pytest.mark.timeout(60)

@@ -24,6 +24,7 @@ from federation.refusals import count
 from federation.settings import MqttSettings
 from tests.agent.conftest import CLUSTER, AgentHarness, place
 from tests.security.attacks import harmless_job
+from tests.waiting import eventually
 from worker_agent.reports import Outbox
 
 JOBS = Resource("batch", "v1", "jobs", "Job")
@@ -98,11 +99,7 @@ async def test_a_place_sealed_while_the_link_was_down_applies_on_the_next_link(h
     queued = h.signer.seal(topic, encode(place(harmless_job("sealed-while-cut"), uid="wl-sealed-while-cut")))
     assert agent.link is not None
     agent.link.drop()  # the link dies; the broker keeps the agent's session and queues what comes
-    for _ in range(200):
-        if not agent.connected.is_set():
-            break
-        await asyncio.sleep(0.02)
-    assert not agent.connected.is_set()
+    await eventually(lambda: not agent.connected.is_set(), what="the agent to see its link gone")
     replays, expired = count("replay"), count("expired")
     await h.link.publish(topic, queued)
     await h.link.publish(topic, seen)  # a recorded Command played again: still refused

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import yaml
 from federation.kube import JOBS, Resource
 from tests.agent.test_jobset_loop import NS, LoopRig, cluster, conds
 from tests.agent.test_trainjob_render import DEEPSPEED_RUNTIME
+from tests.waiting import eventually
 from worker_agent.reconcilers.jobset import JOBSETS, JobSetReconciler
 from worker_agent.reconcilers.trainjob import CLUSTER_TRAINING_RUNTIMES, TrainJobReconciler
 from worker_agent.reconcilers.trainjob_build import GROUP
@@ -88,12 +88,9 @@ async def test_deadline_fails_the_trainjob_on_time_and_deletes_the_jobset(tmp_pa
             failed = await rig.wait(TRAINJOBS, "multi-node-example", lambda o: bool(conds(o)), within=10)
             assert conds(failed) == [("Failed", "True", "DeadlineExceeded")]
             assert failed["status"]["conditions"][0]["message"] == "TrainJob exceeded its active deadline"
-            for _ in range(100):
-                if await rig.get(JOBSETS, "multi-node-example") is None:
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("the JobSet was not deleted at the deadline")
+            async def jobset_gone() -> bool:
+                return await rig.get(JOBSETS, "multi-node-example") is None
+            await eventually(jobset_gone, what="the JobSet to be deleted at the deadline")
 
 
 def deepspeed_runtime() -> dict[str, Any]:
@@ -131,9 +128,6 @@ async def test_deepspeed_mpi_trainjob_launcher_after_nodes_ready(tmp_path: Path)
             done = await rig.wait(TRAINJOBS, "ds", lambda o: ("Complete", "True", "AllJobsCompleted") in conds(o))
             assert done["status"]["jobsStatus"][1]["name"] == "launcher"
             assert done["status"]["jobsStatus"][1]["succeeded"] == 1
-            for _ in range(100):  # a finished JobSet deletes its still-active Jobs (the sshd nodes)
-                if await rig.get(JOBS, "ds-node-0") is None:
-                    break
-                await asyncio.sleep(0.05)
-            else:
-                raise AssertionError("the node Job was not deleted after completion")
+            async def node_job_gone() -> bool:  # a finished JobSet deletes its still-active Jobs (the sshd nodes)
+                return await rig.get(JOBS, "ds-node-0") is None
+            await eventually(node_job_gone, what="the node Job to be deleted after completion")

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import copy
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,9 @@ from federation.kube import CRDS, Kube, Resource
 from federation.mqtt import MqttLink
 from federation.settings import KubeSettings, MqttSettings, SigningSettings
 from tests import keys
+from tests.waiting import eventually
+
+__all__ = ["eventually"]  # re-exported: the dispatcher's tests import it from here
 
 PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
 
@@ -62,11 +65,7 @@ def pytorchjob(name: str, *, managed_by: str | None = labels.MULTIKUEUE, workers
 async def install_crd(kubeconfig: Path) -> None:
     async with Kube(kubeconfig) as kube:
         await kube.create(CRDS, copy.deepcopy(PYTORCH_CRD))
-        for _ in range(100):
-            if await kube.served(PYTORCHJOBS):
-                return
-            await asyncio.sleep(0.05)
-    raise AssertionError("PyTorchJob CRD never became served")
+        await eventually(lambda: kube.served(PYTORCHJOBS), what="the PyTorchJob CRD to be served")
 
 
 def settings(kubeconfig: Path, database_url: str, mqtt_url: str, topic_root: str, **extra: Any) -> DispatcherSettings:
@@ -98,20 +97,6 @@ def is_place(payload: bytes) -> bool:
     """Whether an outbox payload is a Place Command, in the clear or sealed to its cluster's key (only
     Places are sealed)."""
     return payload.startswith((b'{"v":1,"type":"place"', b'{"v":1,"type":"sealed"'))
-
-
-async def eventually(predicate: Callable[[], Any], within: float = 10.0, what: str = "condition") -> Any:
-    """Poll ``predicate`` (sync or async) until truthy; fail after ``within`` seconds."""
-    deadline = asyncio.get_running_loop().time() + within
-    while True:
-        value = predicate()
-        if asyncio.iscoroutine(value):
-            value = await value
-        if value:
-            return value
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"timed out after {within}s waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def capacity(cpu: str = "64", memory: str = "256Gi", gpu: int = 0, node_cpu: str | None = None) -> messages.Capacity:

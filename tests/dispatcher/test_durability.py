@@ -149,7 +149,7 @@ async def test_two_dispatchers_on_one_postgres_never_claim_or_place_twice(
     async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(a), running(b):
         await asyncio.gather(*(kube.create(PYTORCHJOBS, pytorchjob(f"pair-{i}"), "default") for i in range(n)))
         await eventually(lambda: accepted(db_url, n), within=30, what=f"{n} accepted")
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # real time: late duplicates, had there been any, land now
     ws = await rows(db_url, m.workloads)
     assert len(ws) == n and {w.attempt for w in ws} == {1}
     assert len(await rows(db_url, m.placements)) == n
@@ -174,7 +174,7 @@ async def test_with_namespaces_a_job_deleted_while_away_is_noticed_at_start(
         await kube.delete(PYTORCHJOBS, "gone", "default")  # while the dispatcher is away
         async with running(s):
             await eventually(lambda: agent.deletes(), what="Delete for the Job deleted while away")
-            await asyncio.sleep(0.3)
+            await asyncio.sleep(0.3)  # real time: a second Delete, had one been sent, lands now
     assert [d.placement.workload_uid for d in agent.deletes()] == [gone["metadata"]["uid"]]
     assert {w.name: w.state for w in await rows(db_url, m.workloads)} == {"kept": "running", "gone": "deleted"}
     assert kept["metadata"]["uid"] != gone["metadata"]["uid"]

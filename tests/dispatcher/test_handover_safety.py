@@ -42,7 +42,7 @@ async def test_a_started_job_flipped_to_multikueue_is_refused_not_run_twice(
         c = await eventually(refused, what="MultiClusterRejected on the started Job")
         assert c["reason"] == "StartedByAnotherController"
         assert "status.startTime" in c["message"]
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # real time: a Place, had one been sent, lands now
         assert not [p for p in agent.places() if p.job.name == "started"], "a started Job was sent to a worker"
         status = (await kube.get(PYTORCHJOBS, "started", "default"))["status"]
         assert status["startTime"] == RUNNING["startTime"]
@@ -108,9 +108,9 @@ async def test_a_managedby_no_controller_claims_gets_one_warning(
         await kube.create(PYTORCHJOBS, pytorchjob("theirs", managed_by=labels.TRAINING_OPERATOR), "default")
         found = await eventually(warnings, what="the UnknownController warning")
         assert "example.com/other" in found[0]["message"] and found[0]["type"] == "Warning"
-        await asyncio.sleep(1.0)
+        await asyncio.sleep(1.0)  # real time: a repeat of the warning, had one been written, lands now
     async with running(s):  # a restart does not say it again
-        await asyncio.sleep(1.5)
+        await asyncio.sleep(1.5)  # real time: the restarted dispatcher's first passes
     assert len(await warnings()) == 1
     theirs = [e for e in (await kube.list(EVENTS, "default")).items if e["involvedObject"]["name"] == "theirs"]
     assert theirs == []  # a known controller's Job hears nothing from mkd

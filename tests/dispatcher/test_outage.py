@@ -76,7 +76,7 @@ async def test_a_database_outage_holds_everything_and_catches_up_within_seconds(
         await agent.status(agent.places()[0], {"startTime": "2026-01-01T00:00:00Z", "conditions": [
             {"type": "Succeeded", "status": "True", "reason": "Done"}]}, finished="Succeeded")
         doomed = await kube.create(PYTORCHJOBS, pytorchjob("doomed"), "default")
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # real time: the doomed Job is seen (as held) before it goes
         await kube.delete(PYTORCHJOBS, "doomed", "default")
         await eventually(lambda: outage.refused >= 8, what="several refused retries")
         refused = outage.refused
@@ -180,6 +180,6 @@ async def test_a_job_created_and_deleted_before_its_claim_is_decided_is_never_pl
         await kube.delete(PYTORCHJOBS, "ghost", "default")
         later = await kube.create(PYTORCHJOBS, pytorchjob("later"), "default")
         await eventually(lambda: agent.places(), what="the later Job placed")
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # real time: a Place for the ghost, had one been sent, lands now
     assert [p.placement.workload_uid for p in agent.places()] == [later["metadata"]["uid"]]
     assert ghost["metadata"]["uid"] not in {w.uid for w in await rows(db_url, m.workloads) if w.state != "deleted"}

@@ -38,11 +38,11 @@ async def test_a_refused_suspend_of_an_accepted_placement_is_not_placed_again(
                                            reason="AgentError", message="the worker cluster kept failing",
                                            permanent=False))
         await eventually(lambda: len(one.places()) >= 2, what="the Command sent again to the same copy")
-        await asyncio.sleep(0.3)
+        await asyncio.sleep(0.3)  # real time: a second copy, had one been placed, lands now
         # and a Stale refusal (the agent holds a newer epoch for it) changes nothing either
         await one.report(messages.Rejected(cluster="worker-1", placement=first.placement, spec_version=1, seq=10,
                                            reason="Stale", message="newer epoch applied"))
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(0.5)  # real time: a restart or a second copy, had there been one, lands now
     assert two.places() == [] and one.deletes() == []  # never a second copy, never a restart
     assert {p.placement.attempt for p in one.places()} == {1}
     (p,) = await rows(db_url, m.placements)

@@ -18,7 +18,6 @@ only). The fencer's fencing calls are recorded in a run of their own.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import shutil
 import subprocess
@@ -40,6 +39,7 @@ from mkctl import jobs
 from mkctl.demo import observe_all, submit
 from mkctl.topology import Topology, TopologyOptions
 from tests.e2e.conftest import NotYet, check_not_forbidden, wait_for
+from tests.waiting import eventually
 
 pytestmark = pytest.mark.kubesim_only("creates deploy/'s namespaces for the dry-runs and runs every sample job, "
                                       "whose pods must run to completion")
@@ -333,10 +333,7 @@ async def test_the_fencers_roles_grant_what_it_calls_when_it_fences_and_nothing_
         for ns in ("mkd-jobs", "mkd-system"):
             with contextlib.suppress(AlreadyExists):
                 await kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-        for _ in range(200):  # the CRD becomes served once established
-            if await kube.served(pytorchjobs):
-                break
-            await asyncio.sleep(0.05)
+        await eventually(lambda: kube.served(pytorchjobs), what="the CRD to be served (once established)")
         job = example("pytorch-simple.yaml", namespace="mkd-jobs")
         del job["metadata"]["uid"]
         job["metadata"]["namespace"] = "mkd-jobs"

@@ -80,7 +80,7 @@ class TrivialOperator:
                 self.touched.add(obj["metadata"]["name"])
                 with contextlib.suppress(Exception):  # a conflict: the next round writes it
                     await self.kube.replace(PYTORCHJOBS, {**obj, "status": status}, NS, subresource="status")
-            await asyncio.sleep(0.2)
+            await asyncio.sleep(0.2)  # the fake operator's round, as a real one reconciles
 
     @staticmethod
     def _cond(type_: str, now: str) -> dict[str, str]:
@@ -214,7 +214,7 @@ async def test_the_handover_guide(handover: tuple[Topology, TrivialOperator, int
 
     # 2. Route 10%: exactly the Jobs whose stable share is under 10 go to mkd.
     await _set_policy(m, policy("Route", 10))
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # real time: the dispatcher process's informer gets the policy (nothing tells when)
     ten = [f"r10-{i}" for i in range(30)]
     got = await _submit(top, ten)
     assert {n for n, v in got.items() if v == labels.MULTIKUEUE} == {n for n in ten if bucket(NS, n) < 10}
@@ -222,7 +222,7 @@ async def test_the_handover_guide(handover: tuple[Topology, TrivialOperator, int
 
     # 3. Route 100%: every new Job goes to mkd; the 10% keep theirs.
     await _set_policy(m, policy("Route", 100))
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # real time: the dispatcher process's informer gets the policy (nothing tells when)
     full = [f"r100-{i}" for i in range(5)]
     got = await _submit(top, full)
     assert set(got.values()) == {labels.MULTIKUEUE}
@@ -230,14 +230,14 @@ async def test_the_handover_guide(handover: tuple[Topology, TrivialOperator, int
 
     # 4. Drain: no new Job goes to mkd; what it holds runs to its end.
     await _set_policy(m, policy("Drain"))
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # real time: the dispatcher process's informer gets the policy (nothing tells when)
     got = await _submit(top, ["drain-0", "drain-1"])
     assert not any(got.values())
     routed |= got
 
     # 5. Rollback: the policy is gone; nothing is routed, nothing changes hands.
     await _set_policy(m, None)
-    await asyncio.sleep(1.0)
+    await asyncio.sleep(1.0)  # real time: the dispatcher process's informer gets the policy (nothing tells when)
     got = await _submit(top, ["after-0"])
     assert not any(got.values())
     routed |= got

@@ -535,6 +535,7 @@ async def test_used_outside_context_is_an_error(fake: tuple[FakeApi, Path]) -> N
 # --- against kubesim (the emulator every other suite uses) ----------------------------------
 
 import kubesim  # noqa: E402  (tests may import kubesim; production code may not)
+from tests.waiting import eventually  # noqa: E402
 
 GIZMOS = Resource("gizmo.mkd.dev", "v1", "gizmos", "Gizmo")
 
@@ -557,12 +558,10 @@ def gizmo_crd() -> dict[str, Any]:
 
 
 async def eventually_served(kube: Kube, res: Resource) -> None:
-    for _ in range(100):
+    async def served() -> bool:
         kube._discovery.clear()
-        if await kube.served(res):
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"{res.plural} never served")
+        return await kube.served(res)
+    await eventually(served, what=f"{res.plural} to be served")
 
 
 async def test_kubesim_crud_patches_and_errors(sim: kubesim.Sim) -> None:

@@ -115,7 +115,7 @@ async def test_connections_are_reused_and_a_closed_idle_one_is_replaced(serve) -
             assert (await kube.get(CONFIGMAPS, name, "ns"))["metadata"]["name"] == name
         assert server.connections == 1  # one keep-alive connection for requests in turn
         server.close_idle()  # the server drops the idle connection (its keep-alive timeout)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # real time: the client sees the server's close before its next request
         assert (await kube.get(CONFIGMAPS, "d", "ns"))["metadata"]["name"] == "d"
         assert server.connections == 2
     first = server.requests[0]
@@ -182,7 +182,7 @@ async def test_a_401_reads_the_credentials_again_once(serve) -> None:  # type: i
 
 async def test_no_answer_within_the_timeout_is_a_transport_error(serve) -> None:  # type: ignore[no-untyped-def]
     async def answer(request: Request) -> bytes:
-        await asyncio.sleep(30)
+        await asyncio.sleep(30)  # a server that never answers in time (the client's timeout ends it)
         return response(200)
 
     _, kubeconfig = await serve(answer)
@@ -304,7 +304,7 @@ async def test_at_most_max_concurrency_requests_are_in_flight_and_the_rest_go_in
     server, kubeconfig = await serve(answer)
     async with Kube(kubeconfig, settings=KubeSettings(max_concurrency=2)) as kube:
         tasks = [asyncio.create_task(kube.get(CONFIGMAPS, f"c{i}", "ns")) for i in range(6)]
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # real time: more requests, had they been let through, reach the server now
         assert len(server.requests) == 2  # the other four wait for a slot
         tasks[3].cancel()  # one gives up while waiting: it takes no slot with it
         gate.set()
@@ -315,7 +315,7 @@ async def test_at_most_max_concurrency_requests_are_in_flight_and_the_rest_go_in
         assert peak == 2
         gate.clear()
         again = [asyncio.create_task(kube.get(CONFIGMAPS, f"d{i}", "ns")) for i in range(3)]
-        await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)  # real time: the freed slots' requests reach the server
         assert len(server.requests) == 7  # both slots are free again
         gate.set()
         await asyncio.gather(*again)

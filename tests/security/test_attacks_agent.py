@@ -20,6 +20,7 @@ from tests import keys
 from tests.agent.conftest import CLUSTER, AgentHarness, place
 from tests.security.attacks import BIG, harmless_job, hostile_job
 from tests.security.conftest import attacker
+from tests.waiting import eventually
 
 JOBS = Resource("batch", "v1", "jobs", "Job")
 
@@ -80,11 +81,9 @@ async def test_forged_resync_with_a_huge_epoch_wipes_nothing_and_is_not_adopted(
     # the real dispatcher's Resync (epoch 1) is still obeyed: it lists the marker job only
     marker = PlacementKey(workload_uid="wl-after-forged-resync", attempt=1, epoch=1)
     await harness.send(Resync(cluster=CLUSTER, epoch=1, expected=[marker]))
-    for _ in range(100):
-        if await harness.get(JOBS, "victim", "team-a") is None:
-            break
-        await asyncio.sleep(0.05)
-    assert await harness.get(JOBS, "victim", "team-a") is None
+    async def victim_gone() -> bool:
+        return await harness.get(JOBS, "victim", "team-a") is None
+    await eventually(victim_gone, what="the job the real Resync does not list to be deleted")
 
 
 async def test_replayed_place_after_delete_and_restart_recreates_nothing(
@@ -143,11 +142,9 @@ async def test_a_delete_queued_while_the_agent_was_away_still_applies(harness: A
     await harness.send(Delete(placement=cmd.placement, job=cmd.job, reason="moved elsewhere"))
     await asyncio.sleep(0.1)  # sealed well before the new link, whatever the skew setting
     await harness.start_agent(signing=harness.settings.signing.model_copy(update={"clock_skew_seconds": 0}))
-    for _ in range(200):
-        if await harness.get(JOBS, "fenced", "team-a") is None:
-            break
-        await asyncio.sleep(0.05)
-    assert await harness.get(JOBS, "fenced", "team-a") is None
+    async def fenced_gone() -> bool:
+        return await harness.get(JOBS, "fenced", "team-a") is None
+    await eventually(fenced_gone, what="the Delete that waited in the broker to land")
 
 
 async def test_a_sealed_place_with_an_altered_ciphertext_or_for_another_key_creates_nothing(
