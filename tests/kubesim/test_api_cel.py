@@ -77,7 +77,7 @@ def _gizmo_schema() -> dict[str, Any]:
                 {"rule": "!has(self.forbidden)", "message": "forbidden may not be set", "reason": "FieldValueForbidden"},
             ],
             "properties": {
-                "numNodes": {"type": "integer"},
+                "numNodes": {"type": "integer", "minimum": 0},
                 "replicas": {"type": "integer"},
                 "min": {"type": "string"}, "max": {"type": "string"},
                 "forbidden": {"type": "string"},
@@ -234,6 +234,32 @@ def test_crd_rules_from_upstream_expressions(api: client.ApiClient, gizmos: str,
     assert c["field"] == "spec.numProcPerNode"
     assert "no such overload" in c["message"]
     assert c["message"].endswith("NumProcPerNode must be equal to auto, cpu, gpu, or int value")
+
+
+NOT_CHECKED = ("Invalid value: null: some validation rules were not checked because the object was invalid; "
+               "correct the existing errors to complete validation")
+
+
+def test_schema_and_rule_errors_come_in_one_answer(api: client.ApiClient, gizmos: str, ns: str) -> None:
+    """apiextensions-apiserver pkg/registry/customresource/strategy.go Validate: schema errors and rule errors in
+    one 422; after a blocking schema error (NotSupported, Required, TooLong, TooMany, TypeInvalid) the rules are
+    not run and a field-less cause says so."""
+    co = client.CustomObjectsApi(api)
+    # minimum is not blocking: the rules run too.
+    st = refused(co.create_namespaced_custom_object, gizmos, "v1", ns, "gizmos", gizmo(
+        "both", numNodes=-1, replicas=9))
+    assert st["details"]["causes"] == [
+        {"reason": "FieldValueInvalid", "field": "spec.numNodes",
+         "message": "Invalid value: -1: spec.numNodes in body should be greater than or equal to 0"},
+        {"reason": "FieldValueInvalid", "field": "spec", "message": "Invalid value: replicas is 9, at most 8 allowed"}]
+    # TooLong blocks: the rules are not checked.
+    st = refused(co.create_namespaced_custom_object, gizmos, "v1", ns, "gizmos", gizmo(
+        "blocked", label="x" * 65, replicas=9))
+    assert st["details"]["causes"] == [
+        {"reason": "FieldValueTooLong", "field": "spec.label", "message": "Too long: may not be more than 64 bytes"},
+        {"reason": "FieldValueInvalid", "field": "<nil>", "message": NOT_CHECKED}]
+    assert st["message"] == (f'Gizmo.{GIZMO_GROUP} "blocked" is invalid: [spec.label: Too long: may not be more '
+                             f"than 64 bytes, <nil>: {NOT_CHECKED}]")
 
 
 def test_crd_transition_rules_and_ratcheting(api: client.ApiClient, gizmos: str, ns: str) -> None:
