@@ -315,13 +315,19 @@ class Admission:
             v = self._crd_validators[k] = cel.Validator.for_schema(schema)
         return v
 
-    def _crd_rules(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    def crd_rule_causes(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None
+                        ) -> list[dict[str, str]] | None:
+        """The CRD rules' causes for ``obj`` (warnings recorded); None when its version has no rules."""
         version = str(obj.get("apiVersion") or rt.api_version()).rpartition("/")[2]
         v = self.crd_validator(rt, version)
         if v is None or v.root is None:
-            return
+            return None
         causes, warns = v.validate(obj, old)
         self.warn(warns)
+        return causes
+
+    def _crd_rules(self, rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+        causes = self.crd_rule_causes(rt, obj, old)
         if causes:
             raise invalid(rt.kind, rt.group, (obj.get("metadata") or {}).get("name", ""), causes)
 

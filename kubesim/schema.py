@@ -110,10 +110,22 @@ def current_scope() -> RequestScope | None:
 
 # ---------------------------------------------------------------------------------------- entry point
 
-def admit(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+# customresource strategy's hasBlockingErr: after these the CRD's rules are not run.
+BLOCKING = ("FieldValueNotSupported", "FieldValueRequired", "FieldValueTooLong", "FieldValueTooMany",
+            "FieldValueTypeInvalid")
+NOT_CHECKED = {"reason": "FieldValueInvalid", "field": "<nil>", "message": "Invalid value: null: some validation "
+               "rules were not checked because the object was invalid; correct the existing errors to complete "
+               "validation"}
+
+RuleCauses = Callable[[dict[str, Any], "dict[str, Any] | None"], "list[Cause] | None"]
+
+
+def admit(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None, rules: RuleCauses | None = None) -> None:
     """Prune, default and validate a custom resource in place (the store's single hook; built-in kinds
     pass through). Raises 400 (Strict unknown fields) or 422 Invalid; records Warn-mode warnings on the
-    request scope. The schema is the one of the object's served version (conversion is None)."""
+    request scope. The schema is the one of the object's served version (conversion is None). When the schema
+    refuses the object, ``rules`` (the CRD's rule causes, None without rules) joins the same 422, as the
+    strategy's Validate does; an object the schema accepts meets its rules in admission."""
     scope = _SCOPE.get()
     if rt.builtin:
         # Typed decoding drops what the kind does not have (API requests only: kubesim's own controllers
@@ -137,6 +149,12 @@ def admit(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> 
     apply_defaults(obj, schema)
     causes = validate(obj, schema, old)
     if causes:
+        if rules is not None:
+            if any(c["reason"] in BLOCKING for c in causes):
+                if rules(obj, old) is not None:
+                    causes.append(dict(NOT_CHECKED))
+            else:
+                causes += rules(obj, old) or []
         raise invalid(kind, group, (obj.get("metadata") or {}).get("name", ""), causes)
 
 

@@ -296,7 +296,7 @@ class Store(DeletionMixin):
             obj.pop("status", None)
         if rt.key == RAW_CRD:
             obj.pop("status", None)
-        schema.admit(rt, obj, None)
+        schema.admit(rt, obj, None, self._rule_causes(rt))
         kinds.apply_kind_rules(rt, obj, None, self.alloc_ip)
         self._record_manager(rt, None, obj, None)
         self.admission.validate(rt, "CREATE", obj, None, None, dry_run)
@@ -386,7 +386,7 @@ class Store(DeletionMixin):
                         new["metadata"][k] = nmeta[k]
             if "managedFields" in nmeta:
                 new["metadata"]["managedFields"] = nmeta["managedFields"]
-            schema.admit(rt, new, old)
+            schema.admit(rt, new, old, self._rule_causes(rt))
             jobstatus.check_status_write(rt, new, old)
         else:
             new = obj
@@ -413,7 +413,7 @@ class Store(DeletionMixin):
                     raise ApiError(422, "Invalid", f'{rt.kind} "{rec.name}" is invalid: metadata.finalizers: '
                                    "Forbidden: no new finalizers can be added if the object is being deleted",
                                    {"name": rec.name, "kind": rt.kind})
-            schema.admit(rt, new, old)
+            schema.admit(rt, new, old, self._rule_causes(rt))
             kinds.apply_kind_rules(rt, new, old, self.alloc_ip)
             if rt.generation and _spec_part(new) != _spec_part(old):
                 nmeta["generation"] = int(ometa.get("generation") or 1) + 1
@@ -435,6 +435,11 @@ class Store(DeletionMixin):
         if out.owners != rec.owners and out.owners and not any(o in self._uids for o in out.owners):
             self.defer(lambda: self._collect(rt.key, rec.ns, rec.name))
         return out
+
+    def _rule_causes(self, rt: ResourceType) -> schema.RuleCauses | None:
+        if rt.builtin:
+            return None
+        return lambda obj, old: self.admission.crd_rule_causes(rt, obj, old)
 
     @staticmethod
     def _record_manager(rt: ResourceType, old: dict[str, Any] | None, new: dict[str, Any],
