@@ -57,6 +57,7 @@ async def demo(tmp_path: Path, mqtt_url: str, database_url: str, topic_root: str
     async with Topology(options) as top:
         await top.wait_for_clusters()
         examples = jobs.load_examples()
+        examples.add(jobs.load_examples(jobs.queues_dir()))  # as `make demo`: demo/queues' ClusterQueues too
         await submit(top, examples)
         # one sample that keeps running, so the clusters page has capacity in use to show
         long = next(s for s in examples.samples if s.name == "pytorch-simple")
@@ -103,6 +104,9 @@ async def test_every_page_in_a_real_browser(browser: Any, demo: Topology) -> Non
         # without the token: a sign-in page, not the data
         browser.get(f"{base}/ui/workloads")
         assert "Sign in" in browser.page_source and "pytorch-simple" not in browser.page_source
+        # a deep link with the token opens that very page, signed in
+        browser.get(f"{base}/ui/clusters?token={info['api_token']}")
+        assert browser.current_url.endswith("/ui/clusters") and "Sign in" not in browser.page_source
         # the demo's printed URL stores the token and lands on the Workloads table
         browser.get(info["dashboard_url"])
         assert browser.current_url.endswith("/ui/workloads")
@@ -135,18 +139,25 @@ async def test_every_page_in_a_real_browser(browser: Any, demo: Topology) -> Non
         wait_text(browser, "#workload-rows", "too-large")
         browser.find_element(By.LINK_TEXT, "too-large").click()
         why = browser.find_element(By.ID, "why").text
-        assert "why pending" in why and "nvidia.com/gpu" in why
+        assert "why pending" in why and "can never run here" in why and "nvidia.com/gpu" in why
+        assert "heartbeat" in browser.find_element(By.ID, "why-details").text  # per cluster, with its age
         browser.get(f"{base}/ui/workloads/default/pytorch-simple")
         wait_text(browser, "#placement-rows", "worker-")
         assert "claimed" in browser.find_element(By.ID, "event-rows").text
+        # the manager Job's own conditions, read from the manager (they were always empty)
+        conditions = browser.find_element(By.ID, "condition-rows").text
+        assert "MultiClusterDispatched" in conditions and "Created" in conditions, conditions
         shot(browser, "workload")
         # a Job mkd leaves alone says who manages it
         browser.get(f"{base}/ui/workloads/default/other-controller")
         assert "left to kubeflow.org/training-operator" in browser.find_element(By.ID, "why").text
-        # queues: usage per queue, and the truth about quotas
+        # queues: every ClusterQueue of the manager with its quota in use, every LocalQueue by namespace/name
         browser.get(f"{base}/ui/queues")
-        assert "Queues not configured" in browser.find_element(By.ID, "not-configured").text
-        assert "default" in browser.find_element(By.ID, "queue-rows").text
+        cluster_queues = wait_text(browser, "#cluster-queue-rows", "team-b")
+        assert "team-a" in cluster_queues and "shared" in cluster_queues and "org" in cluster_queues
+        queue_rows = browser.find_element(By.ID, "queue-rows").text
+        assert "default/default" in queue_rows and "team-a/default" in queue_rows  # two LocalQueues, not one
+        assert "Queues not configured" not in browser.page_source
         shot(browser, "queues")
 
     await asyncio.to_thread(scenario)
