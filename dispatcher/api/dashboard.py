@@ -203,15 +203,16 @@ async def workload_page(request: Request, namespace: str, name: str) -> Response
         response.status_code = 404
         return response
     why = w["why"]
+    held = why["step"] if w["state"] == "pending" else None
     where = "".join(f" · {label} {value}" for label, value in (
-        ("held at step", why["step"]), ("ClusterQueue", why["cluster_queue"]),
+        ("held at step", held), ("ClusterQueue", why["cluster_queue"]),
         ("position in ClusterQueue", why["position_in_cluster_queue"]),
         ("in LocalQueue", why["position_in_local_queue"])) if value)
     details = "".join(f"<li>{html.escape(d)}</li>" for d in why["details"])
     now = datetime.now(UTC)
     facts = {"kind": esc(w["kind"]), "queue": esc(f"{w['namespace']}/{w['queue']}"), "state": badge(w["state"]),
              "cluster": esc(w["cluster"]), "attempt": esc(w["attempt"]), "pinned": esc(w.get("pinned")),
-             "suspended": esc(w["suspended"]),
+             "suspended": "yes" if w["suspended"] else "no",
              "requests": esc(", ".join(f"{k}={v}" for k, v in (w["requests"] or {}).items())),
              "excluded": esc(", ".join(w["excluded"] or [])), "created": age(w["created_at"], now) + " ago",
              "uid": esc(w["uid"])}
@@ -222,7 +223,8 @@ async def workload_page(request: Request, namespace: str, name: str) -> Response
     else:
         cond_table = table(("type", "status", "reason", "message", "changed"),
                            [(esc(c.get("type")), esc(c.get("status")), esc(c.get("reason")), esc(c.get("message")),
-                             esc(c.get("lastTransitionTime"))) for c in conditions], body_id="condition-rows")
+                             f"<span class='name'>{esc(c.get('lastTransitionTime'))}</span>") for c in conditions],
+                           body_id="condition-rows")
     placements = w["placements"]
     p_table = table(("attempt", "cluster", "state", "reason", "created", "accepted", "finished"),
                     [(esc(p["attempt"]), esc(p["cluster"]), badge(p["state"]), esc(p["reason"]),
