@@ -25,6 +25,12 @@ DEPLOY_KINDS = (
 )
 
 
+def deploy_kind_rules(key: str, obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict[str, str]]:
+    """The store's hook (kinds.apply_kind_rules ``more``): the causes for a :data:`DEPLOY_KINDS` object, none
+    for any other kind."""
+    return prepare_deploy_kind(key, obj, old) if key in DEPLOY_KINDS else []
+
+
 def prepare_deploy_kind(key: str, obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict[str, str]]:
     """Default and validate one object of a :data:`DEPLOY_KINDS` kind; the causes of a 422."""
     if key == "deployments.apps":

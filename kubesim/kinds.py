@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import re
+from collections.abc import Callable
 from typing import Any
 
 from kubesim import quantity
@@ -509,16 +510,23 @@ def prepare_crd(obj: dict[str, Any]) -> list[dict[str, str]]:
     return []
 
 
-def apply_kind_rules(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None, alloc_ip: Any) -> None:
-    """Validate + default ``obj`` in place for its kind; raises 422 Invalid."""
+MoreRules = Callable[[str, dict[str, Any], "dict[str, Any] | None"], list[dict[str, str]]]
+"""The rules of kinds defined elsewhere (kubesim.deploykinds): storage key, object, old object -> causes."""
+
+
+def apply_kind_rules(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None, alloc_ip: Any,
+                     more: MoreRules | None = None) -> None:
+    """Validate + default ``obj`` in place for its kind (``more`` for kinds this module does not know);
+    raises 422 Invalid."""
     try:
-        _apply_kind_rules(rt, obj, old, alloc_ip)
+        _apply_kind_rules(rt, obj, old, alloc_ip, more)
     except quantity.QuantityError as e:
         raise ApiError(400, "BadRequest", f'{rt.kind} in version "{rt.versions[0]}" cannot be handled as a '
                        f"{rt.kind}: {e}") from None
 
 
-def _apply_kind_rules(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None, alloc_ip: Any) -> None:
+def _apply_kind_rules(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None, alloc_ip: Any,
+                      more: MoreRules | None) -> None:
     meta = obj["metadata"]
     key = rt.key
     causes = validate_labels(meta)
@@ -544,11 +552,8 @@ def _apply_kind_rules(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any]
         default_pod_spec(obj["template"]["spec"])
     elif key == "leases.coordination.k8s.io":
         obj.setdefault("spec", {})
-    else:
-        from kubesim.deploykinds import DEPLOY_KINDS, prepare_deploy_kind
-
-        if key in DEPLOY_KINDS:
-            causes += prepare_deploy_kind(key, obj, old)
+    elif more is not None:
+        causes += more(key, obj, old)
     if causes:
         raise invalid(rt.kind, rt.group, meta.get("name", ""), causes)
 

@@ -25,6 +25,7 @@ from kubesim import apply as ssa
 from kubesim import jobstatus, kinds, managed, rootca, schema
 from kubesim.admission import Admission
 from kubesim.deletion import DeletionMixin
+from kubesim.deploykinds import deploy_kind_rules
 from kubesim.errors import (
     ApiError,
     already_exists,
@@ -297,7 +298,7 @@ class Store(DeletionMixin):
         if rt.key == RAW_CRD:
             obj.pop("status", None)
         schema.admit(rt, obj, None, self._rule_causes(rt))
-        kinds.apply_kind_rules(rt, obj, None, self.alloc_ip)
+        kinds.apply_kind_rules(rt, obj, None, self.alloc_ip, deploy_kind_rules)
         self._record_manager(rt, None, obj, None)
         self.admission.validate(rt, "CREATE", obj, None, None, dry_run)
         if dry_run:
@@ -414,7 +415,7 @@ class Store(DeletionMixin):
                                    "Forbidden: no new finalizers can be added if the object is being deleted",
                                    {"name": rec.name, "kind": rt.kind})
             schema.admit(rt, new, old, self._rule_causes(rt))
-            kinds.apply_kind_rules(rt, new, old, self.alloc_ip)
+            kinds.apply_kind_rules(rt, new, old, self.alloc_ip, deploy_kind_rules)
             if rt.generation and _spec_part(new) != _spec_part(old):
                 nmeta["generation"] = int(ometa.get("generation") or 1) + 1
         new["metadata"]["resourceVersion"] = ometa.get("resourceVersion")
