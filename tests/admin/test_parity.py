@@ -110,6 +110,7 @@ async def test_every_read_verb_answers_the_same_through_every_surface(federation
         ("workloads show (other controller)", ("workloads", "show", "default/other-controller"), kubeconfig),
         ("workloads pending", ("workloads", "pending"), ()),
         ("clusters list", ("clusters", "list"), ()),
+        ("clusters refused", ("clusters", "refused"), ()),
         ("events", ("events", "--limit", "40"), ()),
         ("events --for", ("events", "--for", "default/pytorch-simple"), ()),
         ("queues list", ("queues", "list"), kubeconfig),
