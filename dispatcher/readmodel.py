@@ -119,6 +119,27 @@ async def clusters(session: AsyncSession, now: datetime | None = None) -> list[d
     return out
 
 
+async def refused_senders(session: AsyncSession) -> list[dict[str, Any]]:
+    """Senders refused for having no registered key (``mkctl clusters refused``), newest first."""
+    return [{k: r.get(k) for k in ("name", "reason", "message", "count", "first_at", "last_at")}
+            for r in (_row(x) for x in await queries.list_refusals(session))]
+
+
+async def handover_status(session: AsyncSession, namespace: str | None = None) -> list[dict[str, Any]]:
+    """Jobs on the manager per namespace, kind and controller, as the dispatcher last counted them."""
+    from dispatcher.handover.queries import counts
+
+    return [{k: _utc(v) if isinstance(v, datetime) else v for k, v in r.items()}
+            for r in await counts(session, namespace)]
+
+
+async def handover_report(session: AsyncSession, namespace: str | None = None) -> list[dict[str, Any]]:
+    """What mkd would do with the Jobs of other controllers a HandoverPolicy selects (the shadow report)."""
+    from dispatcher.handover.queries import report
+
+    return list(await report(session, namespace))
+
+
 # --- workloads ----------------------------------------------------------------------------------
 
 
@@ -549,6 +570,24 @@ def not_managed(job_ref: str, explanation: str) -> dict[str, Any]:
                        "details": [], "priority": 0, "priority_source": ""})
 
 
-__all__: Sequence[str] = ("UnknownRef", "cluster_health", "cluster_item", "clusters", "event_item", "events",
-                          "explain_room", "job_conditions", "not_managed", "pending", "queues", "unclaimed", "why",
-                          "workload", "workload_item", "workloads")
+__all__: Sequence[str] = (
+    "UnknownRef",
+    "cluster_health",
+    "cluster_item",
+    "clusters",
+    "event_item",
+    "events",
+    "explain_room",
+    "handover_report",
+    "handover_status",
+    "job_conditions",
+    "not_managed",
+    "pending",
+    "queues",
+    "refused_senders",
+    "unclaimed",
+    "why",
+    "workload",
+    "workload_item",
+    "workloads",
+)

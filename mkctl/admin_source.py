@@ -134,6 +134,18 @@ class DatabaseSource:
 
         return dict(self._read(readmodel.queues))
 
+    def refused(self) -> list[dict[str, Any]]:
+        from dispatcher import readmodel
+
+        return list(self._read(lambda s, _: readmodel.refused_senders(s)))
+
+    def handover(self, what: str, namespace: str | None) -> list[dict[str, Any]]:
+        """``status`` or ``report`` of the handover (``mkctl handover``)."""
+        from dispatcher import readmodel
+
+        read = readmodel.handover_status if what == "status" else readmodel.handover_report
+        return list(self._read(lambda s, _: read(s, namespace)))
+
     def pending(self, *, cluster_queue: str | None = None, namespace: str | None = None,
                 queue: str | None = None) -> list[dict[str, Any]]:
         from dispatcher import readmodel
@@ -213,6 +225,13 @@ class ApiSource:
 
     def queues(self) -> dict[str, Any]:
         return dict(self._call("GET", "/queues"))
+
+    def refused(self) -> list[dict[str, Any]]:
+        return [_iso_times(dict(r)) for r in self._call("GET", "/refused")["items"]]
+
+    def handover(self, what: str, namespace: str | None) -> list[dict[str, Any]]:
+        return [_iso_times(dict(r)) for r in self._call("GET", f"/handover/{what}",
+                                                        params={"namespace": namespace})["items"]]
 
     def pending(self, *, cluster_queue: str | None = None, namespace: str | None = None,
                 queue: str | None = None) -> list[dict[str, Any]]:

@@ -18,7 +18,7 @@ import typer
 
 from federation import signing, topics
 from mkctl import output
-from mkctl.admin import Output, clusters_app
+from mkctl.admin import Output, Server, Token, clusters_app, source
 from mkctl.output import Column, OutputFormat
 from mkctl.services import DatabaseUrl, database_url_from
 
@@ -94,11 +94,10 @@ def clusters_unregister(name: Annotated[str, typer.Argument(help="Cluster name."
 
 
 @clusters_app.command("refused")
-def clusters_refused(database_url: DatabaseUrl = None, output_format: Output = OutputFormat.table) -> None:
+def clusters_refused(database_url: DatabaseUrl = None, output_format: Output = OutputFormat.table,
+                     server: Server = None, token: Token = None) -> None:
     """Senders the dispatcher refused because no key is registered for them (not clusters: never created)."""
-    from dispatcher.db import queries
-
-    rows = [dict(r._mapping) for r in _in_db(database_url, queries.list_refusals)]
+    rows = source(database_url, server, token).refused()
     typer.echo(output.render(rows, REFUSED_COLUMNS, output_format, kind="RefusedSenderList",
                              empty="No sender was refused for want of a registered key."))
 

@@ -179,6 +179,25 @@ class PendingPage(BaseModel):
     items: list[PendingItem]
 
 
+class RefusedSender(BaseModel):
+    name: str
+    reason: str
+    message: str = ""
+    count: int = 0
+    first_at: datetime | None = None
+    last_at: datetime | None = None
+
+
+class RefusedPage(BaseModel):
+    items: list[RefusedSender]
+
+
+class HandoverPage(BaseModel):
+    items: list[dict[str, Any]] = Field(description="status: Jobs per namespace, kind and controller; report: per "
+                                                    "namespace and kind, what mkd would do with other controllers' "
+                                                    "Jobs a HandoverPolicy selects")
+
+
 class ActionResult(BaseModel):
     message: str
 

@@ -169,6 +169,30 @@ async def list_clusters(request: Request, user: UserDep) -> m.ClusterPage:
         return m.ClusterPage(items=[m.ClusterItem(**c) for c in await readmodel.clusters(s)])
 
 
+@router.get("/refused", response_model=m.RefusedPage,
+            summary="Senders refused because no key is registered for them (never clusters)")
+async def list_refused(request: Request, user: UserDep) -> m.RefusedPage:
+    await allow(request, user, read_access())
+    async with ctx_of(request).sessions() as s:
+        return m.RefusedPage(items=[m.RefusedSender(**r) for r in await readmodel.refused_senders(s)])
+
+
+@router.get("/handover/status", response_model=m.HandoverPage,
+            summary="Jobs on the manager per namespace, kind and controller (managedBy)")
+async def handover_status(request: Request, user: UserDep, namespace: str | None = None) -> m.HandoverPage:
+    await allow(request, user, read_access(namespace or ""))
+    async with ctx_of(request).sessions() as s:
+        return m.HandoverPage(items=await readmodel.handover_status(s, namespace))
+
+
+@router.get("/handover/report", response_model=m.HandoverPage,
+            summary="What mkd would do with the Jobs of other controllers a HandoverPolicy selects")
+async def handover_report(request: Request, user: UserDep, namespace: str | None = None) -> m.HandoverPage:
+    await allow(request, user, read_access(namespace or ""))
+    async with ctx_of(request).sessions() as s:
+        return m.HandoverPage(items=await readmodel.handover_report(s, namespace))
+
+
 @router.get("/queues", response_model=m.QueuePage,
             summary="ClusterQueues and LocalQueues: quota, usage, Workloads pending and admitted")
 async def list_queues(request: Request, user: UserDep) -> m.QueuePage:
