@@ -333,8 +333,9 @@ class DemoOptions:
     default examples; False: open mode, every Job admitted without quota."""
 
 
-async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
-    """Run the demo; return the problems (empty: every job ended as expected)."""
+def demo_examples(opts: DemoOptions) -> Examples:
+    """The jobs and queue objects the demo submits: ``--examples`` (default examples/) and, with the
+    default examples and queues on, demo/queues/."""
     examples = samples_mod.load_examples(opts.examples)
     if not examples.samples:
         raise CommandFailed(f"examples: no job manifests found under {opts.examples or samples_mod.examples_dir()}; "
@@ -346,6 +347,12 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
             raise CommandFailed(f"queues: no Kueue objects found under {queue_set}; run from the source tree, or "
                                 "pass --no-queues to run without ClusterQueues (open mode)")
         examples.add(extra)
+    return examples
+
+
+async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
+    """Run the demo; return the problems (empty: every job ended as expected)."""
+    examples = demo_examples(opts)
     # kubesim keeps its clusters in memory, so every demo starts with empty ones; the SQLite file
     # of a previous run would describe jobs that no longer exist, so it goes too.
     reset_state(opts.state_dir, own_database=opts.database_url is None)
@@ -384,9 +391,10 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
 
 
 def topology_options(opts: DemoOptions, topic_root: str) -> TopologyOptions:
-    """The demo's federation: the topology of deploy/, a fencer next to each worker's agent included."""
+    """The demo's federation: the topology of deploy/, a fencer next to each worker's agent and the
+    handover webhook included."""
     return TopologyOptions(state_dir=opts.state_dir, mqtt_url=opts.mqtt_url, database_url=opts.database_url,
-                           topic_root=topic_root, fencers=True)
+                           topic_root=topic_root, fencers=True, handover_webhook=True)
 
 
 async def follow(top: Topology, progress: Progress, reader: PlacementReader, view: View,
@@ -509,10 +517,26 @@ def print_running(console: Console, info: Mapping[str, Any]) -> None:
         console.print("the API, with the same token (also: /metrics, /openapi.json, /healthz, /readyz):", markup=False)
         for cmd in server_hints(info["api_url"], info["api_token"]):
             console.print(f"  {cmd}", markup=False, highlight=False)
+    if info.get("handover_webhook"):
+        console.print("\n[bold]handover webhook[/] (namespaces labelled handover.mkd.dev/enabled=true; the guide in "
+                      "docs/HANDOVER.md runs as written from a shell set up with):", highlight=False)
+        console.print(f"  {info['handover_webhook']}", markup=False, highlight=False)
+        for line in guide_exports(info):
+            console.print(f"  {line}", markup=False, highlight=False)
     if info.get("fencers"):
         console.print("\n[bold]fencers[/] (one per worker: /metrics, /healthz, /readyz):")
         for name, url in info["fencers"].items():
             console.print(f"  {name:<9} {url}/metrics", markup=False, highlight=False)
+
+
+def guide_exports(info: Mapping[str, Any]) -> list[str]:
+    """The environment docs/HANDOVER.md's guide sets, spelled for this run (state dir, database, mkctl)."""
+    mkctl = Path(sys.argv[0]).resolve().parent if Path(sys.argv[0]).name in ("mkctl", "kubectl-mkd") else None
+    lines = [f"export KUBECONFIG={shlex.quote(str(Path(info['kubeconfigs'][MANAGER]).resolve()))}",
+             f"export MKD_DATABASE_URL={shlex.quote(info['database_url'])}"]
+    if mkctl is not None:
+        lines.append(f"export PATH={shlex.quote(str(mkctl))}:$PATH")
+    return lines
 
 
 def reset_state(state_dir: Path, *, own_database: bool) -> None:

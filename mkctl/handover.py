@@ -8,7 +8,7 @@ the dispatcher's database (``--database-url``).
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -37,12 +37,18 @@ REFUSAL_COLUMNS = [Column("NAMESPACE", "namespace"), Column("KIND", "kind"), Col
 @app.command("status")
 def status(database_url: DatabaseUrl = None, namespace: Namespace = None,
            output_format: Output = OutputFormat.table) -> None:
-    """Jobs per controller, namespace and kind on the manager cluster."""
-    from dispatcher.handover.queries import counts
+    """Jobs per controller, namespace and kind on the manager cluster; a warning per Route policy that
+    routes nothing (no webhook registered, or its namespaces not opted in), with the fix."""
+    from dispatcher.handover.queries import counts, unreached
 
-    rows = with_session(database_url_from(database_url), lambda s: counts(s, namespace))
+    async def both(session: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        return await counts(session, namespace), await unreached(session)
+
+    rows, warnings = with_session(database_url_from(database_url), both)
     typer.echo(output.render(rows, STATUS_COLUMNS, output_format, kind="HandoverStatus",
                              empty="No Jobs counted yet (is the dispatcher running with handover enabled?)."))
+    for w in warnings:  # on stderr: -o json stays one document
+        typer.echo(f"warning: {w['message']}", err=True)
 
 
 @app.command("report")

@@ -110,6 +110,11 @@ class TopologyOptions:
     rbac: bool = True
     """Run the services with ServiceAccount tokens bound to deploy/'s roles (module docstring); False, or
     without a deploy/ directory (an installed wheel), they use the clusters' admin kubeconfigs."""
+    handover_webhook: bool = False
+    """Serve the dispatcher's handover admission webhook over HTTPS on a free local port (a certificate
+    made for 127.0.0.1) and register it in the manager as ``deploy/components/handover-webhook`` does:
+    called on CREATE in namespaces labelled ``handover.mkd.dev/enabled=true``. kubesim only (a real API
+    server cannot reach this machine's loopback); ``mkctl demo`` turns it on."""
     fencers: bool = False
     """Start a fencer per worker (``mkctl fencer``; deploy/worker/fencer.yaml), each serving /healthz,
     /readyz and /metrics on a free local port. Off for the tests that stop agents on purpose to see what
@@ -169,7 +174,9 @@ class Topology:
         """Worker -> the port of its agent's /metrics, /healthz and /readyz."""
         self.fencer_ports: dict[str, int] = {}
         """Worker -> the port of its fencer's /metrics, /healthz and /readyz (with ``fencers``)."""
-        """The demo's static API token (printed with the dashboard's URL)."""
+        self.webhook_port: int | None = None
+        """The handover webhook's HTTPS port (with ``handover_webhook`` on kubesim)."""
+        self._webhook_ca: str | None = None
         from federation import signing
 
         # Every message is signed: one key pair for the dispatcher and one per agent, made per run;
@@ -231,9 +238,13 @@ class Topology:
             if self.rbac:
                 stack.push_async_callback(self._remove_rbac)
                 await asyncio.gather(*(self._apply_rbac(name) for name in self.cluster_names))
+            if self.options.handover_webhook:
+                self._webhook_pki()
             self._supervisor = await stack.enter_async_context(Supervisor(grace=5.0))
             if self.options.start_services:
                 self.start_dispatcher()
+                if self.webhook_port is not None:
+                    await self.register_webhook()
                 for name in self.worker_names:
                     self.start_agent(name)
                     if self.options.fencers:
@@ -329,6 +340,52 @@ class Topology:
             with contextlib.suppress(AlreadyExists):
                 await kube.create(CRDS, crd)
 
+    # --- the handover webhook ------------------------------------------------------------------------
+    def _webhook_pki(self) -> None:
+        """A certificate for the webhook on 127.0.0.1 and its CA (kubesim checks it as a real server does)."""
+        if self.options.kubeconfigs is not None:
+            log.warning("handover webhook not served: real clusters cannot call this machine's loopback")
+            return
+        _kubesim()
+        from kubesim.testing import webhook_pki
+
+        pki = webhook_pki([], ips=("127.0.0.1",))
+        where = self.options.state_dir / "webhook"
+        where.mkdir(parents=True, exist_ok=True)
+        (where / "tls.crt").write_bytes(pki.cert_pem)
+        (where / "tls.key").write_bytes(pki.key_pem)
+        self.webhook_port = _free_port()
+        self._webhook_ca = pki.ca_bundle
+
+    def webhook_configuration(self) -> dict[str, Any] | None:
+        """deploy/components/handover-webhook's MutatingWebhookConfiguration, its clientConfig pointed at
+        this dispatcher's webhook; None (said) where the source tree's deploy/ is not there."""
+        import yaml
+
+        path = Path(__file__).resolve().parents[1] / "deploy" / "components" / "handover-webhook" / "webhook.yaml"
+        if not path.exists():
+            log.warning("handover webhook not registered: %s is not there (run from a source tree)", path)
+            return None
+        config = next(d for d in yaml.safe_load_all(path.read_text(encoding="utf-8"))
+                      if d and d.get("kind") == "MutatingWebhookConfiguration")
+        config["metadata"].pop("annotations", None)  # cert-manager's injection: the CA is given here
+        for hook in config["webhooks"]:
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{self.webhook_port}/mutate",
+                                    "caBundle": self._webhook_ca}
+        return dict(config)
+
+    async def register_webhook(self) -> None:
+        from federation.errors import AlreadyExists
+        from federation.kube import Resource
+
+        config = self.webhook_configuration()
+        if config is None:
+            return
+        res = Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+                       "MutatingWebhookConfiguration", namespaced=False)
+        with contextlib.suppress(AlreadyExists):
+            await self.manager.create(res, config)
+
     # --- services ------------------------------------------------------------------------------
     def dispatcher_settings(self) -> Any:
         from dispatcher.settings import DispatcherSettings
@@ -346,6 +403,10 @@ class Topology:
         }
         if self.api_port is not None:
             values.update(api_port=self.api_port, api_host="127.0.0.1", api_token=self.api_token)
+        if self.webhook_port is not None:
+            where = self.options.state_dir / "webhook"
+            values["handover"] = {"webhook_port": self.webhook_port, "webhook_host": "127.0.0.1",
+                                  "webhook_cert_file": where / "tls.crt", "webhook_key_file": where / "tls.key"}
         values.update(self.options.dispatcher_overrides)
         return build_settings(DispatcherSettings, values)
 
@@ -486,6 +547,8 @@ class Topology:
             "api_token": self.api_token if self.api_url else None,
             "dashboard_url": f"{self.api_url}/?token={self.api_token}" if self.api_url else None,
             "fencers": {name: f"http://127.0.0.1:{port}" for name, port in self.fencer_ports.items()},
+            "handover_webhook": (f"https://127.0.0.1:{self.webhook_port}/mutate"
+                                 if self.webhook_port is not None else None),
         }
 
     @property

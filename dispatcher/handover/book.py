@@ -10,7 +10,11 @@ keeps:
   would have been placed on now (or why none), without writing anything to the Job. ``mkctl handover
   report`` answers "is it safe to route this namespace?" from them;
 - **warnings**: a Job in a policy's scope whose managedBy no known controller claims
-  (``example.com/other``) gets one Warning Event from mkd, once (remembered in the database).
+  (``example.com/other``) gets one Warning Event from mkd, once (remembered in the database);
+- **reach**: a Route policy the webhook can never act on (no MutatingWebhookConfiguration carries
+  mkd's webhook, or none of the namespaces the policy selects matches the webhook's namespaceSelector,
+  the opt-in label ``handover.mkd.dev/enabled=true``) gets a Warning Event ``RoutesNothing`` saying which,
+  and an ``events`` row that ``mkctl handover status`` shows, once per change.
 
 Policies and namespace labels come from informers (``policies`` / ``namespaces`` tasks); ``flush``
 writes the records and counts to SQL every ``flush_seconds``. The admission webhook asks ``decide``.
@@ -31,9 +35,10 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dispatcher import workload as wl
-from dispatcher.db.models import handover_counts, handover_jobs
+from dispatcher.db.models import events, handover_counts, handover_jobs
 from dispatcher.handover import policy as hp
 from dispatcher.placement import ClusterView, choose
+from dispatcher.queueing.api import Selector, parse_selector
 from federation import labels
 from federation.clock import Clock
 from federation.errors import FederationError, Invalid, NotFound, Temporary
@@ -43,6 +48,16 @@ from federation.kube import NAMESPACES, Kube, Resource, resource_for
 log = logging.getLogger(__name__)
 
 POLICIES = Resource(hp.GROUP, hp.VERSION, hp.PLURAL, hp.KIND, namespaced=False)
+WEBHOOK_CONFIGURATIONS = Resource("admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations",
+                                  "MutatingWebhookConfiguration", namespaced=False)
+WEBHOOK_NAME = "handover.mkd.dev"
+"""The name of mkd's webhook inside its MutatingWebhookConfiguration (deploy/components/handover-webhook)."""
+OPT_IN_LABEL = "handover.mkd.dev/enabled"
+"""The namespace label the shipped webhook configuration selects (value ``true``)."""
+EVENT_TYPE = "handover"
+"""The ``events.type`` of what the book records about policies (``RoutesNothing``, ``Routing``)."""
+ROUTES_NOTHING = "RoutesNothing"
+ROUTING = "Routing"
 
 
 def controller_of(kind: JobKind, job: Mapping[str, Any]) -> str:
@@ -71,7 +86,10 @@ class HandoverBook:
         self.known_controllers = {k.controller for k in self.kinds.values()} | {labels.MULTIKUEUE} | set(
             extra_controllers)
         self.policies: dict[str, hp.Policy] = {}
+        self.policy_objects: dict[str, dict[str, Any]] = {}
         self.policy_errors: dict[str, str] = {}
+        self.unreached: dict[str, str] = {}
+        """Route policy -> why the webhook can never route its Jobs, as last said (absent: it can)."""
         self.namespace_labels: dict[str, dict[str, str]] = {}
         self.jobs: dict[str, _Seen] = {}
         """uid -> its group; the manager's every Job (issue 15: 100,000 of them), so the groups are shared."""
@@ -139,6 +157,7 @@ class HandoverBook:
             name = str(wl.meta(event.object).get("name") or "")
             if event.type == "DELETED":
                 self.policies.pop(name, None)
+                self.policy_objects.pop(name, None)
                 self.policy_errors.pop(name, None)
                 log.info("HandoverPolicy %s deleted", name)
                 continue
@@ -152,6 +171,7 @@ class HandoverBook:
                     await self._event(event.object, "Warning", "InvalidPolicy", f"ignored: {exc}")
                 continue
             self.policy_errors.pop(name, None)
+            self.policy_objects[name] = dict(event.object)
             if self.policies.get(name) != parsed:
                 self.policies[name] = parsed
                 log.info("HandoverPolicy %s: %s%s", name, parsed.mode,
@@ -208,7 +228,10 @@ class HandoverBook:
             if row is not None:
                 rows.append(row)
         gone, self._gone = self._gone, set()
+        said = await self._check_reach(now)
         async with self.sessions() as s, s.begin():
+            if said:
+                await s.execute(sa.insert(events), said)
             known = set((await s.execute(sa.select(handover_jobs.c.uid).where(
                 handover_jobs.c.uid.in_([r["uid"] for r in rows])))).scalars()) if rows else set()
             fresh = [r for r in rows if r["uid"] not in known]
@@ -228,6 +251,79 @@ class HandoverBook:
                     {"namespace": ns, "kind": kind, "controller": ctl, "jobs": n, "updated_at": now}
                     for (ns, kind, ctl), n in sorted(counts.items())])
         self._recorded.update(r["uid"] for r in rows)
+
+    # --- can the webhook route what a Route policy selects? --------------------------------------------
+
+    async def _webhook_selectors(self) -> list[Selector] | None:
+        """The namespaceSelector of every webhook named ``handover.mkd.dev`` on the manager (an absent one
+        selects every namespace); None when they could not be read (nothing is said then)."""
+        try:
+            listing = await self.kube.list(WEBHOOK_CONFIGURATIONS)
+        except FederationError as exc:
+            log.warning("handover: could not list MutatingWebhookConfigurations (%s); whether Route policies "
+                        "reach the webhook is not checked until they can be read", exc)
+            return None
+        found: list[Selector] = []
+        for config in listing.items:
+            for hook in config.get("webhooks") or []:
+                if hook.get("name") != WEBHOOK_NAME:
+                    continue
+                try:
+                    found.append(parse_selector(hook.get("namespaceSelector"), "namespaceSelector") or Selector())
+                except Invalid as exc:  # the API server refuses such a selector; say so and skip it
+                    log.warning("handover: webhook %s in %s: %s", WEBHOOK_NAME, wl.meta(config).get("name"), exc)
+        return found
+
+    def why_unreached(self, policy: hp.Policy, hooks: list[Selector]) -> str | None:
+        """Why the webhook can never route a Job ``policy`` selects, with the fix; None when it can."""
+        if not hooks:
+            return (f"no MutatingWebhookConfiguration on the manager has the {WEBHOOK_NAME} webhook, so the API "
+                    "server never asks mkd about new Jobs; apply deploy/components/handover-webhook (the "
+                    "production-manager overlay includes it)")
+        selected = sorted(ns for ns, ns_labels in self.namespace_labels.items() if policy.namespaces.matches(ns_labels))
+        if not selected:
+            return None  # no namespace yet: nothing to route, nothing misconfigured
+        if any(hook.matches(self.namespace_labels[ns]) for ns in selected for hook in hooks):
+            return None
+        shown = ", ".join(selected[:5]) + (f" and {len(selected) - 5} more" if len(selected) > 5 else "")
+        return (f"the webhook is called only for namespaces its namespaceSelector matches, and none of those "
+                f"this policy selects does ({shown}); opt them in: kubectl label namespace {selected[0]} "
+                f"{OPT_IN_LABEL}=true")
+
+    async def _check_reach(self, now: datetime) -> list[dict[str, Any]]:
+        """Say (Event on the policy, ``events`` rows returned) when a Route policy starts or stops being
+        unreachable for the webhook; once per change."""
+        routes = {name: p for name, p in self.policies.items() if p.mode == "Route" and p.percent > 0}
+        for name in set(self.unreached) - set(routes):
+            del self.unreached[name]
+        if not routes:
+            return []
+        hooks = await self._webhook_selectors()
+        if hooks is None:
+            return []
+        rows = []
+        for name, p in sorted(routes.items()):
+            why = self.why_unreached(p, hooks)
+            before = self.unreached.get(name)
+            if why == before:
+                continue
+            involved = self.policy_objects.get(name, {"apiVersion": f"{hp.GROUP}/{hp.VERSION}", "kind": hp.KIND,
+                                                      "metadata": {"name": name}})
+            if why is not None:
+                self.unreached[name] = why
+                message = f"HandoverPolicy {name} routes nothing: {why}"
+                log.warning("%s", message)
+                await self._event(involved, "Warning", ROUTES_NOTHING, f"routes nothing: {why}")
+                rows.append({"workload_uid": None, "at": now, "type": EVENT_TYPE, "cluster": None,
+                             "reason": ROUTES_NOTHING, "message": message})
+            else:
+                del self.unreached[name]
+                message = f"HandoverPolicy {name}: the webhook is called for the namespaces it selects again"
+                log.info("%s", message)
+                await self._event(involved, "Normal", ROUTING, message)
+                rows.append({"workload_uid": None, "at": now, "type": EVENT_TYPE, "cluster": None,
+                             "reason": ROUTING, "message": message})
+        return rows
 
     async def _list_all(self) -> None:
         for kind in self.kinds.values():

@@ -3,13 +3,16 @@ session and never commit."""
 
 from __future__ import annotations
 
+import re
 from collections import Counter, defaultdict
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dispatcher.db.models import handover_counts, handover_jobs
+from dispatcher.db.models import events, handover_counts, handover_jobs
+
+_POLICY_IN_MESSAGE = re.compile(r"^HandoverPolicy ([^\s:]+)")
 
 
 async def counts(session: AsyncSession, namespace: str | None = None) -> list[dict[str, Any]]:
@@ -45,3 +48,18 @@ async def report(session: AsyncSession, namespace: str | None = None) -> list[di
             "warned": sum(1 for r in rows if r.warned),
         })
     return out
+
+
+async def unreached(session: AsyncSession) -> list[dict[str, Any]]:
+    """Route policies the webhook can never act on, as the dispatcher last said (``RoutesNothing``, not
+    followed by ``Routing``): policy, since when, why and the fix."""
+    from dispatcher.handover.book import EVENT_TYPE, ROUTES_NOTHING
+
+    latest: dict[str, Any] = {}
+    query = sa.select(events.c.at, events.c.reason, events.c.message).where(events.c.type == EVENT_TYPE)
+    for r in await session.execute(query.order_by(events.c.id)):
+        found = _POLICY_IN_MESSAGE.match(r.message)
+        if found:
+            latest[found.group(1)] = r
+    return [{"policy": name, "since": r.at, "message": r.message}
+            for name, r in sorted(latest.items()) if r.reason == ROUTES_NOTHING]

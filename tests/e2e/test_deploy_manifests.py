@@ -65,6 +65,9 @@ UNUSED_ON_PURPOSE: dict[str, dict[tuple[str, str, str], str]] = {
                                                              "(dispatcher/api; no admin calls in this run)",
         ("create", "authorization.k8s.io", "subjectaccessreviews"): "the admin API asks RBAC whether the caller "
                                                                     "may read or act (dispatcher/api)",
+        ("list", "admissionregistration.k8s.io", "mutatingwebhookconfigurations"):
+            "only while a Route HandoverPolicy exists: is mkd's webhook registered, and for which namespaces "
+            "(dispatcher/handover/book.py; tests/e2e/test_handover_guide.py)",
     },
     "agent": {
         ("get", "<job>", "<job>"): "worker_agent/inbox.py reads the worker Job when a create meets one already "
