@@ -386,7 +386,8 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
                      for line in lines]
         summary(console, top, progress, opts, problems)
         if opts.keep_running:
-            await keep_running(console, top)
+            shown = next((s.key for s in examples.samples if s.expect == "Untouched"), examples.samples[0].key)
+            await keep_running(console, top, shown)
     return problems
 
 
@@ -468,12 +469,13 @@ def summary(console: Console, top: Topology, progress: Progress, opts: DemoOptio
             console.print(f"  {p}", markup=False)
 
 
-def server_hints(api_url: str, token: str) -> list[str]:
-    """What to try against the running dispatcher's API (printed by ``--keep-running``)."""
+def server_hints(api_url: str, token: str, job: str) -> list[str]:
+    """What to try against the running dispatcher's API (printed by ``--keep-running``); ``job`` is the
+    ``namespace/name`` of the Job ``workloads show`` shows."""
     mkctl = mkctl_command()
     where = f"--server {api_url} --token {shlex.quote(token)}"
     return [f"{mkctl} {cmd} {where}" for cmd in (
-        "workloads list", "workloads show other-controller", "clusters cordon worker-1", "clusters drain worker-2",
+        "workloads list", f"workloads show {job}", "clusters cordon worker-1", "clusters drain worker-2",
         "events -w")]
 
 
@@ -487,8 +489,8 @@ def inspect_hints(database_url: str, job: str) -> list[str]:
         "clusters list", "events")]
 
 
-async def keep_running(console: Console, top: Topology) -> None:
-    print_running(console, top.describe())
+async def keep_running(console: Console, top: Topology, job: str) -> None:
+    print_running(console, {**top.describe(), "job": job})
     stop = asyncio.Event()
     from federation.tasks import install_signal_handlers
 
@@ -503,7 +505,9 @@ async def keep_running(console: Console, top: Topology) -> None:
 
 
 def print_running(console: Console, info: Mapping[str, Any]) -> None:
-    """What ``--keep-running`` prints: kubeconfigs, broker and database, the dashboard URL and token."""
+    """What ``--keep-running`` prints: kubeconfigs, broker and database, the dashboard URL and token,
+    commands for the API (``info["job"]``, ``namespace/name``, is the Job they show), the handover
+    webhook and the shell set-up of docs/HANDOVER.md's guide."""
     console.print("\n[bold]still running[/] (Ctrl-C to stop). Kubeconfigs:")
     for name, path in info["kubeconfigs"].items():
         console.print(f"  {name:<9} {path}", markup=False)
@@ -515,7 +519,7 @@ def print_running(console: Console, info: Mapping[str, Any]) -> None:
         console.print(f"  {info['dashboard_url']}", markup=False, highlight=False)
         console.print(f"  token: {info['api_token']}", markup=False, highlight=False)
         console.print("the API, with the same token (also: /metrics, /openapi.json, /healthz, /readyz):", markup=False)
-        for cmd in server_hints(info["api_url"], info["api_token"]):
+        for cmd in server_hints(info["api_url"], info["api_token"], info.get("job", "default/other-controller")):
             console.print(f"  {cmd}", markup=False, highlight=False)
     if info.get("handover_webhook"):
         console.print("\n[bold]handover webhook[/] (namespaces labelled handover.mkd.dev/enabled=true; the guide in "
@@ -531,7 +535,8 @@ def print_running(console: Console, info: Mapping[str, Any]) -> None:
 
 def guide_exports(info: Mapping[str, Any]) -> list[str]:
     """The environment docs/HANDOVER.md's guide sets, spelled for this run (state dir, database, mkctl)."""
-    mkctl = Path(sys.argv[0]).resolve().parent if Path(sys.argv[0]).name in ("mkctl", "kubectl-mkd") else None
+    beside = Path(sys.executable).parent  # where make demo's mkctl (and kubectl-mkd) are
+    mkctl = beside if (beside / "mkctl").exists() else None
     lines = [f"export KUBECONFIG={shlex.quote(str(Path(info['kubeconfigs'][MANAGER]).resolve()))}",
              f"export MKD_DATABASE_URL={shlex.quote(info['database_url'])}"]
     if mkctl is not None:

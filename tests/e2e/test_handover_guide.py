@@ -8,6 +8,8 @@ virtualenv, so the guide's ``$PWD/...`` lines mean what they mean after ``make d
 is checked on the manager: what the shadow report says, which Jobs the webhook routed (exactly those whose
 stable share is under the percentage), that mkd runs what it was given. Then the two ways a Route policy
 routes nothing, each said as a ``RoutesNothing`` Event on the policy and under ``mkctl handover status``.
+On the same set-up, every command the demo prints (after its run, and with ``--keep-running``) runs as
+printed.
 """
 
 from __future__ import annotations
@@ -185,3 +187,33 @@ EOF""")
                    "RoutesNothing without the webhook", top=top, within=30)
     _, err = await shell.run("mkctl handover status -o json")
     assert "deploy/components/handover-webhook" in err, err
+
+
+async def test_what_the_demo_suggests_runs_as_printed(demo: tuple[Topology, Shell]) -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from mkctl.admin import mkctl_command
+    from mkctl.demo import inspect_hints, print_running
+
+    top, _ = demo
+    out = StringIO()
+    print_running(Console(file=out, width=1000, force_terminal=False), {**top.describe(), "job": "team-a/low-1"})
+    printed = [line.strip() for line in out.getvalue().splitlines()]
+    mkctl = mkctl_command()
+    shown = [line for line in printed if line.startswith((f"{mkctl} ", "kubectl ", "export "))]
+    shown += inspect_hints(top.database_url, "team-a/low-1")
+    exports = [line for line in shown if line.startswith("export ")]
+    assert len(exports) == 3 and any(line.startswith("export PATH=") for line in exports), printed
+    shell = Shell(Path.cwd(), "\n".join(exports))  # where the demo ran: mkctl is spelled from there
+    commands = [line for line in shown if not line.startswith("export ")]
+    assert len(commands) >= 10 and any("--server" in c for c in commands), printed
+    for command in commands:
+        if "-w" in command.split():  # a watch: it prints, then runs until ^C
+            out_text, _ = await shell.run(f"timeout 5 {command} || [ $? = 124 ]")
+            assert out_text.strip(), command
+            continue
+        await shell.run(command)
+    _, err = await shell.run("mkctl handover status")  # the PATH line puts mkctl (and kubectl-mkd) there
+    assert "error" not in err, err
