@@ -59,6 +59,34 @@ def test_kubectl_works_with_the_kubeconfig(sim_only: kubesim.Sim, tmp_path: Path
     assert yaml.safe_load(got)["data"] == {"k": "w"}
 
 
+async def test_an_authorizing_cluster_serves_https_and_kubectl_sends_its_token(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kube-apiserver serves TLS only, and client-go (kubectl) sends a kubeconfig's token only over TLS: over
+    plain HTTP an authorizing cluster sees kubectl as system:anonymous, refused discovery."""
+    import asyncio
+
+    spec = kubesim.ClusterSpec("m", [], authorize=True, tls=True)
+    async with kubesim.serve_async([spec], tmp_path) as sim:
+        kc = sim.kubeconfig("m")
+        assert sim.url("m").startswith("https://")
+        cluster = yaml.safe_load(await asyncio.to_thread(Path(kc).read_text))["clusters"][0]["cluster"]
+        assert cluster["certificate-authority-data"]  # the server's certificate is verified, not skipped
+        api = config.new_client_from_config(str(kc))
+        assert [n.metadata.name for n in client.CoreV1Api(api).list_namespace().items] >= ["default"]
+        root_ca = client.CoreV1Api(api).read_namespaced_config_map("kube-root-ca.crt", "default").data["ca.crt"]
+        api.close()
+        import base64
+
+        assert base64.b64decode(cluster["certificate-authority-data"]).decode() == root_ca  # one CA, as kubeadm's
+        if shutil.which("kubectl") is None:
+            pytest.skip("kubectl not installed: the client's side is checked, kubectl's is not")
+        monkeypatch.setenv("KUBECACHEDIR", str(tmp_path / "kube-cache"))
+        proc = await asyncio.create_subprocess_exec("kubectl", "--kubeconfig", str(kc), "get", "namespaces",
+                                                    stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await proc.communicate()
+        assert proc.returncode == 0 and "default" in out.decode(), err.decode()
+
+
 def test_python_m_kubesim_serves_until_sigterm(tmp_path: Path) -> None:
     topo = tmp_path / "topo.yaml"
     topo.write_text(yaml.safe_dump({"clusters": [{"name": "solo", "nodes": [
