@@ -42,7 +42,7 @@ def specs_from_topology(data: dict[str, Any]) -> list[ClusterSpec]:
         out.append(ClusterSpec(name=c["name"], nodes=nodes, seed=int(c.get("seed", 0)),
                                kubelet=KubeletSpec(**{k: kl[k] for k in ("start_seconds", "run_seconds", "exit_code")
                                                       if k in kl}),
-                               authorize=bool(c.get("authorize", False))))
+                               authorize=bool(c.get("authorize", False)), tls=bool(c.get("tls", False))))
     return out
 
 
@@ -54,7 +54,7 @@ def specs_from_args(args: argparse.Namespace) -> list[ClusterSpec]:
         extended = {"nvidia.com/gpu": str(args.node_gpus)} if args.node_gpus else {}
         nodes = [NodeSpec(f"{name}-node-{j}", cpu=args.node_cpu, memory=args.node_memory, pods=args.node_pods,
                           extended=extended) for j in range(args.nodes)]
-        specs.append(ClusterSpec(name, nodes, seed=args.seed + i, authorize=args.authorize))
+        specs.append(ClusterSpec(name, nodes, seed=args.seed + i, authorize=args.authorize, tls=args.tls))
     return specs
 
 
@@ -70,6 +70,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--authorize", action="store_true",
                    help="authenticate and authorize every request with RBAC, as kube-apiserver does")
+    p.add_argument("--tls", action="store_true",
+                   help="serve HTTPS (kubectl sends a kubeconfig's token over TLS only: use it with --authorize)")
     p.add_argument("--state-dir", default="state/kubesim", help="where kubeconfigs are written")
     p.add_argument("--port", type=int, default=0, help="first port (cluster i gets port+i); 0 = free ports")
     return p

@@ -9,10 +9,12 @@ simulators from ``kubesim.sim`` when that package provides ``start``, and tear e
 from __future__ import annotations
 
 import asyncio
+import base64
 import concurrent.futures
 import contextlib
 import logging
 import socket
+import ssl
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
@@ -35,11 +37,15 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def write_kubeconfig(path: Path, name: str, url: str) -> Path:
-    """A kubeconfig with one cluster, one token user and one context, usable by kubectl and the client."""
+def write_kubeconfig(path: Path, name: str, url: str, ca_pem: bytes | None = None) -> Path:
+    """A kubeconfig with one cluster, one token user and one context, usable by kubectl and the client;
+    ``ca_pem``: the CA an HTTPS server's certificate is checked against."""
+    cluster: dict[str, Any] = {"server": url}
+    if ca_pem is not None:
+        cluster["certificate-authority-data"] = base64.b64encode(ca_pem).decode()
     cfg = {
         "apiVersion": "v1", "kind": "Config", "preferences": {},
-        "clusters": [{"name": name, "cluster": {"server": url}}],
+        "clusters": [{"name": name, "cluster": cluster}],
         "users": [{"name": f"{name}-admin", "user": {"token": f"kubesim-{name}"}}],
         "contexts": [{"name": name, "context": {"cluster": name, "user": f"{name}-admin", "namespace": "default"}}],
         "current-context": name,
@@ -57,15 +63,29 @@ class SimCluster:
         self.spec = spec
         self.name = spec.name
         self.loop = loop
-        self.store = Store(spec)
+        self._tls: ssl.SSLContext | None = None
+        ca_pem: bytes | None = None
+        if spec.tls:  # the root CA signs the serving certificate, as kubeadm's does
+            from kubesim.testing import webhook_pki
+
+            pki = webhook_pki(["localhost"], ips=("127.0.0.1",), days=3650)
+            where = state_dir / f"{spec.name}-tls"
+            where.mkdir(parents=True, exist_ok=True)
+            (where / "tls.crt").write_bytes(pki.cert_pem)
+            (where / "tls.key").write_bytes(pki.key_pem)
+            (where / "tls.key").chmod(0o600)
+            self._tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+            self._tls.load_cert_chain(where / "tls.crt", where / "tls.key")
+            ca_pem = pki.ca_pem
+        self.store = Store(spec, root_ca=ca_pem.decode() if ca_pem else None)
         self.store.defer = loop.call_soon
         self.faults = Faults()
         self.server = ApiServer(self.store, self.faults)
         self.faults._drop = lambda: loop.call_soon_threadsafe(self.server.drop_watches)
         self.port = port or _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
+        self.url = f"{'https' if spec.tls else 'http'}://127.0.0.1:{self.port}"
         self.server.address = f"127.0.0.1:{self.port}"
-        self.kubeconfig = write_kubeconfig(state_dir / f"{spec.name}.kubeconfig", spec.name, self.url)
+        self.kubeconfig = write_kubeconfig(state_dir / f"{spec.name}.kubeconfig", spec.name, self.url, ca_pem)
         self._http: HttpServer | None = None
         self._sim: Any = None
         self.running = False
@@ -74,7 +94,7 @@ class SimCluster:
         if self.running:
             return
         self._http = self.server.http_server()
-        await self._http.start("127.0.0.1", self.port, backlog=1024)
+        await self._http.start("127.0.0.1", self.port, backlog=1024, ssl=self._tls)
         self.running = True
         self._sim = await _start_sim(self.store, self.spec, self.loop)
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl as ssl_module
 from collections import deque
 from collections.abc import Awaitable, Callable
 from http import HTTPStatus
@@ -501,9 +502,9 @@ class HttpServer:
         self.connections: set[Connection] = set()
         self._server: asyncio.base_events.Server | None = None
 
-    async def start(self, host: str, port: int, backlog: int = 1024) -> None:
+    async def start(self, host: str, port: int, backlog: int = 1024, ssl: ssl_module.SSLContext | None = None) -> None:
         self._server = await self.loop.create_server(lambda: Connection(self), host, port, reuse_address=True,
-                                                     backlog=backlog)
+                                                     backlog=backlog, ssl=ssl)
 
     async def close(self) -> None:
         """Stop listening, close idle connections, let requests being served finish (up to

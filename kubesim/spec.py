@@ -41,3 +41,7 @@ class ClusterSpec:
     authorize: bool = False
     """Authenticate and authorize every request as kube-apiserver with RBAC does (kubesim/authz.py);
     off, every request is served (the kubeconfig's admin may do everything either way)."""
+    tls: bool = False
+    """Serve HTTPS, as every kube-apiserver does: a serving certificate for 127.0.0.1 signed by the
+    cluster's root CA (``kube-root-ca.crt``), which the kubeconfig carries. kubectl (client-go) sends a
+    kubeconfig's token only over TLS, so an authorizing cluster is usable from kubectl only with it."""

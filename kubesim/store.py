@@ -59,7 +59,7 @@ RawSubscriber = Callable[[str, str, "Rec", "Rec | None"], None]
 class Store(DeletionMixin):
     """All objects of one cluster (see module docstring)."""
 
-    def __init__(self, spec: ClusterSpec, history: int = HISTORY) -> None:
+    def __init__(self, spec: ClusterSpec, history: int = HISTORY, *, root_ca: str | None = None) -> None:
         self.spec = spec
         self.rng = random.Random(spec.seed)
         self._names = random.Random(f"{spec.seed}/{spec.name}/names")
@@ -78,7 +78,7 @@ class Store(DeletionMixin):
         # Deferred work (GC, namespace finalization); the server points this at loop.call_soon so the
         # work happens after the response like the real controllers; without a loop it runs inline.
         self.defer: Callable[[Callable[[], None]], Any] = lambda fn: fn()
-        self.root_ca = rootca.make_ca_pem()  # published as kube-root-ca.crt in every namespace
+        self.root_ca = root_ca or rootca.make_ca_pem()  # published as kube-root-ca.crt in every namespace
         for ns in ("default", "kube-system", "kube-public", "kube-node-lease"):
             self.create("namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
         for i, n in enumerate(spec.nodes):

@@ -13,7 +13,8 @@ again (``stop_agent`` / ``start_agent``) to show that a lost worker is noticed a
 Given ``TopologyOptions.kubeconfigs``, real clusters stand in for kubesim (the e2e suite on real clusters).
 With ``TopologyOptions.rbac`` (the default) the services run as ``deploy/`` runs them: the RBAC objects of
 their manifests are applied from ``deploy/`` (``mkctl.deployrbac``) and each service gets a kubeconfig with
-its ServiceAccount's token, never the admin's; kubesim clusters then authorize every request, so a rule
+its ServiceAccount's token, never the admin's; kubesim clusters then authorize every request (and serve
+HTTPS, so that kubectl, which sends a token over TLS only, works with their kubeconfigs), so a rule
 missing from ``deploy/`` fails the demo and the tests. On real clusters what this applied is removed again
 when the topology is left.
 """
@@ -221,7 +222,8 @@ class Topology:
                 if self.rbac:
                     import dataclasses
 
-                    specs = [dataclasses.replace(spec, authorize=True) for spec in specs]
+                    # HTTPS as well: kubectl sends the kubeconfig's token only over TLS (client-go)
+                    specs = [dataclasses.replace(spec, authorize=True, tls=True) for spec in specs]
                 self.sim = await stack.enter_async_context(ks.serve_async(specs, sim_dir))
             if not self.mqtt_url:
                 try:
