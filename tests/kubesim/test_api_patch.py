@@ -173,3 +173,35 @@ def test_updates_and_patches_record_their_own_managed_fields_entries(api: client
         api.user_agent = "OpenAPI-Generator/python"
     assert entries(json.loads(raw.data)) == [("mkd-probe", "Update", {
         "f:data": {".": {}, "f:k": {}}, "f:metadata": {"f:labels": {".": {}, "f:x": {}}}})]
+
+
+def test_apply_conflicts_name_the_managers_as_upstream_words_them(api: client.ApiClient, ns: str) -> None:
+    """apiserver pkg/util/managedfields/internal/conflict.go NewConflictError: one conflict is worded inline,
+    several are grouped per manager; an Update manager is named with its apiVersion and time. Applying a value
+    an Update manager set is a conflict too (structured-merge-diff), unless forced, which takes the field."""
+    import re
+
+    v1 = client.CoreV1Api(api)
+    cms = DynamicClient(api).resources.get(api_version="v1", kind="ConfigMap")
+    v1.create_namespaced_config_map(ns, {"metadata": {"name": "owned"}, "data": {"k": "a", "j": "a"}},
+                                    field_manager="creator")
+    with pytest.raises(DynamicApiError) as ei:
+        cms.server_side_apply(body=_cm_manifest(ns, k="b"), field_manager="applier")
+    body = json.loads(ei.value.body)
+    assert ei.value.status == 409 and body["reason"] == "Conflict"
+    stamp = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ"
+    assert re.fullmatch(rf'Apply failed with 1 conflict: conflict with "creator" using v1 at {stamp}: \.data\.k',
+                        body["message"]), body["message"]
+    (cause,) = body["details"]["causes"]
+    assert cause["reason"] == "FieldManagerConflict" and cause["field"] == ".data.k"
+    assert re.fullmatch(rf'conflict with "creator" using v1 at {stamp}', cause["message"])
+    forced = cms.server_side_apply(body=_cm_manifest(ns, k="b"), field_manager="applier", force_conflicts=True)
+    owners = {m.manager: m.fieldsV1 for m in forced.metadata.managedFields}
+    assert owners["applier"] == {"f:data": {"f:k": {}}}
+    assert owners["creator"] == {"f:data": {".": {}, "f:j": {}}}
+    # Two fields of one Apply manager: grouped under it.
+    cms.server_side_apply(body=_cm_manifest(ns, k="b", j="a"), field_manager="applier", force_conflicts=True)
+    with pytest.raises(DynamicApiError) as ei:
+        cms.server_side_apply(body=_cm_manifest(ns, k="c", j="c"), field_manager="other")
+    assert json.loads(ei.value.body)["message"] == (
+        'Apply failed with 2 conflicts: conflicts with "applier":\n- .data.j\n- .data.k')
