@@ -1,16 +1,19 @@
 """Server-side apply, simplified: field ownership per Apply manager, conflicts, and removal of dropped fields.
 
 Ownership is tracked in ``metadata.managedFields`` (``fieldsType: FieldsV1``) at the granularity of map
-keys: lists are atomic, as for the ``atomic`` list type. Applying a value another Apply manager owns with a
-different value is a 409 Conflict unless ``force``; with ``force`` the other manager loses the field.
-Fields a manager applied before and omits now are removed unless another manager still owns them. Update
-(non-apply) writers are not tracked, so they never conflict with an applier.
+keys: lists are atomic, as for the ``atomic`` list type. Applying a value another manager (Apply or Update,
+see :mod:`kubesim.managed`) owns with a different value is a 409 Conflict unless ``force``; with ``force``
+the other manager loses the field. Fields a manager applied before and omits now are removed unless another
+Apply manager still owns them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+import orjson
+
+from kubesim import managed
 from kubesim.errors import ApiError
 from kubesim.records import json_copy
 
@@ -80,9 +83,35 @@ def _overlaps(a: Path, b: Path) -> bool:
     return a[:n] == b[:n]
 
 
+def _who(e: dict[str, Any]) -> str:
+    """printManager: an Update manager is named with its apiVersion and time, a subresource's says so."""
+    who = orjson.dumps(str(e.get("manager") or "")).decode()
+    if e.get("subresource"):
+        who += f' with subresource {orjson.dumps(str(e["subresource"])).decode()}'
+    if e.get("operation") == "Update":
+        who += f" using {e.get('apiVersion') or ''}" + (f" at {e['time']}" if e.get("time") else "")
+    return who
+
+
+def _conflict_error(conflicts: list[tuple[str, Path]]) -> ApiError:
+    """NewConflictError: the causes, and the message inline for one conflict or grouped per manager."""
+    causes = [{"reason": "FieldManagerConflict", "message": f"conflict with {who}", "field": "." + ".".join(p)}
+              for who, p in conflicts]
+    if len(conflicts) == 1:
+        text = f"Apply failed with 1 conflict: conflict with {conflicts[0][0]}: {causes[0]['field']}"
+    else:
+        lines: list[str] = []
+        for who in sorted({w for w, _ in conflicts}):
+            lines.append(f"conflicts with {who}:")
+            lines += ["- ." + ".".join(p) for w, p in sorted(conflicts, key=lambda c: c[1]) if w == who]
+        text = f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
+    return ApiError(409, "Conflict", text, {"causes": causes})
+
+
 def plan(current: dict[str, Any], applied: dict[str, Any], manager: str, subresource: str | None,
          force: bool, api_version: str, stamp: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """Return (object with dropped fields removed, new managedFields); raise 409 on conflicts."""
+    """Return (object with dropped fields removed, new managedFields); raise 409 on conflicts with any other
+    manager of the same subresource (Update ones too) over a field whose value the apply changes."""
     mine = leaves(applied_part(applied))
     entries = json_copy((current.get("metadata") or {}).get("managedFields") or [])
     key = (manager, "Apply", subresource)
@@ -95,12 +124,12 @@ def plan(current: dict[str, Any], applied: dict[str, Any], manager: str, subreso
             previous = from_fields_v1(e.get("fieldsV1"))
             continue
         kept.append(e)
-        if e.get("operation") == "Apply" and e.get("subresource") == subresource:
-            others.append((e, from_fields_v1(e.get("fieldsV1"))))
+        if e.get("subresource") == subresource:
+            others.append((e, managed.decode_fields(e.get("fieldsV1"))))
     conflicts: list[tuple[str, Path]] = []
     for path, value in mine.items():
         for e, owned in others:
-            hit = [o for o in owned if _overlaps(o, path)]
+            hit = [o for o in owned if o[:len(path)] == path]  # the field itself or what lies below it
             if not hit:
                 continue
             found, cur = _get(current, path)
@@ -109,18 +138,13 @@ def plan(current: dict[str, Any], applied: dict[str, Any], manager: str, subreso
             if force:
                 for o in hit:
                     owned.discard(o)
-                e["fieldsV1"] = to_fields_v1(sorted(owned))
+                e["fieldsV1"] = managed.encode_fields(owned)
             else:
-                conflicts.append((str(e.get("manager")), path))
+                conflicts.append((_who(e), path))
     if conflicts:
-        causes = [{"reason": "FieldManagerConflict", "message": f'conflict with "{m}"',
-                   "field": "." + ".".join(p)} for m, p in conflicts]
-        n = len(conflicts)
-        listing = "\n".join(f'- {c["message"]}: {c["field"]}' for c in causes)
-        raise ApiError(409, "Conflict", f"Apply failed with {n} conflict{'s' if n > 1 else ''}: {listing}",
-                       {"causes": causes})
+        raise _conflict_error(conflicts)
     result = json_copy(current)
-    still_owned = set().union(*(o for _, o in others)) if others else set()
+    still_owned = set().union(*(o for e, o in others if e.get("operation") == "Apply")) if others else set()
     for path in previous - set(mine):
         # A main-resource applier never drops status fields, a status applier only status fields.
         if (path[:1] == ("status",)) != (subresource == "status"):
@@ -131,5 +155,5 @@ def plan(current: dict[str, Any], applied: dict[str, Any], manager: str, subreso
                              "fieldsType": "FieldsV1", "fieldsV1": to_fields_v1(sorted(mine))}
     if subresource:
         entry["subresource"] = subresource
-    kept = [e for e in kept if e.get("operation") != "Apply" or e.get("fieldsV1")]
+    kept = [e for e in kept if e.get("fieldsV1")]
     return result, [*kept, entry]

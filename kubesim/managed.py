@@ -54,7 +54,7 @@ def _nodes(obj: Any, prefix: Path, out: dict[Path, Any]) -> None:
 _MAP = object()
 
 
-def _encode(paths: set[Path]) -> dict[str, Any]:
+def encode_fields(paths: set[Path]) -> dict[str, Any]:
     root: dict[str, Any] = {}
     for p in sorted(paths):
         cur = root
@@ -76,7 +76,7 @@ def _drop_lone_markers(node: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _decode(fields: Any, prefix: Path = ()) -> set[Path]:
+def decode_fields(fields: Any, prefix: Path = ()) -> set[Path]:
     if not isinstance(fields, dict) or not fields:
         return {prefix} if prefix else set()
     out: set[Path] = set()
@@ -85,7 +85,7 @@ def _decode(fields: Any, prefix: Path = ()) -> set[Path]:
             if prefix:
                 out.add(prefix)
         elif k.startswith("f:"):
-            out |= _decode(v, (*prefix, k[2:]))
+            out |= decode_fields(v, (*prefix, k[2:]))
     return out
 
 
@@ -115,15 +115,15 @@ def record_update(old: dict[str, Any] | None, new: dict[str, Any], manager: str,
     kept: list[dict[str, Any]] = []
     for e in entries:
         if (e.get("manager"), e.get("operation"), e.get("subresource")) == key:
-            mine, mine_entry = _decode(e.get("fieldsV1")), e
+            mine, mine_entry = decode_fields(e.get("fieldsV1")), e
             continue
         if changed:
-            owned = _decode(e.get("fieldsV1"))
+            owned = decode_fields(e.get("fieldsV1"))
             left = {p for p in owned if not _touches(p, changed)}
             if left != owned:
                 if not left:
                     continue
-                e["fieldsV1"] = _encode(left)
+                e["fieldsV1"] = encode_fields(left)
         kept.append(e)
     now_mine = (mine - removed) | added | modified
     if now_mine:
@@ -132,7 +132,7 @@ def record_update(old: dict[str, Any] | None, new: dict[str, Any], manager: str,
         else:
             entry: dict[str, Any] = {"manager": manager, "operation": "Update",
                                      "apiVersion": new.get("apiVersion") or "", "time": stamp,
-                                     "fieldsType": "FieldsV1", "fieldsV1": _encode(now_mine)}
+                                     "fieldsType": "FieldsV1", "fieldsV1": encode_fields(now_mine)}
             if subresource:
                 entry["subresource"] = subresource
             kept.append(entry)
