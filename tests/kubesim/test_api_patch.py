@@ -196,11 +196,11 @@ def test_apply_conflicts_name_the_managers_as_upstream_words_them(api: client.Ap
     assert cause["reason"] == "FieldManagerConflict" and cause["field"] == ".data.k"
     assert re.fullmatch(rf'conflict with "creator" using v1 at {stamp}', cause["message"])
     forced = cms.server_side_apply(body=_cm_manifest(ns, k="b"), field_manager="applier", force_conflicts=True)
-    owners = {m.manager: m.fieldsV1 for m in forced.metadata.managedFields}
+    owners = {m["manager"]: m["fieldsV1"] for m in forced.to_dict()["metadata"]["managedFields"]}
     assert owners["applier"] == {"f:data": {"f:k": {}}}
     assert owners["creator"] == {"f:data": {".": {}, "f:j": {}}}
-    # Two fields of one Apply manager: grouped under it.
-    cms.server_side_apply(body=_cm_manifest(ns, k="b", j="a"), field_manager="applier", force_conflicts=True)
+    # Two fields of one Apply manager: grouped under it (a forced apply of "j" takes it from "creator").
+    cms.server_side_apply(body=_cm_manifest(ns, k="b", j="b"), field_manager="applier", force_conflicts=True)
     with pytest.raises(DynamicApiError) as ei:
         cms.server_side_apply(body=_cm_manifest(ns, k="c", j="c"), field_manager="other")
     assert json.loads(ei.value.body)["message"] == (
