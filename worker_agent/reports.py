@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from federation import chunks, labels
-from federation.clock import Clock, SystemClock
+from federation.clock import Clock, SystemClock, Timer
 from federation.errors import Invalid, Transport
 from federation.kinds.base import JobKind
 from federation.messages import (
@@ -111,7 +111,7 @@ class Outbox:
         """placement -> its Accepted, held (not in ``_items`` yet)."""
         self._held_order: deque[tuple[float, tuple[str, int, int], _Item]] = deque()
         """(when it goes, placement, item) in the order held: the hold is one length, so the first is due first."""
-        self._held_timer: asyncio.TimerHandle | None = None
+        self._held_timer: Timer | None = None
         self.folded = 0
         """Accepteds never sent: their placement's Status went instead."""
         self._in_flight = 0
@@ -165,11 +165,11 @@ class Outbox:
         """Keep an Accepted back for ``accept_hold`` seconds: a Job whose pods start within moments has its first
         Status follow, and that Status alone tells the dispatcher what both did (one Report, one decision and one
         row update fewer per Job, issue 15). The dispatcher's re-send of an unanswered Place is 30 s away."""
-        loop = asyncio.get_running_loop()
+        now = self.clock.monotonic()
         self._held[key] = item
-        self._held_order.append((loop.time() + self.accept_hold, key, item))
+        self._held_order.append((now + self.accept_hold, key, item))
         if self._held_timer is None:
-            self._held_timer = loop.call_at(self._held_order[0][0], self._release_due)
+            self._held_timer = self.clock.call_later(self._held_order[0][0] - now, self._release_due)
 
     def _release(self, key: tuple[str, int, int]) -> None:
         item = self._held.pop(key, None)
@@ -187,10 +187,10 @@ class Outbox:
 
     def _release_due(self) -> None:
         self._held_timer = None
-        loop = asyncio.get_running_loop()
-        self._release_until(loop.time())
+        now = self.clock.monotonic()
+        self._release_until(now)
         if self._held_order:
-            self._held_timer = loop.call_at(self._held_order[0][0], self._release_due)
+            self._held_timer = self.clock.call_later(self._held_order[0][0] - now, self._release_due)
 
     def release_held(self) -> None:
         """Every held Accepted goes now, in the order held (a stopping agent, an Inventory)."""

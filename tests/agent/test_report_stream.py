@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from federation.clock import FakeClock
 from federation.errors import Transport
 from federation.messages import Capacity, Heartbeat, PlacementKey, Status, decode_reports
 from worker_agent.reports import Outbox
@@ -382,19 +383,21 @@ async def test_an_accepted_followed_by_a_status_within_the_hold_goes_as_that_sta
     """The Status says the copy exists (the dispatcher takes a Status of a placement still 'sent' as its
     Accepted, dispatcher/answers.py): one Report instead of two. An Accepted no Status follows within the
     hold goes when the hold ends; nothing is lost."""
-    outbox, link = Outbox(accept_hold=0.3), RecordingLink()
+    clock = FakeClock()
+    outbox, link = Outbox(accept_hold=0.3, clock=clock), RecordingLink()
     outbox.attach(link)  # type: ignore[arg-type]
     outbox.put("t/reports", _accepted("a", 1))
     outbox.put("t/reports", _accepted("b", 2))
     assert outbox.pending() == 0 and outbox.held() == 2  # nothing to send yet
     outbox.put("t/reports", _of("a", 3, "Running"))
     assert outbox.pending() == 1 and outbox.held() == 1 and outbox.folded == 1
-    started = asyncio.get_running_loop().time()
+    await drain(outbox, link, 1)
+    clock.advance(0.29)
+    assert outbox.held() == 1 and outbox.pending() == 0  # b's Accepted waits for its hold
+    clock.advance(0.01)
+    assert outbox.held() == 0 and outbox.pending() == 1
     await drain(outbox, link, 2)
-    waited = asyncio.get_running_loop().time() - started
     assert [(r.type, r.placement.workload_uid) for r in link.published] == [("status", "a"), ("accepted", "b")]
-    assert waited >= 0.2  # b's Accepted waited for its hold
-    assert outbox.held() == 0
 
 
 async def test_an_accepted_goes_before_a_rejection_or_an_inventory_and_a_second_accepted() -> None:
