@@ -1,6 +1,6 @@
 """Waiting in tests for something that happens on its own time (a watch event, a controller, a broker):
-``eventually`` polls a condition until it holds, or fails naming it. Where the code under test takes a
-clock, tests drive a ``FakeClock`` instead of waiting."""
+``eventually`` polls a condition until it holds, or fails naming it; ``settled`` lets in-memory work run
+to rest without real time. Where the code under test takes a clock, tests drive a ``FakeClock`` instead."""
 
 from __future__ import annotations
 
@@ -21,3 +21,10 @@ async def eventually(predicate: Callable[[], Any], within: float = 10.0, what: s
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out after {within}s waiting for {what}")
         await asyncio.sleep(0.02)
+
+
+async def settled(rounds: int = 100) -> None:
+    """Let every task that can run without a timer or I/O run as far as it goes (``rounds`` turns of the event
+    loop): in-memory work a test starts is then done, and what it must not do has had every chance to."""
+    for _ in range(rounds):
+        await asyncio.sleep(0)

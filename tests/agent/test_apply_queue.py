@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from federation.clock import SystemClock
-from tests.waiting import eventually
+from tests.waiting import eventually, settled
 from worker_agent.apply import ApplyLoop, JobKey
 
 KEY: JobKey = ("PyTorchJob", "ns", "j")
@@ -45,7 +45,7 @@ async def test_changes_during_a_pass_and_just_after_cost_one_more_pass() -> None
         assert loop._queue.qsize() == 0 and loop.seen == [KEY]
         ApplyLoop._release(loop, KEY)
         await asyncio.wait_for(loop.second.wait(), 10)
-        await asyncio.sleep(0.2)  # a second copy, had one been queued, would run now
+        await settled()  # a second copy, had one been queued, would have run
         assert loop.seen == [KEY, KEY]
     finally:
         worker.cancel()
@@ -86,10 +86,10 @@ async def test_a_new_job_comes_in_only_once_the_loop_has_room_for_it() -> None:
     try:
         for n in range(4):  # one pass running (blocked), three waiting: the loop is full
             loop.enqueue(("PyTorchJob", "ns", f"old-{n}"))
-        await asyncio.sleep(0.05)  # real time: lets the loop's tasks take what they can (none may take more)
+        await settled()  # the loop's tasks take what they can (none may take more)
         assert loop._queue.qsize() == 3
         waiters = [asyncio.create_task(new_job(n)) for n in range(5)]
-        await asyncio.sleep(0.1)  # real time: a new job, had one been let in while the loop is full, would come now
+        await settled()  # a new job, had one been let in while the loop is full, would have come
         assert came == [], "a new job came in while the loop was full"
         loop.go.set()  # the loop catches up: the new jobs come in as it does, never more than it has room for
         await asyncio.wait_for(asyncio.gather(*waiters), 10)
