@@ -300,6 +300,40 @@ def strict_strategic_patch(e: Env) -> tuple[dict[str, Any], dict[str, Any]]:
                  "details": {"causes": [{"reason": "FieldValueInvalid", "message": message, "field": "patch"}]}}
 
 
+def immortal_namespace(e: Env) -> tuple[dict[str, Any], dict[str, Any]]:
+    got = refused(lambda: e.v1.delete_namespace("default", dry_run="All"))
+    return got, {"code": 403, "reason": "Forbidden",
+                 "message": 'namespaces "default" is forbidden: this namespace may not be deleted',
+                 "details": {"name": "default", "kind": "namespaces"}}
+
+
+def crd_name(e: Env) -> tuple[dict[str, Any], dict[str, Any]]:
+    body = {"metadata": {"name": "wrong.example.com"}, "spec": {
+        "group": "example.com", "scope": "Namespaced", "names": {"plural": "things", "kind": "Thing"},
+        "versions": [{"name": "v1", "served": True, "storage": True,
+                      "schema": {"openAPIV3Schema": {"type": "object"}}}]}}
+    got = refused(lambda: client.ApiextensionsV1Api(e.api).create_custom_resource_definition(body, dry_run="All"))
+    return got, invalid("CustomResourceDefinition", "wrong.example.com", (
+        "FieldValueInvalid", "metadata.name", 'Invalid value: "wrong.example.com": must be '
+                                              'spec.names.plural+"."+spec.group'), group="apiextensions.k8s.io")
+
+
+def apply_conflict(e: Env) -> tuple[dict[str, Any], dict[str, Any]]:
+    def apply(manager: str, value: str) -> Any:
+        body = json.dumps({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "ssa"},
+                           "data": {"k": value}})
+        return e.raw("PATCH", f"/api/v1/namespaces/{e.ns}/configmaps/ssa", body,
+                     "application/apply-patch+yaml", fieldManager=manager)
+
+    assert apply("first", "a")[0] == 201
+    status, got = apply("second", "b")
+    assert status == 409
+    return got, {"code": 409, "reason": "Conflict",
+                 "message": 'Apply failed with 1 conflict: conflict with "first": .data.k',
+                 "details": {"causes": [{"reason": "FieldManagerConflict", "message": 'conflict with "first"',
+                                         "field": ".data.k"}]}}
+
+
 ROWS: list[tuple[str, str, Callable[[Env], tuple[dict[str, Any], dict[str, Any]]]]] = [
     ("404", "apimachinery pkg/api/errors/errors.go NewNotFound", not_found_core),
     ("404-group", "apimachinery pkg/api/errors/errors.go NewNotFound", not_found_group),
@@ -309,6 +343,8 @@ ROWS: list[tuple[str, str, Callable[[Env], tuple[dict[str, Any], dict[str, Any]]
     ("409-update-precondition", "apiserver pkg/storage/util.go Preconditions.Check, pkg/storage/errors.go "
      "StorageError, registry/generic/registry/storage_factory InterpretUpdateError", update_precondition),
     ("403-terminating", "plugin/pkg/admission/namespace/lifecycle/admission.go", namespace_terminating),
+    ("403-immortal", "plugin/pkg/admission/namespace/lifecycle/admission.go", immortal_namespace),
+    ("409-apply", "apiserver pkg/util/managedfields/internal/conflict.go NewConflictError", apply_conflict),
     ("400-name", "apiserver pkg/endpoints/handlers/update.go checkName", name_mismatch),
     ("400-strict", "apiserver pkg/endpoints/handlers/create.go transformDecodeError", strict_create),
     ("422-fieldvalidation", "apimachinery pkg/apis/meta/v1/validation/validation.go ValidateFieldValidation",
@@ -319,6 +355,7 @@ ROWS: list[tuple[str, str, Callable[[Env], tuple[dict[str, Any], dict[str, Any]]
     ("422-name-required", "apimachinery pkg/api/validation/objectmeta.go ValidateObjectMeta", name_required),
     ("422-annotations", "apimachinery pkg/api/validation/objectmeta.go ValidateAnnotations", annotations_too_long),
     ("422-resourceversion", "apiserver pkg/registry/generic/registry/store.go Update", resource_version_required),
+    ("422-crd-name", "apiextensions-apiserver pkg/apis/apiextensions/validation/validation.go", crd_name),
     ("422-schema", "apiextensions-apiserver pkg/apiserver/validation/validation.go, kube-openapi validate",
      schema_causes),
     ("422-patch", "apiserver pkg/endpoints/handlers/patch.go jsonPatcher.applyPatchToCurrentObject", strict_patch),
