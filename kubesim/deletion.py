@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from kubesim.errors import ApiError, conflict, options_invalid
+from kubesim.errors import ApiError, conflict, forbidden, options_invalid
 from kubesim.records import Rec, now
 from kubesim.resources import ResourceType
 
@@ -53,6 +53,9 @@ class DeletionMixin:
         """Delete; returns (record, gone). ``propagation`` None means the resource's default policy."""
         rt = self.rtype(res)
         ns = (namespace or "default") if rt.namespaced else ""
+        if res == "namespaces" and name in ("default", "kube-system", "kube-public"):
+            # The namespace lifecycle admission plugin, before anything else (dry runs included).
+            raise forbidden("namespaces", "", name, "this namespace may not be deleted")
         rec = self._must(rt, ns, name)
         # rest.BeforeDelete: the options are validated, then the preconditions checked (naming the kind).
         if propagation is not None and propagation not in ("Background", "Foreground", "Orphan"):
@@ -81,9 +84,6 @@ class DeletionMixin:
         if dry_run:
             return rec, not fins and res != "namespaces"
         if res == "namespaces":
-            if name in ("default", "kube-system", "kube-public"):
-                raise ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be '
-                               "deleted", {"name": name, "kind": "namespaces"})
             if "deletionTimestamp" not in meta:
                 meta["deletionTimestamp"] = now()
                 meta["deletionGracePeriodSeconds"] = 0
