@@ -49,7 +49,7 @@ class Answers(EngineCore):
             if row is None or p is None or p["cluster"] != r.cluster:
                 log.debug("report %s for an unknown or old placement %s from %s dropped", r.type, key, r.cluster)
                 continue
-            self._resent.pop(key, None)  # answered: nothing to pace any more (issue 15: was kept until 100,000)
+            self._resent.pop(key, None)  # answered: nothing to pace any more (not kept for 100,000 Jobs)
             current = row["attempt"] == key[1] and row["state"] != "deleted"
             if isinstance(r, messages.Accepted):
                 self._accepted(b, row, p, r, current)

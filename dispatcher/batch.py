@@ -26,7 +26,7 @@ class JobChange:
 
     The Job waits in the inbox packed (compressed JSON, dispatcher/jobcache.py) and is decoded when
     the engine first reads ``obj``: a restarted dispatcher's first list puts every Job of the manager
-    in the inbox at once, 10 KiB of Python objects each when whole (issue 15's memory goal)."""
+    in the inbox at once, 10 KiB of Python objects each when whole."""
 
     __slots__ = ("_obj", "_raw", "deleted", "kind")
 

@@ -160,14 +160,14 @@ class EngineCore:
 
     async def rebuild(self) -> None:
         async with self.sessions() as s:
-            # one string per uid, kind and namespace across the engine's maps (issue 15: 100,000 Workloads)
+            # one string per uid, kind and namespace across the engine's maps (100,000 Workloads)
             self.known = {sys.intern(u): sys.intern(k) for u, k in (await q.known_uids(s)).items()}
             self.namespace_of = {sys.intern(u): sys.intern(ns) for u, ns in (await q.known_namespaces(s)).items()}
             # a failed batch recorded its heartbeats in the book: start again from those heard before it
             heard = self._heard or (self.book.heartbeats, self.book.received)
             book = CapacityBook(settle_seconds=self.settings.capacity_settle_seconds,
                                 heartbeats=dict(heard[0]), received=dict(heard[1]))
-            totals: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}  # one per distinct requests (issue 15)
+            totals: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}  # one per distinct requests
             for row in await q.active_placements(s):
                 key = tuple(sorted((row.requests or {}).items()))
                 total = totals.get(key)
@@ -204,7 +204,7 @@ class EngineCore:
         for rows in p_cols.values():
             await q.update_placements(s, rows)
         b.p_updates.clear()
-        jobs = JobsOf(b, self.cache)  # the batch's decoded Jobs first (issue 15: each decode ~15 us)
+        jobs = JobsOf(b, self.cache)  # the batch's decoded Jobs first (each decode ~15 us)
         await self._load_podsets(s, b, self.queueing.lacking_podsets(b.w.values(), jobs, self.needs))
         self.queueing.sync(b.w.values(), jobs, self.needs)
 

@@ -39,7 +39,7 @@ TOLD_MAX = 100_000
 
 def relevant(kind: JobKind, engine: Engine, obj: Mapping[str, Any], deleted: bool) -> bool:
     """Whether a watch event needs the engine; updates the Job cache for claimed Jobs."""
-    uid = sys.intern(wl.uid_of(obj))  # one string per uid across the engine's maps (issue 15)
+    uid = sys.intern(wl.uid_of(obj))  # one string per uid across the engine's maps
     claimed = uid in engine.known
     managed_by = kind.managed_by(obj)
     if not claimed and managed_by != labels.MULTIKUEUE and not (deleted and "spec" not in obj):
@@ -136,8 +136,8 @@ class Intake:
             self.watching.add(kind.name)
             log.info("watching %s in %s", kind.name, namespace or "all namespaces")
 
-        # One list at start, the informer's (a page at a time: never every Job of the manager whole at once,
-        # issue 15's memory goal). Compact: the engine's JobCache holds the claimed Jobs; the informer keeps
+        # One list at start, the informer's (a page at a time: never every Job of the manager whole at once).
+        # Compact: the engine's JobCache holds the claimed Jobs; the informer keeps
         # no second copy of each.
         # the echoes of mkd's own status writes are told undecoded (KubeWriter.echo_line): intake has nothing to do
         # with them, and the handover book has seen each such Job as it is (its status aside) already

@@ -5,7 +5,7 @@ it is read rarely: when the Job is placed or its Place is sent again, when a sta
 newer baseline, when a cluster's policy is checked for the first time. The watch event that only
 echoes mkd's own status write does not refresh it (``dispatcher.intake``): the kube writer keeps
 the status it wrote, so the cached status of a Job mkd has written to may be older than the manager's. A Job decoded from JSON is
-about 10 KiB of Python objects; compressed it is a tiny fraction of that (issue 15: the
+about 10 KiB of Python objects; compressed it is a tiny fraction of that (the
 dispatcher's RSS at 100,000 Workloads ≤ 300 MB). So each Job is held as compressed bytes next to a
 small header (:class:`Head`) with what is read on every watch event and every scheduling pass —
 its namespace, generation, managedBy and whether it is being deleted — and decoded only on
@@ -140,7 +140,7 @@ class JobCache(MutableMapping[str, dict[str, Any]]):
     Job is being deleted (1 bit), its namespace (an index, 2 bytes), its generation, whether the kube writer
     left a status with it and whether it has a status (a varint of ``generation << 2 | written << 1 |
     status``), then that written status (a varint length and the packed status, :meth:`set_written`) — then
-    the packed Job; no object per Job beside it (issue 15: 100,000 of them). A Job whose namespace or
+    the packed Job; no object per Job beside it (100,000 of them). A Job whose namespace or
     managedBy does not fit an index (more than 65,535 namespaces, 127 managedBy values) is kept with a
     :class:`Head` object instead (and its written status beside it, as is that of a Job not cached).
     """
@@ -195,7 +195,7 @@ class JobCache(MutableMapping[str, dict[str, Any]]):
     def set_written(self, uid: str, written: bytes | None) -> None:
         """Keep ``written`` (the kube writer's packed status of the Job after its last write; None: forget it)
         with the Job's entry: a claimed Job's status as mkd wrote it, in ~80 bytes of the entry and no object
-        of its own (issue 15: the dispatcher that claimed 100,000 Jobs wrote all of them)."""
+        of its own (the dispatcher that claimed 100,000 Jobs wrote all of them)."""
         entry = self._entries.get(uid)
         if entry is None or isinstance(entry, tuple):
             if written is None:

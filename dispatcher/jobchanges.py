@@ -86,7 +86,7 @@ class JobChanges(EngineCore):
             claims.append(cols)
         won = await q.claim(s, claims)
         for cols in claims:
-            uid = sys.intern(cols["uid"])  # one string per uid across the engine's maps (issue 15)
+            uid = sys.intern(cols["uid"])  # one string per uid across the engine's maps
             if uid not in won:
                 continue  # another dispatcher claimed it first
             ch = jobs[uid]

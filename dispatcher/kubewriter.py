@@ -16,7 +16,7 @@ leaves on its own within moments (no condition of the Job's own yet, or only Kub
 or one whose latest condition the manager Job shows already (only counts changed), waits up to
 ``status_linger`` seconds the same way, and so does the Accepted's condition, also when a write of the Job
 (its Placed Event) is in flight as it comes: Accepted, Created and Running usually reach the manager Job in
-one write, not three (issue 15: the manager's status writes are most of what a Job costs its API server).
+one write, not three (the manager's status writes are most of what a Job costs its API server).
 While the writer is behind (more writes queued than it has workers) such a wait that ends is extended, up to
 ``start_linger_max`` from its start: the worker's next status is on its way, and writes are what is short
 (5,000-Job bursts on a loaded machine: Created or Running came more than 2 s after the Accepted for a third
@@ -110,7 +110,7 @@ class KubeWriter:
         self._todo: dict[str, _Todo] = {}
         self._busy: set[str] = set()
         self._queue: asyncio.Queue[str] = asyncio.Queue()
-        # per Job, packed (dispatcher/jobcache.py: compressed JSON, issue 15's memory goal) and kept with the Job
+        # per Job, packed (dispatcher/jobcache.py: compressed JSON) and kept with the Job
         # in the cache (``JobCache.set_written``): the status the manager Job has after the last write (mkd's
         # conditions and the worker's part are read from it)
         self._echoes: dict[str, str] = {}
@@ -246,7 +246,7 @@ class KubeWriter:
         """``federation.kube.EchoCheck`` for intake's informers: the watch event ``line`` (not decoded) is the echo
         of this writer's last status write of a Job (its version, and that Job's uid in the line) -- what
         ``defer`` would answer True for once decoded, with nothing for intake to do -- so it is not decoded
-        (one manager Job of a few KB per Job mirrored, issue 15). Returns the header the informer keeps."""
+        (one manager Job of a few KB per Job mirrored). Returns the header the informer keeps."""
         key = self._echo_keys.get(version)
         if key is None or self._echoes.get(key.uid) != str(version) \
                 or b'"uid":"' + key.uid.encode() + b'"' not in line:

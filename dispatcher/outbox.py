@@ -265,7 +265,7 @@ class Publisher:
     def _scan_due(self) -> bool:
         """Whether to look for rows left unsent: at most once per ``outbox_poll_seconds`` (they are only taken once
         that old, and an idle publisher wakes that often anyway), not each time a busy one has marked its last
-        Commands and has no fresh ones (issue 15: ~30 transactions a second at 100 Commands a second)."""
+        Commands and has no fresh ones (~30 transactions a second at 100 Commands a second)."""
         last = self._last_scan
         return last is None or self.clock.monotonic() - last >= self.settings.outbox_poll_seconds
 

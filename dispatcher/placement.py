@@ -471,7 +471,7 @@ class CapacityBook:
         self._parsed.pop(name, None)
 
     def reserve(self, uid: str, cluster: str, total: Resources) -> None:
-        """``total`` is kept, not copied (a Workload's shared Need's; never changed): issue 15's memory goal."""
+        """``total`` is kept, not copied (a Workload's shared Need's; never changed)."""
         old = self.reservations.get(uid)
         if old is not None:
             self._hold(old, -1)

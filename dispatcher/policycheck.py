@@ -55,7 +55,7 @@ class PolicyGate:
                                      announced, texts)
                        if head is not None else {})
             if refused:
-                self._base[uid] = (e, own)  # kept only while a policy changes it (issue 15: 100,000 entries)
+                self._base[uid] = (e, own)  # kept only while a policy changes it (100,000 entries)
                 e.placement = type(own)(own.pin, own.exclude | frozenset(refused), own.selector)
                 self._why[uid] = refused
             else:

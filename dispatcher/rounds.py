@@ -177,7 +177,7 @@ class PlacementRound(EngineCore):
         """One list of the same condition dicts for every Workload of a pass that gets the same conditions at
         the same time (``key``: the step, its texts and the batch's time), not a list each: the kube writer
         never changes a condition it is given, and after a burst of claims ~50,000 Jobs' conditions wait in
-        its backlog for minutes (issue 15: the claimed dispatcher's RSS). A few keys are remembered."""
+        its backlog for minutes (the claimed dispatcher's RSS). A few keys are remembered."""
         memo = self.shared_conditions
         conds = memo.get(key)
         if conds is None:

@@ -157,13 +157,13 @@ async def trim_memory(clock: Clock, every: float = TRIM_SECONDS, *, waiting: Cal
 
     glibc keeps what Python frees of its larger blocks (over 512 bytes: sealed Commands of 2 KiB, list
     pages, dict tables) for reuse and never shrinks the heap below the highest block still in use, so a
-    dispatcher's RSS stays at the peak of a burst of claims long after (issue 15: 165 -> 147 MB at 20,000
+    dispatcher's RSS stays at the peak of a burst of claims long after (165 -> 147 MB at 20,000
     Workloads once the Places were published). A trim takes milliseconds; a no-op on other C libraries.
 
     ``waiting`` counts the work a burst leaves in memory (the engine's inbox, the kube writer's backlog, the
     committed Commands not yet published): once it held ``BURST_ITEMS`` and has drained to ``DRAINED_ITEMS``,
-    the burst's garbage is free and the trim comes at once, not up to ``every`` seconds later (issue 15:
-    100,000 claims leave ~20-30 MB in glibc's heap). During a burst nothing is trimmed that the burst would
+    the burst's garbage is free and the trim comes at once, not up to ``every`` seconds later (100,000
+    claims leave ~20-30 MB in glibc's heap). During a burst nothing is trimmed that the burst would
     take back from the system moments later. A dispatcher that knows 100,000 Workloads and has little to do
     still grew by ~35 MB of glibc's free memory within seconds at times (its periodic work; what allocated
     it was not found): that is given back as soon as it is seen (``rss``), not at the next period."""

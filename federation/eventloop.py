@@ -1,6 +1,6 @@
 """The event loop mkd's processes run on: uvloop's where it is installed (a dependency on every platform but
 Windows), else asyncio's own. The same asyncio code either way; on uvloop a request to the API server costs the
-client about a fifth less CPU (issue 15, bench/RESULTS.md). The services run on it (``mkctl.services``), and so
+client about a fifth less CPU (bench/RESULTS.md). The services run on it (``mkctl.services``), and so
 do the benchmarks' own processes, so that the floor's client (``bench/e2e_bench.py``) is no slower than the
 services it is compared with."""
 

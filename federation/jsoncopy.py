@@ -2,9 +2,8 @@
 
 ``copy.deepcopy`` walks a Kubernetes object one Python call per node: about 44 µs for a
 two-replica PyTorchJob. A round trip through orjson makes the same copy in about 7 µs, and the
-agent and the dispatcher copy manifests, pod templates and statuses several times per job
-(issue 15). For JSON values (dicts with str keys, lists, str, int, float, bool, None) the copy is
-exact. A value JSON cannot hold (a non-str key, an integer beyond 64 bits, a dict or list subclass,
+agent and the dispatcher copy manifests, pod templates and statuses several times per job. For JSON
+values (dicts with str keys, lists, str, int, float, bool, None) the copy is exact. A value JSON cannot hold (a non-str key, an integer beyond 64 bits, a dict or list subclass,
 any other object) is copied by ``copy.deepcopy`` instead. A tuple comes back as a list and a float that
 JSON cannot write (NaN, infinity) as None: use this for data decoded from JSON (which holds neither),
 not for arbitrary Python structures.

@@ -8,7 +8,7 @@ model (de)serialisation would cost more than the request. Requests (not watches)
 ``Configuration`` (host, TLS files and checks) with the headers its ``update_params_for_auth``
 gives (bearer tokens, refreshed by exec plugins, re-read every ``AUTH_TTL`` seconds and after a 401).
 Handing each request to a urllib3 thread cost about 1.1 CPU-ms per request, this about 0.2
-(bench/RESULTS.md, issue 15). A configuration with a proxy keeps the official client's urllib3
+(bench/RESULTS.md). A configuration with a proxy keeps the official client's urllib3
 pool, on a thread pool sized ``KubeSettings.max_concurrency``, and so does
 ``KubeSettings.requests_on_loop = False``. Each watch streams in its own thread
 feeding an ``asyncio.Queue``. Every HTTP failure and every client exception becomes a
@@ -257,7 +257,7 @@ def _guard(what: str) -> Iterator[None]:
 
 
 def _key(obj: Mapping[str, Any]) -> str:
-    """An informer's key of an object: ``namespace/name`` (neither has a ``/``), one string (issue 15: the
+    """An informer's key of an object: ``namespace/name`` (neither has a ``/``), one string (the
     dispatcher's informer keeps 100,000; a tuple of two was one object more each)."""
     meta = obj.get("metadata") or {}
     return f"{meta.get('namespace') or ''}/{meta.get('name') or ''}"
@@ -453,7 +453,7 @@ class _Slots:
 
     A free slot is taken with no await and no scan. Python 3.11's Semaphore checks every waiter for
     cancellation on each acquire while any wait (``locked()``): with an apply loop's workers queued on
-    the connections that was 2 % of an agent's samples (issue 15). A released slot goes straight to the
+    the connections that was 2 % of an agent's samples. A released slot goes straight to the
     first waiter (no race with a newcomer); a waiter cancelled after it was handed one passes it on.
     """
 
@@ -1206,7 +1206,7 @@ class _Informer:
     def _kept(self, obj: dict[str, Any]) -> dict[str, Any] | tuple[str | int, str]:
         if not self.compact:
             return obj
-        rv = _rv(obj)  # kept as a number when it is one (the API server's are): 100,000 of them (issue 15)
+        rv = _rv(obj)  # kept as a number when it is one (the API server's are): 100,000 of them
         number = rv.isascii() and rv.isdigit() and (rv == "0" or rv[0] != "0")
         return (int(rv) if number else rv, str((obj.get("metadata") or {}).get("uid") or ""))
 

@@ -433,7 +433,7 @@ def prepare_job(obj: dict[str, Any], old: dict[str, Any] | None, uid: str) -> li
             new_t, old_t = _sched_free(spec.get("template")), _sched_free(ospec.get("template"))
             if not (mutable_directives and new_t == old_t):
                 # v1.36 names the pod spec when a suspended, never started Job's template spec changed
-                # beyond its scheduling directives (observed on a real v1.36 server, issue 10).
+                # beyond its scheduling directives (observed on a real v1.36 server).
                 if mutable_directives and isinstance(new_t, dict) and isinstance(old_t, dict) \
                         and {k: v for k, v in new_t.items() if k != "spec"} == \
                         {k: v for k, v in old_t.items() if k != "spec"}:

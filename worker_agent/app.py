@@ -49,7 +49,7 @@ SENDERS = 32
 """Reports publishing at once (each waits for its PUBACK; the link caps them at ``mqtt.max_inflight``).
 A PUBACK is read only when the agent's loop gets to it, and a loop busy with a burst of jobs takes
 tens of milliseconds per turn: four senders then carried well under 100 Reports/s and an Accepted
-reached the dispatcher about 16 s after the Job ran (issue 15). Numbers are stamped in the order
+reached the dispatcher about 16 s after the Job ran. Numbers are stamped in the order
 the senders take Reports, and the link publishes in that order."""
 NAMESPACED_READS = frozenset({SECRETS.plural, CONFIGMAPS.plural})
 """Children read only where Jobs may land when the policy lists those namespaces (see ``child_namespaces``)."""
@@ -289,7 +289,7 @@ class Agent:
         """The watch echoing a child this agent created or wrote (``federation.kube.EchoCheck``), handled without
         decoding it, as ``follow_children`` handles a ``Stored.HELD`` event: the agent's children carry its stamp
         (nothing foreign to check), and the owner gets the pass an echo is owed (none when it settles). Two to
-        four events per job are such echoes, each a few KB of JSON (issue 15)."""
+        four events per job are such echoes, each a few KB of JSON."""
         header = self.caches[plural].echo(rv, line)
         if header is None:
             return None
@@ -323,7 +323,7 @@ class Agent:
         """The watch echoing the inbox's create of the copy ``key`` (``Inbox.created``), handled without decoding
         it as ``follow_jobs`` handles the decoded one: the version is the create's answer, which the cache holds;
         it has no status and is not fenced, so the inbox, the lease keeper and the Reporter learn nothing from
-        it but that it was seen, and the job gets its first pass (issue 15: one decoded job a job less)."""
+        it but that it was seen, and the job gets its first pass (one decoded job a job less)."""
         assert self.apply is not None and self.inbox is not None
         made = self.inbox.created.get(rv)
         # the Reporter first: should the echo still be decoded after all (not the version held), the decoded

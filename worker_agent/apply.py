@@ -13,7 +13,7 @@ the pass before the status write, as upstream does; Temporary errors retry with 
 New jobs come in only as fast as the loop gets through its work (``admission``): the inbox creates a placed job
 once fewer than ``backlog_max`` passes wait, so a burst of Places waits unanswered, in the dispatcher's outbox and
 SQL, instead of as thousands of created jobs whose children and status come tens of seconds later (10,000-job
-bursts: 7,000 jobs accepted and not yet started across three agents, Running 7-30 s after the Accepted; issue 15).
+bursts: 7,000 jobs accepted and not yet started across three agents, Running 7-30 s after the Accepted).
 
 The watch echoes of a pass's own writes (a child it created, the status it wrote) carry nothing the pass
 did not already put in the caches. When the reconciler says a render right after them plans nothing more
@@ -26,7 +26,7 @@ A status whose latest condition is one a job leaves within moments (Kubeflow's `
 condition times and ``startTime`` stay the first pass's, as upstream's create predicate sets Created in the
 cached object that its first status write persists), and the first status that is not passing, or the held one
 once the hold is over, is written. A job whose pods run within the hold gets one status write, Created and
-Running together, instead of two (and one watch echo, one Status Report; issue 15). A Running status while
+Running together, instead of two (and one watch echo, one Status Report). A Running status while
 replicas are still to start (the reconciler's optional ``starting``: a Master running, its Worker not yet) is
 held the same way, so pods that start moments apart make one write, not one each. 0 writes at once, as
 upstream does.
@@ -69,7 +69,7 @@ EVENT_REPEAT_SECONDS = 60.0
 REPASS_DELAY = 0.05
 """Seconds a job that changed during its own pass waits before the next one (real time): the watch echoes of
 the pass's own writes (one per child created, the status) arrive over some milliseconds, and one pass then
-sees them all instead of one pass each (issue 15)."""
+sees them all instead of one pass each."""
 
 
 class StatusEcho(enum.Enum):
@@ -122,7 +122,7 @@ def _same_but_status(read: Mapping[str, Any], written: Mapping[str, Any]) -> boo
 
     The spec is read through ``metadata.generation`` when both carry one: the API server moves it on every change
     of a custom resource's (and a batch Job's) spec and never on a status write, so one generation is one spec,
-    and comparing the pod templates themselves was 3 % of an agent's samples at full speed (issue 15)."""
+    and comparing the pod templates themselves was 3 % of an agent's samples at full speed."""
     mine, theirs = read.get("metadata") or {}, written.get("metadata") or {}
     if (mine.get("generation") is None or theirs.get("generation") is None) and read.get("spec") != written.get("spec"):
         return False

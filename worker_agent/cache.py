@@ -105,7 +105,7 @@ def _trim_pod(obj: dict[str, Any], meta: Any) -> None:
     is changed in place, so what the informer holds shrinks with it.
 
     Plain loops, not comprehensions: each comprehension is a function call of its own on Python 3.11, and a
-    pod took about a dozen (3 watch events and a create answer per pod, issue 15)."""
+    pod took about a dozen (3 watch events and a create answer per pod)."""
     if isinstance(meta, dict):
         slim = {}
         for k in _SLIM_META:
@@ -199,7 +199,7 @@ _HEADER_META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerR
 def pack(obj: Mapping[str, Any]) -> bytes:
     """``obj`` as compact JSON in an exact-size buffer. orjson's own output is over-allocated (40,000 trimmed
     pods: 159 MiB as returned, 32 MiB copied); the copy costs ~2 us. zlib made them half as large again but
-    cost ~20 us per write and ~7 us per read (issue 15): a pass reads five objects, a job is written ~11 times."""
+    cost ~20 us per write and ~7 us per read: a pass reads five objects, a job is written ~11 times."""
     return bytes(memoryview(orjson.dumps(obj)))
 
 

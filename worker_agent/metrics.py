@@ -69,7 +69,7 @@ class AgentMetrics:
         self._reconcile_of: dict[str, Any] = {}
         self._calls_of: dict[tuple[str, int], Any] = {}
         """The labelled children, looked up once: ``labels()`` takes a lock and builds a key on every call, and
-        these are counted ~10 times per job (issue 15)."""
+        these are counted ~10 times per job."""
 
     def counter(self, name: str, doc: str, labels: Sequence[str] = ()) -> Counter:
         """For other parts to add their families to the agent's page."""

@@ -4,7 +4,7 @@ The agent enforces it in the inbox before creating anything (Rejected, reason ``
 naming each field), labels the namespaces it creates with the Pod Security level, and announces
 the policy in its heartbeat so the dispatcher can skip a cluster that would refuse a Job.
 ``CheckedPolicy`` remembers the answers for the last few (namespace, spec) pairs: Jobs placed in a
-burst mostly share one spec, and the check walks every pod template of it (issue 15).
+burst mostly share one spec, and the check walks every pod template of it.
 """
 
 from __future__ import annotations

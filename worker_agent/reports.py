@@ -164,7 +164,7 @@ class Outbox:
     def _hold(self, key: tuple[str, int, int], item: _Item) -> None:
         """Keep an Accepted back for ``accept_hold`` seconds: a Job whose pods start within moments has its first
         Status follow, and that Status alone tells the dispatcher what both did (one Report, one decision and one
-        row update fewer per Job, issue 15). The dispatcher's re-send of an unanswered Place is 30 s away."""
+        row update fewer per Job). The dispatcher's re-send of an unanswered Place is 30 s away."""
         now = self.clock.monotonic()
         self._held[key] = item
         self._held_order.append((now + self.accept_hold, key, item))
@@ -551,7 +551,7 @@ class CapacityMeter:
             node_shapes[str((node.get("metadata") or {}).get("name"))] = node
         used: Resources = {}
         used_on: dict[str, Resources] = {}
-        # thousands of pods share a few (node, shape) pairs: one sum per pair, not one per pod (issue 15)
+        # thousands of pods share a few (node, shape) pairs: one sum per pair, not one per pod
         pairs = Counter((node_name, shape) for phase, node_name, shape in pods if phase not in TERMINAL_PHASES)
         for (node_name, shape), count in pairs.items():
             req = scale(self._pod_requests(shape), count)

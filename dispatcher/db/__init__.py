@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from federation.errors import DatabaseUnavailable, Invalid, Permanent
 
-if TYPE_CHECKING:  # alembic is imported only to migrate: a dispatcher never needs it (~11 MB, issue 15)
+if TYPE_CHECKING:  # alembic is imported only to migrate: a dispatcher never needs it (~11 MB)
     from alembic.config import Config
 
 UPGRADE_HINT = "mkctl db upgrade --database-url <url>"
@@ -106,7 +106,7 @@ def ping_when_idle(engine: AsyncEngine, idle_seconds: float | None = None) -> No
 
     After a PostgreSQL restart every pooled connection is dead. SQLAlchemy's ``pool_pre_ping`` tests each
     one at every checkout (asyncpg's ping is a BEGIN and a ROLLBACK: two round trips per batch, a third
-    of the engine's statements when batches are small, issue 15). A connection used within the last
+    of the engine's statements when batches are small). A connection used within the last
     second is taken as alive; if the server went away since, the statement fails as a disconnect, which
     SQLAlchemy answers by replacing every connection of the pool made before it, and the engine holds
     and retries its batch as in any outage (:func:`database_error`). One that lay idle longer (the server

@@ -43,7 +43,7 @@ class UtcDateTime(sa.TypeDecorator[datetime]):
 
     def result_processor(self, dialect: Dialect, coltype: Any) -> Any:
         if dialect.name == "postgresql" and dialect.driver == "asyncpg":
-            return None  # asyncpg reads timestamptz as aware UTC datetimes already (issue 15: ~20 a Job, 5 us each)
+            return None  # asyncpg reads timestamptz as aware UTC datetimes already (~20 a Job, 5 us each)
         return super().result_processor(dialect, coltype)
 
     def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:

@@ -135,7 +135,7 @@ def _rows_json(rows: Sequence[Mapping[str, Any]]) -> str | None:
 def _json_insert_pg(table: sa.Table, names: tuple[str, ...]) -> Any:
     """``INSERT INTO table (names) SELECT ... FROM json_to_recordset(:rows)``: the rows as one JSON text
     parameter. SQLAlchemy's executemany (and asyncpg's arrays) convert every value of every row in
-    Python, ~2-4 us each: most of what a batch's statements cost the dispatcher (issue 15)."""
+    Python, ~2-4 us each: most of what a batch's statements cost the dispatcher."""
     source, values = _recordset(table, names)
     return sa.text(f"INSERT INTO {table.name} ({', '.join(names)}) SELECT {', '.join(values)} FROM {source}")
 
@@ -521,7 +521,7 @@ async def add_outbox(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -
     The caller assigns ids (see :class:`OutboxIds`), so the insert needs no RETURNING round trip, and
     the publisher can mark in-memory rows sent by id. On PostgreSQL it is one statement over one array
     per column (the payloads are bytes, which a JSON text cannot carry): an executemany built every
-    row's parameters in Python, most of what queuing a Command cost the database code (issue 15).
+    row's parameters in Python, most of what queuing a Command cost the database code.
     """
     if not rows:
         return

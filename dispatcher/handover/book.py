@@ -92,7 +92,7 @@ class HandoverBook:
         """Route policy -> why the webhook can never route its Jobs, as last said (absent: it can)."""
         self.namespace_labels: dict[str, dict[str, str]] = {}
         self.jobs: dict[str, _Seen] = {}
-        """uid -> its group; the manager's every Job (issue 15: 100,000 of them), so the groups are shared."""
+        """uid -> its group; the manager's every Job (100,000 of them), so the groups are shared."""
         self._groups: dict[_Seen, _Seen] = {}
         self._groups_limit = 1000
         self._todo: dict[str, tuple[JobKind, dict[str, Any]]] = {}

@@ -124,7 +124,7 @@ class Selector:
 
 NO_CLUSTERS: frozenset[str] = frozenset()
 NO_LABELS: Mapping[str, str] = MappingProxyType({})
-"""Shared by every Placement without them: a dispatcher holds one per pending Workload (issue 15)."""
+"""Shared by every Placement without them: a dispatcher holds one per pending Workload."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ cluster's informers and read by the scheduler; it does no I/O. An object that do
 kept out and its problem recorded in ``problems`` (``mkctl queues show`` prints it), so one bad
 ClusterQueue does not hide the others.
 
-**Open mode.** While no ClusterQueue exists, mkd behaves as before queueing was built: every Job
+**Open mode.** While no ClusterQueue exists, mkd admits without quota: every Job
 is admitted without quota, in priority and queue-time order, whatever its queue label says. As
 soon as one ClusterQueue exists, a Job must name (label ``kueue.x-k8s.io/queue-name``, ``default``
 when absent) a LocalQueue in its namespace that points to an existing ClusterQueue admitting that

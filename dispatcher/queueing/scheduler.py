@@ -146,8 +146,8 @@ class Queues:
         self.entries: dict[str, Entry] = {}
         self.admitted: dict[str, Admitted] = {}
         self.heaps: dict[str | None, list[tuple[int, float, int, str]]] = {}
-        """Per ClusterQueue: (-priority, queued_at, seq, uid), an entry's key and uid in one tuple (issue 15:
-        one per pending Workload); stale ones are dropped when they reach the top."""
+        """Per ClusterQueue: (-priority, queued_at, seq, uid), an entry's key and uid in one tuple (one per
+        pending Workload); stale ones are dropped when they reach the top."""
         self.aside: dict[str | None, dict[str, Entry]] = {}
         self.held = Holds(hold_seconds)          # starving heads' holds on a cluster or their queue
         self.tree = QuotaTree(catalog)
@@ -666,7 +666,7 @@ class Queues:
         if e.note:
             text = f"{text}; {e.note}"
         if e.reason != text or e.step != step:
-            e.reason, e.step = sys.intern(text), step  # thousands wait for the same reason: one string (issue 15)
+            e.reason, e.step = sys.intern(text), step  # thousands wait for the same reason: one string
             e.word = "QuotaNotReserved" if why == "quota" else "NoFittingCluster"
             result.waiting.append(e)
         if e.set_aside_since is None:

@@ -118,7 +118,7 @@ class QueueingState:
             label = (wl.meta(obj).get("labels") or {}).get(api.PRIORITY_CLASS_LABEL)
             inputs = (str(label or ""), tuple(str(p["priorityClassName"]) for p in row.get("podsets") or []
                                               if p.get("priorityClassName")))
-        # uids, namespaces and queue names shared with the engine's other maps (issue 15: 100,000 entries)
+        # uids, namespaces and queue names shared with the engine's other maps (100,000 entries)
         return Entry(priority_inputs=inputs, uid=sys.intern(row["uid"]), namespace=sys.intern(row["namespace"]),
                      name=row["name"], queue=sys.intern(row["queue"]), priority=int(row["priority"]),
                      queued_at=queued.timestamp(), seq=int(row.get("queue_seq") or 0), need=need, placement=placement,

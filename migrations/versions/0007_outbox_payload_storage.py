@@ -2,7 +2,7 @@
 
 A Place is sealed to its cluster's key before it is queued (``federation.sealing``): ciphertext does
 not compress, yet the column's default storage (``EXTENDED``) had the server try pglz on every row
-before moving it out of line, about a quarter of what the outbox cost the server (issue 15).
+before moving it out of line, about a quarter of what the outbox cost the server.
 ``EXTERNAL`` moves large values out of line as before, without the attempt. SQLite has no storage
 modes: nothing changes there.
 
