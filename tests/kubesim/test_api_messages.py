@@ -334,6 +334,14 @@ def apply_conflict(e: Env) -> tuple[dict[str, Any], dict[str, Any]]:
                                          "field": ".data.k"}]}}
 
 
+def role_rule(e: Env) -> tuple[dict[str, Any], dict[str, Any]]:
+    body = {"metadata": {"name": "r"}, "rules": [{"verbs": ["get"], "nonResourceURLs": ["/healthz"]}]}
+    got = refused(lambda: client.RbacAuthorizationV1Api(e.api).create_namespaced_role(e.ns, body, dry_run="All"))
+    return got, invalid("Role", "r", ("FieldValueInvalid", "rules[0].nonResourceURLs",
+                                      'Invalid value: ["/healthz"]: namespaced rules cannot apply to non-resource '
+                                      "URLs"), group="rbac.authorization.k8s.io")
+
+
 ROWS: list[tuple[str, str, Callable[[Env], tuple[dict[str, Any], dict[str, Any]]]]] = [
     ("404", "apimachinery pkg/api/errors/errors.go NewNotFound", not_found_core),
     ("404-group", "apimachinery pkg/api/errors/errors.go NewNotFound", not_found_group),
@@ -355,6 +363,8 @@ ROWS: list[tuple[str, str, Callable[[Env], tuple[dict[str, Any], dict[str, Any]]
     ("422-name-required", "apimachinery pkg/api/validation/objectmeta.go ValidateObjectMeta", name_required),
     ("422-annotations", "apimachinery pkg/api/validation/objectmeta.go ValidateAnnotations", annotations_too_long),
     ("422-resourceversion", "apiserver pkg/registry/generic/registry/store.go Update", resource_version_required),
+    ("422-role", "pkg/apis/rbac/validation/validation.go ValidatePolicyRule (a list value shown as JSON)",
+     role_rule),
     ("422-crd-name", "apiextensions-apiserver pkg/apis/apiextensions/validation/validation.go", crd_name),
     ("422-schema", "apiextensions-apiserver pkg/apiserver/validation/validation.go, kube-openapi validate",
      schema_causes),
