@@ -94,9 +94,8 @@ def _role(obj: dict[str, Any]) -> list[dict[str, str]]:
                                 "FieldValueRequired"))
         if rule.get("nonResourceURLs"):
             if obj.get("kind") == "Role":
-                causes.append(cause(f"{where}.nonResourceURLs", "Invalid value: []string"
-                                    f"{rule['nonResourceURLs']!r}: namespaced rules cannot apply to "
-                                    "non-resource URLs"))
+                causes.append(bad_value(f"{where}.nonResourceURLs", rule["nonResourceURLs"],
+                                        "namespaced rules cannot apply to non-resource URLs"))
             continue
         if not rule.get("apiGroups"):
             causes.append(cause(f"{where}.apiGroups",
