@@ -48,7 +48,7 @@ def test_pending_positions_queues_and_why(tmp_path: Path) -> None:
     url = f"sqlite+aiosqlite:///{tmp_path / 'mkd.db'}"
     asyncio.run(_fill(url))
     runner = CliRunner()
-    out = runner.invoke(app, ["workloads", "pending", "--queue", "team-a", "--database-url", url, "-o", "json"])
+    out = runner.invoke(app, ["workloads", "pending", "--cluster-queue", "team-a", "--database-url", url, "-o", "json"])
     assert out.exit_code == 0, out.output
     rows = json.loads(out.output)["items"]
     assert [(r["name"], r["position_in_cluster_queue"], r["position_in_local_queue"]) for r in rows] == [
