@@ -2,7 +2,7 @@
 
 A real server decodes a Pod, Job, Service, ... into its Go struct: a field the struct does not have is
 dropped, and ``fieldValidation`` says what the client hears (``Strict``: 400 ``strict decoding error:
-unknown field "spec.containers[0].imagePullPolciy"``; ``Warn``, the default: a warning; ``Ignore``:
+unknown field "spec.containers[0].imagePullPolciy"``, 422 at ``patch`` for a patch; ``Warn``, the default: a warning; ``Ignore``:
 nothing). kubesim has no Go structs; it takes the field sets from the official client's models (the
 ``openapi_types`` / ``attribute_map`` of ``kubernetes.client.models``, generated from the same API), so
 every built-in kind kubesim serves is checked to the client's API version. Free-form parts (``object``:

@@ -7,7 +7,7 @@ update, patch and apply of a custom resource (and its ``/status``), in the real 
    ``kind`` and ``metadata`` at the root and in ``x-kubernetes-embedded-resource`` objects) and
    non-nullable ``null`` values; the pruned paths are what ``fieldValidation`` reports:
    ``Strict`` -> 400 ``<Kind> in version "v1" cannot be handled as a <Kind>: strict decoding error:
-   unknown field "spec.foo"``, ``Warn`` (the server's default) -> a ``Warning: 299`` header per field,
+   unknown field "spec.foo"`` (a patch: 422 at ``patch``), ``Warn`` (the server's default) -> a ``Warning: 299`` header per field,
    ``Ignore`` -> nothing. Built-in kinds only get this step (kubesim.builtin_fields: typed decoding);
 2. **default** missing properties from ``default`` (recursively, defaults are themselves defaulted);
 3. **validate** like k8s.io/kube-openapi's SchemaValidator, with its messages
