@@ -15,7 +15,7 @@ from dispatcher.kubewriter import JobKey, KubeWriter
 from dispatcher.workload import condition, passing, removal, reset
 from federation import labels
 from federation.clock import Clock, FakeClock, SystemClock
-from federation.kube import EVENTS, Kube
+from federation.kube import EVENTS, JOBS, Kube
 from tests.dispatcher.harness import PYTORCHJOBS, eventually, pytorchjob
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -456,5 +456,35 @@ async def test_the_conditions_given_are_never_changed_so_many_jobs_may_share_the
             reserved = conds[labels.CONDITION_QUOTA_RESERVED]
             assert (reserved["status"], reserved["message"]) == ("False", "Previously: again")
             assert labels.CONDITION_PENDING not in conds and conds[labels.CONDITION_DISPATCHED]["status"] == "False"
+    finally:
+        task.cancel()
+
+
+async def test_a_new_copys_status_keeps_the_jobs_start_time_and_a_refused_write_is_not_dropped(kube: Kube) -> None:
+    """After a re-placement the new worker copy reports a status without ``startTime`` (it has not started):
+    the manager Job stays unsuspended, and a v1.36 server refuses a status without the ``startTime`` it had
+    (``startTime cannot be removed for unsuspended job``). The mirror keeps it, and the conditions go along."""
+    job = await kube.create(JOBS, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "b"}, "spec": {
+        "managedBy": labels.MULTIKUEUE, "template": {"spec": {"restartPolicy": "Never", "containers": [
+            {"name": "c", "image": "busybox:1.36"}]}}}}, "default")
+    key = JobKey(job["metadata"]["uid"], "Job", "default", "b")
+    cache = JobCache()
+    cache[key.uid] = job
+    writer = KubeWriter(kube, cache, SystemClock())
+    task = asyncio.create_task(writer.run())
+    try:
+        writer.mirror(key, {"startTime": "2026-01-01T00:02:00Z", "active": 1, "ready": 1, "terminating": 0,
+                            "uncountedTerminatedPods": {}})
+        await writer.wait_idle()
+        # evicted and placed again: the new copy's first status has not started yet
+        writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Placed", "placed on worker-2",
+                                        T0 + timedelta(minutes=3)))
+        writer.mirror(key, {"active": 0, "ready": 0, "terminating": 0, "uncountedTerminatedPods": {}})
+        await writer.wait_idle()
+        st = (await kube.get(JOBS, "b", "default")).get("status") or {}
+        assert st.get("startTime") == "2026-01-01T00:02:00Z"
+        assert st.get("active") == 0
+        assert [c["type"] for c in st.get("conditions") or []] == [labels.CONDITION_DISPATCHED]
+        assert writer.failures == 0
     finally:
         task.cancel()

@@ -177,3 +177,19 @@ def test_service_names_follow_the_relaxed_v1_36_rule(api: client.ApiClient, ns: 
     with pytest.raises(client.ApiException) as ei:
         v1.create_namespaced_service(ns, {"metadata": {"name": "a.b"}, "spec": {"ports": [{"port": 80}]}})
     assert ei.value.status == 422
+
+
+def test_start_time_cannot_be_removed_while_the_job_is_unsuspended(api: client.ApiClient, ns: str) -> None:
+    """A status write that drops ``startTime`` of a running Job is refused whole (what a mirror writing a new
+    worker copy's status, not started yet, must avoid); suspended, the same removal is accepted."""
+    batch = client.BatchV1Api(api)
+    batch.create_namespaced_job(ns, external_job("running"))
+    batch.patch_namespaced_job_status("running", ns, {"status": {"startTime": T0, "active": 1}})
+    st = status_refused(batch, "running", ns, {"startTime": None, "active": 0})
+    assert {"reason": "FieldValueRequired", "field": "status.startTime",
+            "message": "Required value: startTime cannot be removed for unsuspended job"} in st["details"]["causes"]
+    assert batch.read_namespaced_job_status("running", ns).status.active == 1   # nothing of it was written
+    batch.patch_namespaced_job("running", ns, {"spec": {"suspend": True}})
+    job = batch.patch_namespaced_job_status("running", ns, {"status": {"startTime": None, "active": 0}},
+                                            _content_type="application/merge-patch+json")
+    assert job.status.start_time is None
