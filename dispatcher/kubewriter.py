@@ -53,7 +53,7 @@ from dispatcher.workload import (
     passing,
 )
 from federation.clock import Clock
-from federation.errors import FederationError, NotFound, Temporary
+from federation.errors import FederationError, Invalid, NotFound, Temporary
 from federation.kinds.registry import by_name
 from federation.retry import capped
 
@@ -128,6 +128,8 @@ class KubeWriter:
         self.unchanged = 0
         """Writes skipped because the manager Job already had exactly that status."""
         self.failures = 0
+        self.refused = 0
+        """Writes the API server refused (422), each logged with what it refused (``_refused``)."""
 
     # --- what the engine calls (after its transaction committed) ------------------------------
 
@@ -336,6 +338,10 @@ class KubeWriter:
                 self._requeue(todo)
             except NotFound:
                 self.forget(uid)
+            except Invalid as exc:
+                self.failures += 1
+                self.refused += 1
+                self._refused(todo, exc)
             except FederationError as exc:
                 self.failures += 1
                 log.error("writing manager Job %s/%s failed: %s", todo.key.namespace, todo.key.name, exc)
@@ -346,6 +352,30 @@ class KubeWriter:
                     self._queue.put_nowait(uid)  # (a waiting one goes when its wait ends: _release)
                 elif not self._todo and not self._busy:
                     self._idle.set()
+
+    def _refused(self, todo: _Todo, exc: Invalid) -> None:
+        """The API server refused the status write (422): it is logged with what was refused and, when it carried
+        a worker status, mkd's conditions are written again without it (the Job keeps the worker status it had),
+        so a refusal never silently drops them."""
+        what = sorted({*todo.conditions, *(f"status.{k}" for k in todo.status or {})})
+        log.error("the API server refused the status of manager Job %s/%s (%s): %s; refused: %s",
+                  todo.key.namespace, todo.key.name, "conditions written again without the worker's status"
+                  if todo.status is not None and todo.conditions else "not written", exc, ", ".join(what))
+        if todo.status is None or not todo.conditions:
+            return
+        again = _Todo(todo.key, conditions=dict(todo.conditions))
+        newer = self._todo.get(todo.key.uid)
+        if newer is None:
+            self._todo[todo.key.uid] = again
+        else:  # later work on the Job: its conditions win, these fill in what it lacks
+            newer.conditions = {**again.conditions, **newer.conditions}
+
+    def _suspended(self, uid: str) -> bool:
+        try:
+            spec = self.cache[uid].get("spec")
+        except KeyError:
+            return False
+        return isinstance(spec, Mapping) and spec.get("suspend") is True
 
     def _requeue(self, old: _Todo) -> None:
         newer = self._todo.get(old.key.uid)
@@ -392,6 +422,10 @@ class KubeWriter:
                 mkd[type_] = cond
             # no new worker status: the worker's part of what the manager Job has stays (merge_status)
             target = merge_status(todo.status, mkd, current, kind.max_conditions)
+            started = (current or {}).get("startTime")
+            if started and not target.get("startTime") and not self._suspended(key.uid):
+                # a new worker copy (placed again) has not started yet: the Job, never suspended, started then
+                target["startTime"] = started
             patch = merge_patch(current, target)
             if current is not None and not patch:
                 self.unchanged += 1  # e.g. a status re-reported after a Resync: nothing to write

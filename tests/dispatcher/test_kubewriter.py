@@ -84,7 +84,8 @@ async def test_conditions_and_mirrors_keep_each_other_and_transition_times(kube:
         st = await status()
         assert [c["type"] for c in st["conditions"]] == [labels.CONDITION_REJECTED, labels.CONDITION_DISPATCHED,
                                                          "Succeeded"]
-        assert "startTime" not in st and st["replicaStatuses"] == {"Master": {"succeeded": 1}}
+        # ... but the Job, never suspended, keeps the time it started
+        assert st["startTime"] == "2026-01-01T00:02:00Z" and st["replicaStatuses"] == {"Master": {"succeeded": 1}}
 
         # the same again changes nothing: no write
         writes = writer.writes
@@ -486,5 +487,34 @@ async def test_a_new_copys_status_keeps_the_jobs_start_time_and_a_refused_write_
         assert st.get("active") == 0
         assert [c["type"] for c in st.get("conditions") or []] == [labels.CONDITION_DISPATCHED]
         assert writer.failures == 0
+    finally:
+        task.cancel()
+
+
+async def test_a_refused_worker_status_is_logged_and_the_conditions_still_go(kube: Kube, caplog: Any) -> None:
+    """A worker status the API server refuses (here a completionTime before the Job's startTime) is not
+    written; the refusal is logged with what it refused and counted, and mkd's conditions queued with it are
+    written again without it."""
+    job = await kube.create(JOBS, {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "r"}, "spec": {
+        "managedBy": labels.MULTIKUEUE, "template": {"spec": {"restartPolicy": "Never", "containers": [
+            {"name": "c", "image": "busybox:1.36"}]}}}}, "default")
+    key = JobKey(job["metadata"]["uid"], "Job", "default", "r")
+    cache = JobCache()
+    cache[key.uid] = job
+    writer = KubeWriter(kube, cache, SystemClock())
+    task = asyncio.create_task(writer.run())
+    try:
+        writer.mirror(key, {"startTime": "2026-01-01T00:02:00Z", "active": 1})
+        await writer.wait_idle()
+        writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Placed", "placed on worker-2", T0))
+        writer.mirror(key, {"startTime": "2026-01-01T00:02:00Z", "completionTime": "2026-01-01T00:01:00Z",
+                            "active": 0})
+        await writer.wait_idle()
+        st = (await kube.get(JOBS, "r", "default")).get("status") or {}
+        assert [c["type"] for c in st.get("conditions") or []] == [labels.CONDITION_DISPATCHED]
+        assert st.get("active") == 1 and "completionTime" not in st     # the refused worker status is not there
+        assert writer.refused == 1
+        assert any("refused the status of manager Job default/r" in r.getMessage()
+                   and "status.completionTime" in r.getMessage() for r in caplog.records)
     finally:
         task.cancel()
