@@ -423,8 +423,10 @@ class KubeWriter:
             # no new worker status: the worker's part of what the manager Job has stays (merge_status)
             target = merge_status(todo.status, mkd, current, kind.max_conditions)
             started = (current or {}).get("startTime")
-            if started and not target.get("startTime") and not self._suspended(key.uid):
-                # a new worker copy (placed again) has not started yet: the Job, never suspended, started then
+            if started and not target.get("startTime") and kind.api_version == "batch/v1" \
+                    and not self._suspended(key.uid):
+                # the API server refuses to remove a batch Job's startTime while it is not suspended (the copy
+                # evicted, or a new one placed that has not started yet): the Job keeps the time it started
                 target["startTime"] = started
             patch = merge_patch(current, target)
             if current is not None and not patch:

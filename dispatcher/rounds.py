@@ -138,16 +138,17 @@ class PlacementRound(EngineCore):
                 b.w_updates.setdefault(uid, {})["cluster_queue"] = cq
 
     def _evict(self, b: Batch, v: Eviction) -> None:
-        """A preempted Workload: its worker copy deleted by its agent, back to its queue with the eviction
-        time as queue time, ``Evicted`` / ``Preempted`` on the Job naming the preemptor, history kept."""
+        """A preempted Workload: its worker copy deleted by its agent, back to its queue at its old place (its
+        creationTimestamp, as Kueue orders it), ``Evicted`` / ``Preempted`` on the Job naming the preemptor,
+        history kept."""
         row = b.w.get(v.uid)
         if row is None or row["state"] not in ("placed", "running"):
             return
         uid = row["uid"]
         cluster = row.get("cluster")  # the history row names the cluster it leaves (_send_delete clears it)
         self._send_delete(b, row, f"preempted: {v.message}")
-        b.set_w(uid, state="pending", reason=v.message, cluster=None, queued_at=b.now, usage=None,
-                updated_at=b.now)
+        # its queue time stays its creationTimestamp: Kueue orders a preempted Workload where it was
+        b.set_w(uid, state="pending", reason=v.message, cluster=None, usage=None, updated_at=b.now)
         b.event(uid, "evicted", cluster=cluster, reason="Preempted", message=v.message)
         key = job_key(row)
         conds = jc.preempted(v.reason, v.message, b.now)
