@@ -2,16 +2,20 @@
 
 :class:`Queues` holds every pending Workload in memory (no cap: the old round looked at the first
 2,000 only), in one heap per ClusterQueue ordered by priority (higher first), then queue time (the
-Job's creationTimestamp, or its eviction time), then the order mkd claimed it (never the uid).
+Job's creationTimestamp, kept when it is preempted), then the order mkd claimed it (never the uid).
 It also holds the quota usage of every admitted Workload in a :class:`~dispatcher.queueing.quota.QuotaTree`.
 
-A pass (:meth:`Queues.schedule`) repeats rounds until nothing more is admitted: each round takes
-every ClusterQueue's head, orders those candidates (no borrowing first, then priority, then queue
-time), and for each one reserves quota (flavor assignment) and looks for a cluster where every pod
-fits (the placement policy) in one step, so quota is never held by a Workload that fits nowhere.
-Only one borrowing admission per cohort per round. A head that cannot be admitted is *set aside*
-in a ``BestEffortFIFO`` queue (it returns when quota in its cohort or cluster capacity frees, or a
-queue object changes) and *blocks* a ``StrictFIFO`` queue. **No starvation:** a head set aside
+A pass (:meth:`Queues.schedule`) repeats rounds, as Kueue repeats scheduling cycles, until nothing
+more is admitted: each round takes every ClusterQueue's head (its preemptor, while it has one),
+orders them (no borrowing first, then priority, then queue time; with fair sharing each next one by
+Kueue's tournament), and for each one reserves quota (flavor assignment) and looks for a cluster
+where every pod fits (the placement policy) in one step, so quota is never held by a Workload that
+fits nowhere; several may borrow in a round while the cohort has room. A head short of quota may
+preempt (:mod:`~dispatcher.queueing.preemption`): its victims stay counted and its room is its own
+for the rest of the pass; one without victims keeps its quota for the rest of the round unless its
+ClusterQueue reclaims ``Any``. A head that cannot be admitted is *set aside* in a ``BestEffortFIFO``
+queue with every Workload equal to it (it returns when quota in its cohort or cluster capacity frees,
+or a queue object changes) and *blocks* a ``StrictFIFO`` queue. **No starvation:** a head set aside
 for longer than ``starvation_seconds`` is tried first in every pass and, when it still fits no
 cluster, holds the cluster that comes closest: nothing queued after it is placed there until it
 fits; short of quota (that it could have), it blocks its ClusterQueue. Holds are bounded
@@ -60,7 +64,7 @@ class Entry:
     name: str
     queue: str               # the LocalQueue it names
     priority: int
-    queued_at: float         # POSIX seconds: creationTimestamp, or the eviction time
+    queued_at: float         # POSIX seconds: creationTimestamp
     seq: int                 # claim order: ties within one second of creationTimestamp
     need: Need
     placement: api.Placement = ANYWHERE

@@ -100,6 +100,7 @@ def drive(objs: list[dict[str, Any]], jobs: list[Job], deletions: list[float], *
     submitted: dict[str, Entry] = {}
     order: list[str] = []   # admission order of what holds quota
     cq_of: dict[str, str] = {}
+    admitted_at: dict[str, float] = {}
     events = sorted({j.at for j in jobs} | set(deletions))
     end = (max(events) if events else 0.0) + 30.0
     times = sorted(set(events) | ({round(k * tick, 3) for k in range(int(end / tick) + 1)} if tick else set()))
@@ -111,13 +112,19 @@ def drive(objs: list[dict[str, Any]], jobs: list[Job], deletions: list[float], *
             e.uid = j.name
             submitted[j.name] = e
             q.add(replace(e))
-        if t in deletions and order:
-            gone = order.pop(0)
+        if t in deletions and order:   # the earliest admitted (then by name) of what runs
+            gone = min(order, key=lambda uid: (admitted_at[uid], uid))
+            order.remove(gone)
             q.release(gone)
             trace.steps.append(Step(t, "delete", gone))
         for _ in range(1 if tick else 50):
             if not _pass(q, [cluster("w", node("n", cpu))], t, trace, submitted, order, cq_of):
                 break
+        held = set(order)
+        for uid in [u for u in admitted_at if u not in held]:   # evicted or deleted: admitted anew later
+            del admitted_at[uid]
+        for uid in order:
+            admitted_at.setdefault(uid, t)
     return trace
 
 
