@@ -109,3 +109,41 @@ def test_the_evicted_borrower_does_not_take_back_the_reclaimed_room() -> None:
     admitted, evicted = run(q, w, 9)
     assert admitted == ["a-high"] and evicted == []
     assert q.entries["uid-c-big"].step == "quota"
+
+
+def one_queue() -> Queues:
+    return Queues(catalog(flavor("default"), lq("default", "q", "a"),
+                          cq("a", flavors={"default": {"cpu": "4"}}, preemption={"withinClusterQueue": "LowerPriority"})))
+
+
+def test_among_equal_candidates_the_victim_is_on_the_cluster_where_the_preemptor_runs() -> None:
+    """Two low jobs admitted in one pass (equal in Kueue's order), one per cluster; the preemptor may only
+    run on w1. Kueue may take either; mkd takes the one on w1, where the room is of use."""
+    q = one_queue()
+    w = [cluster("w1", node("n", 2)), cluster("w2", node("n", 2))]
+    submit(q, entry("x", need(cpu=2), queue="q", priority=LOW, at=0), "w1")
+    submit(q, entry("y", need(cpu=2), queue="q", priority=LOW, at=1), "w2")
+    assert sorted(run(q, w, 2)[0]) == ["x", "y"]
+    submit(q, entry("high", need(cpu=2), queue="q", priority=HIGH, at=3), "w1")
+    full = [cluster("w1", node("n", 0)), cluster("w2", node("n", 0))]
+    assert run(q, full, 4)[1] == [("x", "InClusterQueue")]      # y, queued later, would be Kueue's tie order
+    assert "their room is freed on cluster w1" in q.entries["uid-high"].reason
+
+
+def test_the_set_is_never_widened_to_free_one_cluster_and_the_preemptor_says_it_waits() -> None:
+    """The preemptor needs both low jobs' quota, on two clusters of 2 cpu: Kueue's set is both, and no set
+    of them frees room for it on one cluster. mkd takes exactly Kueue's set and the preemptor waits for
+    room where it fits, saying so."""
+    q = one_queue()
+    w = [cluster("w1", node("n", 2)), cluster("w2", node("n", 2))]
+    submit(q, entry("x", need(cpu=2), queue="q", priority=LOW, at=0), "w1")
+    assert run(q, w, 1)[0] == ["x"]
+    submit(q, entry("y", need(cpu=2), queue="q", priority=LOW, at=2), "w2")
+    assert run(q, w, 3)[0] == ["y"]
+    submit(q, entry("big", need(cpu=4), queue="q", priority=HIGH, at=4))
+    full = [cluster("w1", node("n", 0)), cluster("w2", node("n", 0))]
+    assert sorted(run(q, full, 5)[1]) == [("x", "InClusterQueue"), ("y", "InClusterQueue")]
+    assert "on no single cluster where it fits: it waits for room to be freed where it fits" in \
+        q.entries["uid-big"].reason
+    assert run(q, w, 6) == ([], [])          # 2 cpu free on each cluster: still no room for 4 on one
+    assert "uid-x" not in q.admitted and "uid-y" not in q.admitted   # nothing took the quota it freed
