@@ -148,3 +148,28 @@ def test_a_placement_says_why_its_cluster_won() -> None:
     # worker-2 keeps (40 - 8) / 64 = 50% of its cpu free; worker-5's heartbeat is stale
     assert d.reason == ("roomiest fit: worker-2 keeps 50% of its scarcest requested resource free; "
                         "also fit: worker-1, worker-3; no room: worker-4 (lacks 6 cpu)")
+
+
+def test_a_pod_no_node_could_ever_hold_is_told_before_the_clusters_totals() -> None:
+    """2 pods x 16 GPUs on clusters of 4-GPU nodes: the first answer said "needs 32 nvidia.com/gpu in one
+    cluster; most free: ..." (waiting), where no node could ever hold one pod (never)."""
+    from dispatcher.placement import NodeView, PodSetDemand
+
+    def gpu_cluster(name: str, nodes: int, free: int) -> ClusterView:
+        c = view(name, gpu=4 * nodes, free_gpu=free, node_gpu=min(4, free))
+        c.nodes = [NodeView(f"{name}-n{i}", {}, (), {"cpu": D(32), "nvidia.com/gpu": D(min(4, free))},
+                            {"cpu": D(32), "nvidia.com/gpu": D(4)}) for i in range(nodes)]
+        return c
+
+    pod = {"cpu": D(1), "nvidia.com/gpu": D(16)}
+    huge = Need("PyTorchJob", {"cpu": D(2), "nvidia.com/gpu": D(32)}, (("master", pod),),
+                (PodSetDemand("master", 2, pod),))
+    d = choose(huge, [gpu_cluster("worker-3", 2, 6), gpu_cluster("worker-4", 1, 4)], now=NOW, timeout=30)
+    assert d.cluster is None
+    assert d.reason == ("can never run here: a master pod needs 16 nvidia.com/gpu on one node; no node has that "
+                        "much (largest: worker-4's, 4)")
+    # nodes that could hold a pod once free: waiting, per pod on the nodes, still before the totals
+    small = Need("PyTorchJob", {"cpu": D(2), "nvidia.com/gpu": D(8)}, (("master", {"cpu": D(1),
+                 "nvidia.com/gpu": D(4)}),), (PodSetDemand("master", 2, {"cpu": D(1), "nvidia.com/gpu": D(4)}),))
+    d = choose(small, [gpu_cluster("worker-3", 2, 3)], now=NOW, timeout=30)
+    assert d.cluster is None and not d.reason.startswith("can never"), d.reason
