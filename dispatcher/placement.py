@@ -13,7 +13,9 @@ score is the smallest remaining fraction of allocatable over the resources the W
 (so one scarce resource decides), ties broken by name. Clusters that are offline, whose last
 heartbeat is older than the timeout, that do not run the Workload's kind, or that rejected it
 before, are never chosen. When nothing fits, ``choose`` returns a reason that says what is
-missing where, e.g. ``needs 8 nvidia.com/gpu in one cluster; most free: worker-2 has 4``.
+missing where: a pod larger than any node first (``can never run here: ...`` when no node's allocatable
+could hold it), then the clusters' totals, e.g. ``needs 8 nvidia.com/gpu in one cluster; most free:
+worker-2 has 4``.
 
 The :class:`CapacityBook` holds the last heartbeat of each Cluster and subtracts the requests of
 placements made since, until a heartbeat sent ``settle`` seconds after the agent accepted them
@@ -87,6 +89,7 @@ class NodeView:
     labels: Mapping[str, str]
     taints: tuple[Taint, ...]
     free: Resources
+    allocatable: Resources = field(default_factory=dict)  # empty: the agent did not report it
 
 
 @dataclass(frozen=True)
@@ -371,9 +374,24 @@ def _why(best: tuple[tuple[Decimal, Decimal], str], fit: Sequence[str], no_room:
     return text
 
 
+def _never_on_a_node(need: Need, cluster: ClusterView) -> tuple[str, str, Decimal, Decimal] | None:
+    """The first (podset, resource, needed, largest node allocatable) no node of the cluster could ever hold,
+    from the nodes' allocatable figures (None when it could, or when the agent reports none)."""
+    if not cluster.nodes or not all(n.allocatable for n in cluster.nodes):
+        return None
+    for podset, requests in need.pods:
+        for res, amount in sorted(_relevant(requests, cluster).items()):
+            if res in OPTIONAL:
+                continue
+            biggest = max((n.allocatable.get(res, ZERO) for n in cluster.nodes), default=ZERO)
+            if amount > biggest:
+                return podset, res, amount, biggest
+    return None
+
+
 def _explain(need: Need, clusters: Sequence[ClusterView], excluded: set[str]) -> str:
     suffix = f" (not considered, rejected it before: {', '.join(sorted(excluded))})" if excluded else ""
-    # 1. a resource no single cluster has enough of
+    # 1. a resource no cluster offers at all
     for res in sorted(need.total):
         amount = need.total[res]
         if amount <= 0 or res in OPTIONAL:
@@ -381,12 +399,13 @@ def _explain(need: Need, clusters: Sequence[ClusterView], excluded: set[str]) ->
         if not any(c.allocatable.get(res, ZERO) > 0 for c in clusters):
             return (f"no cluster offers {res} at all (checked {', '.join(c.name for c in clusters)}); "
                     f"it needs {q(amount, res)}{suffix}")
-        most = max(clusters, key=lambda c: (c.free.get(res, ZERO), c.name))
-        have = most.free.get(res, ZERO)
-        if have < amount:
-            return (f"needs {q(amount, res)} in one cluster; most free: {most.name} has "
-                    f"{format_quantity(max(have, ZERO), res)}{suffix}")
-    # 2. a pod larger than any node
+    # 2. a pod larger than any node, per pod on the nodes before the clusters' totals: larger than any node
+    # could ever hold (the nodes' allocatable) is "never", else no node has that much free now
+    never = [(c, m) for c in clusters if (m := _never_on_a_node(need, c)) is not None]
+    if len(never) == len(clusters) and never:
+        cluster, (podset, res, amount, biggest) = max(never, key=lambda cm: (cm[1][3], cm[0].name))
+        return (f"can never run here: a {podset} pod needs {q(amount, res)} on one node; no node has that much "
+                f"(largest: {cluster.name}'s, {format_quantity(biggest, res)}){suffix}")
     misfits = [(c, m) for c in clusters if (m := _fits_pods(need, c)) is not None]
     if len(misfits) == len(clusters) and misfits:
         cluster, (podset, res, amount, _) = max(
@@ -394,7 +413,17 @@ def _explain(need: Need, clusters: Sequence[ClusterView], excluded: set[str]) ->
         have = cluster.largest_node_free.get(res, ZERO)
         return (f"a {podset} pod needs {q(amount, res)} on one node; largest free node: {cluster.name} "
                 f"has {format_quantity(have, res)}{suffix}")
-    # 3. each resource exists somewhere, but never all of it together (or not pod by pod on nodes)
+    # 3. a resource no single cluster has enough of
+    for res in sorted(need.total):
+        amount = need.total[res]
+        if amount <= 0 or res in OPTIONAL:
+            continue
+        most = max(clusters, key=lambda c: (c.free.get(res, ZERO), c.name))
+        have = most.free.get(res, ZERO)
+        if have < amount:
+            return (f"needs {q(amount, res)} in one cluster; most free: {most.name} has "
+                    f"{format_quantity(max(have, ZERO), res)}{suffix}")
+    # 4. each resource exists somewhere, but never all of it together (or not pod by pod on nodes)
     parts = []
     for cluster in clusters:
         missing = shortfall(_relevant(need.total, cluster), cluster.free)
@@ -508,7 +537,8 @@ class CapacityBook:
             parsed = self._parsed.get(name)
             if parsed is None or parsed[0] is not hb:
                 nodes = [NodeView(n.name, n.labels, tuple((t.key, t.value, t.effect) for t in n.taints),
-                                  _parse(n.free, "nodes.free")) for n in hb.capacity.nodes]
+                                  _parse(n.free, "nodes.free"), _parse(n.allocatable, "nodes.allocatable"))
+                         for n in hb.capacity.nodes]
                 parsed = self._parsed[name] = (hb, _parse(hb.capacity.allocatable, "allocatable"),
                                                _parse(hb.capacity.free, "free"),
                                                _parse(hb.capacity.largest_node_free, "largest_node_free"), nodes)
@@ -575,5 +605,5 @@ def subtract_from_nodes(nodes: list[NodeView], total: Resources, need: Need | No
     out = list(nodes)
     for i, free in touched.items():
         n = nodes[i]
-        out[i] = NodeView(n.name, n.labels, n.taints, free)
+        out[i] = NodeView(n.name, n.labels, n.taints, free, n.allocatable)
     return out

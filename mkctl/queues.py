@@ -53,7 +53,8 @@ def queues_list(database_url: DatabaseUrl = None, output_format: Output = Output
                 server: Server = None, token: Token = None, kubeconfig: Kubeconfig = None) -> None:
     """Every ClusterQueue: cohort, pending and admitted Workloads, the quota they hold."""
     page = source(database_url, server, token, kubeconfig).queues()
-    rows = [_queue_view(q) for q in page["cluster_queues"]]
+    raw = output_format in (OutputFormat.json, OutputFormat.yaml)
+    rows = [q if raw else _queue_view(q) for q in page["cluster_queues"]]
     empty = ("No ClusterQueue exists: Workloads are admitted in arrival order without quota (open mode)."
              if page["source"] == "manager" else "No Workload was recorded in a ClusterQueue; " + RECORDS_ONLY + ".")
     typer.echo(output.render(rows, QUEUE_COLUMNS, output_format, kind="ClusterQueueList", empty=empty))
@@ -75,8 +76,16 @@ def queues_show(name: Annotated[str, typer.Argument(help="ClusterQueue name.")],
         raise CommandFailed(f"clusterqueue: no ClusterQueue {name!r} ({where}; known: {known})")
     pending = src.pending(cluster_queue=name)
     local = [q for q in page["local_queues"] if q["cluster_queue"] == name]
-    typer.echo(output.render_one({**_queue_view(found[0]), "local_queues": local, "pending_workloads": pending},
-                                 output_format, sections=[
+    if output_format in (OutputFormat.json, OutputFormat.yaml):
+        typer.echo(output.render_one({**found[0], "local_queues": local, "pending_workloads": pending},
+                                     output_format))
+        return
+    q = _queue_view(found[0])
+    shown = {"name": q["name"], "cohort": q["cohort"], "quota": q["quota_text"], "usage": q["usage_text"],
+             "pending": q["pending"], "admitted": q["admitted"]}
+    if q.get("problem"):
+        shown["problem"] = q["problem"]
+    typer.echo(output.render_one(shown, output_format, sections=[
         ("LocalQueues", local, LOCAL_QUEUE_COLUMNS),
         ("Pending", [_pending_view(r) for r in pending], PENDING_COLUMNS)]))
 
