@@ -4,8 +4,9 @@
 ``tests/e2e`` against a real manager plus workers when ``MKD_TEST_KUBECONFIGS`` is
 ``manager=/path/m.kubeconfig,worker-1=/path/w1.kubeconfig,...``. There, a test runs when it is marked
 ``realcluster``; a test marked ``kubesim_only("why")`` or ``needs_running_pods("why")`` skips with that
-reason (pods on a real test cluster, e.g. KWOK nodes, may never run); any other test skips asking to be
-marked, so that no test is left out silently.
+reason (on a test cluster of kwok-style nodes pods become Running and batch Job pods complete, but no
+container really runs, so nothing else completes); any other test skips asking to be marked, so that no
+test is left out silently.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import pytest
 
 REASONS = {
     "kubesim_only": "kubesim only",
-    "needs_running_pods": "needs pods that run to completion, which a real test cluster may never do",
+    "needs_running_pods": "needs pods whose containers really run to completion (kwok-style nodes only make pods "
+                          "Running and complete batch Job pods)",
 }
 
 

@@ -38,11 +38,9 @@ from federation.kube import Call, Kube, resource_for
 from mkctl import jobs
 from mkctl.demo import observe_all, submit
 from mkctl.topology import Topology, TopologyOptions
-from tests.e2e.conftest import NotYet, check_not_forbidden, wait_for
+from tests.e2e.conftest import REAL, NotYet, check_not_forbidden, wait_for
+from tests.realcluster import parse_kubeconfigs
 from tests.waiting import eventually
-
-pytestmark = pytest.mark.kubesim_only("creates deploy/'s namespaces for the dry-runs and runs every sample job, "
-                                      "whose pods must run to completion")
 
 ROOT = Path(__file__).resolve().parents[2]
 OVERLAYS = {"demo-manager": "manager", "production-manager": "manager",
@@ -150,15 +148,33 @@ def allowed(granted: set[tuple[str, str, str]], verb: str, group: str, resource:
     return any(v in (verb, "*") and g in (group, "*") and r in (resource, "*") for v, g, r in granted)
 
 
+class Clusters:
+    """The manager and one worker: real ones from MKD_TEST_KUBECONFIGS (its first worker), or kubesim's."""
+
+    def __init__(self, paths: dict[str, Path], sim: kubesim.Sim | None = None) -> None:
+        self.paths = paths
+        self.sim = sim
+
+    def kubeconfig(self, role: str) -> Path:
+        """``manager`` or ``worker-1`` (the worker role, whatever the real worker is called)."""
+        return self.paths[role]
+
+
 @pytest.fixture(scope="module")
-def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[kubesim.Sim]:
+def clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Clusters]:
+    if REAL:
+        given = {k: Path(v) for k, v in parse_kubeconfigs(REAL).items()}
+        worker = next(k for k in given if k != "manager")
+        yield Clusters({"manager": given["manager"], "worker-1": given[worker]})
+        return
     specs = [kubesim.ClusterSpec("manager", [kubesim.NodeSpec("manager-node-1")]),
              kubesim.ClusterSpec("worker-1", [kubesim.NodeSpec("worker-1-node-1")])]
     with kubesim.serve(specs, tmp_path_factory.mktemp("deploy")) as sim:
-        yield sim
+        yield Clusters({name: Path(sim.kubeconfig(name)) for name in ("manager", "worker-1")}, sim)
 
 
 @needs_kubectl
+@pytest.mark.realcluster  # renders only
 def test_crds_install_from_one_place() -> None:
     docs = render("../crds")
     shipped = {p.name.removesuffix(".yaml") for p in (ROOT / "federation" / "kinds" / "crds").glob("*.yaml")
@@ -167,8 +183,9 @@ def test_crds_install_from_one_place() -> None:
 
 
 @needs_kubectl
+@pytest.mark.realcluster  # creates deploy/'s Namespaces (kept: a later run or a deploy reuses them), nothing else
 @pytest.mark.parametrize("overlay", sorted(OVERLAYS))
-def test_overlay_applies_with_server_side_dry_run(clusters: kubesim.Sim, overlay: str) -> None:
+def test_overlay_applies_with_server_side_dry_run(clusters: Clusters, overlay: str) -> None:
     docs = render(overlay)
     api = config.new_client_from_config(str(clusters.kubeconfig(OVERLAYS[overlay])))
     try:
@@ -197,7 +214,8 @@ def test_overlay_applies_with_server_side_dry_run(clusters: kubesim.Sim, overlay
         api.close()
 
 
-def test_kubesim_refuses_a_deployment_whose_selector_misses_its_template(clusters: kubesim.Sim) -> None:
+@pytest.mark.realcluster  # creates nothing: both objects are refused
+def test_the_server_refuses_a_deployment_whose_selector_misses_its_template(clusters: Clusters) -> None:
     api = config.new_client_from_config(str(clusters.kubeconfig("manager")))
     try:
         body = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "bad"},
@@ -243,6 +261,8 @@ async def confined(tmp_path: Path, mqtt_url: str, database_url: str, topic_root:
 
 @needs_kubectl
 @pytest.mark.slow
+@pytest.mark.needs_running_pods("every sample job must reach its end (PyTorchJob, MPIJob and TrainJob pods complete), "
+                                "so that every call of a job's life is made")
 async def test_the_roles_grant_what_the_services_call_and_nothing_more(confined: Topology) -> None:
     federation = confined
     examples = jobs.load_examples()
@@ -316,7 +336,9 @@ def check_role(service: str, role: dict[str, Any], calls: set[tuple[str, str, st
 
 
 @needs_kubectl
-async def test_the_fencers_roles_grant_what_it_calls_when_it_fences_and_nothing_more(clusters: kubesim.Sim) -> None:
+@pytest.mark.kubesim_only("fences a worker: writes an expired lease record for its agent into mkd-system, which "
+                          "would stop the real worker's mkd jobs")
+async def test_the_fencers_roles_grant_what_it_calls_when_it_fences_and_nothing_more(clusters: Clusters) -> None:
     """A worker whose agent's lease record ran out, with a placed PyTorchJob and its pod: the fencer
     suspends the one and deletes the other, and its roles must grant exactly the calls it made."""
     from datetime import UTC, datetime, timedelta

@@ -20,7 +20,7 @@ from mkctl.topology import Topology
 from tests.e2e.conftest import NotYet, wait_for
 from tests.security.conftest import sniffing
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.realcluster]  # a batch Job: its pod completes on kwok-style nodes
 SECRET = f"s3cr3t-{uuid.uuid4().hex}"
 
 
