@@ -97,6 +97,7 @@ class SimCluster:
         await self._http.start("127.0.0.1", self.port, backlog=1024, ssl=self._tls)
         self.running = True
         self._sim = await _start_sim(self.store, self.spec, self.loop)
+        self.server.logs = getattr(getattr(self._sim, "kubelet", None), "logs", None)
 
     async def stop(self) -> None:
         if not self.running:

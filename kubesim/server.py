@@ -26,8 +26,10 @@ from kubesim.audit import AuditLog
 from kubesim.authz import Access, token_request_target
 from kubesim.errors import ApiError, not_found
 from kubesim.httpserver import HttpServer, Request, Response, StreamResponse
+from kubesim.podlog import serve_pod_log
 from kubesim.resources import ResourceType
 from kubesim.reviews import Reviews
+from kubesim.sim.logs import LogBook
 from kubesim.store import RETURNS_OBJECT, Rec, Store
 from kubesim.watch import Watcher, serve_watch
 from kubesim.webhooks import Webhooks, warning_headers
@@ -109,6 +111,8 @@ class ApiServer:
         self.audit = AuditLog()
         self.access = Access(store, enforce=bool(getattr(getattr(store, "spec", None), "authorize", False)))
         """Authentication and RBAC (kubesim/authz.py); ``access.enforce`` judges every request."""
+        self.logs: LogBook | None = None
+        """The simulated kubelet's container logs (kubesim/sim/logs.py), served by pods/{name}/log."""
         self.reviews = Reviews(store, self.access)
         """TokenReview / SubjectAccessReview (kubesim/reviews.py); ``reviews.add_token`` adds users."""
 
@@ -294,8 +298,8 @@ class ApiServer:
         if t.sub == "scale":
             return await self._scale(request, t)
         if t.sub == "log":
-            store.get_rec(rt.key, t.namespace, name) or self._raise_nf(t)
-            return Response(text="", content_type="text/plain")
+            assert t.namespace is not None
+            return await serve_pod_log(store, self.logs, request, t.namespace, name)
         if t.sub == "binding":
             return await self._binding(request, t)
         # namespaces/finalize writes spec.finalizers; it is a main-resource write with a narrower body.

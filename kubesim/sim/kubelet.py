@@ -34,6 +34,7 @@ from kubesim.sim.common import (
     now_ts,
     set_condition,
 )
+from kubesim.sim.logs import LogBook
 from kubesim.sim.scheduler import TERMINAL, Scheduler
 
 RESTART_DELAY = 0.05
@@ -127,10 +128,13 @@ class Kubelet:
         self._due: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
         self._due_handle: asyncio.Handle | None = None
         self.stopped = False
+        self.logs = LogBook()
+        """What each container start printed (kubesim/sim/logs.py); the pods/log endpoint reads it."""
         scheduler.on_node_change.append(self._node_changed)
 
     def stop(self) -> None:
         self.stopped = True
+        self.logs.close()
         for run in self.runs.values():
             if run.handle is not None:
                 run.handle.cancel()
@@ -239,6 +243,7 @@ class Kubelet:
             run.handle = None
         if self.runs.get(run.key) is run:
             del self.runs[run.key]
+            self.logs.drop_pod(run.uid)
 
     # --- transitions --------------------------------------------------------------------------
     def _current(self, run: PodRun) -> dict[str, Any] | None:
@@ -303,6 +308,9 @@ class Kubelet:
         ]
         if spec.get("initContainers"):
             status["initContainerStatuses"] = [_init_status(c, run, stamp) for c in spec["initContainers"]]
+        for c in containers:
+            self.logs.start(pod, c, _container_id(run), run.attempt,
+                            None if run.outcome.forever else run.outcome.run_seconds)
         self._write_status(run, pod)
         self._schedule_exit(run)
         if probed:
@@ -334,6 +342,7 @@ class Kubelet:
             return
         code = run.outcome.code_for(run.attempt)
         run.exits.append(code)
+        self.logs.finish(_container_id(run), _names(pod))
         restart = run.restart_policy == "Always" or (run.restart_policy == "OnFailure" and code != 0)
         if restart:
             self._crash_loop(run, pod, code)
@@ -371,6 +380,7 @@ class Kubelet:
     def _terminate(self, run: PodRun, pod: dict[str, Any], code: int, *, force_failed: bool = False) -> None:
         stamp = now_ts()
         run.state = "done"
+        self.logs.finish(_container_id(run), _names(pod))
         spec = pod.get("spec") or {}
         status = pod.setdefault("status", {})
         status["phase"] = "Succeeded" if code == 0 and not force_failed else "Failed"
@@ -486,6 +496,10 @@ def remove_pod(store: StoreLike, namespace: str, name: str) -> None:
         final("pods", namespace, name)
     else:
         store.delete("pods", namespace, name)
+
+
+def _names(pod: Mapping[str, Any]) -> list[str]:
+    return [str(c.get("name") or "") for c in (pod.get("spec") or {}).get("containers") or ()]
 
 
 def _host_ip(addresses: list[dict[str, Any]], index: int) -> str:
