@@ -55,10 +55,6 @@ UNUSED_ON_PURPOSE: dict[str, dict[tuple[str, str, str], str]] = {
                                    "deleted before its claim was handled); tests/dispatcher cover that path",
         ("create", "", "events"): "Warning Events on invalid Jobs (tests/dispatcher/test_conditions.py); "
                                   "every sample is valid",
-        ("list", "handover.mkd.dev", "handoverpolicies"): "dispatcher/handover reads HandoverPolicies when "
-                                                           "handover is enabled (tests/e2e/test_handover.py); "
-                                                           "off in this run",
-        ("watch", "handover.mkd.dev", "handoverpolicies"): "as above: handover is off in this run",
         ("create", "authentication.k8s.io", "tokenreviews"): "the admin API checks a caller's bearer token "
                                                              "(dispatcher/api; no admin calls in this run)",
         ("create", "authorization.k8s.io", "subjectaccessreviews"): "the admin API asks RBAC whether the caller "
@@ -316,7 +312,8 @@ async def test_the_roles_grant_what_the_services_call_and_nothing_more(confined:
         calls = {(c.verb, c.group, c.resource) for c in used[f"mkd-{service}"]}
         assert calls, f"the {service} made no API calls"
         check_role(service, role, calls, ignore_unused=service == "fencer")  # fencing: the test below
-        figures.append(f"{service}: {len({normalize(*c) for c in calls})} rules used")
+        used_rules = sorted({normalize(*c) for c in calls})
+        figures.append(f"{service}: {len(used_rules)} rules used: {used_rules}")
     print("RBAC from the calls:", "; ".join(figures))
 
 
