@@ -118,6 +118,8 @@ async def test_every_read_verb_answers_the_same_through_every_surface(federation
         ("why (pending)", ("why", "default/too-large"), kubeconfig),
         ("why (admitted or finished)", ("why", "default/pytorch-simple"), kubeconfig),
         ("why (other controller)", ("why", "default/other-controller"), kubeconfig),
+        ("handover status", ("handover", "status"), ()),
+        ("handover report", ("handover", "report"), ()),
     ]
     checked = []
     for what, args, extra in verbs:
@@ -139,6 +141,8 @@ async def test_every_read_verb_answers_the_same_through_every_surface(federation
     assert why["answer"].startswith("can never run here: no node has 16 nvidia.com/gpu for a "), why
     assert "(largest node: 4) on worker-3" in why["answer"], why  # the GPU cluster, named first
     assert any("worker-3 (heartbeat" in d for d in why["details"]), why
+    counted = (await asyncio.to_thread(api, "/handover/status"))["items"]
+    assert {"kubeflow.org/training-operator", "kueue.x-k8s.io/multikueue"} <= {c["controller"] for c in counted}
     queues = await asyncio.to_thread(api, "/queues")
     assert {q["name"] for q in queues["cluster_queues"]} == {"team-a", "team-b", "shared"}
 
