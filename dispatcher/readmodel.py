@@ -125,12 +125,16 @@ async def refused_senders(session: AsyncSession) -> list[dict[str, Any]]:
             for r in (_row(x) for x in await queries.list_refusals(session))]
 
 
-async def handover_status(session: AsyncSession, namespace: str | None = None) -> list[dict[str, Any]]:
-    """Jobs on the manager per namespace, kind and controller, as the dispatcher last counted them."""
-    from dispatcher.handover.queries import counts
+async def handover_status(session: AsyncSession, namespace: str | None = None) -> dict[str, Any]:
+    """Jobs on the manager per namespace, kind and controller, as the dispatcher last counted them
+    (``items``), and the Route policies that route nothing, with why and the fix (``warnings``)."""
+    from dispatcher.handover.queries import counts, unreached
 
-    return [{k: _utc(v) if isinstance(v, datetime) else v for k, v in r.items()}
-            for r in await counts(session, namespace)]
+    def utc(r: Mapping[str, Any]) -> dict[str, Any]:
+        return {k: _utc(v) if isinstance(v, datetime) else v for k, v in r.items()}
+
+    return {"items": [utc(r) for r in await counts(session, namespace)],
+            "warnings": [utc(w) for w in await unreached(session)]}
 
 
 async def handover_report(session: AsyncSession, namespace: str | None = None) -> list[dict[str, Any]]:

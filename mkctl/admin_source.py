@@ -139,12 +139,15 @@ class DatabaseSource:
 
         return list(self._read(lambda s, _: readmodel.refused_senders(s)))
 
-    def handover(self, what: str, namespace: str | None) -> list[dict[str, Any]]:
-        """``status`` or ``report`` of the handover (``mkctl handover``)."""
+    def handover_status(self, namespace: str | None) -> dict[str, Any]:
         from dispatcher import readmodel
 
-        read = readmodel.handover_status if what == "status" else readmodel.handover_report
-        return list(self._read(lambda s, _: read(s, namespace)))
+        return dict(self._read(lambda s, _: readmodel.handover_status(s, namespace)))
+
+    def handover_report(self, namespace: str | None) -> list[dict[str, Any]]:
+        from dispatcher import readmodel
+
+        return list(self._read(lambda s, _: readmodel.handover_report(s, namespace)))
 
     def pending(self, *, cluster_queue: str | None = None, namespace: str | None = None,
                 queue: str | None = None) -> list[dict[str, Any]]:
@@ -229,8 +232,13 @@ class ApiSource:
     def refused(self) -> list[dict[str, Any]]:
         return [_iso_times(dict(r)) for r in self._call("GET", "/refused")["items"]]
 
-    def handover(self, what: str, namespace: str | None) -> list[dict[str, Any]]:
-        return [_iso_times(dict(r)) for r in self._call("GET", f"/handover/{what}",
+    def handover_status(self, namespace: str | None) -> dict[str, Any]:
+        page = self._call("GET", "/handover/status", params={"namespace": namespace})
+        return {"items": [_iso_times(dict(r)) for r in page["items"]],
+                "warnings": [_iso_times(dict(w)) for w in page["warnings"]]}
+
+    def handover_report(self, namespace: str | None) -> list[dict[str, Any]]:
+        return [_iso_times(dict(r)) for r in self._call("GET", "/handover/report",
                                                         params={"namespace": namespace})["items"]]
 
     def pending(self, *, cluster_queue: str | None = None, namespace: str | None = None,

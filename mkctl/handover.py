@@ -3,19 +3,19 @@
 ``status``: Jobs per controller (managedBy), namespace and kind on the manager, as the dispatcher last
 counted them. ``report``: for the Jobs of other controllers that a HandoverPolicy selects, what mkd would
 do with them: how many it would accept, why it would refuse the others, where they would run. Both read
-the dispatcher's database (``--database-url``).
+the dispatcher's database (``--database-url``) or ask its API (``--server``), through the read model.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from mkctl import output
-from mkctl.admin_source import with_session
+from mkctl.admin import Server, Token, source
 from mkctl.output import Column, OutputFormat
-from mkctl.services import DatabaseUrl, database_url_from
+from mkctl.services import DatabaseUrl
 
 app = typer.Typer(help="Hand Jobs over between controllers gradually: counts and the shadow report.",
                   no_args_is_help=True)
@@ -36,15 +36,11 @@ REFUSAL_COLUMNS = [Column("NAMESPACE", "namespace"), Column("KIND", "kind"), Col
 
 @app.command("status")
 def status(database_url: DatabaseUrl = None, namespace: Namespace = None,
-           output_format: Output = OutputFormat.table) -> None:
+           output_format: Output = OutputFormat.table, server: Server = None, token: Token = None) -> None:
     """Jobs per controller, namespace and kind on the manager cluster; a warning per Route policy that
     routes nothing (no webhook registered, or its namespaces not opted in), with the fix."""
-    from dispatcher.handover.queries import counts, unreached
-
-    async def both(session: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-        return await counts(session, namespace), await unreached(session)
-
-    rows, warnings = with_session(database_url_from(database_url), both)
+    page = source(database_url, server, token).handover_status(namespace)
+    rows, warnings = page["items"], page["warnings"]
     typer.echo(output.render(rows, STATUS_COLUMNS, output_format, kind="HandoverStatus",
                              empty="No Jobs counted yet (is the dispatcher running with handover enabled?)."))
     for w in warnings:  # on stderr: -o json stays one document
@@ -53,11 +49,9 @@ def status(database_url: DatabaseUrl = None, namespace: Namespace = None,
 
 @app.command("report")
 def report(database_url: DatabaseUrl = None, namespace: Namespace = None,
-           output_format: Output = OutputFormat.table) -> None:
+           output_format: Output = OutputFormat.table, server: Server = None, token: Token = None) -> None:
     """Would it be safe to route these Jobs to mkd? What mkd would do with other controllers' Jobs."""
-    from dispatcher.handover.queries import report as shadow_report
-
-    rows = with_session(database_url_from(database_url), lambda s: shadow_report(s, namespace))
+    rows = source(database_url, server, token).handover_report(namespace)
     empty = ("No shadow records: no HandoverPolicy selects a Job of another controller yet "
              "(kubectl get handoverpolicies).")
     if output_format in (OutputFormat.json, OutputFormat.yaml) or not rows:

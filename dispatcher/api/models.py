@@ -196,6 +196,8 @@ class HandoverPage(BaseModel):
     items: list[dict[str, Any]] = Field(description="status: Jobs per namespace, kind and controller; report: per "
                                                     "namespace and kind, what mkd would do with other controllers' "
                                                     "Jobs a HandoverPolicy selects")
+    warnings: list[dict[str, Any]] = Field(default_factory=list, description="status: Route policies that route "
+                                                                             "nothing (policy, since, message)")
 
 
 class ActionResult(BaseModel):

@@ -182,7 +182,7 @@ async def list_refused(request: Request, user: UserDep) -> m.RefusedPage:
 async def handover_status(request: Request, user: UserDep, namespace: str | None = None) -> m.HandoverPage:
     await allow(request, user, read_access(namespace or ""))
     async with ctx_of(request).sessions() as s:
-        return m.HandoverPage(items=await readmodel.handover_status(s, namespace))
+        return m.HandoverPage(**await readmodel.handover_status(s, namespace))
 
 
 @router.get("/handover/report", response_model=m.HandoverPage,
