@@ -12,7 +12,10 @@ Handing each request to a urllib3 thread cost about 1.1 CPU-ms per request, this
 pool, on a thread pool sized ``KubeSettings.max_concurrency``, and so does
 ``KubeSettings.requests_on_loop = False``. Each watch streams in its own thread
 feeding an ``asyncio.Queue``. Every HTTP failure and every client exception becomes a
-``federation.errors`` error in ``_error_for_status`` / ``_guard`` and nowhere else.
+``federation.errors`` error in ``_error_for_status`` / ``_guard`` and nowhere else; a 403 becomes
+``Forbidden`` naming the RBAC rule the call needs. Every call can be heard as RBAC judges it (a
+:class:`Call`: verb, API group, resource/subresource) through ``Kube.recorder``, which the tests use to
+derive deploy/'s roles from what the services call.
 """
 
 from __future__ import annotations
