@@ -1,21 +1,8 @@
 """What an admin asks of the engine: cordon / uncordon / drain a Cluster, requeue / evict / pin a Workload.
 
-The HTTP API puts an :class:`AdminAction` into the engine's inbox and awaits its ``done`` future; the
-engine decides it in the batch like every other item (so it is serial with Reports and Job changes of
-the same Workload) and resolves the future only after the commit. The verbs:
-
-- **cordon**: no new placements on the Cluster (``clusters.cordoned``); what runs there keeps running.
-- **uncordon**: placements allowed again.
-- **drain**: cordon, then every Workload whose current placement on that Cluster is active (sent,
-  accepted, running) is taken off it the normal way: a Delete Command for that attempt and the
-  Workload back to pending, placed again elsewhere. The placement is marked ``deleted`` in the same
-  transaction, so a second drain finds nothing left to move (never run twice).
-- **requeue**: a placed / running Workload is taken off its Cluster (Delete) and placed again,
-  wherever it fits now (maybe the same Cluster).
-- **evict**: like requeue, and the Cluster is added to the Workload's ``excluded`` list: it is placed
-  on another Cluster, never back on this one.
-- **pin**: only this Cluster may be chosen for the Workload from now on (``workloads.pinned``; ``None``
-  removes the pin). A Workload already running elsewhere stays until requeued.
+The HTTP API puts an :class:`AdminAction` into the engine's inbox and awaits its ``done`` future; the engine
+decides it in the batch like every other item (so it is serial with Reports and Job changes of the same
+Workload) and resolves the future only after the commit; the verbs are :class:`AdminActions`'s.
 """
 
 from __future__ import annotations
@@ -73,7 +60,21 @@ def _settle(action: AdminAction, result: str | BaseException) -> None:
 
 
 class AdminActions(EngineCore):
-    """The engine part that carries out :class:`AdminAction` items (see the module docstring)."""
+    """The engine part that carries out :class:`AdminAction` items, in the batch like any other item:
+
+    - **cordon**: no new placements on the Cluster (``clusters.cordoned``); what runs there keeps running.
+    - **uncordon**: placements allowed again.
+    - **drain**: cordon, then every Workload whose current placement on that Cluster is active (sent,
+      accepted, running) is taken off it the normal way: a Delete Command for that attempt and the
+      Workload back to pending, placed again elsewhere. The placement is marked ``deleted`` in the same
+      transaction, so a second drain finds nothing left to move (never run twice).
+    - **requeue**: a placed / running Workload is taken off its Cluster (Delete) and placed again,
+      wherever it fits now (maybe the same Cluster).
+    - **evict**: like requeue, and the Cluster is added to the Workload's ``excluded`` list: it is placed
+      on another Cluster, never back on this one.
+    - **pin**: only this Cluster may be chosen for the Workload from now on (``workloads.pinned``; ``None``
+      removes the pin). A Workload already running elsewhere stays until requeued.
+    """
 
     @property
     def cordoned(self) -> set[str]:

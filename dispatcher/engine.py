@@ -1,20 +1,13 @@
 """The dispatcher's decision loop: Job changes and Reports in, one database transaction per batch.
 
-Intake and the report subscriber put items into one inbox; the engine takes whatever has piled
-up (up to ``batch_size``), decides everything in one transaction — claims, spec changes,
-deletions, accepted / rejected / status Reports, heartbeats, and a placement round — and only
-after the commit tells the world: it wakes the outbox publisher and hands condition, status and
-Event writes to the :class:`~dispatcher.kubewriter.KubeWriter`. One engine task owns the
-decisions, so the changes of one Job are applied serially in arrival order; writes to the
-manager cluster run in parallel across Jobs. A batch that fails is retried from the database's
-state (the in-memory capacity book and claimed-uid set are rebuilt first); on the second
-failure its items are handled one by one so one bad item cannot block the rest.
-
-The decisions live in parts, one module each, combined here: :mod:`dispatcher.jobchanges`
-(claims, edits, deletions), :mod:`dispatcher.answers` (Reports), :mod:`dispatcher.clusters`
-(heartbeats, lost clusters), :mod:`dispatcher.rounds` (the placement round), on the shared state
-and actions of :mod:`dispatcher.core`; :mod:`dispatcher.batch` holds the inbox items and the batch.
-New behaviour goes into the part it belongs to (or a new one), with a thin call from ``_handle``.
+Intake and the report subscriber put items into one inbox; the engine takes whatever has piled up (up to
+``batch_size``), decides everything in one transaction — claims, spec changes, deletions, accepted / rejected
+/ status Reports, heartbeats, and a placement round — and only after the commit tells the world: it wakes the
+outbox publisher and hands condition, status and Event writes to the
+:class:`~dispatcher.kubewriter.KubeWriter`. One engine task owns the decisions, so the changes of one Job are
+applied serially in arrival order; writes to the manager cluster run in parallel across Jobs. A batch that
+fails is retried from the database's state (the in-memory capacity book and claimed-uid set are rebuilt
+first); on the second failure its items are handled one by one so one bad item cannot block the rest.
 """
 
 from __future__ import annotations
@@ -47,7 +40,14 @@ log = logging.getLogger(__name__)
 
 
 class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, FaultHandling, Healing):
-    """See the module docstring. ``observers`` are called with (event type, uid) after each commit."""
+    """See the module docstring. ``observers`` are called with (event type, uid) after each commit.
+
+    The decisions live in parts, one module each, combined here: :mod:`dispatcher.jobchanges`
+    (claims, edits, deletions), :mod:`dispatcher.answers` (Reports), :mod:`dispatcher.clusters`
+    (heartbeats, lost clusters), :mod:`dispatcher.rounds` (the placement round), on the shared state
+    and actions of :mod:`dispatcher.core`; :mod:`dispatcher.batch` holds the inbox items and the batch.
+    New behaviour goes into the part it belongs to (or a new one), with a thin call from ``_handle``.
+    """
 
     metrics: Any = None
     """The dispatcher's :class:`~dispatcher.metrics.DispatcherMetrics`, when it serves them."""

@@ -1,20 +1,4 @@
 """What the engine does when deciding a batch fails: hold everything through an outage, isolate the rest.
-
-Two kinds of failure, told apart by the error tree: :class:`~federation.errors.Temporary` (the database's
-outages mapped onto it as :class:`~federation.errors.DatabaseUnavailable` by :func:`dispatcher.db.mapped`,
-the manager cluster's API by ``federation.kube``):
-
-- **An outage** (the database or the manager's API server is down, restarting, failing over): the
-  batch is held and tried again, with the one :class:`~federation.retry.Backoff` (capped at
-  ``outage_retry_max_seconds``, reset after the first success), for as long as the outage lasts.
-  Nothing is dropped; items that arrive meanwhile wait in the inbox, and the first batch after
-  recovery starts from the database's state (the in-memory view is rebuilt).
-- **A failure of the items themselves** (a bug, a row the code cannot handle): the batch is tried
-  once more, then split in halves until the one failing item is found; the others are decided. That
-  item gets a permanent error recorded where a user looks — an ``error`` history row, the
-  Workload's reason, a ``MultiClusterDispatched=False`` condition with reason ``InternalError`` and
-  a Warning Event on the manager Job — and is **parked**, not dropped: it is tried again with a
-  backoff capped at ``parked_retry_max_seconds``, and superseded by any newer change of its Job.
 """
 
 from __future__ import annotations
@@ -61,7 +45,24 @@ def describe(item: Item) -> str:
 
 
 class FaultHandling(EngineCore):
-    """The engine's part that parks failing items and records why (see the module docstring)."""
+    """The engine's part that parks failing items and records why.
+
+    Two kinds of failure, told apart by the error tree: :class:`~federation.errors.Temporary` (the database's
+    outages mapped onto it as :class:`~federation.errors.DatabaseUnavailable` by :func:`dispatcher.db.mapped`,
+    the manager cluster's API by ``federation.kube``):
+
+    - **An outage** (the database or the manager's API server is down, restarting, failing over): the
+      batch is held and tried again, with the one :class:`~federation.retry.Backoff` (capped at
+      ``outage_retry_max_seconds``, reset after the first success), for as long as the outage lasts.
+      Nothing is dropped; items that arrive meanwhile wait in the inbox, and the first batch after
+      recovery starts from the database's state (the in-memory view is rebuilt).
+    - **A failure of the items themselves** (a bug, a row the code cannot handle): the batch is tried
+      once more, then split in halves until the one failing item is found; the others are decided. That
+      item gets a permanent error recorded where a user looks — an ``error`` history row, the
+      Workload's reason, a ``MultiClusterDispatched=False`` condition with reason ``InternalError`` and
+      a Warning Event on the manager Job — and is **parked**, not dropped: it is tried again with a
+      backoff capped at ``parked_retry_max_seconds``, and superseded by any newer change of its Job.
+    """
 
     parked: list[Parked]
 

@@ -1,27 +1,21 @@
 """After a start, mkd's conditions on the manager Jobs are made to agree with the Workloads' states.
 
-The KubeWriter holds condition writes in memory, some on purpose for a moment (dispatcher/kubewriter.py);
-a dispatcher that is killed, crashes or loses its node loses them, and nothing would write them again
-until the Job's next change (for a Job whose status never changes again: never). So a started
-dispatcher is level-triggered for its own conditions: while intake's first list fills the Job cache,
-:meth:`Healing.note_listed` records which of mkd's conditions each claimed Job shows True (a small
-bit mask); once every kind is listed, intake queues one :class:`~dispatcher.batch.Heal` and the engine,
-in that batch's transaction, reads the placed / running / finished / failed Workloads with their
-current placement (one query) and, for each Job lacking what its state implies, queues that step's
-conditions again (:mod:`dispatcher.conditions`, as at the transition), with the messages and times
-SQL holds. A second query reads the Workloads mkd refused for good (rejected: an invalid Job, one
-started elsewhere, managedBy changed; failed: placement attempts used up) with the event rows that
-recorded the refusal: a Job not showing MultiClusterRejected=True gets the latest refusal's conditions
-and one Warning Event again, with that row's reason, message and time (the writer writes a Job's Events
-after its status, so a Job lacking the condition never got them either; an invalid Job's several
-problems come back as one Event with their joined text, as SQL holds it). Only Jobs that disagree are
-written; pending Workloads need nothing here (the first placement pass writes their reason, ``shown``
-being empty), nor do suspended ones (left as they are).
-
-The worker status mirrored onto the Job is not SQL's to give (only its sequence number is stored): a
-status lost this way comes again from the agent, which a started dispatcher sends a Resync as soon as it
-meets that agent's report stream part-way (``dispatcher.streams``), and which then reports every
-expected Job again (``force``), mirrored as at first.
+The KubeWriter holds condition writes in memory, some on purpose for a moment (dispatcher/kubewriter.py); a
+dispatcher that is killed, crashes or loses its node loses them, and nothing would write them again until the
+Job's next change (for a Job whose status never changes again: never). So a started dispatcher is
+level-triggered for its own conditions: while intake's first list fills the Job cache,
+:meth:`Healing.note_listed` records which of mkd's conditions each claimed Job shows True (a small bit mask);
+once every kind is listed, intake queues one :class:`~dispatcher.batch.Heal` and the engine, in that batch's
+transaction, reads the placed / running / finished / failed Workloads with their current placement (one query)
+and, for each Job lacking what its state implies, queues that step's conditions again
+(:mod:`dispatcher.conditions`, as at the transition), with the messages and times SQL holds. A second query
+reads the Workloads mkd refused for good (rejected: an invalid Job, one started elsewhere, managedBy changed;
+failed: placement attempts used up) with the event rows that recorded the refusal: a Job not showing
+MultiClusterRejected=True gets the latest refusal's conditions and one Warning Event again, with that row's
+reason, message and time (the writer writes a Job's Events after its status, so a Job lacking the condition
+never got them either; an invalid Job's several problems come back as one Event with their joined text, as SQL
+holds it). Only Jobs that disagree are written; pending Workloads need nothing here (the first placement pass
+writes their reason, ``shown`` being empty), nor do suspended ones (left as they are).
 """
 
 from __future__ import annotations
@@ -61,7 +55,13 @@ def shows(obj: Mapping[str, Any]) -> int:
 
 
 class Healing(EngineCore):
-    """The engine's part that writes again what a killed dispatcher lost (see the module docstring)."""
+    """The engine's part that writes again what a killed dispatcher lost (see the module docstring).
+
+    The worker status mirrored onto the Job is not SQL's to give (only its sequence number is stored): a
+    status lost this way comes again from the agent, which a started dispatcher sends a Resync as soon as it
+    meets that agent's report stream part-way (``dispatcher.streams``), and which then reports every
+    expected Job again (``force``), mirrored as at first.
+    """
 
     def note_listed(self, obj: Mapping[str, Any]) -> None:
         """Intake's first list saw ``obj``: remember what it shows, if mkd claimed it."""

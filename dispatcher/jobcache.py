@@ -1,21 +1,14 @@
 """The engine's cache of manager Jobs, held compactly: a dispatcher knows 100,000 of them.
 
-Every claimed Job is kept (its spec is what a Place carries, sent again after an Inventory), but
-it is read rarely: when the Job is placed or its Place is sent again, when a status write has no
-newer baseline, when a cluster's policy is checked for the first time. The watch event that only
-echoes mkd's own status write does not refresh it (``dispatcher.intake``): the kube writer keeps
-the status it wrote, so the cached status of a Job mkd has written to may be older than the manager's. A Job decoded from JSON is
-about 10 KiB of Python objects; compressed it is a tiny fraction of that (the
-dispatcher's RSS at 100,000 Workloads ≤ 300 MB). So each Job is held as compressed bytes next to a
-small header (:class:`Head`) with what is read on every watch event and every scheduling pass —
-its namespace, generation, managedBy and whether it is being deleted — and decoded only on
-:meth:`JobCache.get`, into a fresh dict the caller may change without changing the cache.
-
-Compression (:func:`pack`) is raw DEFLATE with a preset dictionary: the first value packed of each
-shape (a Job's kind; else its top-level keys) becomes the dictionary of every later value of that
-shape. Jobs submitted from a few templates differ in their names, uids and timestamps only, so a
-PyTorchJob of 900 bytes of JSON packs into about 80 (plain zlib: 450), and faster. The dictionaries
-live as long as the process (at most ``MAX_DICTIONARIES``; beyond, values pack without one).
+Every claimed Job is kept (its spec is what a Place carries, sent again after an Inventory), but it is read
+rarely: when the Job is placed or its Place is sent again, when a status write has no newer baseline, when a
+cluster's policy is checked for the first time. The watch event that only echoes mkd's own status write does
+not refresh it (``dispatcher.intake``): the kube writer keeps the status it wrote, so the cached status of a
+Job mkd has written to may be older than the manager's. A Job decoded from JSON is about 10 KiB of Python
+objects; compressed it is a tiny fraction of that (the dispatcher's RSS at 100,000 Workloads ≤ 300 MB). So
+each Job is held as compressed bytes next to a small header (:class:`Head`) with what is read on every watch
+event and every scheduling pass — its namespace, generation, managedBy and whether it is being deleted — and
+decoded only on :meth:`JobCache.get`, into a fresh dict the caller may change without changing the cache.
 """
 
 from __future__ import annotations
@@ -63,7 +56,14 @@ def _dictionary(value: Any, data: bytes) -> int:
 
 def pack(value: Any, prefix: bytes = b"") -> bytes:
     """``value`` as compressed JSON, exact-size: one byte naming the preset dictionary, then raw DEFLATE
-    (after ``prefix``, when given: the cache's header)."""
+    (after ``prefix``, when given: the cache's header).
+
+    Compression (:func:`pack`) is raw DEFLATE with a preset dictionary: the first value packed of each
+    shape (a Job's kind; else its top-level keys) becomes the dictionary of every later value of that
+    shape. Jobs submitted from a few templates differ in their names, uids and timestamps only, so a
+    PyTorchJob of 900 bytes of JSON packs into about 80 (plain zlib: 450), and faster. The dictionaries
+    live as long as the process (at most ``MAX_DICTIONARIES``; beyond, values pack without one).
+    """
     data = orjson.dumps(value)
     ident = _dictionary(value, data)
     zdict = _DICTIONARIES[ident]

@@ -1,37 +1,12 @@
 """Writes to manager Jobs — mkd's conditions, the mirrored worker status, Events — serial per Job.
 
-The engine decides, this module carries it out after the decision is committed. Work is kept
-per Job uid and coalesced (ten Status Reports that arrive while a write is in flight become one
-write of the newest), one coroutine works on a given Job at a time, and ``workers`` Jobs are
-written in parallel. The status is written the MultiKueue way: the worker's ``.status`` replaces
-the manager Job's (a merge patch computed against the last status written, which nulls every key
-the worker no longer has, nested ones included), keeping only mkd's own ``MultiCluster*``
-conditions, placed before the Job's own so that its latest condition stays last (the printer
-columns read ``conditions[-1:]``).
-
-A condition alone (a Workload accepted by its cluster, requeued, corrected) waits up to
-``condition_linger`` seconds for more work on its Job: the worker's first status usually follows the
-Accepted closely, and the two then cost one status write instead of two. A worker status the Job
-leaves on its own within moments (no condition of the Job's own yet, or only Kubeflow's ``Created``),
-or one whose latest condition the manager Job shows already (only counts changed), waits up to
-``status_linger`` seconds the same way, and so does the Accepted's condition, also when a write of the Job
-(its Placed Event) is in flight as it comes: Accepted, Created and Running usually reach the manager Job in
-one write, not three (the manager's status writes are most of what a Job costs its API server).
-While the writer is behind (more writes queued than it has workers) such a wait that ends is extended, up to
-``start_linger_max`` from its start: the worker's next status is on its way, and writes are what is short
-(5,000-Job bursts on a loaded machine: Created or Running came more than 2 s after the Accepted for a third
-to over half of the Jobs, each then written two or three times). A status that changes the Job's latest condition
-(Running) or a finished Job's status goes at once and takes whatever waits along; an Event goes at once
-too, and takes along what waits for nothing else, while what waits for the worker's next status keeps
-waiting (else the Placed Event, queued behind a burst, took the Accepted's condition and Created along,
-and Running needed a write of its own); a later status replaces an earlier one, so the last written is
-always the newest. A graceful stop writes what
-waits at once (``flush``, within ``stop_flush_seconds``): nothing else would write it again before the
-Job's next change.
-
-Per Job only the status the manager Job has after the last write is remembered (packed): mkd's own
-conditions and the worker's part are read back from it, as after a restart they are read from the
-listed Job, so a write packs one status, not three.
+The engine decides, this module carries it out after the decision is committed. Work is kept per Job uid and
+coalesced (ten Status Reports that arrive while a write is in flight become one write of the newest), one
+coroutine works on a given Job at a time, and ``workers`` Jobs are written in parallel. The status is written
+the MultiKueue way: the worker's ``.status`` replaces the manager Job's (a merge patch computed against the
+last status written, which nulls every key the worker no longer has, nested ones included), keeping only mkd's
+own ``MultiCluster*`` conditions, placed before the Job's own so that its latest condition stays last (the
+printer columns read ``conditions[-1:]``).
 """
 
 from __future__ import annotations
@@ -89,7 +64,32 @@ class _Todo:
 
 
 class KubeWriter:
-    """Per-Job serial, cross-Job parallel writer of manager Job status, conditions and Events."""
+    """Per-Job serial, cross-Job parallel writer of manager Job status, conditions and Events.
+
+    A condition alone (a Workload accepted by its cluster, requeued, corrected) waits up to
+    ``condition_linger`` seconds for more work on its Job: the worker's first status usually follows the
+    Accepted closely, and the two then cost one status write instead of two. A worker status the Job
+    leaves on its own within moments (no condition of the Job's own yet, or only Kubeflow's ``Created``),
+    or one whose latest condition the manager Job shows already (only counts changed), waits up to
+    ``status_linger`` seconds the same way, and so does the Accepted's condition, also when a write of the Job
+    (its Placed Event) is in flight as it comes: Accepted, Created and Running usually reach the manager Job in
+    one write, not three (the manager's status writes are most of what a Job costs its API server).
+    While the writer is behind (more writes queued than it has workers) such a wait that ends is extended, up to
+    ``start_linger_max`` from its start: the worker's next status is on its way, and writes are what is short
+    (5,000-Job bursts on a loaded machine: Created or Running came more than 2 s after the Accepted for a third
+    to over half of the Jobs, each then written two or three times). A status that changes the Job's latest condition
+    (Running) or a finished Job's status goes at once and takes whatever waits along; an Event goes at once
+    too, and takes along what waits for nothing else, while what waits for the worker's next status keeps
+    waiting (else the Placed Event, queued behind a burst, took the Accepted's condition and Created along,
+    and Running needed a write of its own); a later status replaces an earlier one, so the last written is
+    always the newest. A graceful stop writes what
+    waits at once (``flush``, within ``stop_flush_seconds``): nothing else would write it again before the
+    Job's next change.
+
+    Per Job only the status the manager Job has after the last write is remembered (packed): mkd's own
+    conditions and the worker's part are read back from it, as after a restart they are read from the
+    listed Job, so a write packs one status, not three.
+    """
 
     def __init__(self, kube: Any, cache: JobCache, clock: Clock, *,
                  workers: int = 16, resource_for: Callable[[Any], Any] | None = None,
@@ -134,7 +134,7 @@ class KubeWriter:
     # --- what the engine calls (after its transaction committed) ------------------------------
 
     def _entry(self, key: JobKey, linger: float = 0.0, *, for_status: bool = False) -> _Todo:
-        """The Job's pending work; ``linger`` > 0: it may wait that long for more (see the module docstring),
+        """The Job's pending work; ``linger`` > 0: it may wait that long for more (see :class:`KubeWriter`),
         ``for_status``: for the worker's next status; 0: it goes now, with whatever waits."""
         todo = self._todo.get(key.uid)
         if todo is None:

@@ -1,19 +1,14 @@
 """Active / standby: one dispatcher of a federation decides, the others wait to take over.
 
-On PostgreSQL the active one holds a session-level advisory lock (key derived from ``origin``) on a
-connection of its own; the lock is the lease. A standby tries to take it every
-``leader_poll_seconds``. The lock goes with the active's session: at once when its process dies
-(the socket closes), within ``leader_idle_timeout_seconds`` when it hangs (``idle_session_timeout``
-ends a session that stopped sending its checks), after TCP keepalive when the network to it is cut.
-The active checks its session every ``leader_poll_seconds``; when the session is gone it takes the
-lock again on a new one, and only if another replica holds it by then does it step down
-(:class:`LeadershipLost`, the process exits and restarts as a standby). While the database is
-unreachable nobody can decide anything, so the active keeps trying rather than stepping down.
-
-Exactly-once does not rest on the lock: claims and placements are compare-and-set in SQL, every
-Command carries the sender's epoch (a new dispatcher takes a higher one, agents refuse older ones),
-so the brief overlap when a hung active wakes up is harmless. SQLite allows one process: there the
-dispatcher is always active.
+On PostgreSQL the active one holds a session-level advisory lock (key derived from ``origin``) on a connection
+of its own; the lock is the lease. A standby tries to take it every ``leader_poll_seconds``. The lock goes
+with the active's session: at once when its process dies (the socket closes), within
+``leader_idle_timeout_seconds`` when it hangs (``idle_session_timeout`` ends a session that stopped sending
+its checks), after TCP keepalive when the network to it is cut. The active checks its session every
+``leader_poll_seconds``; when the session is gone it takes the lock again on a new one, and only if another
+replica holds it by then does it step down (:class:`LeadershipLost`, the process exits and restarts as a
+standby). While the database is unreachable nobody can decide anything, so the active keeps trying rather than
+stepping down.
 """
 
 from __future__ import annotations
@@ -46,7 +41,13 @@ def lock_key(origin: str) -> int:
 
 
 class Leadership:
-    """See the module docstring. ``acquire`` waits until active; ``hold`` runs while active."""
+    """See the module docstring. ``acquire`` waits until active; ``hold`` runs while active.
+
+    Exactly-once does not rest on the lock: claims and placements are compare-and-set in SQL, every
+    Command carries the sender's epoch (a new dispatcher takes a higher one, agents refuse older ones),
+    so the brief overlap when a hung active wakes up is harmless. SQLite allows one process: there the
+    dispatcher is always active.
+    """
 
     def __init__(self, settings: DispatcherSettings, engine: AsyncEngine, clock: Clock) -> None:
         self.settings = settings

@@ -1,21 +1,12 @@
 """The lease desk: an agent's heartbeat answered with a Lease without waiting behind the engine.
 
-Every heartbeat the report subscriber takes is also offered here (``offer``, never blocks). The
-desk's one task (``run``, under the dispatcher's Supervisor) takes what came in since its last turn,
-keeps the latest heartbeat per cluster, writes each cluster's ``lease_until`` in one small
-transaction (never moved back: :func:`dispatcher.db.queries.extend_lease`), and only after that
-commit publishes each signed Lease straight on the outbox publisher's MQTT link (QoS 1). So a grant
-never outlives what a restarted or standby dispatcher reads from ``clusters.lease_until``, and a
-Place batch in the engine (seconds on a loaded machine) no longer delays it. Only the active
-dispatcher grants (``Leadership.active``).
-
-**One Lease per heartbeat.** Who answers a heartbeat is decided when it is offered, before the engine
-can see it: the desk takes every heartbeat of a cluster the engine has granted a lease to before (a
-cluster row exists), and claims it in ``Engine.leases_granted`` at once, so the engine's own path
-(``ClusterHealth``) skips it; the engine answers only the heartbeats the desk did not take (a cluster's
-first, whose batch creates its row). A claimed heartbeat whose write or publish fails is tried again
-by the desk (backoff) until it is answered or a newer heartbeat of the cluster replaces it, never
-handed back: the engine may have passed it already, and both answering it sent two identical Leases.
+Every heartbeat the report subscriber takes is also offered here (``offer``, never blocks). The desk's one
+task (``run``, under the dispatcher's Supervisor) takes what came in since its last turn, keeps the latest
+heartbeat per cluster, writes each cluster's ``lease_until`` in one small transaction (never moved back:
+:func:`dispatcher.db.queries.extend_lease`), and only after that commit publishes each signed Lease straight
+on the outbox publisher's MQTT link (QoS 1). So a grant never outlives what a restarted or standby dispatcher
+reads from ``clusters.lease_until``, and a Place batch in the engine (seconds on a loaded machine) no longer
+delays it. Only the active dispatcher grants (``Leadership.active``).
 """
 
 from __future__ import annotations
@@ -40,6 +31,14 @@ log = logging.getLogger(__name__)
 
 
 class LeaseDesk:
+    """**One Lease per heartbeat.** Who answers a heartbeat is decided when it is offered, before the engine
+    can see it: the desk takes every heartbeat of a cluster the engine has granted a lease to before (a
+    cluster row exists), and claims it in ``Engine.leases_granted`` at once, so the engine's own path
+    (``ClusterHealth``) skips it; the engine answers only the heartbeats the desk did not take (a cluster's
+    first, whose batch creates its row). A claimed heartbeat whose write or publish fails is tried again
+    by the desk (backoff) until it is answered or a newer heartbeat of the cluster replaces it, never
+    handed back: the engine may have passed it already, and both answering it sent two identical Leases.
+    """
     def __init__(self, engine: Engine, publish: Callable[[str, bytes], Awaitable[None]],
                  active: Callable[[], bool]) -> None:
         self.engine = engine
@@ -50,7 +49,7 @@ class LeaseDesk:
         self.grants = 0
 
     def offer(self, item: ReportIn) -> None:
-        """Take ``item`` (claimed at once, see the module docstring) when the desk is to answer it."""
+        """Take ``item`` (claimed at once, see :class:`LeaseDesk`) when the desk is to answer it."""
         hb = item.report
         if not isinstance(hb, messages.Heartbeat) or not hb.online:
             return
@@ -94,7 +93,7 @@ class LeaseDesk:
             self.pending.setdefault(item.report.cluster, item)  # type: ignore[union-attr]
 
     async def grant(self, items: list[ReportIn]) -> list[ReportIn]:
-        """Persist then publish a Lease for each heartbeat (see the module docstring); returns those that
+        """Persist then publish a Lease for each heartbeat (see :class:`LeaseDesk`); returns those that
         could not be answered now (no cluster row, or the publish failed)."""
         e, seconds = self.engine, self.engine.settings.lease_seconds
         ends = {it.report.cluster: it.received_at + timedelta(seconds=seconds) for it in items}  # type: ignore[union-attr]

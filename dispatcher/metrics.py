@@ -1,19 +1,4 @@
 """The dispatcher's Prometheus metrics: every family is defined here, in one registry per Dispatcher.
-
-Named the Prometheus way: ``mkd_`` prefix, the unit in the name, ``_total`` on counters. Three kinds
-of source:
-
-- **observed as it happens** (histograms, counters): report lag (``ReportIn`` as the engine takes it),
-  admission latency (claim → Place sent) and placement latency (Place sent → accepted), read from new
-  placement rows at each scrape so every placement is observed exactly once;
-- **read at scrape** from the database (``refresh``): Workloads by state and LocalQueue (namespace and
-  name), the oldest pending Workload's age per LocalQueue, Cluster health / cordon / capacity
-  (allocatable, free, used per resource), outbox depth;
-- **counters owned by the parts** (report streams, link health, kube writer), exposed through a
-  collector that reads them at scrape, so no part keeps a second copy.
-
-Other parts add their families here (e.g. ``mkd_messages_refused_total{reason}``) with :meth:`counter`
-/ :meth:`gauge` / :meth:`histogram` on the same registry.
 """
 
 from __future__ import annotations
@@ -122,7 +107,23 @@ class _Parts(Collector):
 
 
 class DispatcherMetrics:
-    """One registry with every dispatcher family; ``dispatcher`` is read by the parts collector."""
+    """One registry with every dispatcher family; ``dispatcher`` is read by the parts collector.
+
+    Named the Prometheus way: ``mkd_`` prefix, the unit in the name, ``_total`` on counters. Three kinds
+    of source:
+
+    - **observed as it happens** (histograms, counters): report lag (``ReportIn`` as the engine takes it),
+      admission latency (claim → Place sent) and placement latency (Place sent → accepted), read from new
+      placement rows at each scrape so every placement is observed exactly once;
+    - **read at scrape** from the database (``refresh``): Workloads by state and LocalQueue (namespace and
+      name), the oldest pending Workload's age per LocalQueue, Cluster health / cordon / capacity
+      (allocatable, free, used per resource), outbox depth;
+    - **counters owned by the parts** (report streams, link health, kube writer), exposed through a
+      collector that reads them at scrape, so no part keeps a second copy.
+
+    Other parts add their families here (e.g. ``mkd_messages_refused_total{reason}``) with :meth:`counter`
+    / :meth:`gauge` / :meth:`histogram` on the same registry.
+    """
 
     def __init__(self, dispatcher: Any = None) -> None:
         self.dispatcher = dispatcher

@@ -1,17 +1,9 @@
 """The outbox publisher: drains unsent Command rows to MQTT, marking each sent after the broker's ack.
 
-Rows hold Commands unsigned (a Place already encrypted to its cluster); they are signed as they are
-published (``Sealing``, ``dispatcher.identity.OutboxSealing``). The rows taken together for one agent
-that opens batches go as one message of Commands (``federation.messages.encode_commands``: one
-signature, one broker message); a Resync, and everything to an agent of an earlier version, goes alone.
-
-A round reads up to ``outbox_batch_size`` unsent rows in id order, publishes them all at once
-(QoS 1; many in flight on one connection) and, once every PUBACK is in, marks them sent in one
-transaction. A crash or a lost connection between publish and mark means the round is published
-again: delivery is at least once, and the (workload, attempt, spec version, epoch) identifiers in
-every Command make the repeat harmless on the agent. Rows are never marked sent without an ack.
-A database outage keeps the broker link: the publisher backs off (the one
-:class:`~federation.retry.Backoff`) and carries on with the acknowledged ids it still has to mark.
+Rows hold Commands unsigned (a Place already encrypted to its cluster); they are signed as they are published
+(``Sealing``, ``dispatcher.identity.OutboxSealing``). The rows taken together for one agent that opens batches
+go as one message of Commands (``federation.messages.encode_commands``: one signature, one broker message); a
+Resync, and everything to an agent of an earlier version, goes alone.
 """
 
 from __future__ import annotations
@@ -52,6 +44,14 @@ class Sealing(Protocol):
 
 
 class Publisher:
+    """A round reads up to ``outbox_batch_size`` unsent rows in id order, publishes them all at once
+    (QoS 1; many in flight on one connection) and, once every PUBACK is in, marks them sent in one
+    transaction. A crash or a lost connection between publish and mark means the round is published
+    again: delivery is at least once, and the (workload, attempt, spec version, epoch) identifiers in
+    every Command make the repeat harmless on the agent. Rows are never marked sent without an ack.
+    A database outage keeps the broker link: the publisher backs off (the one
+    :class:`~federation.retry.Backoff`) and carries on with the acknowledged ids it still has to mark.
+    """
     def __init__(self, settings: DispatcherSettings, sessions: async_sessionmaker[AsyncSession], clock: Clock,
                  wake: asyncio.Event, *, client_id: str, seal: Sealing,
                  fresh: FreshRows | None = None,

@@ -1,25 +1,18 @@
 """Choosing a Cluster for a Workload, and the capacity book that remembers what was placed: pure code.
 
-A Workload is placed whole (gang): one Cluster must have room for the sum of all its PodSets and
-every pod of every PodSet must fit onto that Cluster's nodes at once, pod by pod (largest pods
-first, first fit), on nodes whose labels match the pod's nodeSelector, required node affinity and
-its flavor's node labels, and whose taints the pod (plus its flavor's tolerations) tolerates. An
-agent that reports no per-node figures is checked against ``largest_node_free`` per resource.
-``Constraints`` narrow the candidates: clusters pinned or excluded (per ClusterQueue or per Job)
-and a selector on cluster labels. ``PlacementPolicy`` is the one protocol the engine calls; the
-default policy is :func:`choose`.
-Among the Clusters that fit, the one with the most room left *after* the placement wins: the
-score is the smallest remaining fraction of allocatable over the resources the Workload asks for
-(so one scarce resource decides), ties broken by name. Clusters that are offline, whose last
-heartbeat is older than the timeout, that do not run the Workload's kind, or that rejected it
-before, are never chosen. When nothing fits, ``choose`` returns a reason that says what is
-missing where: a pod larger than any node first (``can never run here: ...`` when no node's allocatable
-could hold it), then the clusters' totals, e.g. ``needs 8 nvidia.com/gpu in one cluster; most free:
-worker-2 has 4``.
-
-The :class:`CapacityBook` holds the last heartbeat of each Cluster and subtracts the requests of
-placements made since, until a heartbeat sent ``settle`` seconds after the agent accepted them
-shows their pods in the agent's own figures.
+A Workload is placed whole (gang): one Cluster must have room for the sum of all its PodSets and every pod of
+every PodSet must fit onto that Cluster's nodes at once, pod by pod (largest pods first, first fit), on nodes
+whose labels match the pod's nodeSelector, required node affinity and its flavor's node labels, and whose
+taints the pod (plus its flavor's tolerations) tolerates. An agent that reports no per-node figures is checked
+against ``largest_node_free`` per resource. ``Constraints`` narrow the candidates: clusters pinned or excluded
+(per ClusterQueue or per Job) and a selector on cluster labels. ``PlacementPolicy`` is the one protocol the
+engine calls; the default policy is :func:`choose`. Among the Clusters that fit, the one with the most room
+left *after* the placement wins: the score is the smallest remaining fraction of allocatable over the
+resources the Workload asks for (so one scarce resource decides), ties broken by name. Clusters that are
+offline, whose last heartbeat is older than the timeout, that do not run the Workload's kind, or that rejected
+it before, are never chosen. When nothing fits, ``choose`` returns a reason that says what is missing where: a
+pod larger than any node first (``can never run here: ...`` when no node's allocatable could hold it), then
+the clusters' totals, e.g. ``needs 8 nvidia.com/gpu in one cluster; most free: worker-2 has 4``.
 """
 
 from __future__ import annotations
@@ -456,7 +449,12 @@ class _Reservation:
 
 @dataclass
 class CapacityBook:
-    """Last heartbeat per Cluster, minus what was placed there since."""
+    """Last heartbeat per Cluster, minus what was placed there since.
+
+    The :class:`CapacityBook` holds the last heartbeat of each Cluster and subtracts the requests of
+    placements made since, until a heartbeat sent ``settle`` seconds after the agent accepted them
+    shows their pods in the agent's own figures.
+    """
 
     settle_seconds: float = 5.0
     heartbeats: dict[str, messages.Heartbeat] = field(default_factory=dict)

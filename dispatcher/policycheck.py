@@ -1,15 +1,8 @@
 """Placement against the clusters' announced policies: a Job is not sent where it would be refused.
 
 :meth:`PolicyGate.apply` runs before each scheduling pass: every queued Workload's cluster exclusions
-(``dispatcher.queueing``'s per-Job constraints) get the clusters whose announced policy refuses it, on
-top of its own; :meth:`PolicyGate.why` tells the round why, for the Job's condition and Event.
-
-Every agent announces its policy in its heartbeat (``federation.policy``: namespace rules, allowed
-service accounts, Pod Security level) and enforces it before creating anything. The dispatcher
-checks a pending Job against each announced policy before placing it: a cluster whose policy
-refuses the Job is left out, and when that leaves no cluster the Job waits with the reason
-``PolicyViolation`` naming each cluster and field (condition ``MultiClusterDispatched=False`` and a
-Warning Event), before any placement. Results are cached per (Job generation, policy).
+(``dispatcher.queueing``'s per-Job constraints) get the clusters whose announced policy refuses it, on top of
+its own; :meth:`PolicyGate.why` tells the round why, for the Job's condition and Event.
 """
 
 from __future__ import annotations
@@ -25,6 +18,13 @@ from federation.policy import Policy, describe
 
 
 class PolicyGate:
+    """Every agent announces its policy in its heartbeat (``federation.policy``: namespace rules, allowed
+    service accounts, Pod Security level) and enforces it before creating anything. The dispatcher
+    checks a pending Job against each announced policy before placing it: a cluster whose policy
+    refuses the Job is left out, and when that leaves no cluster the Job waits with the reason
+    ``PolicyViolation`` naming each cluster and field (condition ``MultiClusterDispatched=False`` and a
+    Warning Event), before any placement. Results are cached per (Job generation, policy).
+    """
     def __init__(self) -> None:
         self._policies: dict[str, Policy] = {}
         self._cache: dict[tuple[str, int, str], str] = {}

@@ -1,27 +1,10 @@
 """The states a Workload and a Placement can be in, and the one table of legal transitions.
 
-One vocabulary everywhere: the ``state`` columns of ``workloads`` and ``placements``, ``mkctl``'s
-``--state`` filters and columns, the HTTP API and the demo all use these values (they are
-``StrEnum``, so a member equals its string and goes into SQL as is). Every state change the engine
-makes passes :func:`transition`, so a state can only change along an edge of
-:data:`TRANSITIONS`; anything else is a bug, raised as :class:`IllegalTransition`.
-
-A Workload (``workloads.state``):
-
-| state | meaning |
-|---|---|
-| pending | waits for a Cluster (or for a fitting one) |
-| placed | a Place was sent, no agent has answered yet |
-| running | an agent accepted it; its worker copy exists and may run |
-| suspended | the Job is suspended on the manager (``spec.suspend`` / ``runPolicy.suspend``): never placed, or its worker copy is suspended too |
-| finished / failed | the worker Job succeeded / failed (or placement gave up) |
-| rejected | mkd cannot run it as it is (invalid, managedBy changed); a corrected spec makes it pending |
-| deleted | the manager Job is gone (terminal) |
-
-A Placement (``placements.state``, one row per attempt): ``sent`` → ``accepted`` → ``running``
-(the worker Job started), ``suspended`` while the worker copy is suspended, and the ends
-``finished``, ``failed``, ``rejected`` (by the agent), ``deleted`` (mkd deleted the copy) and
-``lost`` (the copy or its cluster vanished).
+One vocabulary everywhere: the ``state`` columns of ``workloads`` and ``placements``, ``mkctl``'s ``--state``
+filters and columns, the HTTP API and the demo all use these values (they are ``StrEnum``, so a member equals
+its string and goes into SQL as is). Every state change the engine makes passes :func:`transition`, so a state
+can only change along an edge of :data:`TRANSITIONS`; anything else is a bug, raised as
+:class:`IllegalTransition`.
 """
 
 from __future__ import annotations
@@ -32,6 +15,18 @@ from typing import TypeVar
 
 
 class WorkloadState(StrEnum):
+    """A Workload (``workloads.state``):
+
+    | state | meaning |
+    |---|---|
+    | pending | waits for a Cluster (or for a fitting one) |
+    | placed | a Place was sent, no agent has answered yet |
+    | running | an agent accepted it; its worker copy exists and may run |
+    | suspended | the Job is suspended on the manager (``spec.suspend`` / ``runPolicy.suspend``): never placed, or its worker copy is suspended too |
+    | finished / failed | the worker Job succeeded / failed (or placement gave up) |
+    | rejected | mkd cannot run it as it is (invalid, managedBy changed); a corrected spec makes it pending |
+    | deleted | the manager Job is gone (terminal) |
+    """
     PENDING = "pending"
     PLACED = "placed"
     RUNNING = "running"
@@ -43,6 +38,11 @@ class WorkloadState(StrEnum):
 
 
 class PlacementState(StrEnum):
+    """A Placement (``placements.state``, one row per attempt): ``sent`` → ``accepted`` → ``running``
+    (the worker Job started), ``suspended`` while the worker copy is suspended, and the ends
+    ``finished``, ``failed``, ``rejected`` (by the agent), ``deleted`` (mkd deleted the copy) and
+    ``lost`` (the copy or its cluster vanished).
+    """
     SENT = "sent"
     ACCEPTED = "accepted"
     RUNNING = "running"

@@ -1,23 +1,10 @@
 """An MQTT broker inside the process (amqtt): the only module importing ``amqtt``.
 
-For ``mkd dev`` / the demo and for tests on machines without Mosquitto. ``EmbeddedBroker`` is an
-async context manager bound to ``127.0.0.1`` and a free port by default (optionally TLS); ``.url``
-is what ``MqttSettings.url`` takes. Checked with aiomqtt as the client (tests/federation/test_mqtt.py): QoS 1
-delivery, retained messages, will messages on an unclean disconnect and persistent sessions
-(clean_session False) that queue QoS 1 messages while a subscriber is away.
-
-What it lacks compared to Mosquitto (production deployments should run Mosquitto or another broker):
-* state lives in memory only: retained messages and queued session messages die with the process;
-* no limit on queued messages per offline session (Mosquitto: ``max_queued_messages``), and
-  offline sessions never expire unless ``session_expiry_interval`` is set;
-* messages queued for an offline persistent session arrive with the retain flag set (Mosquitto
-  clears it), so consumers must not read meaning into ``Message.retain`` for commands/reports;
-* MQTT 3.1.1 only (no MQTT 5 properties, receive-maximum or session expiry per client);
-* every client is accepted (no ACLs, no password file; username/password are ignored); a TLS
-  listener is available (``certfile`` / ``keyfile``) but client certificates are not required;
-* amqtt's stock anonymous-auth plugin disables persistent sessions for anonymous clients, so this
-  module installs its own accept-all plugin (``AcceptAll``) to keep them working;
-* an order of magnitude slower than Mosquitto (pure Python, one event loop shared with its host).
+For ``mkd dev`` / the demo and for tests on machines without Mosquitto. ``EmbeddedBroker`` is an async context
+manager bound to ``127.0.0.1`` and a free port by default (optionally TLS); ``.url`` is what
+``MqttSettings.url`` takes. Checked with aiomqtt as the client (tests/federation/test_mqtt.py): QoS 1
+delivery, retained messages, will messages on an unclean disconnect and persistent sessions (clean_session
+False) that queue QoS 1 messages while a subscriber is away.
 """
 
 from __future__ import annotations
@@ -56,7 +43,21 @@ class AcceptAll(BaseAuthPlugin):  # type: ignore[misc]
 
 
 class EmbeddedBroker:
-    """An amqtt broker listening on ``host:port`` (port 0: the OS picks a free one) while entered."""
+    """An amqtt broker listening on ``host:port`` (port 0: the OS picks a free one) while entered.
+
+    What it lacks compared to Mosquitto (production deployments should run Mosquitto or another broker):
+    * state lives in memory only: retained messages and queued session messages die with the process;
+    * no limit on queued messages per offline session (Mosquitto: ``max_queued_messages``), and
+      offline sessions never expire unless ``session_expiry_interval`` is set;
+    * messages queued for an offline persistent session arrive with the retain flag set (Mosquitto
+      clears it), so consumers must not read meaning into ``Message.retain`` for commands/reports;
+    * MQTT 3.1.1 only (no MQTT 5 properties, receive-maximum or session expiry per client);
+    * every client is accepted (no ACLs, no password file; username/password are ignored); a TLS
+      listener is available (``certfile`` / ``keyfile``) but client certificates are not required;
+    * amqtt's stock anonymous-auth plugin disables persistent sessions for anonymous clients, so this
+      module installs its own accept-all plugin (``AcceptAll``) to keep them working;
+    * an order of magnitude slower than Mosquitto (pure Python, one event loop shared with its host).
+    """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *, certfile: Path | None = None,
                  keyfile: Path | None = None) -> None:

@@ -1,28 +1,29 @@
 """The error tree every layer of mkd speaks; Kubernetes and MQTT exceptions are mapped onto it once.
 
-::
-
-    FederationError
-    ├── Permanent            retrying cannot help: surface a condition and an Event naming the cause
-    │   ├── Invalid          user input is wrong: carries the field path and the fix
-    │   └── Forbidden        RBAC refused a call (HTTP 403): carries the rule that would allow it
-    ├── Temporary(delay)     retry after ``delay`` seconds
-    │   ├── Conflict         the object changed under us (stale resourceVersion): re-read, then retry
-    │   │   └── AlreadyExists   a create found the name taken
-    │   └── Transport        the network, the API server (5xx, 429) or the broker failed
-    │       └── DatabaseUnavailable   the database is unreachable or busy (an outage, a restart, a failover)
-    └── NotFound             the object is gone (often fine: a delete already happened)
-
 ``federation.kube`` maps ``kubernetes.client.ApiException`` and urllib3 errors onto this tree;
-``federation.mqtt`` maps aiomqtt errors; ``dispatcher.db`` (``database_error``, ``mapped``) maps
-SQLAlchemy's and the drivers'; nothing else catches library exceptions.
+``federation.mqtt`` maps aiomqtt errors; ``dispatcher.db`` (``database_error``, ``mapped``) maps SQLAlchemy's
+and the drivers'; nothing else catches library exceptions.
 """
 
 from __future__ import annotations
 
 
 class FederationError(Exception):
-    """Base of every error mkd raises on purpose."""
+    """Base of every error mkd raises on purpose.
+
+    ::
+
+        FederationError
+        ├── Permanent            retrying cannot help: surface a condition and an Event naming the cause
+        │   ├── Invalid          user input is wrong: carries the field path and the fix
+        │   └── Forbidden        RBAC refused a call (HTTP 403): carries the rule that would allow it
+        ├── Temporary(delay)     retry after ``delay`` seconds
+        │   ├── Conflict         the object changed under us (stale resourceVersion): re-read, then retry
+        │   │   └── AlreadyExists   a create found the name taken
+        │   └── Transport        the network, the API server (5xx, 429) or the broker failed
+        │       └── DatabaseUnavailable   the database is unreachable or busy (an outage, a restart, a failover)
+        └── NotFound             the object is gone (often fine: a delete already happened)
+    """
 
 
 class Permanent(FederationError):

@@ -1,20 +1,7 @@
 """Commands (dispatcher → agent) and Reports (agent → dispatcher): versioned pydantic models.
 
-Delivery over MQTT is at least once; these identifiers make the effects exactly once:
-
-* ``workload_uid`` — uid of the Job in the manager cluster (the Workload key);
-* ``attempt`` — placement attempt number, one per Placement row;
-* ``epoch`` — the dispatcher's fencing epoch (bumped each time a dispatcher instance starts);
-  an agent refuses a Command whose (epoch, attempt) is older than the newest it has applied
-  for that workload;
-* ``spec_version`` — bumped when the manager Job's spec changes (suspend, resume, edits);
-  a Place with the same (workload, attempt, spec_version) as the last applied one is a no-op;
-* ``seq`` — per-placement sequence number on Reports; the dispatcher drops a Status whose
-  seq is not newer than the last one it stored.
-
-``decode_command`` and ``decode_report`` never raise anything but :class:`MessageRefused`:
-unknown fields, wrong types, oversize payloads, bad JSON and unknown versions are refused
-with a reason.
+``decode_command`` and ``decode_report`` never raise anything but :class:`MessageRefused`: unknown fields,
+wrong types, oversize payloads, bad JSON and unknown versions are refused with a reason.
 """
 
 from __future__ import annotations
@@ -67,7 +54,20 @@ class JobRef(BaseModel):
 
 
 class PlacementKey(BaseModel):
-    """The identifiers of one placement attempt."""
+    """The identifiers of one placement attempt.
+
+    Delivery over MQTT is at least once; these identifiers make the effects exactly once:
+
+    * ``workload_uid`` — uid of the Job in the manager cluster (the Workload key);
+    * ``attempt`` — placement attempt number, one per Placement row;
+    * ``epoch`` — the dispatcher's fencing epoch (bumped each time a dispatcher instance starts);
+      an agent refuses a Command whose (epoch, attempt) is older than the newest it has applied
+      for that workload;
+    * ``spec_version`` — bumped when the manager Job's spec changes (suspend, resume, edits);
+      a Place with the same (workload, attempt, spec_version) as the last applied one is a no-op;
+    * ``seq`` — per-placement sequence number on Reports; the dispatcher drops a Status whose
+      seq is not newer than the last one it stored.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     workload_uid: Uid

@@ -1,20 +1,12 @@
 """The MQTT boundary: the only module importing ``aiomqtt`` and paho (under it).
 
-``MqttLink`` is one connection, an async context manager with an explicit state (new → open →
-closed): QoS 1 publish that returns once the broker's PUBACK arrived, QoS 1 subscriptions, a will
-message, username/password and TLS, and a persistent session (clean_session False, stable client
-id) so QoS 1 messages queued by the broker while a peer was away reach it when it reconnects.
-``LinkHealth`` is the link's health as data (connected, lost since, failed attempts, capped
-exponential backoff with jitter on an injected clock); the reconnect loop stays in the caller.
-Every aiomqtt / paho / socket / TLS error becomes a ``federation.errors`` error in ``_translate``.
-
-aiomqtt connects, subscribes and runs paho on the event loop; the two per-message paths bypass its
-wrappers, which cost a task, an ``asyncio.wait`` and an Event per message (bench/mqtt_bench.py: a 5 KB
-message cost the publisher ~115 µs of CPU and the subscriber ~95, ~80 and ~63 without them). Received
-messages go from paho's callback into the link's inbox, ended by the connection's end after every
-message received before it; a publish hands the message to paho and awaits a future its PUBACK
-callback resolves, failed at once when the connection ends or after ``publish_timeout``. paho writes
-what it queued (publishes, the PUBACKs it owes) on the loop's next turn (``_Writes``): ~85 and ~59 µs.
+``MqttLink`` is one connection, an async context manager with an explicit state (new → open → closed): QoS 1
+publish that returns once the broker's PUBACK arrived, QoS 1 subscriptions, a will message, username/password
+and TLS, and a persistent session (clean_session False, stable client id) so QoS 1 messages queued by the
+broker while a peer was away reach it when it reconnects. ``LinkHealth`` is the link's health as data
+(connected, lost since, failed attempts, capped exponential backoff with jitter on an injected clock); the
+reconnect loop stays in the caller. Every aiomqtt / paho / socket / TLS error becomes a ``federation.errors``
+error in ``_translate``.
 """
 
 from __future__ import annotations
@@ -268,7 +260,16 @@ State = Literal["new", "open", "closed"]
 
 
 class MqttLink:
-    """One connection to the broker; enter once, then publish / subscribe / iterate messages."""
+    """One connection to the broker; enter once, then publish / subscribe / iterate messages.
+
+    aiomqtt connects, subscribes and runs paho on the event loop; the two per-message paths bypass its
+    wrappers, which cost a task, an ``asyncio.wait`` and an Event per message (bench/mqtt_bench.py: a 5 KB
+    message cost the publisher ~115 µs of CPU and the subscriber ~95, ~80 and ~63 without them). Received
+    messages go from paho's callback into the link's inbox, ended by the connection's end after every
+    message received before it; a publish hands the message to paho and awaits a future its PUBACK
+    callback resolves, failed at once when the connection ends or after ``publish_timeout``. paho writes
+    what it queued (publishes, the PUBACKs it owes) on the loop's next turn (``_Writes``): ~85 and ~59 µs.
+    """
 
     def __init__(self, settings: MqttSettings, *, client_id: str, will: Will | None = None,
                  persistent: bool = True) -> None:

@@ -1,33 +1,10 @@
 """A worker's policy: where placed Jobs may land and what their pods may do.
 
-Shared by both sides: the agent (``worker_agent.policy``) enforces it before it creates anything and
-announces it in its heartbeat; the dispatcher checks a Job against each cluster's announced policy
-before placing it there, so a Job no cluster would run is told why instead of being placed and refused.
-
-A Place carries what a manager user wrote; the agent creates it with its own (broad) rights. The
-policy keeps that from becoming a way into the worker cluster:
-
-* **Namespaces.** ``namespace_map`` turns a manager namespace into a worker namespace (unlisted:
-  the same name). The result must not be one of ``denied_namespaces`` (``kube-system``,
-  ``kube-public``, ``kube-node-lease`` by default) nor the agent's own ``agent_namespace``; when
-  ``allowed_namespaces`` is not empty it must be one of them. Namespaces the agent creates carry
-  the Pod Security Admission labels of ``pod_security`` (``pod-security.kubernetes.io/enforce``),
-  so the API server enforces the same level on every pod in them.
-* **Service accounts.** A pod may name only a service account in ``service_accounts`` (empty: any
-  except the agent's own ``agent_service_account``).
-* **Pod Security Standards** (``pod_security``: ``privileged``, ``baseline`` (default) or
-  ``restricted``), following the upstream definitions (k8s.io/pod-security-admission, policy
-  version latest). ``baseline`` refuses host namespaces (hostNetwork, hostPID, hostIPC),
-  privileged containers, Windows HostProcess, capabilities beyond the default set, hostPath
-  volumes, host ports, AppArmor ``unconfined``, SELinux types and users/roles beyond the container
-  ones, a non-default ``procMount``, seccomp ``Unconfined`` and unsafe sysctls. ``restricted`` adds:
-  only ephemeral/projected volume types, ``allowPrivilegeEscalation: false``, ``runAsNonRoot:
-  true``, no ``runAsUser: 0``, seccomp ``RuntimeDefault`` or ``Localhost``, and capabilities
-  dropping ``ALL`` and adding at most ``NET_BIND_SERVICE``.
-
-Every pod template in the manifest is checked wherever the kind keeps it (a map with a
-``containers`` list), and every violation names its field path, so the Rejected report (reason
-``PolicyViolation``) says exactly what to change.
+Shared by both sides: the agent (``worker_agent.policy``) enforces it before it creates anything and announces
+it in its heartbeat; the dispatcher checks a Job against each cluster's announced policy before placing it
+there, so a Job no cluster would run is told why instead of being placed and refused. A Place carries what a
+manager user wrote; the agent creates it with its own (broad) rights. The policy keeps that from becoming a
+way into the worker cluster (:class:`Policy` lists what it checks).
 """
 
 from __future__ import annotations
@@ -96,6 +73,31 @@ class Violation:
 
 
 class Policy:
+    """What a worker allows, checked on a Place before anything is created:
+
+    * **Namespaces.** ``namespace_map`` turns a manager namespace into a worker namespace (unlisted:
+      the same name). The result must not be one of ``denied_namespaces`` (``kube-system``,
+      ``kube-public``, ``kube-node-lease`` by default) nor the agent's own ``agent_namespace``; when
+      ``allowed_namespaces`` is not empty it must be one of them. Namespaces the agent creates carry
+      the Pod Security Admission labels of ``pod_security`` (``pod-security.kubernetes.io/enforce``),
+      so the API server enforces the same level on every pod in them.
+    * **Service accounts.** A pod may name only a service account in ``service_accounts`` (empty: any
+      except the agent's own ``agent_service_account``).
+    * **Pod Security Standards** (``pod_security``: ``privileged``, ``baseline`` (default) or
+      ``restricted``), following the upstream definitions (k8s.io/pod-security-admission, policy
+      version latest). ``baseline`` refuses host namespaces (hostNetwork, hostPID, hostIPC),
+      privileged containers, Windows HostProcess, capabilities beyond the default set, hostPath
+      volumes, host ports, AppArmor ``unconfined``, SELinux types and users/roles beyond the container
+      ones, a non-default ``procMount``, seccomp ``Unconfined`` and unsafe sysctls. ``restricted`` adds:
+      only ephemeral/projected volume types, ``allowPrivilegeEscalation: false``, ``runAsNonRoot:
+      true``, no ``runAsUser: 0``, seccomp ``RuntimeDefault`` or ``Localhost``, and capabilities
+      dropping ``ALL`` and adding at most ``NET_BIND_SERVICE``.
+
+    Every pod template in the manifest is checked wherever the kind keeps it (a map with a
+    ``containers`` list), and every violation names its field path, so the Rejected report (reason
+    ``PolicyViolation``) says exactly what to change.
+    """
+
     def __init__(self, settings: PolicySettings) -> None:
         self.s = settings
 

@@ -1,36 +1,4 @@
 """Places sealed to the agent's key: a broker subscriber reads no manifest and no env value.
-
-Every Place the dispatcher sends is encrypted to the cluster it goes to, then signed like any
-Command (``federation.signing``: the signature covers the sealed bytes, so an altered ciphertext is
-refused before anything is decrypted). On the wire a sealed Place is::
-
-    {"v":1,"type":"sealed","alg":"x25519-hkdf-sha256-chacha20poly1305","e":"<sender's X25519 key>",
-     "to":[{"k":"<recipient key id>","w":"<nonce + wrapped content key>"}],"ct":"<the Place, encrypted>"}
-
-followed by the seal. The content key is random per message; the Place's JSON is encrypted with it
-(ChaCha20-Poly1305, the topic as associated data); for each recipient the content key is wrapped
-with a key derived (HKDF-SHA256) from an X25519 agreement between ``e`` and the recipient's key.
-
-**The recipient's key is its signing key.** A cluster is known by the Ed25519 public key registered
-for it (``mkctl clusters register NAME --public-key``); its X25519 key is derived from that one, the
-way libsodium's ``crypto_sign_ed25519_pk_to_curve25519`` / ``_sk_to_curve25519`` do (and age for
-ssh-ed25519 recipients): the public half is the Montgomery form of the Edwards point, the private
-half the clamped first half of SHA-512 over the Ed25519 seed. So there is no second key to
-generate, mount, register or rotate: a cluster that can be heard can be sealed to, and rotating
-the cluster's key rotates both. The two uses stay apart: signatures are made over ``mkd-seal-v1``
--tagged bytes, agreement outputs are only ever fed to HKDF with ``mkd-place-v1`` labels. ``k`` is
-the key id the seals already use (``signing.key_id``).
-
-**Cost.** One X25519 agreement is about one Ed25519 signature. The sender keeps its ephemeral
-X25519 key for ``EPHEMERAL_SECONDS`` or ``EPHEMERAL_USES`` messages, and both sides memoise the
-wrapping key per (ephemeral, recipient) pair, so a Place costs one agreement per cluster and minute,
-not per message, plus two AEAD operations; every wrap carries its own random nonce. What the reuse
-gives up is small: the dispatcher's memory, which holds the ephemeral key for a minute, holds the
-plaintext Places anyway.
-
-Refusals (counted in ``mkd_messages_refused_total{reason}``): ``not_for_us`` (sealed to other keys
-than this agent's: the dispatcher has another key registered for the cluster) and
-``bad_ciphertext`` (a malformed envelope, or one that does not decrypt).
 """
 
 from __future__ import annotations
@@ -84,7 +52,18 @@ def _raw(key: X25519PublicKey | Ed25519PublicKey) -> bytes:
 
 
 def agreement_public(key: Ed25519PublicKey) -> X25519PublicKey:
-    """The X25519 key of a cluster's Ed25519 key: the Montgomery u of its Edwards point, u = (1+y)/(1-y)."""
+    """The X25519 key of a cluster's Ed25519 key: the Montgomery u of its Edwards point, u = (1+y)/(1-y).
+
+    **The recipient's key is its signing key.** A cluster is known by the Ed25519 public key registered
+    for it (``mkctl clusters register NAME --public-key``); its X25519 key is derived from that one, the
+    way libsodium's ``crypto_sign_ed25519_pk_to_curve25519`` / ``_sk_to_curve25519`` do (and age for
+    ssh-ed25519 recipients): the public half is the Montgomery form of the Edwards point, the private
+    half the clamped first half of SHA-512 over the Ed25519 seed. So there is no second key to
+    generate, mount, register or rotate: a cluster that can be heard can be sealed to, and rotating
+    the cluster's key rotates both. The two uses stay apart: signatures are made over ``mkd-seal-v1``
+    -tagged bytes, agreement outputs are only ever fed to HKDF with ``mkd-place-v1`` labels. ``k`` is
+    the key id the seals already use (``signing.key_id``).
+    """
     y = int.from_bytes(_raw(key), "little") & ((1 << 255) - 1)
     if y >= _P or y == 1:  # not a canonical encoding, or the identity point
         raise ValueError("not a usable Ed25519 public key for sealing")
@@ -124,7 +103,26 @@ def _aad(topic: str, sender: bytes) -> bytes:
 
 
 class PlaceSealer:
-    """Encrypts Places to their cluster's keys (the dispatcher's side)."""
+    """Encrypts Places to their cluster's keys (the dispatcher's side).
+
+    Every Place the dispatcher sends is encrypted to the cluster it goes to, then signed like any
+    Command (``federation.signing``: the signature covers the sealed bytes, so an altered ciphertext is
+    refused before anything is decrypted). On the wire a sealed Place is::
+
+        {"v":1,"type":"sealed","alg":"x25519-hkdf-sha256-chacha20poly1305","e":"<sender's X25519 key>",
+         "to":[{"k":"<recipient key id>","w":"<nonce + wrapped content key>"}],"ct":"<the Place, encrypted>"}
+
+    followed by the seal. The content key is random per message; the Place's JSON is encrypted with it
+    (ChaCha20-Poly1305, the topic as associated data); for each recipient the content key is wrapped
+    with a key derived (HKDF-SHA256) from an X25519 agreement between ``e`` and the recipient's key.
+
+    **Cost.** One X25519 agreement is about one Ed25519 signature. The sender keeps its ephemeral
+    X25519 key for ``EPHEMERAL_SECONDS`` or ``EPHEMERAL_USES`` messages, and both sides memoise the
+    wrapping key per (ephemeral, recipient) pair, so a Place costs one agreement per cluster and minute,
+    not per message, plus two AEAD operations; every wrap carries its own random nonce. What the reuse
+    gives up is small: the dispatcher's memory, which holds the ephemeral key for a minute, holds the
+    plaintext Places anyway.
+    """
 
     def __init__(self, *, monotonic: Callable[[], float] = time.monotonic) -> None:
         self._monotonic = monotonic
@@ -184,7 +182,12 @@ def is_sealed(body: bytes) -> bool:
 
 
 class PlaceOpener:
-    """Decrypts sealed Places with the agent's key (the agent's side)."""
+    """Decrypts sealed Places with the agent's key (the agent's side).
+
+    Refusals (counted in ``mkd_messages_refused_total{reason}``): ``not_for_us`` (sealed to other keys
+    than this agent's: the dispatcher has another key registered for the cluster) and
+    ``bad_ciphertext`` (a malformed envelope, or one that does not decrypt).
+    """
 
     def __init__(self, key: Ed25519PrivateKey) -> None:
         self._private = agreement_private(key)

@@ -1,25 +1,12 @@
 """Identity on the wire: every Command and every Report is sealed with its sender's Ed25519 key.
 
-A sealed message is the message's JSON with one more member appended at the end::
-
-    {...the message...,"seal":{"k":"<key id>","s":"<stream>","n":<n>,"t":<unix ms>,"sig":"<signature>"}}
-
-``k`` is the signer's key id (the first 16 hex digits of SHA-256 over the raw public key), ``s`` and
-``n`` place the message on its sender's stream (the dispatcher: ``e<epoch>`` and the outbox row id;
-an agent: its link's stream and report number), ``t`` is when it was sealed. The signature covers
-a domain tag, the topic the message is published on, the header and the exact JSON bytes, so a
-sealed message cannot be moved to another cluster's topic, re-timed or altered. Stripping the
-seal gives back the bytes the sender encoded, which ``federation.messages`` decodes as before.
-
-:class:`Opener` checks a seal: a key the receiver trusts, a valid signature, a time within
-``max_age_seconds`` of the receiver's clock (either way), and a (key, stream, n) not seen before
-inside that window (a replay, or a QoS 1 duplicate, which carries nothing new). Every refusal
-names its reason (``unsigned``, ``malformed``, ``unknown_key``, ``bad_signature``, ``expired``,
-``replay``) and is counted in ``mkd_messages_refused_total{reason}``.
-
-Keys are text: a private key is the base64 of its 32 raw bytes (or a PKCS#8 PEM), a public key the
-base64 of its 32 raw bytes, what ``mkctl keys generate`` prints and ``mkctl clusters register
-NAME --public-key`` takes.
+:class:`Opener` checks a seal: a key the receiver trusts, a valid signature, a time within ``max_age_seconds``
+of the receiver's clock (either way), and a (key, stream, n) not seen before inside that window (a replay, or
+a QoS 1 duplicate, which carries nothing new). Every refusal names its reason (``unsigned``, ``malformed``,
+``unknown_key``, ``bad_signature``, ``expired``, ``replay``) and is counted in
+``mkd_messages_refused_total{reason}``. Keys are text: a private key is the base64 of its 32 raw bytes (or a
+PKCS#8 PEM), a public key the base64 of its 32 raw bytes, what ``mkctl keys generate`` prints and ``mkctl
+clusters register NAME --public-key`` takes.
 """
 
 from __future__ import annotations
@@ -139,7 +126,19 @@ def _signed(topic: str, k: str, stream: str, n: int, t: int, body: bytes) -> byt
 
 
 class Sealer:
-    """Signs outgoing messages with one private key."""
+    """Signs outgoing messages with one private key.
+
+    A sealed message is the message's JSON with one more member appended at the end::
+
+        {...the message...,"seal":{"k":"<key id>","s":"<stream>","n":<n>,"t":<unix ms>,"sig":"<signature>"}}
+
+    ``k`` is the signer's key id (the first 16 hex digits of SHA-256 over the raw public key), ``s`` and
+    ``n`` place the message on its sender's stream (the dispatcher: ``e<epoch>`` and the outbox row id;
+    an agent: its link's stream and report number), ``t`` is when it was sealed. The signature covers
+    a domain tag, the topic the message is published on, the header and the exact JSON bytes, so a
+    sealed message cannot be moved to another cluster's topic, re-timed or altered. Stripping the
+    seal gives back the bytes the sender encoded, which ``federation.messages`` decodes as before.
+    """
 
     def __init__(self, key: Ed25519PrivateKey, *, now_ms: Callable[[], int] | None = None) -> None:
         self.key = key

@@ -1,30 +1,13 @@
 """Named long-lived tasks with an owner and a staged shutdown; the only place that creates them.
 
-``Supervisor`` starts each task under a name; a task that fails is logged the moment it fails and
-either restarted with capped backoff (``restart=True``, the one :class:`~federation.retry.Backoff`,
-reset once a run lasted longer than the cap) or treated as fatal: ``run_until_stopped`` returns early
-and re-raises it. A :class:`~federation.errors.Permanent` error (a bad setting, refused credentials)
-is always fatal, logged in one line: retrying it forever with a traceback per attempt helps nobody. Shutdown is staged: every task is cancelled, stragglers (tasks
-that swallow the cancellation or clean up slowly) get ``grace`` seconds, are then cancelled again
-and named in the log, and the first task error is re-raised, not swallowed.
+``Supervisor`` starts each task under a name; a task that fails is logged the moment it fails and either
+restarted with capped backoff (``restart=True``, the one :class:`~federation.retry.Backoff`, reset once a run
+lasted longer than the cap) or treated as fatal: ``run_until_stopped`` returns early and re-raises it. A
+:class:`~federation.errors.Permanent` error (a bad setting, refused credentials) is always fatal, logged in
+one line: retrying it forever with a traceback per attempt helps nobody. Shutdown is staged: every task is
+cancelled, stragglers (tasks that swallow the cancellation or clean up slowly) get ``grace`` seconds, are then
+cancelled again and named in the log, and the first task error is re-raised, not swallowed.
 ``install_signal_handlers`` turns SIGTERM / SIGINT into setting the stop event.
-
-Side work (queue status, Events, handover records, metrics: what the service does besides its core loops)
-degrades and never stops the process: a task started with ``side=True`` is restarted with backoff after
-any error, a :class:`~federation.errors.Permanent` one (a 403) included, and the one :class:`SideWork` of
-the service logs each fault once per cause, counts it, and holds what is wrong and how to fix it (for a
-403 the missing RBAC rule) for ``/readyz`` and the metrics until the work reports itself healthy again.
-
-Every long-lived coroutine runs as a Supervisor task. A pool of workers inside one task (the kube
-writer's, the agent's apply loop) is an ``asyncio.TaskGroup``, so one failing worker stops the pool
-and the Supervisor restarts it whole, never leaving orphans. Short-lived per-item tasks (one Command
-being applied, one QoS 1 publish in flight, one requeue timer, the HTTP server inside its task) are
-made by a :class:`TaskSet` of the object that owns them, never by a bare ``create_task``: a TaskSet
-tracks its tasks and cancels them with ``cancel_all``, and a task that fails is logged the moment
-it fails (with its traceback), counted (``failures``, and in its Supervisor's ``child_failures`` when
-it was made by ``Supervisor.task_set``) and handed to the owner's ``on_error``, which decides what it
-means (the outbox reconnects, the agent reports the Command as not applied). Without ``on_error``
-the failure is kept in ``errors`` and raised by ``check()`` in the owner's loop.
 """
 
 from __future__ import annotations
@@ -95,7 +78,14 @@ def cause_of(exc: BaseException) -> tuple[str, str]:
 
 
 class SideWork:
-    """The faults of a service's side work (see the module docstring); the probes and metrics read it."""
+    """The faults of a service's side work; the probes and metrics read it.
+
+    Side work (queue status, Events, handover records, metrics: what the service does besides its core loops)
+    degrades and never stops the process: a task started with ``side=True`` is restarted with backoff after
+    any error, a :class:`~federation.errors.Permanent` one (a 403) included, and the one :class:`SideWork` of
+    the service logs each fault once per cause, counts it, and holds what is wrong and how to fix it (for a
+    403 the missing RBAC rule) for ``/readyz`` and the metrics until the work reports itself healthy again.
+    """
 
     def __init__(self, clock: Clock | None = None) -> None:
         self.clock = clock or SystemClock()
@@ -150,7 +140,19 @@ class SideWork:
 
 
 class TaskSet:
-    """Short-lived tasks of one owner, tracked, and never failing silently (see the module docstring)."""
+    """Short-lived tasks of one owner, tracked, and never failing silently.
+
+    Every long-lived coroutine runs as a Supervisor task. A pool of workers inside one task (the kube
+    writer's, the agent's apply loop) is an ``asyncio.TaskGroup``, so one failing worker stops the pool
+    and the Supervisor restarts it whole, never leaving orphans. Short-lived per-item tasks (one Command
+    being applied, one QoS 1 publish in flight, one requeue timer, the HTTP server inside its task) are
+    made by a :class:`TaskSet` of the object that owns them, never by a bare ``create_task``: a TaskSet
+    tracks its tasks and cancels them with ``cancel_all``, and a task that fails is logged the moment
+    it fails (with its traceback), counted (``failures``, and in its Supervisor's ``child_failures`` when
+    it was made by ``Supervisor.task_set``) and handed to the owner's ``on_error``, which decides what it
+    means (the outbox reconnects, the agent reports the Command as not applied). Without ``on_error``
+    the failure is kept in ``errors`` and raised by ``check()`` in the owner's loop.
+    """
 
     def __init__(self, owner: str, *, on_error: OnError | None = None,
                  counted: Callable[[], None] | None = None) -> None:
@@ -222,7 +224,7 @@ class Supervisor:
         self.grace = grace
         self.clock = clock or SystemClock()
         self.side = side or SideWork(self.clock)
-        """Where ``side=True`` tasks' failures go (module docstring)."""
+        """Where ``side=True`` tasks' failures go (:class:`SideWork`)."""
         self.restart_initial = restart_initial
         self.restart_max = restart_max
         self.tasks: dict[str, TaskInfo] = {}

@@ -1,20 +1,4 @@
 """Admission in kubesim: CRD rules (CEL), ValidatingAdmissionPolicy, and the admissionregistration objects.
-
-The store calls ``Admission.validate`` once per create/update, after its defaulting and validation and
-before anything is written (dry runs included); it raises the real server's Status or returns. In the
-real server's order it runs:
-
-1. the ``x-kubernetes-validations`` of the custom resource's CRD version (422 Invalid, field errors);
-2. every ValidatingAdmissionPolicy whose ``matchConstraints`` match the request, once per matching
-   binding: ``matchConditions``, ``variables``, ``validations`` with message / messageExpression /
-   reason; a false validation is handled per ``validationActions`` (Deny: the first denial is the
-   answer; Warn: a ``Warning`` header; Audit: there is no audit log, so nothing), an evaluation error per
-   ``failurePolicy``.
-
-Objects of the admissionregistration.k8s.io/v1 kinds are defaulted and validated here as their
-registry strategies do (failurePolicy, matchPolicy, selectors, timeoutSeconds, expressions that must
-compile, webhook names, sideEffects, clientConfig). Mutating/validating webhooks are called by
-``kubesim.webhooks`` from the HTTP layer, which can wait for them.
 """
 
 from __future__ import annotations
@@ -240,7 +224,24 @@ REASON_CODES = {"Forbidden": 403, "Unauthorized": 401, "RequestEntityTooLarge": 
 
 
 class Admission:
-    """Per-cluster admission state; see the module docstring."""
+    """Per-cluster admission state.
+
+    The store calls ``Admission.validate`` once per create/update, after its defaulting and validation and
+    before anything is written (dry runs included); it raises the real server's Status or returns. In the
+    real server's order it runs:
+
+    1. the ``x-kubernetes-validations`` of the custom resource's CRD version (422 Invalid, field errors);
+    2. every ValidatingAdmissionPolicy whose ``matchConstraints`` match the request, once per matching
+       binding: ``matchConditions``, ``variables``, ``validations`` with message / messageExpression /
+       reason; a false validation is handled per ``validationActions`` (Deny: the first denial is the
+       answer; Warn: a ``Warning`` header; Audit: there is no audit log, so nothing), an evaluation error per
+       ``failurePolicy``.
+
+    Objects of the admissionregistration.k8s.io/v1 kinds are defaulted and validated here as their
+    registry strategies do (failurePolicy, matchPolicy, selectors, timeoutSeconds, expressions that must
+    compile, webhook names, sideEffects, clientConfig). Mutating/validating webhooks are called by
+    ``kubesim.webhooks`` from the HTTP layer, which can wait for them.
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store

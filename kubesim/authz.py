@@ -1,28 +1,4 @@
 """Who is asking and may they: kube-apiserver's authentication and RBAC authorization of every request.
-
-**Authentication** (always, for TokenReview; for requests only when the cluster authorizes): a bearer
-token is either in the static token table (kube-apiserver's ``--token-auth-file``; the cluster's own
-kubeconfig token ``kubesim-<cluster>`` is ``kubesim-admin`` in ``system:masters``) or a ServiceAccount
-token minted by the TokenRequest subresource (``POST .../serviceaccounts/<name>/token``, what
-``kubectl create token`` and a Pod's projected token use), valid until it expires and while its
-ServiceAccount (same uid) exists; its user is ``system:serviceaccount:<namespace>:<name>`` in
-``system:serviceaccounts`` and ``system:serviceaccounts:<namespace>``. Every authenticated user is also
-in ``system:authenticated``; a request without a token is ``system:anonymous`` in
-``system:unauthenticated``; an unknown or expired token is 401 Unauthorized.
-
-**Authorization** is the request's attributes (the apiserver's RequestInfo: verb from the method, ``list``
-/ ``watch`` / ``deletecollection`` on collections, resource, subresource, name, namespace, or a
-non-resource path) judged by the privileged ``system:masters`` group, then the RBAC authorizer over the
-stored Roles, ClusterRoles and bindings: ClusterRoleBindings, then the RoleBindings of the request's
-namespace; rules match by verb, API group, resource (``*``, ``resource/subresource``, ``*/subresource``),
-resource name, and for ClusterRoles non-resource URLs (exact, ``*``, or a prefix ending in ``*``). A
-ClusterRole with an ``aggregationRule`` holds the rules of the ClusterRoles its selectors match (what the
-aggregation controller writes into it). The bootstrap policy's discovery roles (``system:discovery``,
-``system:public-info-viewer``, ``system:basic-user``) apply without being stored. A denial is the real 403:
-``<resource>.<group> "<name>" is forbidden: User "<user>" cannot <verb> resource "<resource>[/<sub>]" in API
-group "<group>" in the namespace "<ns>"`` (``at the cluster scope`` without one; ``forbidden: User ... cannot
-get path "/x"`` for a non-resource path), followed by the RBAC authorizer's reason when it has one (a
-binding naming a role that does not exist).
 """
 
 from __future__ import annotations
@@ -173,7 +149,32 @@ class _Minted:
 
 @dataclass
 class Access:
-    """Authentication and authorization of one simulated cluster (``store`` holds its RBAC objects)."""
+    """Authentication and authorization of one simulated cluster (``store`` holds its RBAC objects).
+
+    **Authentication** (always, for TokenReview; for requests only when the cluster authorizes): a bearer
+    token is either in the static token table (kube-apiserver's ``--token-auth-file``; the cluster's own
+    kubeconfig token ``kubesim-<cluster>`` is ``kubesim-admin`` in ``system:masters``) or a ServiceAccount
+    token minted by the TokenRequest subresource (``POST .../serviceaccounts/<name>/token``, what
+    ``kubectl create token`` and a Pod's projected token use), valid until it expires and while its
+    ServiceAccount (same uid) exists; its user is ``system:serviceaccount:<namespace>:<name>`` in
+    ``system:serviceaccounts`` and ``system:serviceaccounts:<namespace>``. Every authenticated user is also
+    in ``system:authenticated``; a request without a token is ``system:anonymous`` in
+    ``system:unauthenticated``; an unknown or expired token is 401 Unauthorized.
+
+    **Authorization** is the request's attributes (the apiserver's RequestInfo: verb from the method, ``list``
+    / ``watch`` / ``deletecollection`` on collections, resource, subresource, name, namespace, or a
+    non-resource path) judged by the privileged ``system:masters`` group, then the RBAC authorizer over the
+    stored Roles, ClusterRoles and bindings: ClusterRoleBindings, then the RoleBindings of the request's
+    namespace; rules match by verb, API group, resource (``*``, ``resource/subresource``, ``*/subresource``),
+    resource name, and for ClusterRoles non-resource URLs (exact, ``*``, or a prefix ending in ``*``). A
+    ClusterRole with an ``aggregationRule`` holds the rules of the ClusterRoles its selectors match (what the
+    aggregation controller writes into it). The bootstrap policy's discovery roles (``system:discovery``,
+    ``system:public-info-viewer``, ``system:basic-user``) apply without being stored. A denial is the real 403:
+    ``<resource>.<group> "<name>" is forbidden: User "<user>" cannot <verb> resource "<resource>[/<sub>]" in API
+    group "<group>" in the namespace "<ns>"`` (``at the cluster scope`` without one; ``forbidden: User ... cannot
+    get path "/x"`` for a non-resource path), followed by the RBAC authorizer's reason when it has one (a
+    binding naming a role that does not exist).
+    """
 
     store: Any
     enforce: bool = False

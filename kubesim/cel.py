@@ -1,19 +1,11 @@
 """CEL for kubesim: CRD ``x-kubernetes-validations`` and the expressions of admission policies.
 
-Expressions are compiled and run by ``cel-expr-python`` (Google's CEL runtime, the C++ implementation
-behind a Python binding) with its strings and optional-types extensions, plus the parts of the
-Kubernetes CEL libraries that mkd's and the upstream Kubeflow/JobSet CRDs use or may use: the list
-library (``isSorted``, ``sum``, ``min``, ``max``, ``indexOf``, ``lastIndexOf``) and the regex library
-(``find``, ``findAll``), and ``cel.bind``. Variables are dynamically typed (no schema-typed checking at compile time), so a
-misspelt field is a runtime ``no such key`` instead of a compile error; README lists the other gaps.
-
-``Validator.for_schema`` turns one CRD version's ``openAPIV3Schema`` into a tree holding only the nodes
-with rules (or with rules below them), each program compiled once; ``validate`` walks an object along
-that tree the way the real server does: rules see ``self`` (and ``oldSelf`` when the old value can be
-correlated: object properties, map keys, items of ``x-kubernetes-list-type: map`` lists by their keys),
-transition rules run only when an old value exists (``optionalOldSelf`` rules always, with
-``oldSelf`` an optional), errors on unchanged values are ratcheted away
-(CRDValidationRatcheting, on by default since 1.30) and the field errors read like upstream's.
+Expressions are compiled and run by ``cel-expr-python`` (Google's CEL runtime, the C++ implementation behind a
+Python binding) with its strings and optional-types extensions, plus the parts of the Kubernetes CEL libraries
+that mkd's and the upstream Kubeflow/JobSet CRDs use or may use: the list library (``isSorted``, ``sum``,
+``min``, ``max``, ``indexOf``, ``lastIndexOf``) and the regex library (``find``, ``findAll``), and
+``cel.bind``. Variables are dynamically typed (no schema-typed checking at compile time), so a misspelt field
+is a runtime ``no such key`` instead of a compile error; README lists the other gaps.
 """
 
 from __future__ import annotations
@@ -282,7 +274,16 @@ def field_error(path: str, value_type: str, detail: str, reason: str | None) -> 
 
 
 class Validator:
-    """The compiled x-kubernetes-validations of one CRD version (see module docstring)."""
+    """The compiled x-kubernetes-validations of one CRD version.
+
+    ``Validator.for_schema`` turns one CRD version's ``openAPIV3Schema`` into a tree holding only the nodes
+    with rules (or with rules below them), each program compiled once; ``validate`` walks an object along
+    that tree the way the real server does: rules see ``self`` (and ``oldSelf`` when the old value can be
+    correlated: object properties, map keys, items of ``x-kubernetes-list-type: map`` lists by their keys),
+    transition rules run only when an old value exists (``optionalOldSelf`` rules always, with
+    ``oldSelf`` an optional), errors on unchanged values are ratcheted away
+    (CRDValidationRatcheting, on by default since 1.30) and the field errors read like upstream's.
+    """
 
     def __init__(self, root: Node | None) -> None:
         self.root = root

@@ -1,16 +1,10 @@
 """``python -m kubesim``: serve simulated clusters until SIGINT/SIGTERM, printing each kubeconfig path.
 
 Clusters come from ``--clusters a,b,c`` (each with ``--nodes`` identical nodes sized by ``--node-cpu``,
-``--node-memory``, ``--node-gpus``) or from a YAML ``--topology`` file::
-
-    clusters:
-      - name: worker-1
-        seed: 1
-        kubelet: {start_seconds: 0.05, run_seconds: 1.0, exit_code: 0}
-        nodes:
-          - {name: gpu-1, cpu: "32", memory: 128Gi, extended: {nvidia.com/gpu: "8"}, labels: {pool: a100}}
-
-``mkctl sim up`` calls ``main(argv)`` (or ``run(specs, state_dir)``) directly.
+``--node-memory``, ``--node-gpus``) or from a YAML ``--topology`` file::  clusters: - name: worker-1 seed: 1
+kubelet: {start_seconds: 0.05, run_seconds: 1.0, exit_code: 0} nodes: - {name: gpu-1, cpu: "32", memory:
+128Gi, extended: {nvidia.com/gpu: "8"}, labels: {pool: a100}} ``mkctl sim up`` calls ``main(argv)`` (or
+``run(specs, state_dir)``) directly.
 """
 
 from __future__ import annotations

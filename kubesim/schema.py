@@ -1,27 +1,4 @@
 """Structural-schema handling of custom resources: pruning, defaulting and OpenAPI validation.
-
-What a real apiextensions-apiserver does with a CRD version's ``openAPIV3Schema`` for every create,
-update, patch and apply of a custom resource (and its ``/status``), in the real order:
-
-1. **prune** unknown fields (kept under ``x-kubernetes-preserve-unknown-fields``; ``apiVersion``,
-   ``kind`` and ``metadata`` at the root and in ``x-kubernetes-embedded-resource`` objects) and
-   non-nullable ``null`` values; the pruned paths are what ``fieldValidation`` reports:
-   ``Strict`` -> 400 ``<Kind> in version "v1" cannot be handled as a <Kind>: strict decoding error:
-   unknown field "spec.foo"`` (a patch: 422 at ``patch``), ``Warn`` (the server's default) -> a ``Warning: 299`` header per field,
-   ``Ignore`` -> nothing. Built-in kinds only get this step (kubesim.builtin_fields: typed decoding);
-2. **default** missing properties from ``default`` (recursively, defaults are themselves defaulted);
-3. **validate** like k8s.io/kube-openapi's SchemaValidator, with its messages
-   (``spec.replicas in body should be greater than or equal to 0``), turned into field errors the way
-   apiextensions-apiserver's ``kubeOpenAPIResultToFieldErrors`` does. Field paths are kube-openapi's:
-   properties and map keys joined with ``.`` (``spec.pytorchReplicaSpecs.Worker.replicas``), list
-   items as ``[i]``. (CEL ``x-kubernetes-validations`` errors use ``[key]`` for map keys; those are
-   not this module's.) On updates, errors in unchanged correlatable parts are ratcheted away
-   (CRDValidationRatcheting, GA): object properties, map values and ``listType=map`` items by key.
-
-The request's ``fieldValidation`` directive and the warnings it produces travel in a ContextVar that
-the HTTP layer sets per request (:func:`request_scope`), so the store's signatures stay unchanged.
-Upstream: staging/src/k8s.io/apiextensions-apiserver/pkg/apiserver/schema/{pruning,defaulting},
-pkg/apiserver/validation/validation.go and kube-openapi pkg/validation/{validate,errors}.
 """
 
 from __future__ import annotations
@@ -125,7 +102,31 @@ def admit(rt: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None, rul
     pass through). Raises 400 (Strict unknown fields) or 422 Invalid; records Warn-mode warnings on the
     request scope. The schema is the one of the object's served version (conversion is None). When the schema
     refuses the object, ``rules`` (the CRD's rule causes, None without rules) joins the same 422, as the
-    strategy's Validate does; an object the schema accepts meets its rules in admission."""
+    strategy's Validate does; an object the schema accepts meets its rules in admission.
+
+    What a real apiextensions-apiserver does with a CRD version's ``openAPIV3Schema`` for every create,
+    update, patch and apply of a custom resource (and its ``/status``), in the real order:
+
+    1. **prune** unknown fields (kept under ``x-kubernetes-preserve-unknown-fields``; ``apiVersion``,
+       ``kind`` and ``metadata`` at the root and in ``x-kubernetes-embedded-resource`` objects) and
+       non-nullable ``null`` values; the pruned paths are what ``fieldValidation`` reports:
+       ``Strict`` -> 400 ``<Kind> in version "v1" cannot be handled as a <Kind>: strict decoding error:
+       unknown field "spec.foo"`` (a patch: 422 at ``patch``), ``Warn`` (the server's default) -> a ``Warning: 299`` header per field,
+       ``Ignore`` -> nothing. Built-in kinds only get this step (kubesim.builtin_fields: typed decoding);
+    2. **default** missing properties from ``default`` (recursively, defaults are themselves defaulted);
+    3. **validate** like k8s.io/kube-openapi's SchemaValidator, with its messages
+       (``spec.replicas in body should be greater than or equal to 0``), turned into field errors the way
+       apiextensions-apiserver's ``kubeOpenAPIResultToFieldErrors`` does. Field paths are kube-openapi's:
+       properties and map keys joined with ``.`` (``spec.pytorchReplicaSpecs.Worker.replicas``), list
+       items as ``[i]``. (CEL ``x-kubernetes-validations`` errors use ``[key]`` for map keys; those are
+       not this module's.) On updates, errors in unchanged correlatable parts are ratcheted away
+       (CRDValidationRatcheting, GA): object properties, map values and ``listType=map`` items by key.
+
+    The request's ``fieldValidation`` directive and the warnings it produces travel in a ContextVar that
+    the HTTP layer sets per request (:func:`request_scope`), so the store's signatures stay unchanged.
+    Upstream: staging/src/k8s.io/apiextensions-apiserver/pkg/apiserver/schema/{pruning,defaulting},
+    pkg/apiserver/validation/validation.go and kube-openapi pkg/validation/{validate,errors}.
+    """
     scope = _SCOPE.get()
     if rt.builtin:
         # Typed decoding drops what the kind does not have (API requests only: kubesim's own controllers

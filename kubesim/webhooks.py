@@ -1,22 +1,4 @@
 """Admission webhooks: MutatingWebhookConfiguration and ValidatingWebhookConfiguration called over HTTPS.
-
-``Webhooks.write`` wraps one create/update/patch/apply request of the HTTP layer. With no webhook
-configuration in the cluster it is the plain store call. Otherwise, as the real server does:
-
-1. the object the request would write (body, or the patch applied to the current object) goes through
-   every matching mutating webhook in order (configurations by name, webhooks in list order), each
-   getting an AdmissionReview v1 and answering ``allowed`` plus an optional base64 ``JSONPatch``;
-2. the store defaults and validates it (CRD rules and ValidatingAdmissionPolicies included) without
-   writing (a dry run), and the matching validating webhooks see that final object, all called at once;
-   the first refusal in order answers;
-3. the object is written; if another writer changed it meanwhile, the steps run again.
-
-A webhook is reached by ``clientConfig.url`` or ``clientConfig.service``. A service maps to the address in
-the Service's ``kubesim.mkd.dev/webhook-address`` annotation (``host:port``), or to ``externalName`` of an
-ExternalName Service; the TLS certificate is verified against ``caBundle`` (the system roots without one)
-and the name ``<service>.<namespace>.svc``, as the real server does. Calls honour ``timeoutSeconds``;
-a failure to call (refused, timeout, TLS, a malformed answer) follows ``failurePolicy``; a refusal is
-the webhook's Status with the real server's ``admission webhook "<name>" denied the request: ...``.
 """
 
 from __future__ import annotations
@@ -73,7 +55,26 @@ def denied(name: str, status: dict[str, Any] | None) -> ApiError:
 
 
 class Webhooks:
-    """Calls the cluster's admission webhooks for one request at a time (see module docstring)."""
+    """Calls the cluster's admission webhooks for one request at a time.
+
+    ``Webhooks.write`` wraps one create/update/patch/apply request of the HTTP layer. With no webhook
+    configuration in the cluster it is the plain store call. Otherwise, as the real server does:
+
+    1. the object the request would write (body, or the patch applied to the current object) goes through
+       every matching mutating webhook in order (configurations by name, webhooks in list order), each
+       getting an AdmissionReview v1 and answering ``allowed`` plus an optional base64 ``JSONPatch``;
+    2. the store defaults and validates it (CRD rules and ValidatingAdmissionPolicies included) without
+       writing (a dry run), and the matching validating webhooks see that final object, all called at once;
+       the first refusal in order answers;
+    3. the object is written; if another writer changed it meanwhile, the steps run again.
+
+    A webhook is reached by ``clientConfig.url`` or ``clientConfig.service``. A service maps to the address in
+    the Service's ``kubesim.mkd.dev/webhook-address`` annotation (``host:port``), or to ``externalName`` of an
+    ExternalName Service; the TLS certificate is verified against ``caBundle`` (the system roots without one)
+    and the name ``<service>.<namespace>.svc``, as the real server does. Calls honour ``timeoutSeconds``;
+    a failure to call (refused, timeout, TLS, a malformed answer) follows ``failurePolicy``; a refusal is
+    the webhook's Status with the real server's ``admission webhook "<name>" denied the request: ...``.
+    """
 
     def __init__(self, store: Store) -> None:
         self.store = store

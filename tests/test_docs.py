@@ -295,3 +295,22 @@ def test_no_diary_in_the_code_its_help_or_the_docs() -> None:
     found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()[:120]}" for p in files
              for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if DIARY.search(line)]
     assert not found, "\n".join(found)
+
+
+def _paragraphs(doc: str) -> int:
+    return len([b for b in re.split(r"\n[ \t]*\n", doc.strip()) if b.strip()])
+
+
+def test_module_docstrings_are_one_paragraph() -> None:
+    """A module's docstring says what it owns: a summary line and at most one paragraph; details go to
+    the class or function they are about (migrations keep alembic's revision header)."""
+    import ast
+
+    long = []
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8")), clean=True) or ""
+            doc = re.sub(r"\n\s*Revision ID:.*", "", doc, flags=re.S) if "versions" in path.parts else doc
+            if _paragraphs(doc) > 2:
+                long.append(f"{path.relative_to(ROOT)}: {_paragraphs(doc)} paragraphs")
+    assert not long, "\n".join(long)

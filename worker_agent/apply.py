@@ -1,35 +1,13 @@
 """The one apply loop: per job key serial, parallel across jobs; render a Plan and carry it out.
 
-Keys are ``(kind, namespace, name)``. ``enqueue`` marks a key dirty; a bounded pool of workers
-takes keys off one queue, and a key being reconciled is never handed to a second worker (a
-change arriving meanwhile re-queues it once the pass ends), so no locks guard one job's state.
-A pass reads the job and its children from the caches (informers plus the agent's own writes),
-calls the kind's ``render``, then deletes, creates (one by one; children get a controller
-owner reference to the job so the cluster's GC removes them), updates, writes ``.status``
-through the status subresource only when it changed, records Events and schedules a requeue
-after ``requeue_after`` seconds on the injected clock. A create that finds its name taken aborts
-the pass before the status write, as upstream does; Temporary errors retry with a capped backoff.
-
-New jobs come in only as fast as the loop gets through its work (``admission``): the inbox creates a placed job
-once fewer than ``backlog_max`` passes wait, so a burst of Places waits unanswered, in the dispatcher's outbox and
-SQL, instead of as thousands of created jobs whose children and status come tens of seconds later (10,000-job
-bursts: 7,000 jobs accepted and not yet started across three agents, Running 7-30 s after the Accepted).
-
-The watch echoes of a pass's own writes (a child it created, the status it wrote) carry nothing the pass
-did not already put in the caches. When the reconciler says a render right after them plans nothing more
-(``settles_after``; the Kubeflow v1 family, for a job not finished) they start no pass (``own_echo``,
-``status_echo``); otherwise they do, since that next render may still plan something.
-
-A status whose latest condition is one a job leaves within moments (Kubeflow's ``Created``, until its pods run:
-``federation.kinds.base.PASSING_CONDITIONS``) is not written at once: it stays in the loop's hands up to
-``status_hold`` seconds (the agent's ``status_hold_seconds``, 1 s), the job's next passes render on it (its
-condition times and ``startTime`` stay the first pass's, as upstream's create predicate sets Created in the
-cached object that its first status write persists), and the first status that is not passing, or the held one
-once the hold is over, is written. A job whose pods run within the hold gets one status write, Created and
-Running together, instead of two (and one watch echo, one Status Report). A Running status while
-replicas are still to start (the reconciler's optional ``starting``: a Master running, its Worker not yet) is
-held the same way, so pods that start moments apart make one write, not one each. 0 writes at once, as
-upstream does.
+Keys are ``(kind, namespace, name)``. ``enqueue`` marks a key dirty; a bounded pool of workers takes keys off
+one queue, and a key being reconciled is never handed to a second worker (a change arriving meanwhile
+re-queues it once the pass ends), so no locks guard one job's state. A pass reads the job and its children
+from the caches (informers plus the agent's own writes), calls the kind's ``render``, then deletes, creates
+(one by one; children get a controller owner reference to the job so the cluster's GC removes them), updates,
+writes ``.status`` through the status subresource only when it changed, records Events and schedules a requeue
+after ``requeue_after`` seconds on the injected clock. A create that finds its name taken aborts the pass
+before the status write, as upstream does; Temporary errors retry with a capped backoff.
 """
 
 from __future__ import annotations
@@ -99,7 +77,7 @@ class _StatusWrite:
 
 @dataclass
 class _HeldStatus:
-    """A passing status not written yet (module docstring): the job's status when the hold began (passes render
+    """A passing status not written yet (:class:`ApplyLoop`): the job's status when the hold began (passes render
     on the held one only while the stored status is still that), the status, and when the hold is over."""
 
     base: Any
@@ -143,7 +121,29 @@ def owner_reference(job: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class ApplyLoop:
-    """Reconciles the jobs of the kinds in ``reconcilers``; caches are shared with the watchers."""
+    """Reconciles the jobs of the kinds in ``reconcilers``; caches are shared with the watchers.
+
+    New jobs come in only as fast as the loop gets through its work (``admission``): the inbox creates a placed job
+    once fewer than ``backlog_max`` passes wait, so a burst of Places waits unanswered, in the dispatcher's outbox and
+    SQL, instead of as thousands of created jobs whose children and status come tens of seconds later (10,000-job
+    bursts: 7,000 jobs accepted and not yet started across three agents, Running 7-30 s after the Accepted).
+
+    The watch echoes of a pass's own writes (a child it created, the status it wrote) carry nothing the pass
+    did not already put in the caches. When the reconciler says a render right after them plans nothing more
+    (``settles_after``; the Kubeflow v1 family, for a job not finished) they start no pass (``own_echo``,
+    ``status_echo``); otherwise they do, since that next render may still plan something.
+
+    A status whose latest condition is one a job leaves within moments (Kubeflow's ``Created``, until its pods run:
+    ``federation.kinds.base.PASSING_CONDITIONS``) is not written at once: it stays in the loop's hands up to
+    ``status_hold`` seconds (the agent's ``status_hold_seconds``, 1 s), the job's next passes render on it (its
+    condition times and ``startTime`` stay the first pass's, as upstream's create predicate sets Created in the
+    cached object that its first status write persists), and the first status that is not passing, or the held one
+    once the hold is over, is written. A job whose pods run within the hold gets one status write, Created and
+    Running together, instead of two (and one watch echo, one Status Report). A Running status while
+    replicas are still to start (the reconciler's optional ``starting``: a Master running, its Worker not yet) is
+    held the same way, so pods that start moments apart make one write, not one each. 0 writes at once, as
+    upstream does.
+    """
 
     def __init__(self, kube: Kube, reconcilers: Mapping[str, Reconciler], resources: Mapping[str, Resource],
                  caches: Mapping[str, ObjectCache], clock: Clock, *, concurrency: int = 16,
@@ -151,7 +151,7 @@ class ApplyLoop:
                  origin: str = "", backlog_max: int = 64, status_hold: float = 0.0) -> None:
         self.kube = kube
         self.status_hold = status_hold
-        """Seconds a passing status waits for the job's next one before it is written (module docstring)."""
+        """Seconds a passing status waits for the job's next one before it is written (:class:`ApplyLoop`)."""
         self._held_status: dict[JobKey, _HeldStatus] = {}
         self.backlog_max = backlog_max
         """Passes waiting (plus jobs being created) at which a new job waits to come in (``admission``)."""
@@ -376,7 +376,7 @@ class ApplyLoop:
             return None
         held = self._current_hold(key, job)
         if held is not None:
-            job["status"] = held.status  # the pass renders on the status it holds (module docstring)
+            job["status"] = held.status  # the pass renders on the status it holds (:class:`ApplyLoop`)
         reconciler = self.reconcilers[kind]
         children: dict[str, list[dict[str, Any]]] = {}
         if reconciler.children:
@@ -545,7 +545,7 @@ class ApplyLoop:
 
     async def _status(self, key: JobKey, res: Resource, job: dict[str, Any],
                       status: dict[str, Any] | None) -> float | None:
-        """Write ``status`` (None: nothing new; the held one, once its hold is over) or hold it (module docstring)."""
+        """Write ``status`` (None: nothing new; the held one, once its hold is over) or hold it (:class:`ApplyLoop`)."""
         held = self._held_status.get(key)
         if status is None:
             if held is None:

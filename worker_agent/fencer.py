@@ -1,28 +1,4 @@
 """The fencer: stops an agent's Jobs when the agent's recorded lease runs out, from a process of its own.
-
-The agent suspends its Jobs itself when the dispatcher stops renewing its lease (``worker_agent.lease``),
-but an agent process that hangs (SIGSTOP, a deadlock, a node under memory pressure) does nothing while
-the dispatcher, after the lease and its margin, places those Jobs elsewhere. The fencer runs next to
-it (``mkctl fencer``, its own Deployment in ``deploy/worker``), shares nothing with it but the worker
-cluster, and reads the Lease the agent writes at every renewal (``worker_agent.leaserecord``). Once
-``renewTime + leaseDurationSeconds`` has passed on the fencer's clock it sweeps, and sweeps again every
-``sweep_seconds`` while the record stays out of date:
-
-- every placed copy of the agent's origin that is not finished is suspended the way its kind allows
-  (``JobKind.suspend_path``: Kubeflow ``runPolicy.suspend``, ``spec.suspend`` of a batch Job, JobSet,
-  TrainJob) and marked ``mkd.dev/fenced``, so the agent resumes it only once a Resync lists it again;
-- what the (hung) agent's own reconcilers made under a copy, known by its ``mkd.dev/created-by``
-  annotation (``worker_agent.foreign``), is stopped too: its pods are deleted, its batch Jobs suspended
-  (the Job controller then removes their pods), its JobSets suspended and their Jobs too. Children made
-  by live controllers (an operator a kind is delegated to, the cluster's Job controller) are left to
-  them: they stop when their copy is suspended.
-
-The fencer never resumes anything: that is the agent's, after a renewal and a Resync. With no record at
-all (an agent that never held a lease here) it waits.
-
-It serves ``/healthz``, ``/readyz`` and ``/metrics`` on ``metrics_port`` (``worker_agent.fencermetrics``):
-ready once it has read the record (or found none) and listed every kind it fences; its counters are kept
-here (``sweeps``, ``suspended``, ``pods_deleted``, ``failures`` by reason) and read at scrape.
 """
 
 from __future__ import annotations
@@ -91,7 +67,28 @@ that lost a kind shows within a minute, not at the next sweep when it matters)."
 
 
 class Fencer:
-    """One worker cluster's fencer (see the module docstring)."""
+    """One worker cluster's fencer.
+
+    The agent suspends its Jobs itself when the dispatcher stops renewing its lease (``worker_agent.lease``),
+    but an agent process that hangs (SIGSTOP, a deadlock, a node under memory pressure) does nothing while
+    the dispatcher, after the lease and its margin, places those Jobs elsewhere. The fencer runs next to
+    it (``mkctl fencer``, its own Deployment in ``deploy/worker``), shares nothing with it but the worker
+    cluster, and reads the Lease the agent writes at every renewal (``worker_agent.leaserecord``). Once
+    ``renewTime + leaseDurationSeconds`` has passed on the fencer's clock it sweeps, and sweeps again every
+    ``sweep_seconds`` while the record stays out of date:
+
+    - every placed copy of the agent's origin that is not finished is suspended the way its kind allows
+      (``JobKind.suspend_path``: Kubeflow ``runPolicy.suspend``, ``spec.suspend`` of a batch Job, JobSet,
+      TrainJob) and marked ``mkd.dev/fenced``, so the agent resumes it only once a Resync lists it again;
+    - what the (hung) agent's own reconcilers made under a copy, known by its ``mkd.dev/created-by``
+      annotation (``worker_agent.foreign``), is stopped too: its pods are deleted, its batch Jobs suspended
+      (the Job controller then removes their pods), its JobSets suspended and their Jobs too. Children made
+      by live controllers (an operator a kind is delegated to, the cluster's Job controller) are left to
+      them: they stop when their copy is suspended.
+
+    The fencer never resumes anything: that is the agent's, after a renewal and a Resync. With no record at
+    all (an agent that never held a lease here) it waits.
+    """
 
     def __init__(self, kube: Kube, *, cluster: str, namespace: str, origin: str, clock: Clock | None = None,
                  poll_seconds: float = 2.0, sweep_seconds: float = 10.0, concurrency: int = 8) -> None:
@@ -279,7 +276,12 @@ class Fencer:
 
 
 async def run(settings: FencerSettings, *, stop: asyncio.Event, clock: Clock | None = None) -> None:
-    """Run the fencer of ``settings.cluster_name`` until ``stop`` is set."""
+    """Run the fencer of ``settings.cluster_name`` until ``stop`` is set.
+
+    It serves ``/healthz``, ``/readyz`` and ``/metrics`` on ``metrics_port`` (``worker_agent.fencermetrics``):
+    ready once it has read the record (or found none) and listed every kind it fences; its counters are kept
+    here (``sweeps``, ``suspended``, ``pods_deleted``, ``failures`` by reason) and read at scrape.
+    """
     async with Kube.from_settings(settings.kube_settings(), clock=clock, user_agent="mkd-fencer") as kube:
         fencer = Fencer(kube, cluster=settings.cluster_name, namespace=settings.namespace, origin=settings.origin,
                         clock=clock, poll_seconds=settings.poll_seconds, sweep_seconds=settings.sweep_seconds,

@@ -1,28 +1,14 @@
 """Fencing on the agent: hold a lease renewed by the dispatcher; stop the Jobs before it runs out.
 
-Every heartbeat the dispatcher handles is answered with a :class:`~federation.messages.Lease`
-naming that heartbeat (its ``sent_at``). The lease runs from the moment the agent *sent* that
-heartbeat, measured on the agent's monotonic clock, so a delayed grant or a clock offset between
-the machines never lengthens it. When no renewal arrives, the watchdog suspends every Job this
-agent placed (``JobKind.with_suspended`` via a merge patch, marked with ``mkd.dev/fenced``)
-``stop_before`` seconds before the lease ends, so the pods are gone by the time the dispatcher,
-which waits for the lease plus a margin after the last heartbeat it granted, places them elsewhere.
-A fenced agent creates nothing new (a Place is refused as temporary). When a grant arrives again
-the agent sends an Inventory; the dispatcher's Resync then deletes what was placed elsewhere
-meanwhile, and the Jobs it still lists are resumed (:meth:`LeaseKeeper.resume`).
-
-Resuming is level-triggered (:meth:`LeaseKeeper.resume_loop`): the listing of the last Resync is kept
-until the lease runs out again, and any copy it lists that is still (or again) marked ``mkd.dev/fenced``
-is resumed as soon as the lease holds and its record is current: a fence patch still in flight when the
-Resync came, a sweep of the fencer landing after the resume, or a Resync handled before the record was
-written no longer leave a Job suspended for good. A sweep stops fencing once the lease holds again.
-
-At start the agent has no grant: it keeps its Jobs for ``startup_grace`` seconds and fences them
-if no grant came by then. An agent process that is down or hung (frozen, stuck in a call) cannot stop
-anything itself, so every renewal is also written into the worker cluster (``worker_agent.leaserecord``,
-:meth:`LeaseKeeper.record_loop`), where the fencer (``worker_agent.fencer``), a process of its own,
-stops the Jobs when the record runs out. A renewal written after the record had run out asks for a
-Resync as a renewal after fencing does: the fencer may have suspended Jobs meanwhile.
+Every heartbeat the dispatcher handles is answered with a :class:`~federation.messages.Lease` naming that
+heartbeat (its ``sent_at``). The lease runs from the moment the agent *sent* that heartbeat, measured on the
+agent's monotonic clock, so a delayed grant or a clock offset between the machines never lengthens it. When no
+renewal arrives, the watchdog suspends every Job this agent placed (``JobKind.with_suspended`` via a merge
+patch, marked with ``mkd.dev/fenced``) ``stop_before`` seconds before the lease ends, so the pods are gone by
+the time the dispatcher, which waits for the lease plus a margin after the last heartbeat it granted, places
+them elsewhere. A fenced agent creates nothing new (a Place is refused as temporary). When a grant arrives
+again the agent sends an Inventory; the dispatcher's Resync then deletes what was placed elsewhere meanwhile,
+and the Jobs it still lists are resumed (:meth:`LeaseKeeper.resume`).
 """
 
 from __future__ import annotations
@@ -56,7 +42,21 @@ def _nested(path: tuple[str, ...], value: Any) -> dict[str, Any]:
 
 
 class LeaseKeeper:
-    """The agent's side of fencing (see the module docstring)."""
+    """The agent's side of fencing.
+
+    Resuming is level-triggered (:meth:`LeaseKeeper.resume_loop`): the listing of the last Resync is kept
+    until the lease runs out again, and any copy it lists that is still (or again) marked ``mkd.dev/fenced``
+    is resumed as soon as the lease holds and its record is current: a fence patch still in flight when the
+    Resync came, a sweep of the fencer landing after the resume, or a Resync handled before the record was
+    written no longer leave a Job suspended for good. A sweep stops fencing once the lease holds again.
+
+    At start the agent has no grant: it keeps its Jobs for ``startup_grace`` seconds and fences them
+    if no grant came by then. An agent process that is down or hung (frozen, stuck in a call) cannot stop
+    anything itself, so every renewal is also written into the worker cluster (``worker_agent.leaserecord``,
+    :meth:`LeaseKeeper.record_loop`), where the fencer (``worker_agent.fencer``), a process of its own,
+    stops the Jobs when the record runs out. A renewal written after the record had run out asks for a
+    Resync as a renewal after fencing does: the fencer may have suspended Jobs meanwhile.
+    """
 
     def __init__(self, kube: Kube, caches: Mapping[str, ObjectCache], kinds: Mapping[str, JobKind], *,
                  origin: str, clock: Clock, startup_grace: float, stop_before: float,

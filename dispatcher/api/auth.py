@@ -1,17 +1,4 @@
 """Who may read and who may act: bearer tokens checked by the manager cluster, so RBAC decides.
-
-A request's token (``Authorization: Bearer …``, or the ``mkd_token`` cookie the dashboard sets) is
-sent to the manager cluster's TokenReview; the user it names is then checked with a
-SubjectAccessReview: reading needs ``get`` on ``jobs`` (group ``batch``) in the namespace concerned
-(all namespaces for federation-wide views); an action needs the action's verb on an mkd resource
-(``cordon``/``uncordon``/``drain`` on ``clusters.mkd.dev``, ``requeue``/``evict``/``pin`` on
-``workloads.mkd.dev``), so a ClusterRole such as::
-
-    rules: [{apiGroups: [mkd.dev], resources: [clusters], verbs: [cordon, uncordon, drain]}]
-
-is what lets someone drain a cluster. A static token (``api_token``, for the demo and break-glass)
-is accepted for everything without asking the cluster. Answers are cached for ``CACHE_SECONDS``
-per token and per question, as kube-apiserver's webhook authorizer caches them.
 """
 
 from __future__ import annotations
@@ -68,7 +55,21 @@ class AuthError(Exception):
 
 @dataclass
 class Authenticator:
-    """Checks tokens against ``kube`` (the manager cluster; None: only the static token works)."""
+    """Checks tokens against ``kube`` (the manager cluster; None: only the static token works).
+
+    A request's token (``Authorization: Bearer …``, or the ``mkd_token`` cookie the dashboard sets) is
+    sent to the manager cluster's TokenReview; the user it names is then checked with a
+    SubjectAccessReview: reading needs ``get`` on ``jobs`` (group ``batch``) in the namespace concerned
+    (all namespaces for federation-wide views); an action needs the action's verb on an mkd resource
+    (``cordon``/``uncordon``/``drain`` on ``clusters.mkd.dev``, ``requeue``/``evict``/``pin`` on
+    ``workloads.mkd.dev``), so a ClusterRole such as::
+
+        rules: [{apiGroups: [mkd.dev], resources: [clusters], verbs: [cordon, uncordon, drain]}]
+
+    is what lets someone drain a cluster. A static token (``api_token``, for the demo and break-glass)
+    is accepted for everything without asking the cluster. Answers are cached for ``CACHE_SECONDS``
+    per token and per question, as kube-apiserver's webhook authorizer caches them.
+    """
 
     kube: Any = None
     static_token: str | None = None

@@ -1,16 +1,11 @@
 """Query functions over the dispatcher's tables. Each takes an ``AsyncSession`` and never commits:
 the caller owns the transaction, so one batch of Job changes and Reports is one commit.
 
-State changes that two dispatcher replicas could race on are compare-and-set: ``claim`` is an
-``INSERT ... ON CONFLICT DO NOTHING RETURNING`` keyed by the Job uid, ``mark_placed`` an
-``UPDATE ... WHERE state = 'pending' RETURNING``, ``advance_status_seq`` an
-``UPDATE ... WHERE last_status_seq < :seq``; the loser of a race sees no row and does nothing.
-The read-only functions at the end serve ``mkctl`` (``list_placements``, ``show_workload``,
-``list_clusters``).
-
-The statements the engine runs for every batch are built once per dialect (``_built``) and take
-their values as bound parameters: building a statement and computing its cache key cost more of the
-dispatcher's CPU than running it.
+State changes that two dispatcher replicas could race on are compare-and-set: ``claim`` is an ``INSERT ... ON
+CONFLICT DO NOTHING RETURNING`` keyed by the Job uid, ``mark_placed`` an ``UPDATE ... WHERE state = 'pending'
+RETURNING``, ``advance_status_seq`` an ``UPDATE ... WHERE last_status_seq < :seq``; the loser of a race sees
+no row and does nothing. The read-only functions at the end serve ``mkctl`` (``list_placements``,
+``show_workload``, ``list_clusters``).
 """
 
 from __future__ import annotations
@@ -72,7 +67,12 @@ _BUILT: dict[tuple[Any, ...], Any] = {}
 
 def _built(session: AsyncSession, key: tuple[Any, ...], build: Callable[[bool], Any]) -> Any:
     """The statement ``build(pg)`` made once per dialect and ``key``: executing the same statement object
-    again reuses its memoized cache key and compiled form; values travel as bound parameters."""
+    again reuses its memoized cache key and compiled form; values travel as bound parameters.
+
+    The statements the engine runs for every batch are built once per dialect (``_built``) and take
+    their values as bound parameters: building a statement and computing its cache key cost more of the
+    dispatcher's CPU than running it.
+    """
     pg = _pg(session)
     full = (pg, *key)
     stmt = _BUILT.get(full)

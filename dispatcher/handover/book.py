@@ -1,23 +1,7 @@
 """The handover book: what a platform team needs to move Jobs between controllers, observed by intake.
 
-Intake shows the book every Job event of every supported kind (``observe``; cheap, in memory). The book
-keeps:
-
-- **counts**: Jobs per controller (their managedBy, or ``<kind's controller> (default)`` when unset),
-  namespace and kind: ``mkctl handover status`` and the ``mkd_manager_jobs`` gauge;
-- **shadow records**: for each Job of another controller that a HandoverPolicy selects, what mkd would
-  have done with it: accepted or refused by mkd's own validation (and why), its queue, the cluster it
-  would have been placed on now (or why none), without writing anything to the Job. ``mkctl handover
-  report`` answers "is it safe to route this namespace?" from them;
-- **warnings**: a Job in a policy's scope whose managedBy no known controller claims
-  (``example.com/other``) gets one Warning Event from mkd, once (remembered in the database);
-- **reach**: a Route policy the webhook can never act on (no MutatingWebhookConfiguration carries
-  mkd's webhook, or none of the namespaces the policy selects matches the webhook's namespaceSelector,
-  the opt-in label ``handover.mkd.dev/enabled=true``) gets a Warning Event ``RoutesNothing`` saying which,
-  and an ``events`` row that ``mkctl handover status`` shows, once per change.
-
-Policies and namespace labels come from informers (``policies`` / ``namespaces`` tasks); ``flush``
-writes the records and counts to SQL every ``flush_seconds``. The admission webhook asks ``decide``.
+Policies and namespace labels come from informers (``policies`` / ``namespaces`` tasks); ``flush`` writes the
+records and counts to SQL every ``flush_seconds``. The admission webhook asks ``decide``.
 """
 
 from __future__ import annotations
@@ -71,7 +55,25 @@ _Seen = tuple[str, str, str]
 
 
 class HandoverBook:
-    """See the module docstring. One per dispatcher; ``observe`` is called from intake's tasks."""
+    """What a platform team needs to move Jobs between controllers. One per dispatcher; ``observe`` is called
+    from intake's tasks.
+
+    Intake shows the book every Job event of every supported kind (``observe``; cheap, in memory). The book
+    keeps:
+
+    - **counts**: Jobs per controller (their managedBy, or ``<kind's controller> (default)`` when unset),
+      namespace and kind: ``mkctl handover status`` and the ``mkd_manager_jobs`` gauge;
+    - **shadow records**: for each Job of another controller that a HandoverPolicy selects, what mkd would
+      have done with it: accepted or refused by mkd's own validation (and why), its queue, the cluster it
+      would have been placed on now (or why none), without writing anything to the Job. ``mkctl handover
+      report`` answers "is it safe to route this namespace?" from them;
+    - **warnings**: a Job in a policy's scope whose managedBy no known controller claims
+      (``example.com/other``) gets one Warning Event from mkd, once (remembered in the database);
+    - **reach**: a Route policy the webhook can never act on (no MutatingWebhookConfiguration carries
+      mkd's webhook, or none of the namespaces the policy selects matches the webhook's namespaceSelector,
+      the opt-in label ``handover.mkd.dev/enabled=true``) gets a Warning Event ``RoutesNothing`` saying which,
+      and an ``events`` row that ``mkctl handover status`` shows, once per change.
+    """
 
     def __init__(self, kube: Kube, sessions: async_sessionmaker[AsyncSession], clock: Clock, *,
                  kinds: Iterable[JobKind], views: Callable[[], list[ClusterView]], heartbeat_timeout: float,

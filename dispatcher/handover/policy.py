@@ -1,19 +1,4 @@
 """HandoverPolicy: which new Jobs a platform team hands to mkd, read from the manager cluster.
-
-A ``HandoverPolicy`` (``handover.mkd.dev/v1alpha1``, cluster-scoped, several allowed) selects Jobs by
-namespace labels, Job labels and kind, and says what happens to the new ones it selects:
-
-- ``Shadow``: nothing is routed; mkd records what it would have done with the Jobs other controllers
-  run (see :mod:`dispatcher.handover.book`).
-- ``Route``: a new Job whose managedBy the user left unset is given ``kueue.x-k8s.io/multikueue`` by
-  the admission webhook, for ``percent`` of the selected Jobs. The share is a stable hash of
-  ``namespace/name`` (:func:`bucket`), so raising 10 to 50 keeps the first 10% and adds to them.
-- ``Drain``: no new Job is routed to mkd; what mkd holds runs to its end.
-
-Precedence when several policies select a Job: a ``Drain`` wins (a drain is an explicit stop), then a
-``Route`` whose share takes the Job, then ``Shadow``. Rolling back is editing or deleting a policy:
-a Job never changes hands after it was created. This module is pure: parsing with errors that name
-the field, selection and the decision.
 """
 
 from __future__ import annotations
@@ -36,7 +21,18 @@ Mode = Literal["Shadow", "Route", "Drain"]
 
 @dataclass(frozen=True)
 class Policy:
-    """One HandoverPolicy, parsed."""
+    """One HandoverPolicy, parsed.
+
+    A ``HandoverPolicy`` (``handover.mkd.dev/v1alpha1``, cluster-scoped, several allowed) selects Jobs by
+    namespace labels, Job labels and kind, and says what happens to the new ones it selects:
+
+    - ``Shadow``: nothing is routed; mkd records what it would have done with the Jobs other controllers
+      run (see :mod:`dispatcher.handover.book`).
+    - ``Route``: a new Job whose managedBy the user left unset is given ``kueue.x-k8s.io/multikueue`` by
+      the admission webhook, for ``percent`` of the selected Jobs. The share is a stable hash of
+      ``namespace/name`` (:func:`bucket`), so raising 10 to 50 keeps the first 10% and adds to them.
+    - ``Drain``: no new Job is routed to mkd; what mkd holds runs to its end.
+    """
 
     name: str
     mode: Mode
@@ -90,7 +86,13 @@ class Decision:
 
 def decide(policies: Iterable[Policy], *, kind: str, namespace: str, name: str,
            namespace_labels: Mapping[str, str], job_labels: Mapping[str, str]) -> Decision:
-    """Route a new Job to mkd or leave it to its own controller (precedence: Drain, Route, Shadow)."""
+    """Route a new Job to mkd or leave it to its own controller (precedence: Drain, Route, Shadow).
+
+    Precedence when several policies select a Job: a ``Drain`` wins (a drain is an explicit stop), then a
+    ``Route`` whose share takes the Job, then ``Shadow``. Rolling back is editing or deleting a policy:
+    a Job never changes hands after it was created. This module is pure: parsing with errors that name
+    the field, selection and the decision.
+    """
     chosen = sorted((p for p in policies if p.selects(kind, namespace_labels, job_labels)), key=lambda p: p.name)
     if not chosen:
         return Decision(False, None, None, "no HandoverPolicy selects it")

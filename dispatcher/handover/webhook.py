@@ -1,21 +1,4 @@
 """The mutating admission webhook that routes new Jobs to mkd by HandoverPolicy.
-
-Served by the dispatcher over HTTPS (``handover.webhook_port``, certificate and key from files mounted
-from a Secret) at ``/mutate``; ``deploy/manager/webhook.yaml`` registers it for CREATE of every
-supported kind with ``failurePolicy: Ignore``, so a dispatcher that is down never blocks a user's Job
-(that Job then stays with its own controller). The answer is an AdmissionReview v1:
-
-- CREATE of a supported kind whose managedBy the user left unset, that a ``Route`` policy takes
-  (:func:`dispatcher.handover.policy.decide`): allowed, with a JSONPatch setting managedBy to
-  ``kueue.x-k8s.io/multikueue`` and a warning naming the policy;
-- anything else, an explicit managedBy above all: allowed unchanged. A user who chose a controller
-  always wins, and the webhook never refuses a Job.
-
-One exception: a CRD whose schema defaults managedBy (TrainJob's, to
-``trainer.kubeflow.org/trainjob-controller``) has it filled in while the request is decoded, before any
-admission webhook runs, so an explicit trainjob-controller cannot be told from an omitted one. For such
-kinds the default value counts as unset (:data:`DEFAULTED_BY_CRD`); keep such Jobs out of a Route policy
-with its ``jobSelector``.
 """
 
 from __future__ import annotations
@@ -49,7 +32,25 @@ def _pointer(path: Iterable[str]) -> str:
 
 def review(request: Mapping[str, Any], kinds: Mapping[tuple[str, str], JobKind], decide: Decide,
            routed: Callable[[str, Decision], None] | None = None) -> dict[str, Any]:
-    """The AdmissionReview ``response`` for one ``request`` (pure, for tests and the server)."""
+    """The AdmissionReview ``response`` for one ``request`` (pure, for tests and the server).
+
+    Served by the dispatcher over HTTPS (``handover.webhook_port``, certificate and key from files mounted
+    from a Secret) at ``/mutate``; ``deploy/components/handover-webhook`` registers it for CREATE of every
+    supported kind with ``failurePolicy: Ignore``, so a dispatcher that is down never blocks a user's Job
+    (that Job then stays with its own controller). The answer is an AdmissionReview v1:
+
+    - CREATE of a supported kind whose managedBy the user left unset, that a ``Route`` policy takes
+      (:func:`dispatcher.handover.policy.decide`): allowed, with a JSONPatch setting managedBy to
+      ``kueue.x-k8s.io/multikueue`` and a warning naming the policy;
+    - anything else, an explicit managedBy above all: allowed unchanged. A user who chose a controller
+      always wins, and the webhook never refuses a Job.
+
+    One exception: a CRD whose schema defaults managedBy (TrainJob's, to
+    ``trainer.kubeflow.org/trainjob-controller``) has it filled in while the request is decoded, before any
+    admission webhook runs, so an explicit trainjob-controller cannot be told from an omitted one. For such
+    kinds the default value counts as unset (:data:`DEFAULTED_BY_CRD`); keep such Jobs out of a Route policy
+    with its ``jobSelector``.
+    """
     uid = str(request.get("uid", ""))
     answer: dict[str, Any] = {"uid": uid, "allowed": True}
     if request.get("operation") != "CREATE":

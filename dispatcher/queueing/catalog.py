@@ -1,15 +1,8 @@
 """The queueing objects the dispatcher knows now: Kueue's objects, PriorityClasses, namespace labels.
 
-The :class:`Catalog` is filled by the watcher (``dispatcher.queueing.watcher``) from the manager
-cluster's informers and read by the scheduler; it does no I/O. An object that does not parse is
-kept out and its problem recorded in ``problems`` (``mkctl queues show`` prints it), so one bad
-ClusterQueue does not hide the others.
-
-**Open mode.** While no ClusterQueue exists, mkd admits without quota: every Job
-is admitted without quota, in priority and queue-time order, whatever its queue label says. As
-soon as one ClusterQueue exists, a Job must name (label ``kueue.x-k8s.io/queue-name``, ``default``
-when absent) a LocalQueue in its namespace that points to an existing ClusterQueue admitting that
-namespace, exactly as with Kueue; otherwise it stays pending with a reason saying which.
+The :class:`Catalog` is filled by the watcher (``dispatcher.queueing.watcher``) from the manager cluster's
+informers and read by the scheduler; it does no I/O. An object that does not parse is kept out and its problem
+recorded in ``problems`` (``mkctl queues show`` prints it), so one bad ClusterQueue does not hide the others.
 """
 
 from __future__ import annotations
@@ -34,6 +27,12 @@ class Resolved:
 
 @dataclass
 class Catalog:
+    """**Open mode.** While no ClusterQueue exists, every Job
+    is admitted without quota, in priority and queue-time order, whatever its queue label says. As
+    soon as one ClusterQueue exists, a Job must name (label ``kueue.x-k8s.io/queue-name``, ``default``
+    when absent) a LocalQueue in its namespace that points to an existing ClusterQueue admitting that
+    namespace, exactly as with Kueue; otherwise it stays pending with a reason saying which.
+    """
     flavors: dict[str, api.ResourceFlavor] = field(default_factory=dict)
     cluster_queues: dict[str, api.ClusterQueue] = field(default_factory=dict)
     local_queues: dict[tuple[str, str], api.LocalQueue] = field(default_factory=dict)

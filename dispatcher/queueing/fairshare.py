@@ -1,26 +1,4 @@
 """Fair sharing: weighted dominant resource shares in cohort trees, and preemption by them, pure.
-
-**Share.** The share of a node (a ClusterQueue or a Cohort under a cohort) is the largest, over flavor
-and resource, of what it uses above its own quota (a ClusterQueue: its nominal quota; a Cohort: its
-subtree quota) divided by what the root of its tree can lend of that resource, divided by the node's
-``fairSharing.weight``. Weight 0: infinite as soon as it borrows anything (it only gets what nobody
-else wants). Admission prefers the lowest share after the admission (``scheduler.Queues``).
-
-**Preemption** (Kueue's ``fairSharing.preemptionStrategies``, KEP 1714, rebuilt from its rules): the
-preemptor's usage is counted in its ClusterQueue for every share below. Target ClusterQueues are taken
-from the root down, always the child with the highest share (a Cohort on a tie, so the most unfair
-node inside it is found), skipping nodes that do not borrow (share 0), except the preemptor's own
-ClusterQueue and the Cohorts above it. From the preemptor's own ClusterQueue its candidates (by
-``withinClusterQueue``) are taken one by one. From another ClusterQueue *y*, with *X* and *Y* the
-children of the lowest common ancestor of the two on their paths, a candidate is taken when the first
-strategy allows it:
-
-- ``LessThanOrEqualToFinalShare``: share(X) with the preemptor ≤ share(Y) without the candidate;
-- ``LessThanInitialShare``: share(X) with the preemptor < share(Y) as it is.
-
-then the order is computed again (shares changed). Candidates the first strategy refused go to the
-second one, when configured (it is always ``LessThanInitialShare``): one candidate per ClusterQueue.
-Once the preemptor fits, every victim not needed is given back, last taken kept (a minimal set).
 """
 
 from __future__ import annotations
@@ -54,7 +32,14 @@ def _strategy(name: str) -> Callable[[Decimal, Decimal, Decimal], bool]:
 
 
 class Shares:
-    """Shares of the nodes of one quota tree, with the weights of the catalog's objects."""
+    """Shares of the nodes of one quota tree, with the weights of the catalog's objects.
+
+    **Share.** The share of a node (a ClusterQueue or a Cohort under a cohort) is the largest, over flavor
+    and resource, of what it uses above its own quota (a ClusterQueue: its nominal quota; a Cohort: its
+    subtree quota) divided by what the root of its tree can lend of that resource, divided by the node's
+    ``fairSharing.weight``. Weight 0: infinite as soon as it borrows anything (it only gets what nobody
+    else wants). Admission prefers the lowest share after the admission (``scheduler.Queues``).
+    """
 
     def __init__(self, tree: QuotaTree, catalog: Catalog) -> None:
         self.tree = tree
@@ -102,7 +87,7 @@ def almost_lcas(x: Node, y: Node) -> tuple[Node, Node]:
 
 
 class _Ordering:
-    """Target ClusterQueues, the highest share first, walking down from the root (see the module docstring)."""
+    """Target ClusterQueues, the highest share first, walking down from the root (see :func:`preemptions`)."""
 
     def __init__(self, preemptor: Node, by_cq: dict[str, list[str]], shares: Shares) -> None:
         self.preemptor = preemptor
@@ -154,7 +139,24 @@ def preemptions(preemptor_cq: str, usage: Mapping[FR, Decimal], candidates: Sequ
 
     ``candidates`` are ``(uid, cluster queue)`` in the order they are taken within each ClusterQueue
     (lowest priority, most recently admitted first); ``fits()`` checks the preemptor against the tree
-    as it stands. The tree is left as it was."""
+    as it stands. The tree is left as it was.
+
+    **Preemption** (Kueue's ``fairSharing.preemptionStrategies``, KEP 1714, rebuilt from its rules): the
+    preemptor's usage is counted in its ClusterQueue for every share below. Target ClusterQueues are taken
+    from the root down, always the child with the highest share (a Cohort on a tie, so the most unfair
+    node inside it is found), skipping nodes that do not borrow (share 0), except the preemptor's own
+    ClusterQueue and the Cohorts above it. From the preemptor's own ClusterQueue its candidates (by
+    ``withinClusterQueue``) are taken one by one. From another ClusterQueue *y*, with *X* and *Y* the
+    children of the lowest common ancestor of the two on their paths, a candidate is taken when the first
+    strategy allows it:
+
+    - ``LessThanOrEqualToFinalShare``: share(X) with the preemptor ≤ share(Y) without the candidate;
+    - ``LessThanInitialShare``: share(X) with the preemptor < share(Y) as it is.
+
+    then the order is computed again (shares changed). Candidates the first strategy refused go to the
+    second one, when configured (it is always ``LessThanInitialShare``): one candidate per ClusterQueue.
+    Once the preemptor fits, every victim not needed is given back, last taken kept (a minimal set).
+    """
     me = tree.queues[preemptor_cq]
     by_cq: dict[str, list[str]] = {}
     for uid, cq in candidates:

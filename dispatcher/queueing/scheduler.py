@@ -1,26 +1,9 @@
 """The scheduling pass: which pending Workloads get quota and a cluster now, pure (no I/O).
 
-:class:`Queues` holds every pending Workload in memory (no cap: the old round looked at the first
-2,000 only), in one heap per ClusterQueue ordered by priority (higher first), then queue time (the
-Job's creationTimestamp, kept when it is preempted), then the order mkd claimed it (never the uid).
-It also holds the quota usage of every admitted Workload in a :class:`~dispatcher.queueing.quota.QuotaTree`.
-
-A pass (:meth:`Queues.schedule`) repeats rounds, as Kueue repeats scheduling cycles, until nothing
-more is admitted: each round takes every ClusterQueue's head (its preemptor, while it has one),
-orders them (no borrowing first, then priority, then queue time; with fair sharing each next one by
-Kueue's tournament), and for each one reserves quota (flavor assignment) and looks for a cluster
-where every pod fits (the placement policy) in one step, so quota is never held by a Workload that
-fits nowhere; several may borrow in a round while the cohort has room. A head short of quota may
-preempt (:mod:`~dispatcher.queueing.preemption`): its victims stay counted and its room is its own
-for the rest of the pass; one without victims keeps its quota for the rest of the round unless its
-ClusterQueue reclaims ``Any``. A head that cannot be admitted is *set aside* in a ``BestEffortFIFO``
-queue with every Workload equal to it (it returns when quota in its cohort or cluster capacity frees,
-or a queue object changes) and *blocks* a ``StrictFIFO`` queue. **No starvation:** a head set aside
-for longer than ``starvation_seconds`` is tried first in every pass and, when it still fits no
-cluster, holds the cluster that comes closest: nothing queued after it is placed there until it
-fits; short of quota (that it could have), it blocks its ClusterQueue. Holds are bounded
-(:mod:`~dispatcher.queueing.holds`): let go after ``hold_seconds`` without more room. In open mode
-(no ClusterQueue exists) every Workload is in one queue without quota.
+:class:`Queues` holds every pending Workload in memory (no cap), in one heap per ClusterQueue ordered by
+priority (higher first), then queue time (the Job's creationTimestamp, kept when it is preempted), then the
+order mkd claimed it (never the uid). It also holds the quota usage of every admitted Workload in a
+:class:`~dispatcher.queueing.quota.QuotaTree`.
 """
 
 from __future__ import annotations
@@ -132,7 +115,25 @@ class PassResult:
 
 
 class Queues:
-    """Pending Workloads per ClusterQueue and the quota held by admitted ones; see the module docstring."""
+    """Pending Workloads per ClusterQueue and the quota held by admitted ones; see the module docstring.
+
+    A pass (:meth:`Queues.schedule`) repeats rounds, as Kueue repeats scheduling cycles, until nothing
+    more is admitted: each round takes every ClusterQueue's head (its preemptor, while it has one),
+    orders them (no borrowing first, then priority, then queue time; with fair sharing each next one by
+    Kueue's tournament), and for each one reserves quota (flavor assignment) and looks for a cluster
+    where every pod fits (the placement policy) in one step, so quota is never held by a Workload that
+    fits nowhere; several may borrow in a round while the cohort has room. A head short of quota may
+    preempt (:mod:`~dispatcher.queueing.preemption`): its victims stay counted and its room is its own
+    for the rest of the pass; one without victims keeps its quota for the rest of the round unless its
+    ClusterQueue reclaims ``Any``. A head that cannot be admitted is *set aside* in a ``BestEffortFIFO``
+    queue with every Workload equal to it (it returns when quota in its cohort or cluster capacity frees,
+    or a queue object changes) and *blocks* a ``StrictFIFO`` queue. **No starvation:** a head set aside
+    for longer than ``starvation_seconds`` is tried first in every pass and, when it still fits no
+    cluster, holds the cluster that comes closest: nothing queued after it is placed there until it
+    fits; short of quota (that it could have), it blocks its ClusterQueue. Holds are bounded
+    (:mod:`~dispatcher.queueing.holds`): let go after ``hold_seconds`` without more room. In open mode
+    (no ClusterQueue exists) every Workload is in one queue without quota.
+    """
 
     def __init__(self, catalog: Catalog, *, starvation_seconds: float = 300.0,
                  max_attempts_per_pass: int = 2000, policy: PlacementPolicy = choose,

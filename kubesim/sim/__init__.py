@@ -2,27 +2,8 @@
 
 ``start(store, spec, loop)`` wires them to one cluster's ``Store`` (call it on the cluster's loop thread);
 they react to committed changes through ``Store.subscribe``, never write from inside the callback (work is
-scheduled on the loop and coalesced per object) and write back through the Store, so clients see exactly
-what a real control plane would show them. The returned ``Simulation`` has ``async stop()``.
-
-Pod annotations read by the simulated kubelet (on the pod, or on a Job's pod template, whose annotations
-the Job controller copies to its pods); absent ones fall back to the cluster's ``KubeletSpec``:
-
-- ``kubesim.mkd.dev/start-seconds``: seconds from binding to Running (default ``start_seconds``).
-- ``kubesim.mkd.dev/run-seconds``: seconds each container start runs before it exits (``run_seconds``).
-- ``kubesim.mkd.dev/exit-code``: the exit code of a failing run (``exit_code``).
-- ``kubesim.mkd.dev/fail-attempts``: the first N container starts exit with ``exit-code`` (1 when that is
-  0 or unset), later ones with 0 — a pod that fails N times and then succeeds.
-- ``kubesim.mkd.dev/run-forever``: ``"true"``: the containers never exit on their own.
-- ``kubesim.mkd.dev/termination-seconds``: how long a deleted pod stays Terminating (default
-  min(terminationGracePeriodSeconds, 0.1)); for tests that need to see terminating pods.
-
-restartPolicy Never ends the pod Succeeded (exit 0, reason Completed) or Failed (reason Error);
-OnFailure restarts failed containers in place and Always restarts on every exit (restartCount grows,
-lastState.terminated keeps the exit code, a short CrashLoopBackOff wait, phase stays Running).
-Deleted pods are stopped with exit code 143 after min(terminationGracePeriodSeconds, 0.1) seconds
-(pods without finalizers are removed by the API server at once; Job pods carry the tracking finalizer).
-Node capacity is the Node objects' status.allocatable; pods in Succeeded/Failed no longer count.
+scheduled on the loop and coalesced per object) and write back through the Store, so clients see exactly what
+a real control plane would show them. The returned ``Simulation`` has ``async stop()``.
 """
 
 from __future__ import annotations
@@ -99,7 +80,27 @@ class Simulation:
 
 
 def start(store: StoreLike, spec: Any, loop: asyncio.AbstractEventLoop) -> Simulation:
-    """Start the simulated components of one cluster; call on that cluster's loop thread."""
+    """Start the simulated components of one cluster; call on that cluster's loop thread.
+
+    Pod annotations read by the simulated kubelet (on the pod, or on a Job's pod template, whose annotations
+    the Job controller copies to its pods); absent ones fall back to the cluster's ``KubeletSpec``:
+
+    - ``kubesim.mkd.dev/start-seconds``: seconds from binding to Running (default ``start_seconds``).
+    - ``kubesim.mkd.dev/run-seconds``: seconds each container start runs before it exits (``run_seconds``).
+    - ``kubesim.mkd.dev/exit-code``: the exit code of a failing run (``exit_code``).
+    - ``kubesim.mkd.dev/fail-attempts``: the first N container starts exit with ``exit-code`` (1 when that is
+      0 or unset), later ones with 0 — a pod that fails N times and then succeeds.
+    - ``kubesim.mkd.dev/run-forever``: ``"true"``: the containers never exit on their own.
+    - ``kubesim.mkd.dev/termination-seconds``: how long a deleted pod stays Terminating (default
+      min(terminationGracePeriodSeconds, 0.1)); for tests that need to see terminating pods.
+
+    restartPolicy Never ends the pod Succeeded (exit 0, reason Completed) or Failed (reason Error);
+    OnFailure restarts failed containers in place and Always restarts on every exit (restartCount grows,
+    lastState.terminated keeps the exit code, a short CrashLoopBackOff wait, phase stays Running).
+    Deleted pods are stopped with exit code 143 after min(terminationGracePeriodSeconds, 0.1) seconds
+    (pods without finalizers are removed by the API server at once; Job pods carry the tracking finalizer).
+    Node capacity is the Node objects' status.allocatable; pods in Succeeded/Failed no longer count.
+    """
     sim = Simulation(store, spec, loop)
     sim.start()
     return sim

@@ -1,17 +1,12 @@
 """The reconciler contract: ``Observed`` in, ``Plan`` out, one pure ``render`` per JobKind.
 
 A reconciler never writes to the API server. One that needs more input than the job and its children
-(TrainJob: its runtime) may define ``async prepare(kube, job) -> dict``, which the apply loop awaits
-before each ``render`` and hands over as ``Observed.extra``. The apply loop (``worker_agent.apply``)
-reads the job and lists its children by ``child_selector``, calls ``render`` and carries out the Plan:
-creates, updates, deletes, the status write (status subresource, only when changed), Events,
-and a requeue after ``requeue_after`` seconds for deadlines and TTLs. Children created from a
-Plan get an owner reference to the job (controller, blockOwnerDeletion) added by the apply loop.
-
-A reconciler may define ``settles_after(status) -> bool``: whether a render right after its own creates
-and a status write of ``status`` (None: no status write; the created children as the API server answered
-them) plans nothing more. The watch echoes of such writes then start no pass (``worker_agent.apply``).
-Deletes always bring events of their own.
+(TrainJob: its runtime) may define ``async prepare(kube, job) -> dict``, which the apply loop awaits before
+each ``render`` and hands over as ``Observed.extra``. The apply loop (``worker_agent.apply``) reads the job
+and lists its children by ``child_selector``, calls ``render`` and carries out the Plan: creates, updates,
+deletes, the status write (status subresource, only when changed), Events, and a requeue after
+``requeue_after`` seconds for deadlines and TTLs. Children created from a Plan get an owner reference to the
+job (controller, blockOwnerDeletion) added by the apply loop.
 """
 
 from __future__ import annotations
@@ -58,7 +53,13 @@ class Plan:
 
 
 class Reconciler(Protocol):
-    """One per JobKind the agent runs itself."""
+    """One per JobKind the agent runs itself.
+
+    A reconciler may define ``settles_after(status) -> bool``: whether a render right after its own creates
+    and a status write of ``status`` (None: no status write; the created children as the API server answered
+    them) plans nothing more. The watch echoes of such writes then start no pass (``worker_agent.apply``).
+    Deletes always bring events of their own.
+    """
 
     kind: str
     """JobKind name (``PyTorchJob``, ``MPIJob``, ...)."""
