@@ -1,4 +1,4 @@
-"""Dispatcher memory: resident set size (RSS) of a dispatcher that knows N Workloads (issue 15: ≤ 300 MB at 100,000).
+"""Dispatcher memory: resident set size (RSS) of a dispatcher that knows N Workloads (≤ 300 MB at 100,000).
 
 Set-up: kubesim (the manager cluster), the Job creator and three fake agents (``bench/dispatch_bench.py``'s:
 they accept every Place at once and announce what is left free) each in their own process; the
@@ -62,7 +62,7 @@ sys.path.insert(0, str(ROOT))
 from bench.dispatch_bench import CLUSTERS, KEYS, creator_main, environment  # noqa: E402
 
 GOAL_MB = 300.0
-"""Issue 15: dispatcher RSS at 100,000 Workloads known."""
+"""Dispatcher RSS at 100,000 Workloads known."""
 TRACE_TOP = 40
 TRACE_FRAMES = int(os.environ.get("RSS_BENCH_TRACE_FRAMES", "1"))
 """With --tracemalloc: frames kept per allocation; above 1 the top tracebacks are printed too."""

@@ -22,7 +22,7 @@ the federation causes, and the user's create: create the job on the manager, cre
 (``prepare_for_worker``) on a worker, create the Services and Pods the agent's PyTorchJob reconciler
 renders for it (1 Master + 1 Worker: 2 Services, 2 Pods, with owner references), one status write on
 the worker job (status subresource, Running) and one on the manager job (merge patch, the mirror).
-Goal (issue 15): end to end ≥ 0.5 × floor and ≥ 150 jobs/s.
+Goal: end to end ≥ 0.5 × floor and ≥ 150 jobs/s.
 
 Also printed: CPU-ms per job for each process (dispatcher, agents, kubesims, Mosquitto, the
 PostgreSQL backends serving this run's database, the benchmark) in each phase, and per-stage
@@ -36,7 +36,7 @@ Running there) and reads the other stages from the dispatcher's tables after the
 adds the agent-side stages (a PyTorchJob watch on each worker and the Report tap: Accepted sealed, Running
 on the worker, Status with startTime sealed, and legs 1 and 2 split at Running on the worker); they cost
 this process about 0.25-0.3 CPU-ms per job beside the federation, which lowers the end-to-end rate and the
-ratio of that run (bench/RESULTS.md, sixth session). ``--py-spy`` records
+ratio of that run (bench/RESULTS.md). ``--py-spy`` records
 the dispatcher and one agent during the end-to-end phase and prints their top frames
 (``--py-spy-kubesims``: the manager's and the first worker's kubesim too).
 """
@@ -940,7 +940,7 @@ def main() -> None:
                         help="as --py-spy, and record the manager's and the first worker's kubesim too")
     parser.add_argument("--agent-args", default="", help="extra mkctl agent flags (one string)")
     parser.add_argument("--rate", type=float, default=None,
-                        help="paced: offer this many jobs/s (issue 15's latency goal is at 100) instead of "
+                        help="paced: offer this many jobs/s (the latency goal is at 100) instead of "
                              "creating as fast as the manager's API takes them")
     parser.add_argument("--json", type=Path, default=None,
                         help="also write each run's headline figures to this file (a JSON list)")

@@ -170,7 +170,7 @@ def pair_table(pairs: Sequence[tuple[Mapping[str, Any], Mapping[str, Any]]], nam
     of B, B's change against A in percent, and over all pairs the mean change and in how many B was better.
 
     Run together, both see the same machine at the same moment, so a change of a few percent shows that
-    solo runs minutes apart hide (bench/RESULTS.md, issue 15, twelfth session); every figure is for two
+    solo runs minutes apart hide (bench/RESULTS.md); every figure is for two
     federations sharing the cores, about half a solo run's rate."""
     a_name, b_name = names
     out = [f"  {'figure':<34} {'pair':>4} {a_name:>10} {b_name:>10} {'change':>8}"]

@@ -1,7 +1,7 @@
 """Two revisions of mkd end to end at the same time: ``bench/e2e_bench.py`` of each, run together, pair after pair.
 
 A solo run of ``e2e_bench.py`` moves by ±10 % with the machine (on the shared 2-core machine the same code
-read ratios 0.41-0.52 within 20 minutes, bench/RESULTS.md, issue 15, twelfth session), so a change worth a
+read ratios 0.41-0.52 within 20 minutes, bench/RESULTS.md), so a change worth a
 few percent cannot be seen in runs made one after the other. Run together, both federations share the two
 cores at the same moment and every difference between them is the code's. Each figure is then about half a
 solo run's rate; compare B with A only.

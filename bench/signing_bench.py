@@ -80,7 +80,7 @@ def main() -> None:
 
 
 def batches(n: int, sealer: signing.Sealer, keys: list[object], status: messages.Status) -> None:
-    """Several Reports per message (issue 15): per Report, the agent's encode + seal and the dispatcher's
+    """Several Reports per message: per Report, the agent's encode + seal and the dispatcher's
     open + decode, for batches of 1 (a single Report, as before), 10 and 50 Statuses."""
     topic = "mkd/v1/worker-1/reports"
     print("\nStatus Reports per message; CPU µs per Report")

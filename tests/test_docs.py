@@ -291,7 +291,7 @@ DIARY = re.compile(r"\b[Ii]ssue \d+\b|\b(?:first|second|third|fourth|fifth|sixth
 def test_no_diary_in_the_code_its_help_or_the_docs() -> None:
     """Docs, help and docstrings say what mkd does, not when or in which round of work it was done:
     no issue numbers, no sessions (the why lives in git log, figures in bench/RESULTS.md)."""
-    files = [*PAGES, *(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))]
+    files = [*PAGES, *(p for package in (*PACKAGES, "tests", "bench") for p in (ROOT / package).rglob("*.py"))]
     found = [f"{p.relative_to(ROOT)}:{n}: {line.strip()[:120]}" for p in files
              for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if DIARY.search(line)]
     assert not found, "\n".join(found)

@@ -1,9 +1,8 @@
-"""mkctl's admin verbs against a real migrated database: the defects issue 13 names, then the new verbs.
+"""mkctl's admin verbs against a real migrated database: the state filter, the order, the outputs, then the verbs.
 
-Each of the first tests failed on the code before the fix: ``--state Pending`` / ``--state bogus`` printed
-"No resources found." with exit 0; lists came in uid order; ``show other-controller`` said only "no
-workload"; the demo printed ``mkctl ...`` which is not on PATH after ``make demo``; ``--kind``,
-``--queue``, ``--label``, ``-w`` and ``events`` did not exist.
+The first tests hold: ``--state`` takes any case and refuses an unknown state with the list; lists come in
+creation order; ``show`` of a Job mkd never claimed names who manages it; the demo prints mkctl as it can be
+typed after ``make demo``; ``--kind``, ``--queue``, ``--label``, ``-w`` and ``events`` work.
 """
 
 from __future__ import annotations

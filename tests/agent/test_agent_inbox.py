@@ -247,7 +247,7 @@ async def test_a_place_retried_after_a_failed_create_is_checked_as_it_was_sent(h
     """A retry of a Place is checked as the dispatcher sent it, not as the worker copy its first try made: a batch
     Job delegated to a managedBy that a Job may not carry on the manager (the worker's API server takes any
     domain-prefixed path) is still created, with that managedBy, after a failed create. (What an inbox that
-    prepared the manifest in place, to save its copy, would have to keep: bench/RESULTS.md, twelfth session.)"""
+    prepared the manifest in place, to save its copy, would have to keep: bench/RESULTS.md.)"""
     from tests.agent.test_agent_edits import batch_job
 
     await harness.stop_agent()
@@ -278,7 +278,7 @@ async def test_a_place_retried_after_a_failed_create_is_checked_as_it_was_sent(h
 
 def test_a_created_copy_is_remembered_for_its_echo_only_when_the_echo_tells_nothing_new() -> None:
     """``inbox.new_copy``: a copy with no status and not fenced is remembered by its version (its echo needs no
-    decoding, issue 15); one with a status, fenced, or with no version or placement labels is not."""
+    decoding); one with a status, fenced, or with no version or placement labels is not."""
     from worker_agent.inbox import Applied, new_copy
 
     def copy_(**extra: Any) -> dict[str, Any]:

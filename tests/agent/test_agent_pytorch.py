@@ -256,7 +256,7 @@ def both_active(r: Any) -> bool:
 
 async def test_a_created_status_waits_for_running_and_both_go_in_one_write(
         harness: AgentHarness, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 15: pods that run within ``status_hold_seconds`` (1 s) of the first pass: Created is not written
+    """Pods that run within ``status_hold_seconds`` (1 s) of the first pass: Created is not written
     alone, it goes in the same write as Running, with the first pass's time (as upstream's create predicate sets
     it in the cached object, which the first status write persists); every write is one Status Report."""
     written = count_status_writes(monkeypatch)
@@ -362,7 +362,7 @@ def master_only(r: Any) -> bool:
 
 async def test_running_waits_for_the_replicas_starting_within_the_hold(
         harness: AgentHarness, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 15: a Master running while its Worker is still starting makes a Running status the loop holds, as it
+    """A Master running while its Worker is still starting makes a Running status the loop holds, as it
     holds Created: the Worker running half a second later brings one status write, Created and Running with
     both replicas active, instead of one for the Master and one for the Worker (upstream's, with no hold)."""
     written, cmd = await place_staggered(harness, monkeypatch, 1.0, "0.05", "0.5")
@@ -409,7 +409,7 @@ async def three_running(harness: AgentHarness, prefix: str) -> list[Any]:
 
 
 async def test_the_echo_of_a_status_write_is_taken_undecoded_and_changes_nothing(harness: AgentHarness) -> None:
-    """Issue 15: the job watch's echo of the apply loop's own status write is recognised by its resourceVersion
+    """The job watch's echo of the apply loop's own status write is recognised by its resourceVersion
     before decoding (as children's echoes are) and handled as the decoded one was: no Report of its own, no pass
     that renders nothing. Three jobs: an echo that beats its write's answer is decoded as before."""
     cmds = await three_running(harness, "echo")
@@ -430,7 +430,7 @@ async def test_the_echo_of_a_status_write_is_taken_undecoded_and_changes_nothing
 
 async def test_the_echo_of_the_copy_the_inbox_created_is_taken_undecoded_and_starts_the_job(
         harness: AgentHarness, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue 15: the job watch's ADDED echo of the copy the inbox just created (no status, not fenced) is recognised
+    """The job watch's ADDED echo of the copy the inbox just created (no status, not fenced) is recognised
     by its resourceVersion before decoding, as the apply loop's own writes are, and does what the decoded one did:
     the job gets its first pass (its pods are created and it runs) and the inbox, the Reporter and the owner index
     know it. The job watch's lines reach the agent 0.3 s late here, so that every create's answer comes first (an
@@ -461,7 +461,7 @@ async def test_the_echo_of_the_copy_the_inbox_created_is_taken_undecoded_and_sta
 
 async def test_an_accepted_is_told_by_the_first_status_when_it_comes_within_the_accept_hold(
         harness: AgentHarness) -> None:
-    """Issue 15, ``accept_hold_seconds`` (longer than ``status_hold_seconds``' 1 s; 5 here, so a loaded machine's
+    """``accept_hold_seconds`` (longer than ``status_hold_seconds``' 1 s; 5 here, so a loaded machine's
     slow passes still fall within it): no Accepted goes for a Job whose first Status comes within it, pods running
     at once or a Created held and written when its hold is over; that Status says the copy exists (the dispatcher
     takes it as the Accepted). With a hold shorter than the first status takes, the Accepted goes alone once it is

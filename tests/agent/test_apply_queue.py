@@ -68,7 +68,7 @@ class BlockedLoop(ApplyLoop):
 
 
 async def test_a_new_job_comes_in_only_once_the_loop_has_room_for_it() -> None:
-    """Issue 15: in 10,000-job bursts the agents created every placed job at once and got to its children and
+    """In 10,000-job bursts the agents created every placed job at once and got to its children and
     status tens of seconds later (7,000 jobs accepted and not started across three agents). A new job now waits
     (``admission``, around its create) while ``backlog_max`` passes wait; waiters woken together come in one by
     one as the room allows, the first to wait first."""

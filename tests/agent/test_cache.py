@@ -133,7 +133,7 @@ def line(etype: str, o: dict[str, Any]) -> bytes:
 
 
 def test_echo_claims_only_the_watch_event_of_a_version_the_agent_wrote_itself() -> None:
-    """Issue 15: ``echo`` (the informer's check before decoding) claims the event of a version stored from the
+    """``echo`` (the informer's check before decoding) claims the event of a version stored from the
     agent's own write, once, with the object's uid in the line; not a version the watch brought, not an older or
     newer one, not a line of another object that happens to carry that resourceVersion."""
     cache = ObjectCache("configmaps")

@@ -5,7 +5,7 @@ holds every byte while "partitioned" and closes nothing. A publish made during t
 (``publish_timeout``) long before the keepalive can tell the link is dead; once the relay forwards
 again the same link carries on. The agent must keep publishing on it: heartbeats (and so its lease)
 and Reports. It used to detach its outbox on the timeout and wait for a new link that never came,
-so after the heal it sent nothing, fenced every Job and never resumed them (issue 9, partition-net).
+so after the heal it sent nothing, fenced every Job and never resumed them .
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ async def test_a_place_sealed_while_the_link_was_down_applies_on_the_next_link(h
     """Commands the dispatcher sealed while the agent was cut off wait in the broker for its persistent
     session. The agent's memory of seen Commands spans its links, so on the next link they are new, not
     replays: they apply. They used to be refused as "sealed before this link came up" (a Place left
-    unanswered is moved elsewhere, attempt after attempt, until the Job fails; issue 9, partition).
+    unanswered is moved elsewhere, attempt after attempt, until the Job fails).
     A Command this agent already carried out stays refused when it comes again."""
     h = harness
     await h.stop_agent()

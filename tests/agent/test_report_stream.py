@@ -223,7 +223,7 @@ async def test_a_status_still_queued_is_replaced_by_the_newer_one_in_its_place()
     assert published == [("a", 5, "Succeeded"), ("b", 2, "Created")]
 
 
-# --- several Reports per message (issue 15) ---------------------------------------------------------
+# --- several Reports per message ---------------------------------------------------------
 
 
 async def test_reports_waiting_together_go_as_one_message_sealed_once_with_the_last_number() -> None:
@@ -364,7 +364,7 @@ async def test_a_report_wakes_one_parked_sender_and_a_backlog_fills_every_free_s
     assert [r.n for r in link.published] == list(range(1, backlog + 2))
 
 
-# --- an Accepted held for the placement's first Status (issue 15) -------------------------------------------
+# --- an Accepted held for the placement's first Status -------------------------------------------
 
 
 def _accepted(uid: str, seq: int, spec_version: int = 1) -> Any:

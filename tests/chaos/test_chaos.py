@@ -1,15 +1,12 @@
 """The chaos scenarios of ``bench/chaos`` at a small size: separate processes, faults by PID.
 
-One federation (kubesim, a private Mosquitto or the embedded broker in a process, a private
-PostgreSQL or SQLite, a dispatcher, three agents) is shared by the module to keep start-up cheap;
-each scenario streams its own jobs through it, hurts it, waits for the end and counts from the
-clusters and the database (see ``bench/chaos/observe.py``). Each asserts 0 lost, 0 run twice at once,
-0 stuck, and no service exiting by itself; scenarios with a reported cause (``KNOWN_TWICE``,
-``KNOWN_STUCK``, ``KNOWN_CRASH``) mark themselves xfail for that one figure only, after asserting the others. The first two tests prove the counting itself can fail: a job live on two workers is seen
-as run twice, a job nobody claims is counted lost.
-
-Scenarios needing a backend that is not installed skip and say which; the others fall back
-(embedded broker, SQLite). ``bench/chaos/README.md`` has the full-size runs and their figures.
+One federation (kubesim, a private Mosquitto or the embedded broker in a process, a private PostgreSQL or
+SQLite, a dispatcher, three agents) is shared by the module to keep start-up cheap; each scenario streams its
+own jobs through it, hurts it, waits for the end and counts from the clusters and the database (see
+``bench/chaos/observe.py``). Each asserts 0 lost, 0 run twice at once, 0 stuck, and no service exiting by
+itself; scenarios with a reported cause (``KNOWN_TWICE``, ``KNOWN_STUCK``, ``KNOWN_CRASH``) mark themselves
+xfail for that one figure only, after asserting the others. The first two tests prove the counting itself can
+fail: a job live on two workers is seen as run twice, a job nobody claims is counted lost.
 """
 
 from __future__ import annotations
@@ -47,7 +44,7 @@ KNOWN_STUCK: dict[str, str] = {
 }
 KNOWN_CRASH: dict[str, str] = {
     # none known: postgres-outage (the 'starting up' exit) and postgres-at-start (the exit at start-up)
-    # ran 0 crashes in tests/chaos and at 300 jobs (bench/RESULTS.md, issue 9 dispatcher robustness)
+    # ran 0 crashes in tests/chaos and at 300 jobs (bench/RESULTS.md, dispatcher robustness)
 }
 
 
@@ -59,6 +56,9 @@ class Shared:
 
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def shared(tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[Shared]:
+    """Scenarios needing a backend that is not installed skip and say which; the others fall back
+    (embedded broker, SQLite). ``bench/chaos/README.md`` has the full-size runs and their figures.
+    """
     root: Path = tmp_path_factory.mktemp("chaos")
     async with World(WorldOptions(root=root, kubesim_per_cluster=False)) as world, Observer(world) as obs:
         yield Shared(world, obs)

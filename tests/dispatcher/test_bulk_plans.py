@@ -4,7 +4,7 @@ Each batch of the engine updates its Workloads and placements in one statement o
 arrays (``dispatcher.db.queries``). PostgreSQL cannot see how many rows such a parameter holds and plans
 for 100 or more, so without a predicate it can look up in an index it joined them by hashing the whole
 table: every Report batch read every placement ever made (at N = 10,000 jobs, 144 rows read per job
-placed, bench/RESULTS.md issue 15, twelfth session), a cost that grows with the table. Read from the
+placed, bench/RESULTS.md), a cost that grows with the table. Read from the
 server's own counters: the sequential scans of each table while one statement of a few rows runs
 against thousands.
 """

@@ -1,4 +1,4 @@
-"""Several Commands per MQTT message to one agent (issue 15): rows for one cluster are signed together as
+"""Several Commands per MQTT message to one agent: rows for one cluster are signed together as
 they are published, in order; a Resync, a row an earlier version signed, and everything to an agent that
 has not shown it opens batches (a Reports batch on its live stream) go alone, as before."""
 

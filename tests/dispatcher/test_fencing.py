@@ -109,7 +109,7 @@ async def test_a_dispatcher_restarted_with_a_shorter_lease_waits_for_the_longer_
 @pytest.mark.slow  # waits 5 s on purpose: nothing may move in that time
 async def test_an_unanswered_place_on_a_silent_cluster_waits_for_the_lease_like_its_other_jobs(
         manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
-    """The lost-Accepted window (issue 9): the agent applied the Place and its Accepted was lost as its
+    """The lost-Accepted window: the agent applied the Place and its Accepted was lost as its
     cluster was cut off. Silence says nothing about whether it runs that copy, so the Place moves only
     once the lease is over, not after ``unaccepted_replace_seconds``; a cluster that answers is asked again."""
     s = settings(manager, db_url, mqtt_url, topic_root, heartbeat_timeout_seconds=1.0, worker_lost_timeout_seconds=0.5,
@@ -136,7 +136,7 @@ async def test_an_unanswered_place_on_a_silent_cluster_waits_for_the_lease_like_
 
 async def test_a_heartbeat_is_answered_while_the_engine_is_stuck_in_a_batch_and_persisted_first(
         manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
-    """The Lease must not wait behind a Place batch (issue 9: 7.5-24 s round trips at load 18-29 fenced
+    """The Lease must not wait behind a Place batch (7.5-24 s round trips at load 18-29 fenced
     healthy agents), and its end must be in ``clusters.lease_until`` before the agent can hold it."""
     s = settings(manager, db_url, mqtt_url, topic_root, lease_seconds=42.0)
     async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s) as d:

@@ -1,16 +1,9 @@
 """A batch held through a database outage, decided when the database is back: nothing it decided may be
 lost or left ahead of the database.
 
-The chaos suite's postgres-outage once left all 24 of its Jobs ``pending`` (attempt 0, no Place) for its
-60 s deadline: PostgreSQL went down during a restarted dispatcher's first batch (the intake's first list:
-every known Job and the 24 claims, behind the agents' heartbeats). The batch was held 6.6 s, longer than
-the heartbeat timeout, then decided with the heartbeats it held, so every cluster looked silent and the
-claims were set aside "for capacity"; the agents' next heartbeats brought the same figures, the capacity
-book saw no change, and a Workload set aside is only tried again on a change.
-
-These tests drive the engine's ``handle`` directly with a :class:`~federation.clock.FakeClock` against
-the real database and a kubesim manager: the fault is injected at the exact point (the batch's commit
-fails as a dead server's does), and time passes only when the test moves it.
+These tests drive the engine's ``handle`` directly with a :class:`~federation.clock.FakeClock` against the
+real database and a kubesim manager: the fault is injected at the exact point (the batch's commit fails as a
+dead server's does), and time passes only when the test moves it.
 """
 
 from __future__ import annotations
@@ -106,6 +99,13 @@ async def states(db_url: str, prefix: str) -> dict[str, tuple[str, int]]:
 
 async def test_claims_held_through_an_outage_at_start_up_are_placed_once_the_clusters_beat_again(
         manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    """PostgreSQL goes down during a restarted dispatcher's first batch (intake's first list: every known Job
+    and the claims, behind the agents' heartbeats) and the batch is held longer than the heartbeat timeout.
+    Decided with the heartbeats it held, every cluster would look silent and the claims be set aside "for
+    capacity"; the agents' next heartbeats bring the same figures, the capacity book sees no change, and a
+    Workload set aside is only tried again on a change, so the Jobs would stay pending (attempt 0, no Place).
+    They are placed once the clusters beat again.
+    """
     clock = FakeClock(datetime.now(UTC))
     s = settings(manager, db_url, mqtt_url, topic_root, heartbeat_timeout_seconds=TIMEOUT, placement_retry_seconds=2.0)
     old = [await kube.create(PYTORCHJOBS, pytorchjob(f"old-{i}", workers=0), "default") for i in range(20)]

@@ -42,7 +42,7 @@ def test_a_cached_job_reads_back_whole_as_a_fresh_copy() -> None:
 
 
 def test_the_kube_writers_status_is_kept_with_the_job_across_its_new_copies() -> None:
-    """Issue 15: the status the kube writer wrote to a Job lives in the Job's own entry (no object per Job);
+    """The status the kube writer wrote to a Job lives in the Job's own entry (no object per Job);
     a newer copy of the Job keeps it, as do the header's fields; forgetting it leaves the Job as it was."""
     from dispatcher.jobcache import pack, unpack
 

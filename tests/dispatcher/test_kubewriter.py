@@ -426,7 +426,7 @@ async def test_an_accepted_that_comes_while_an_event_is_written_still_waits_for_
 
 
 async def test_the_conditions_given_are_never_changed_so_many_jobs_may_share_them(kube: Kube) -> None:
-    """Issue 15: a placement pass gives the same condition dicts to every Workload waiting for the same reason
+    """A placement pass gives the same condition dicts to every Workload waiting for the same reason
     (dispatcher/rounds.py ``_shared``); the writer folds, resets and dates them into new dicts, never in place."""
     import copy
 

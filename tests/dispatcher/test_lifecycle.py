@@ -282,7 +282,7 @@ async def test_a_workload_that_used_up_its_attempts_says_so_on_the_manager_job(
 async def test_a_placed_job_suspended_then_resumed_across_a_restart_is_resumed_without_a_failed_batch(
         manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str,
         caplog: pytest.LogCaptureFixture) -> None:
-    """Issue 9: a restarted dispatcher knows no need for a placed Workload; resuming it reserves its
+    """A restarted dispatcher knows no need for a placed Workload; resuming it reserves its
     capacity again, so its PodSets must be read from SQL (the light row failed the batch with
     ``KeyError: 'podsets'``)."""
     s = settings(manager, db_url, mqtt_url, topic_root)

@@ -22,7 +22,7 @@ def test_one_head() -> None:
 
 
 def test_a_dispatcher_never_imports_alembic() -> None:
-    """alembic is for migrating; the dispatcher only reads the head and the version table (issue 15: ~11 MB)."""
+    """alembic is for migrating; the dispatcher only reads the head and the version table (~11 MB)."""
     import subprocess
     import sys
 
@@ -114,7 +114,7 @@ def test_database_urls_as_people_write_them_get_the_async_driver() -> None:
 
 async def test_outbox_payload_is_stored_uncompressed_on_postgresql(database_url: str) -> None:
     """A sealed Place is ciphertext: PostgreSQL's default storage tried to compress every one (pglz, ~a quarter
-    of the outbox's cost in the server, issue 15); ``EXTERNAL`` keeps it out of line without trying."""
+    of the outbox's cost in the server); ``EXTERNAL`` keeps it out of line without trying."""
     if not database_url.startswith("postgresql"):
         pytest.skip("storage modes are PostgreSQL's (SQLite stores the bytes as they are)")
     await db.upgrade_async(database_url)

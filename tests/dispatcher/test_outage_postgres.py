@@ -58,7 +58,7 @@ async def test_a_crashed_private_postgres_loses_nothing(manager: Path, kube: Kub
 
 async def test_pooled_connections_after_a_restart_are_replaced_without_a_ping_per_checkout(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No ping at every checkout (two round trips per batch, issue 15): a connection idle for a while is
+    """No ping at every checkout (two round trips per batch): a connection idle for a while is
     tested as it is checked out and replaced when dead, so the first statement after a restart between
     batches succeeds; a connection in use when the server went away fails its statement once, as an outage
     (``database_error``), and every older connection of the pool is replaced with it."""

@@ -129,7 +129,7 @@ async def test_a_stopping_publisher_marks_what_the_broker_acknowledged_and_start
 
 
 async def test_a_busy_publisher_looks_for_unsent_rows_in_the_database_once_per_poll_interval(db_url: str) -> None:
-    """Issue 15: each time the publisher has marked what it sent and has nothing fresh, it may look in the database
+    """Each time the publisher has marked what it sent and has nothing fresh, it may look in the database
     for rows left unsent (a crash, another dispatcher's) -- rows only eligible once ``outbox_poll_seconds`` old. At
     100 Commands a second that look came ~30 times a second, a transaction each; it comes at most once per
     interval, and such a row still goes out once the interval has passed."""

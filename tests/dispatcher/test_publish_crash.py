@@ -1,4 +1,4 @@
-"""A publish that crashes is surfaced, not dropped (issue 9: per-item tasks were bare create_tasks).
+"""A publish that crashes is surfaced, not dropped (per-item tasks were bare create_tasks).
 
 The outbox's publishes are tasks of a Supervisor task set: a failure the broker link does not explain
 is logged with its traceback, counted on the ``outbox`` task, fails that task (restarted by the

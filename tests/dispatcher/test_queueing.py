@@ -1,8 +1,7 @@
 """Queueing through the running dispatcher: order, the pending cap, priority classes, quota, restart.
 
-The first three tests are the defects issue 11 names; each fails on the dispatcher before queueing
-(order by uid within a claim batch, only the first ``batch_size * 4`` pending rows looked at,
-priority always 0).
+The first three tests are order within a claim batch (never by uid), every pending Workload
+considered (no cap) and priority classes.
 """
 
 from __future__ import annotations
@@ -335,7 +334,7 @@ async def test_a_starving_job_that_fits_nowhere_lets_go_of_its_hold_and_why_says
 async def test_a_restarted_dispatcher_queues_its_pending_workloads_without_a_failed_batch(
         manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str,
         caplog: pytest.LogCaptureFixture) -> None:
-    """Issue 9: the start-up rebuild runs before intake's first list, so the pending Workloads' Jobs
+    """The start-up rebuild runs before intake's first list, so the pending Workloads' Jobs
     arrive in a batch whose rows are loaded without their PodSets; their need must be read from SQL
     (it failed the batch with ``KeyError: 'podsets'`` and cost a rebuild)."""
     s = settings(manager, db_url, mqtt_url, topic_root)

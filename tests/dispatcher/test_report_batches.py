@@ -1,4 +1,4 @@
-"""Several Reports per MQTT message (issue 15): the agent's outbox sends what waits as one sealed batch;
+"""Several Reports per MQTT message: the agent's outbox sends what waits as one sealed batch;
 the dispatcher's subscriber opens it once and hands every Report on, in order, as if each came alone.
 A replayed batch, a batch whose Reports do not belong to its seal, or one on the presence topic is
 refused whole; a single Report (an agent of an earlier version) is still taken."""

@@ -1,4 +1,4 @@
-"""Places left unanswered are sent again, paced (issue 9: a restarted dispatcher re-sent every
+"""Places left unanswered are sent again, paced (a restarted dispatcher re-sent every
 unanswered Place at once, a burst to every agent, most of them answered already while it was away).
 
 Read from the database's outbox: each tick's re-sends are the Place rows committed together (one

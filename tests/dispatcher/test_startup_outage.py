@@ -1,4 +1,4 @@
-"""A dispatcher started while its database is unreachable waits for it (issue 9: it exited 1 with
+"""A dispatcher started while its database is unreachable waits for it (it exited 1 with
 ``ConnectionRefusedError``, the chaos suite's postgres-at-start). Meanwhile it serves its probes
 (alive, not ready, saying why) and logs the outage a few times, not once per attempt; when the
 database comes, it checks the schema, is elected (PostgreSQL), takes its epoch and places Jobs. A
@@ -160,7 +160,7 @@ async def test_a_missing_database_at_start_says_how_to_create_it(manager: Path, 
 
 
 async def test_the_memory_task_returns_the_c_heaps_free_pages_every_period(monkeypatch: Any) -> None:
-    """Issue 15: after a burst of claims glibc keeps the freed heap; the ``memory`` task trims it periodically."""
+    """After a burst of claims glibc keeps the freed heap; the ``memory`` task trims it periodically."""
     from dispatcher import startup
 
     assert startup._malloc_trim() is not None  # this is a glibc system: the real one is found
@@ -184,7 +184,7 @@ async def test_the_memory_task_returns_the_c_heaps_free_pages_every_period(monke
 
 
 async def test_the_memory_task_trims_once_a_burst_has_drained(monkeypatch: Any) -> None:
-    """Issue 15: a burst of claims leaves its garbage in glibc's heap once the work it queued in memory (inbox,
+    """A burst of claims leaves its garbage in glibc's heap once the work it queued in memory (inbox,
     kube writer, unpublished Commands) has drained: trimmed within a poll of that, not up to 30 s later; not
     while the burst lasts, nor again while nothing happens."""
     from dispatcher import startup
@@ -225,7 +225,7 @@ async def test_the_memory_task_trims_once_a_burst_has_drained(monkeypatch: Any) 
 
 
 async def test_the_memory_task_trims_when_the_rss_grew_while_little_waits(monkeypatch: Any) -> None:
-    """Issue 15: a quiet dispatcher that knows 100,000 Workloads grew by ~35 MB of glibc's free memory within
+    """A quiet dispatcher that knows 100,000 Workloads grew by ~35 MB of glibc's free memory within
     seconds at times; trimmed at the next look, not at the next period, and not while a burst's work waits."""
     from dispatcher import startup
 

@@ -1,18 +1,9 @@
 """The demo's federation for end-to-end tests, and a bounded wait that says what it was waiting for.
 
-Each test gets its own :class:`~mkctl.topology.Topology` (kubesim manager + three workers, dispatcher,
-three agents) on the shared ``mqtt_url`` / ``database_url`` / ``topic_root`` fixtures: real Mosquitto
-and PostgreSQL when reachable, the embedded broker and SQLite otherwise. Tests drive it through the
-manager cluster's API only (``top.manager``, a ``federation.kube.Kube``).
-
-Real clusters instead of kubesim: ``MKD_TEST_KUBECONFIGS=manager=/p/m.kubeconfig,worker-1=/p/w1.kubeconfig,...``
-(the dispatcher and the agents still run here, against those API servers, with ServiceAccount tokens bound
-to deploy/'s roles, as on kubesim). Then only ``realcluster`` tests run; the others skip saying what they
-would need (tests/realcluster.py). There every object a test creates through the topology's clients is
-deleted again when it ends (the workers' copies go with their manager Jobs, whatever is left of them with
-mkd's labels is deleted too), so a second run finds the clusters as the first did; Namespaces and CRDs
-stay. :func:`adapt_to_capacity` sets what a sample should end as from the workers' nodes (kubesim's or real):
-a job that fits no worker is expected to wait, saying why, not to run (no GPU is assumed).
+Each test gets its own :class:`~mkctl.topology.Topology` (kubesim manager + three workers, dispatcher, three
+agents) on the shared ``mqtt_url`` / ``database_url`` / ``topic_root`` fixtures: real Mosquitto and PostgreSQL
+when reachable, the embedded broker and SQLite otherwise. Tests drive it through the manager cluster's API
+only (``top.manager``, a ``federation.kube.Kube``).
 """
 
 from __future__ import annotations
@@ -55,6 +46,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture
 async def federation(tmp_path: Path, mqtt_url: str, database_url: str, topic_root: str) -> AsyncIterator[Topology]:
+    """Real clusters instead of kubesim: ``MKD_TEST_KUBECONFIGS=manager=/p/m.kubeconfig,worker-1=/p/w1.kubeconfig,...``
+    (the dispatcher and the agents still run here, against those API servers, with ServiceAccount tokens bound
+    to deploy/'s roles, as on kubesim). Then only ``realcluster`` tests run; the others skip saying what they
+    would need (tests/realcluster.py). There every object a test creates through the topology's clients is
+    deleted again when it ends (the workers' copies go with their manager Jobs, whatever is left of them with
+    mkd's labels is deleted too), so a second run finds the clusters as the first did; Namespaces and CRDs
+    stay. :func:`adapt_to_capacity` sets what a sample should end as from the workers' nodes (kubesim's or real):
+    a job that fits no worker is expected to wait, saying why, not to run (no GPU is assumed).
+    """
     options = TopologyOptions(
         state_dir=tmp_path / "state", mqtt_url=mqtt_url, database_url=database_url, topic_root=topic_root,
         heartbeat_seconds=1.0, heartbeat_timeout_seconds=3.0, origin="mkd-e2e",

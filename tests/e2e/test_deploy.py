@@ -49,7 +49,7 @@ def test_agent_may_run_every_kind() -> None:
 
 
 def test_agent_writes_only_where_placed_jobs_may_land() -> None:
-    """Issue 14: the agent's cluster-wide role reads; its write role is bound per allowed namespace only."""
+    """The agent's cluster-wide role reads; its write role is bound per allowed namespace only."""
     agent = docs("worker/agent.yaml")
     read = next(d for d in agent if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "mkd-agent")
     for rule in read["rules"]:  # creating a namespace (create_namespaces) is the one cluster-wide write

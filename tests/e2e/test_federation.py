@@ -279,7 +279,7 @@ async def test_mkctl_demo_runs_to_the_end(tmp_path: Path, mqtt_url: str, databas
     assert proc.returncode == 0, text[-4000:]
     assert "every sample job reached its expected end" in text
     assert "too-large stays pending" in text and "other-controller was left alone" in text
-    # make demo runs with queues: the borrow and the preemption are shown as they happen (issue 11)
+    # make demo runs with queues: the borrow and the preemption are shown as they happen
     assert "3 ClusterQueues and their LocalQueues from demo/queues/" in text
     assert any("clusterqueue team-b" in line and "BORROWED cpu 2" in line for line in text.splitlines()), text[-4000:]
     assert "BORROWS team-b/borrower: Quota reserved in ClusterQueue team-b" in text

@@ -1,4 +1,4 @@
-"""End to end: a Job whose pods carry a secret env value travels sealed (issue 14, ``federation.sealing``).
+"""End to end: a Job whose pods carry a secret env value travels sealed (``federation.sealing``).
 
 The demo's federation (a real dispatcher and agents over the broker, kubesim clusters); an anonymous
 subscriber on every cluster's commands topic plays a broker reader. The Job runs to its end, the

@@ -663,7 +663,7 @@ async def test_kubesim_informer_relists_after_compaction(sim: kubesim.Sim) -> No
 
 
 async def test_kubesim_informer_leaves_the_echo_its_consumer_claims_undecoded(sim: kubesim.Sim) -> None:
-    """Issue 15 (``echoes``): the watch event of the consumer's own create, which it holds already, is claimed
+    """The watch event of the consumer's own create, which it holds already, is claimed
     before decoding and not yielded; other objects' events, and later changes of its own object, still are. The
     informer's resume point and what it was told move on with the claimed event."""
     from worker_agent.cache import ObjectCache

@@ -1,4 +1,4 @@
-"""Attacks on an agent through the broker: forged and replayed Commands (issue 14).
+"""Attacks on an agent through the broker: forged and replayed Commands.
 
 The agent under test is the real one (kubesim over HTTP, a real broker). The harness's own link
 plays the dispatcher; the attacker is another client on the same broker without its key.

@@ -1,4 +1,4 @@
-"""Attacks on the dispatcher through the broker: forged Reports and presence (issue 14).
+"""Attacks on the dispatcher through the broker: forged Reports and presence.
 
 The dispatcher is the real one (kubesim manager, a real database and broker); ``FakeAgent`` plays a
 genuine agent. The attacker is another client on the broker without that agent's key.

@@ -1,4 +1,4 @@
-"""The shipped broker configuration (deploy/broker) under attack, on a private Mosquitto (issue 14).
+"""The shipped broker configuration (deploy/broker) under attack, on a private Mosquitto.
 
 worker-1's credentials must not publish as worker-2 nor read worker-2's Commands; nobody connects
 without a password or without TLS. Skipped where the mosquitto binary is absent.
