@@ -583,7 +583,7 @@ def check(text: str, self_type: Decl, optional_old_self: bool = False) -> Checke
     cel-expr-python's own compile check applies)."""
     try:
         tree = _Parser(text).parse()
-    except (ParseError, AttributeError, IndexError, ValueError):
+    except (ParseError, AttributeError, IndexError, ValueError, RecursionError):
         return None
     old = _v(Decl("optional", elem=self_type)) if optional_old_self else _p(self_type)
     walk = _Walk({"self": _p(self_type), "oldSelf": old})
@@ -591,8 +591,8 @@ def check(text: str, self_type: Decl, optional_old_self: bool = False) -> Checke
         cost, _ = walk.walk(tree)
     except UndefinedField as e:
         return Checked(undefined=(e.name, e.pos))
-    except (IndexError, AttributeError):
-        return None
+    except (IndexError, AttributeError, KeyError, TypeError, ValueError, RecursionError):
+        return None  # a shape this walk does not know: the compile check alone judges the rule
     return Checked(cost=cost)
 
 
