@@ -146,6 +146,20 @@ async def test_every_read_verb_answers_the_same_through_every_surface(federation
     queues = await asyncio.to_thread(api, "/queues")
     assert {q["name"] for q in queues["cluster_queues"]} == {"team-a", "team-b", "shared"}
 
+    # the metrics count what the API lists: Workloads per LocalQueue (namespace and name) and state
+    def from_queues() -> str:
+        page = api("/queues")
+        return "\n".join(sorted(f"{q['namespace']}/{q['name']} {state} {n}" for q in page["local_queues"]
+                                 for state, n in q["workloads"].items() if n))
+
+    def from_metrics() -> str:
+        text = httpx.get(f"{base}/metrics", timeout=30).text
+        found = re.findall(r'^mkd_workloads\{namespace="([^"]+)",queue="([^"]+)",state="([^"]+)"\} ([0-9.]+)$',
+                           text, re.M)
+        return "\n".join(sorted(f"{ns}/{q} {state} {int(float(n))}" for ns, q, state, n in found if float(n)))
+
+    await _agree("mkd_workloads against the API's queues", [from_queues, from_metrics])
+
     # the dashboard shows the same values
     cookies = {"mkd_token": token}
     async with httpx.AsyncClient(base_url=base, cookies=cookies, timeout=30) as ui:
