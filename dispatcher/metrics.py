@@ -13,11 +13,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from dispatcher.db.models import WORKLOAD_STATES, clusters, outbox, placements, workloads
+from dispatcher import readmodel
+from dispatcher.db.models import WORKLOAD_STATES, outbox, placements, workloads
 from federation.errors import Invalid
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
-STALE_INTERVALS = 3.0
 
 UNITS = {"cpu": "core", "memory": "byte", "ephemeral-storage": "byte"}
 
@@ -115,8 +115,9 @@ class DispatcherMetrics:
     - **observed as it happens** (histograms, counters): report lag (``ReportIn`` as the engine takes it),
       admission latency (claim → Place sent) and placement latency (Place sent → accepted), read from new
       placement rows at each scrape so every placement is observed exactly once;
-    - **read at scrape** from the database (``refresh``): Workloads by state and LocalQueue (namespace and
-      name), the oldest pending Workload's age per LocalQueue, Cluster health / cordon / capacity
+    - **read at scrape** from the database (``refresh``; through the admin surfaces' read model,
+      ``dispatcher/readmodel.py``, where it has the figure): Workloads by state and LocalQueue (namespace
+      and name), the oldest pending Workload's age per LocalQueue, Cluster health / cordon / capacity
       (allocatable, free, used per resource), outbox depth;
     - **counters owned by the parts** (report streams, link health, kube writer), exposed through a
       collector that reads them at scrape, so no part keeps a second copy.
@@ -197,15 +198,10 @@ class DispatcherMetrics:
 
         now = now or datetime.now(UTC)
         self.workloads.clear()
-        seen_queues: set[tuple[str, str]] = set()
-        for namespace, queue, state, n in await session.execute(
-                sa.select(workloads.c.namespace, workloads.c.queue, workloads.c.state, sa.func.count())
-                .group_by(workloads.c.namespace, workloads.c.queue, workloads.c.state)):
-            seen_queues.add((namespace, queue))
-            self.workloads.labels(state, namespace, queue).set(n)
-        for namespace, queue in seen_queues:  # every state of a known queue, zeros included (rates need the series)
-            for state in WORKLOAD_STATES:
-                self.workloads.labels(state, namespace, queue)
+        page = await readmodel.queues(session)  # the admin surfaces' figures (dispatcher/readmodel.py)
+        for lq in page["local_queues"]:
+            for state in WORKLOAD_STATES:  # every state of a known queue, zeros included (rates need the series)
+                self.workloads.labels(state, lq["namespace"], lq["name"]).set(lq["workloads"].get(state, 0))
         self.pending_age.clear()
         for namespace, queue, oldest in await session.execute(
                 sa.select(workloads.c.namespace, workloads.c.queue, sa.func.min(workloads.c.created_at))
@@ -217,17 +213,15 @@ class DispatcherMetrics:
         for gauge in (self.cluster_up, self.cluster_cordoned, self.heartbeat_age, self.allocatable, self.free,
                       self.used):
             gauge.clear()
-        for c in await session.execute(sa.select(clusters)):
-            last = c.last_heartbeat
-            age = (now - last).total_seconds() if last is not None else None
-            fresh = age is not None and age <= STALE_INTERVALS * float(c.interval_seconds or 10.0)
-            self.cluster_up.labels(c.name).set(1 if c.online and fresh else 0)
-            self.cluster_cordoned.labels(c.name).set(1 if c.cordoned else 0)
-            if age is not None:
-                self.heartbeat_age.labels(c.name).set(max(0.0, age))
-            capacity = c.capacity or {}
-            alloc = capacity.get("allocatable") or {}
-            free = capacity.get("free") or {}
+        for c in await readmodel.clusters(session, now):
+            if c["refused"]:
+                continue  # a sender refused for want of a key, never a cluster
+            name = c["name"]
+            self.cluster_up.labels(name).set(1 if c["health"] == "online" else 0)
+            self.cluster_cordoned.labels(name).set(1 if c["cordoned"] else 0)
+            if c["heartbeat_age_seconds"] is not None:
+                self.heartbeat_age.labels(name).set(c["heartbeat_age_seconds"])
+            alloc, free = c["allocatable"], c["free"]
             for resource in sorted(set(alloc) | set(free)):
                 try:
                     a = parse_quantity(alloc.get(resource, "0"), resource)
@@ -235,9 +229,9 @@ class DispatcherMetrics:
                 except (ValueError, Invalid, ArithmeticError):
                     continue
                 unit = unit_of(resource)
-                self.allocatable.labels(c.name, resource, unit).set(float(a))
-                self.free.labels(c.name, resource, unit).set(float(f))
-                self.used.labels(c.name, resource, unit).set(float(max(a - f, Decimal(0))))
+                self.allocatable.labels(name, resource, unit).set(float(a))
+                self.free.labels(name, resource, unit).set(float(f))
+                self.used.labels(name, resource, unit).set(float(max(a - f, Decimal(0))))
         depth = (await session.execute(sa.select(sa.func.count()).select_from(outbox)
                                        .where(outbox.c.sent_at.is_(None)))).scalar_one()
         self.outbox_depth.set(depth)

@@ -286,31 +286,34 @@ async def queues(session: AsyncSession, kube: Any = None) -> dict[str, Any]:
     per_lq: dict[tuple[str, str], dict[str, Any]] = {}
     usage: dict[str, dict[tuple[str, str], Decimal]] = {}
     admitted_requests: dict[tuple[str, str], dict[str, Decimal]] = {}
-    result = await session.execute(sa.select(w.c.namespace, w.c.queue, w.c.cluster_queue, w.c.state, w.c.suspended,
-                                             w.c.usage, w.c.requests))
-    for r in result:
-        lq = per_lq.setdefault((r.namespace, r.queue), {
-            "namespace": r.namespace, "name": r.queue, "cluster_queue": r.cluster_queue, "workloads": {},
+    # counts by GROUP BY (a big federation's every row is never loaded); only admitted rows are read whole
+    counted = await session.execute(
+        sa.select(w.c.namespace, w.c.queue, w.c.cluster_queue, w.c.state, w.c.suspended, sa.func.count())
+        .group_by(w.c.namespace, w.c.queue, w.c.cluster_queue, w.c.state, w.c.suspended))
+    for namespace, queue, cluster_queue, state, suspended, n in counted:
+        lq = per_lq.setdefault((namespace, queue), {
+            "namespace": namespace, "name": queue, "cluster_queue": cluster_queue, "workloads": {},
             "pending": 0, "admitted": 0, "defined": None})
-        if r.cluster_queue and not lq["cluster_queue"]:
-            lq["cluster_queue"] = r.cluster_queue
-        lq["workloads"][r.state] = lq["workloads"].get(r.state, 0) + 1
-        waiting = r.state == "pending" and not r.suspended
-        lq["pending"] += 1 if waiting else 0
-        lq["admitted"] += 1 if r.state in HOLDING else 0
-        if r.state in HOLDING:
-            total = admitted_requests.setdefault((r.namespace, r.queue), {})
-            for name, amount in (r.requests or {}).items():
-                try:
-                    total[name] = total.get(name, Decimal(0)) + parse_quantity(amount, name)
-                except (ValueError, Invalid, ArithmeticError):
-                    continue
-        if r.cluster_queue is None:
-            continue
-        cq = per_cq.setdefault(r.cluster_queue, {"name": r.cluster_queue, "pending": 0, "admitted": 0})
-        cq["pending"] += 1 if waiting else 0
-        if r.state in HOLDING:
-            cq["admitted"] += 1
+        if cluster_queue and not lq["cluster_queue"]:
+            lq["cluster_queue"] = cluster_queue
+        lq["workloads"][state] = lq["workloads"].get(state, 0) + n
+        waiting = n if state == "pending" and not suspended else 0
+        lq["pending"] += waiting
+        lq["admitted"] += n if state in HOLDING else 0
+        if cluster_queue is not None:
+            cq = per_cq.setdefault(cluster_queue, {"name": cluster_queue, "pending": 0, "admitted": 0})
+            cq["pending"] += waiting
+            cq["admitted"] += n if state in HOLDING else 0
+    admitted = await session.execute(sa.select(w.c.namespace, w.c.queue, w.c.cluster_queue, w.c.usage, w.c.requests)
+                                     .where(w.c.state.in_(HOLDING)))
+    for r in admitted:
+        total = admitted_requests.setdefault((r.namespace, r.queue), {})
+        for name, amount in (r.requests or {}).items():
+            try:
+                total[name] = total.get(name, Decimal(0)) + parse_quantity(amount, name)
+            except (ValueError, Invalid, ArithmeticError):
+                continue
+        if r.cluster_queue is not None:
             held = usage.setdefault(r.cluster_queue, {})
             for fr, amount in usage_from_json(r.usage).items():
                 held[fr] = held.get(fr, Decimal(0)) + amount
