@@ -211,6 +211,17 @@ def field_validation_value(e: Env) -> tuple[dict[str, Any], dict[str, Any]]:
                                               '"Strict", "Warn"'), group="meta.k8s.io")
 
 
+def dry_run_value(e: Env) -> tuple[dict[str, Any], dict[str, Any]]:
+    status, got = e.raw("POST", f"/api/v1/namespaces/{e.ns}/configmaps", e.cm("dry"), dryRun="true")
+    assert status == 422
+    with pytest.raises(client.ApiException) as ei:  # refused, not written
+        e.v1.read_namespaced_config_map("dry", e.ns)
+    assert ei.value.status == 404
+    return got, invalid("CreateOptions", "", ("FieldValueNotSupported", "dryRun",
+                                              'Unsupported value: ["true"]: supported values: "All"'),
+                        group="meta.k8s.io")
+
+
 def propagation_value(e: Env) -> tuple[dict[str, Any], dict[str, Any]]:
     e.v1.create_namespaced_config_map(e.ns, e.cm("prop"))
     got = refused(lambda: e.v1.delete_namespaced_config_map("prop", e.ns, propagation_policy="Sideways"))
@@ -357,6 +368,7 @@ ROWS: list[tuple[str, str, Callable[[Env], tuple[dict[str, Any], dict[str, Any]]
     ("400-strict", "apiserver pkg/endpoints/handlers/create.go transformDecodeError", strict_create),
     ("422-fieldvalidation", "apimachinery pkg/apis/meta/v1/validation/validation.go ValidateFieldValidation",
      field_validation_value),
+    ("422-dryrun", "apimachinery pkg/apis/meta/v1/validation/validation.go ValidateDryRun", dry_run_value),
     ("422-propagation", "apimachinery pkg/apis/meta/v1/validation/validation.go ValidateDeleteOptions",
      propagation_value),
     ("422-name", "apimachinery pkg/api/validation/objectmeta.go ValidateObjectMeta", name_invalid),
