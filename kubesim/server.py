@@ -24,7 +24,7 @@ from kubesim import managed, printing, schema
 from kubesim.admission import Attributes
 from kubesim.audit import AuditLog
 from kubesim.authz import Access, token_request_target
-from kubesim.errors import ApiError, not_found
+from kubesim.errors import ApiError, not_found, options_invalid
 from kubesim.httpserver import HttpServer, Request, Response, StreamResponse
 from kubesim.podlog import serve_pod_log
 from kubesim.resources import ResourceType
@@ -272,6 +272,14 @@ class ApiServer:
         q = request.query
         m = request.method
         dry = q.get("dryRun") == "All"
+        options = {"POST": "CreateOptions", "PUT": "UpdateOptions", "PATCH": "PatchOptions",
+                   "DELETE": "DeleteOptions"}.get(m)
+        if options and "dryRun" in q and any(v != "All" for v in q.getall("dryRun")):
+            # meta/v1 validation ValidateDryRun: a client that meant a dry run must not write.
+            raise options_invalid(options, [{
+                "reason": "FieldValueNotSupported", "field": "dryRun",
+                "message": f"Unsupported value: {orjson.dumps(q.getall('dryRun')).decode()}: supported values: "
+                           '"All"'}])
         store = self.store
         rt = t.rt
         if t.name is None:
