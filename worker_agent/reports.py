@@ -34,6 +34,7 @@ from federation.kinds.base import JobKind
 from federation.messages import (
     MAX_BATCH_BYTES,
     MAX_NODES_REPORTED,
+    MAX_PAYLOAD_BYTES,
     MAX_REPORTS_PER_MESSAGE,
     Accepted,
     Capacity,
@@ -584,12 +585,38 @@ def _node_free(node: Mapping[str, Any], free: Resources, allocatable: Resources)
                     taints=taints, free=format_resources(free), allocatable=format_resources(allocatable))
 
 
+HEARTBEAT_ROOM = 16_384
+"""Bytes of a message's limit kept for the seal and the broker's framing when a heartbeat is sized."""
+SIZE_CHECK_NODES = 200
+"""A heartbeat listing fewer nodes than this is far below the message limit: not measured."""
+
+
 def heartbeat(cluster: str, capacity: Capacity, *, version: str, interval: float,
               cluster_labels: Mapping[str, str], reconciled: list[str], delegated: Mapping[str, str],
               running: int, online: bool = True, policy: PolicySettings | None = None) -> Heartbeat:
-    return Heartbeat(cluster=cluster, online=online, agent_version=version, interval_seconds=interval,
-                     labels=dict(cluster_labels), capacity=capacity, kinds_reconciled=sorted(reconciled),
-                     kinds_delegated=dict(delegated), running=running, policy=policy)
+    """The heartbeat; one whose node list would take it above the message limit (many nodes with many
+    labels) sends the nodes without their allocatable figures, then without the node list (the totals and
+    ``largest_node_free`` stay), and says so in the log."""
+    def make(cap: Capacity) -> Heartbeat:
+        return Heartbeat(cluster=cluster, online=online, agent_version=version, interval_seconds=interval,
+                         labels=dict(cluster_labels), capacity=cap, kinds_reconciled=sorted(reconciled),
+                         kinds_delegated=dict(delegated), running=running, policy=policy)
+
+    hb = make(capacity)
+    if len(capacity.nodes) < SIZE_CHECK_NODES or _fits(hb):
+        return hb
+    lean = make(capacity.model_copy(update={"nodes": [n.model_copy(update={"allocatable": {}})
+                                                      for n in capacity.nodes]}))
+    if _fits(lean):
+        log.info("heartbeat: %d nodes sent without their allocatable figures (message limit)", len(capacity.nodes))
+        return lean
+    log.warning("heartbeat: %d nodes do not fit in one message; sending totals and largest_node_free only",
+                len(capacity.nodes))
+    return make(capacity.model_copy(update={"nodes": []}))
+
+
+def _fits(hb: Heartbeat) -> bool:
+    return len(hb.model_dump_json()) <= MAX_PAYLOAD_BYTES - HEARTBEAT_ROOM
 
 
 async def sleep_or(event: asyncio.Event, seconds: float) -> None:
