@@ -1,16 +1,9 @@
 """Agent benchmark: PyTorchJobs (1 master + 3 workers) per second reconciled to Running, and RSS at 5,000 jobs.
 
-Three processes, as in production: ``python -m kubesim`` (one cluster), the agent (this file with
-``--agent``, settings from ``MKD_AGENT_*``), and this driver, which plays the dispatcher: it publishes
-Place Commands on the broker (Mosquitto when reachable, else an embedded broker in this process) and
-reads the agent's Status reports. Pods run forever (``kubesim.mkd.dev/run-forever``), so every job
-stays active.
-
-Phase 1 sends ``--burst`` jobs at once and times from the first Place until every job's Status carries
-``Running=True`` (jobs/s; each job is 8 object creates + status writes). Phase 2 places jobs up to
-``--total`` and reports the agent's RSS once all are Running.
-
-    .venv/bin/python bench/agent_bench.py [--burst 500] [--total 5000]
+Three processes, as in production: ``python -m kubesim`` (one cluster), the agent (this file with ``--agent``,
+settings from ``MKD_AGENT_*``), and this driver, which plays the dispatcher: it publishes Place Commands on
+the broker (Mosquitto when reachable, else an embedded broker in this process) and reads the agent's Status
+reports. Pods run forever (``kubesim.mkd.dev/run-forever``), so every job stays active.
 """
 
 from __future__ import annotations
@@ -223,6 +216,12 @@ def run_agent() -> None:
 
 
 def main() -> None:
+    """Phase 1 sends ``--burst`` jobs at once and times from the first Place until every job's Status carries
+    ``Running=True`` (jobs/s; each job is 8 object creates + status writes). Phase 2 places jobs up to
+    ``--total`` and reports the agent's RSS once all are Running.
+
+        .venv/bin/python bench/agent_bench.py [--burst 500] [--total 5000]
+    """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--agent", action="store_true", help="(internal) run the agent from MKD_AGENT_* env")
     parser.add_argument("--burst", type=int, default=500)

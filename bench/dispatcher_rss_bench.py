@@ -1,44 +1,11 @@
 """Dispatcher memory: resident set size (RSS) of a dispatcher that knows N Workloads (≤ 300 MB at 100,000).
 
 Set-up: kubesim (the manager cluster), the Job creator and three fake agents (``bench/dispatch_bench.py``'s:
-they accept every Place at once and announce what is left free) each in their own process; the
-dispatcher runs in a process of its own, started the way ``mkctl dispatcher`` starts it
-(``dispatcher.app.Dispatcher`` entered, then ``run(stop)`` until SIGTERM) with a reporter task beside it.
-The agents' CPUs fit ``--placed`` of the Jobs; the rest stay pending in their queue, so the
-dispatcher knows both kinds (pending Workloads are the larger part of its state per Workload:
-their queue entries and needs).
-
-Two figures, both read from ``/proc/PID/status`` (VmRSS now, VmHWM the peak):
-
-1. **claimed**: the dispatcher that claimed every Job from the manager cluster as it was created,
-   placed what fits and holds the rest pending, once it knows all N and is idle;
-2. **restarted**: that dispatcher stopped and a new one started against the same database and
-   manager cluster: it rebuilds its view from SQL and lists every Job from the manager (what a
-   dispatcher does after every upgrade or failover), measured once its intake has listed
-   everything and its engine is idle. Its peak includes the start-up listing.
-
-Both figures are taken in the dispatcher's steady state: inbox drained, every committed Command
-published (a Place waits in memory, sealed, while the agents' unanswered-Place budget is spent) and
-the kube writer's backlog written (after 100,000 claims it writes the manager Jobs' conditions and
-Events for minutes: ~35,000 Jobs' work waited in memory when the engine was idle); the RSS when the
-engine alone was idle is printed too (what this benchmark measured before). The steady state is then
-watched for 30 s (RSS read every 0.5 s) and each figure is its highest reading: an idle dispatcher's RSS
-moves by tens of MB as glibc's free heap grows between the ``memory`` task's trims, so one reading would
-depend on the moment it was taken.
-``--probe-trim`` then calls glibc's ``malloc_trim(0)`` in it and prints the RSS after (the dispatcher's
-``memory`` task does the same every 30 s and once a burst has drained); with ``RSS_BENCH_MALLOCSTATS=1``
-also CPython's and glibc's allocator statistics, a census of the objects the garbage collector tracks and
-who holds what (the bytes reachable from each of the engine's, the kube writer's and the queueing state's
-attributes, and the objects by type and size; on its stderr). ``RSS_BENCH_CENSUS=1`` prints every 10 s
-what the dispatcher holds during the burst (the work waiting, the tracked objects; with ``--tracemalloc``
-the lines that allocated the most and the 64-byte blocks' lines).
-
-With ``--tracemalloc`` both dispatchers trace their allocations and print the top lines (tracing
-costs memory and time itself: the RSS figures of such a run are not the ones to record). A run of
-another size than 100,000 also prints the RSS its bytes per Workload project at 100,000.
-
-    .venv/bin/python bench/dispatcher_rss_bench.py -n 100000
-    .venv/bin/python bench/dispatcher_rss_bench.py -n 2000 --tracemalloc
+they accept every Place at once and announce what is left free) each in their own process; the dispatcher runs
+in a process of its own, started the way ``mkctl dispatcher`` starts it (``dispatcher.app.Dispatcher``
+entered, then ``run(stop)`` until SIGTERM) with a reporter task beside it. The agents' CPUs fit ``--placed``
+of the Jobs; the rest stay pending in their queue, so the dispatcher knows both kinds (pending Workloads are
+the larger part of its state per Workload: their queue entries and needs).
 """
 
 from __future__ import annotations
@@ -46,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import inspect
 import json
 import multiprocessing
 import os
@@ -390,7 +358,39 @@ def run(n: int, placed_fraction: float, use_postgres: bool, trace: bool, concurr
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """Two figures, both read from ``/proc/PID/status`` (VmRSS now, VmHWM the peak):
+
+    1. **claimed**: the dispatcher that claimed every Job from the manager cluster as it was created,
+       placed what fits and holds the rest pending, once it knows all N and is idle;
+    2. **restarted**: that dispatcher stopped and a new one started against the same database and
+       manager cluster: it rebuilds its view from SQL and lists every Job from the manager (what a
+       dispatcher does after every upgrade or failover), measured once its intake has listed
+       everything and its engine is idle. Its peak includes the start-up listing.
+
+    Both figures are taken in the dispatcher's steady state: inbox drained, every committed Command
+    published (a Place waits in memory, sealed, while the agents' unanswered-Place budget is spent) and
+    the kube writer's backlog written (after 100,000 claims it writes the manager Jobs' conditions and
+    Events for minutes: ~35,000 Jobs' work waited in memory when the engine was idle); the RSS when the
+    engine alone was idle is printed too (what this benchmark measured before). The steady state is then
+    watched for 30 s (RSS read every 0.5 s) and each figure is its highest reading: an idle dispatcher's RSS
+    moves by tens of MB as glibc's free heap grows between the ``memory`` task's trims, so one reading would
+    depend on the moment it was taken.
+    ``--probe-trim`` then calls glibc's ``malloc_trim(0)`` in it and prints the RSS after (the dispatcher's
+    ``memory`` task does the same every 30 s and once a burst has drained); with ``RSS_BENCH_MALLOCSTATS=1``
+    also CPython's and glibc's allocator statistics, a census of the objects the garbage collector tracks and
+    who holds what (the bytes reachable from each of the engine's, the kube writer's and the queueing state's
+    attributes, and the objects by type and size; on its stderr). ``RSS_BENCH_CENSUS=1`` prints every 10 s
+    what the dispatcher holds during the burst (the work waiting, the tracked objects; with ``--tracemalloc``
+    the lines that allocated the most and the 64-byte blocks' lines).
+
+    With ``--tracemalloc`` both dispatchers trace their allocations and print the top lines (tracing
+    costs memory and time itself: the RSS figures of such a run are not the ones to record). A run of
+    another size than 100,000 also prints the RSS its bytes per Workload project at 100,000.
+
+        .venv/bin/python bench/dispatcher_rss_bench.py -n 100000
+        .venv/bin/python bench/dispatcher_rss_bench.py -n 2000 --tracemalloc
+    """
+    p = argparse.ArgumentParser(description=f"{__doc__}\n{inspect.cleandoc(main.__doc__ or '')}", formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", type=int, default=100_000, help="PyTorchJobs (Workloads) the dispatcher comes to know")
     p.add_argument("--placed", type=float, default=0.5, help="the fraction of Jobs the agents' capacity fits")
     p.add_argument("--sqlite", action="store_true", help="use SQLite even when PostgreSQL is reachable")

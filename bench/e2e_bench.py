@@ -4,41 +4,10 @@
     .venv/bin/python bench/e2e_bench.py -n 1000 -n 10000 --write-results
     .venv/bin/python bench/e2e_bench.py -n 1000 --rate 100   # paced: 100 jobs/s offered, for the p99 latency
 
-Topology: four kubesim clusters, each in its own process (``python -m kubesim``), a dispatcher and
-three agents each in its own process (``mkctl dispatcher`` / ``mkctl agent``), so no two of them share
-a GIL; real Mosquitto and PostgreSQL when they answer on 127.0.0.1 (else the embedded broker, in this
-process, and SQLite — the output says so). This process only creates the jobs and watches them.
-
-Per job (1 Master + 1 Worker, pods running for an hour so they stay Running):
-  leg 1 = created on the manager → Running on its worker (claim, place, outbox, MQTT, agent, pods)
-  leg 2 = Running on the worker → Running mirrored on the manager (status Report, mirror write)
-jobs/s = N / (last Running on the manager − first creation). In the same run, once before the dispatcher
-and the agents start (on four fresh clusters of its own, stopped after) and once after they are stopped
-(on the federation's clusters), the **floor**: the same work with no federation (the ratio is taken
-against the mean of the two: a shared machine's speed drifts over minutes, and one floor run after the
-end-to-end phase gave ratios of 0.44 to 0.70 for the same code within a minute). One client (this
-process, the same ``federation.kube.Kube``, the same concurrency) does per job the Kubernetes writes
-the federation causes, and the user's create: create the job on the manager, create its worker copy
-(``prepare_for_worker``) on a worker, create the Services and Pods the agent's PyTorchJob reconciler
-renders for it (1 Master + 1 Worker: 2 Services, 2 Pods, with owner references), one status write on
-the worker job (status subresource, Running) and one on the manager job (merge patch, the mirror).
-Goal: end to end ≥ 0.5 × floor and ≥ 150 jobs/s.
-
-Also printed: CPU-ms per job for each process (dispatcher, agents, kubesims, Mosquitto, the
-PostgreSQL backends serving this run's database, the benchmark) in each phase, and per-stage
-timestamps for every job (from the dispatcher's tables, the benchmark's watches, and a tap on the
-agents' Report topics that notes when each agent sealed its Accepted and its first Status with
-startTime: see ``bench/e2e_measure.STAGES``) as p50/p99, so the table shows where jobs wait.
-
-What this process watches during the end-to-end phase competes with the federation for the two cores, and
-the floor has no such observer. By default it watches the manager only (the run ends when every job is
-Running there) and reads the other stages from the dispatcher's tables after the run. ``--agent-stages``
-adds the agent-side stages (a PyTorchJob watch on each worker and the Report tap: Accepted sealed, Running
-on the worker, Status with startTime sealed, and legs 1 and 2 split at Running on the worker); they cost
-this process about 0.25-0.3 CPU-ms per job beside the federation, which lowers the end-to-end rate and the
-ratio of that run (bench/RESULTS.md). ``--py-spy`` records
-the dispatcher and one agent during the end-to-end phase and prints their top frames
-(``--py-spy-kubesims``: the manager's and the first worker's kubesim too).
+Topology: four kubesim clusters, each in its own process (``python -m kubesim``), a dispatcher and three
+agents each in its own process (``mkctl dispatcher`` / ``mkctl agent``), so no two of them share a GIL; real
+Mosquitto and PostgreSQL when they answer on 127.0.0.1 (else the embedded broker, in this process, and SQLite
+— the output says so). This process only creates the jobs and watches them.
 """
 
 from __future__ import annotations
@@ -927,6 +896,37 @@ def write_results(results: list[Result]) -> None:
 
 
 def main() -> None:
+    """Per job (1 Master + 1 Worker, pods running for an hour so they stay Running):
+      leg 1 = created on the manager → Running on its worker (claim, place, outbox, MQTT, agent, pods)
+      leg 2 = Running on the worker → Running mirrored on the manager (status Report, mirror write)
+    jobs/s = N / (last Running on the manager − first creation). In the same run, once before the dispatcher
+    and the agents start (on four fresh clusters of its own, stopped after) and once after they are stopped
+    (on the federation's clusters), the **floor**: the same work with no federation (the ratio is taken
+    against the mean of the two: a shared machine's speed drifts over minutes, and one floor run after the
+    end-to-end phase gave ratios of 0.44 to 0.70 for the same code within a minute). One client (this
+    process, the same ``federation.kube.Kube``, the same concurrency) does per job the Kubernetes writes
+    the federation causes, and the user's create: create the job on the manager, create its worker copy
+    (``prepare_for_worker``) on a worker, create the Services and Pods the agent's PyTorchJob reconciler
+    renders for it (1 Master + 1 Worker: 2 Services, 2 Pods, with owner references), one status write on
+    the worker job (status subresource, Running) and one on the manager job (merge patch, the mirror).
+    Goal: end to end ≥ 0.5 × floor and ≥ 150 jobs/s.
+
+    Also printed: CPU-ms per job for each process (dispatcher, agents, kubesims, Mosquitto, the
+    PostgreSQL backends serving this run's database, the benchmark) in each phase, and per-stage
+    timestamps for every job (from the dispatcher's tables, the benchmark's watches, and a tap on the
+    agents' Report topics that notes when each agent sealed its Accepted and its first Status with
+    startTime: see ``bench/e2e_measure.STAGES``) as p50/p99, so the table shows where jobs wait.
+
+    What this process watches during the end-to-end phase competes with the federation for the two cores, and
+    the floor has no such observer. By default it watches the manager only (the run ends when every job is
+    Running there) and reads the other stages from the dispatcher's tables after the run. ``--agent-stages``
+    adds the agent-side stages (a PyTorchJob watch on each worker and the Report tap: Accepted sealed, Running
+    on the worker, Status with startTime sealed, and legs 1 and 2 split at Running on the worker); they cost
+    this process about 0.25-0.3 CPU-ms per job beside the federation, which lowers the end-to-end rate and the
+    ratio of that run (bench/RESULTS.md). ``--py-spy`` records
+    the dispatcher and one agent during the end-to-end phase and prints their top frames
+    (``--py-spy-kubesims``: the manager's and the first worker's kubesim too).
+    """
     gctune.tune()  # this process watches four clusters and the Reports: the services' collector settings too
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, action="append", help="jobs per run (repeatable); default 1000")

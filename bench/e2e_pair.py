@@ -1,17 +1,10 @@
 """Two revisions of mkd end to end at the same time: ``bench/e2e_bench.py`` of each, run together, pair after pair.
 
 A solo run of ``e2e_bench.py`` moves by ±10 % with the machine (on the shared 2-core machine the same code
-read ratios 0.41-0.52 within 20 minutes, bench/RESULTS.md), so a change worth a
-few percent cannot be seen in runs made one after the other. Run together, both federations share the two
-cores at the same moment and every difference between them is the code's. Each figure is then about half a
-solo run's rate; compare B with A only.
-
-Each revision is exported (``git archive``) into a directory of its own and run from there with this
-environment's Python (the same packages for both); their services, state and PostgreSQL databases are their
-own. Prints, per pair and over all pairs, jobs/s and CPU per job of A and B and B's change
-(``bench.e2e_measure.pair_table``).
-
-    python -m bench.e2e_pair main~3 main -n 4000 --pairs 3
+read ratios 0.41-0.52 within 20 minutes, bench/RESULTS.md), so a change worth a few percent cannot be seen in
+runs made one after the other. Run together, both federations share the two cores at the same moment and every
+difference between them is the code's. Each figure is then about half a solo run's rate; compare B with A
+only.
 """
 
 from __future__ import annotations
@@ -77,6 +70,13 @@ async def pairs(trees: tuple[Path, Path], n: int, count: int, work: Path) -> lis
 
 
 def main() -> None:
+    """Each revision is exported (``git archive``) into a directory of its own and run from there with this
+    environment's Python (the same packages for both); their services, state and PostgreSQL databases are their
+    own. Prints, per pair and over all pairs, jobs/s and CPU per job of A and B and B's change
+    (``bench.e2e_measure.pair_table``).
+
+        python -m bench.e2e_pair main~3 main -n 4000 --pairs 3
+    """
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("a", help="revision A (the reference), e.g. main~1")
     parser.add_argument("b", help="revision B (the change), e.g. main")

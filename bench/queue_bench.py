@@ -1,25 +1,16 @@
 """Scheduler figures: one scheduling pass, admissions/s when quota frees, memory at 100,000 pending.
 
-The pure scheduler (``dispatcher.queueing``) alone, in this process: 50 ClusterQueues in 5 cohorts
-(10 each; 10 % of each queue's quota lendable, borrowing limited), one LocalQueue per ClusterQueue,
-20 worker clusters of 100 nodes (32 CPU, 128 Gi each), and 100,000 pending Workloads (2,000 per
-ClusterQueue; 1-4 pods of 1-4 CPU; four priorities). Quota binds, not capacity, as in a
-federation whose teams share it. Figures, each printed with its target:
-
-- **fill**: the first passes from empty usage (admissions/s, CPU-s per admission);
-- **one pass** at 100,000 pending with everything that fits admitted: wall and CPU ms;
-- **admissions/s when capacity frees**: 5,000 admitted Workloads finish (their quota and their room
-  on the clusters come back, as the agents' next heartbeats say), passes run until nothing more is
-  admitted;
-- **RSS** of the process with 100,000 pending (ru_maxrss and the current VmRSS).
-
-    .venv/bin/python bench/queue_bench.py            # the figures for bench/RESULTS.md
-    .venv/bin/python bench/queue_bench.py -n 20000   # a smaller run
+The pure scheduler (``dispatcher.queueing``) alone, in this process: 50 ClusterQueues in 5 cohorts (10 each;
+10 % of each queue's quota lendable, borrowing limited), one LocalQueue per ClusterQueue, 20 worker clusters
+of 100 nodes (32 CPU, 128 Gi each), and 100,000 pending Workloads (2,000 per ClusterQueue; 1-4 pods of 1-4
+CPU; four priorities). Quota binds, not capacity, as in a federation whose teams share it. Figures, each
+printed with its target:
 """
 
 from __future__ import annotations
 
 import argparse
+import inspect
 import os
 import random
 import resource
@@ -89,7 +80,17 @@ def shapes() -> list[Need]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    """- **fill**: the first passes from empty usage (admissions/s, CPU-s per admission);
+    - **one pass** at 100,000 pending with everything that fits admitted: wall and CPU ms;
+    - **admissions/s when capacity frees**: 5,000 admitted Workloads finish (their quota and their room
+      on the clusters come back, as the agents' next heartbeats say), passes run until nothing more is
+      admitted;
+    - **RSS** of the process with 100,000 pending (ru_maxrss and the current VmRSS).
+
+        .venv/bin/python bench/queue_bench.py            # the figures for bench/RESULTS.md
+        .venv/bin/python bench/queue_bench.py -n 20000   # a smaller run
+    """
+    ap = argparse.ArgumentParser(description=f"{__doc__}\n{inspect.cleandoc(main.__doc__ or '')}", formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", type=int, default=100_000, help="pending Workloads (default 100,000)")
     ap.add_argument("--cohorts", type=int, default=5)
     ap.add_argument("--per-cohort", type=int, default=10)

@@ -1,28 +1,13 @@
 """Counting from the outside: what the clusters and the database say, never mkd's own counters.
 
-:class:`Observer` watches, through the official Kubernetes client (``federation.kube.Kube``), the
-PyTorchJobs on the manager and on every worker, and the pods on every worker, for the whole run.
-It keeps, per job: when it was created, when the manager first showed it Succeeded, and which worker
-clusters hold a **live** copy (exists, not Succeeded/Failed, not suspended) or **running** pods right
-now. The moment a job is live on two clusters in the watch streams, or in the periodic list of every
-worker (``sample_seconds``), the overlap is confirmed with fresh GETs on both clusters; only a
-confirmed overlap counts as "run twice at once" (watch streams of different clusters lag each other
-by milliseconds, so an unconfirmed overlap is reported apart, as ``brief``).
-
-:meth:`Observer.tally` (after the faults) reads the manager afresh, every worker afresh and the
-``workloads`` table, and sorts every job that is not Succeeded on the manager:
-
-- ``not claimed``: no workloads row (the dispatcher never took it);
-- ``never mirrored``: a worker copy finished but the manager does not say so;
-- ``nowhere``: the database has it placed or running but no worker holds a copy;
-- ``failed``: the manager shows Failed or MultiClusterRejected (the jobs here always exit 0);
-- ``pending``: the database has it waiting for a placement;
-- ``suspended``: its only copies are suspended (an agent fenced them, and nothing resumed them);
-- ``running``: a worker still runs it.
-
-**lost** = not claimed + never mirrored + nowhere + failed (nothing will bring these to their end),
-plus any job Succeeded on the manager that no worker ever held (a status nobody earned);
-**stuck** = every job not Succeeded on the manager at the deadline (lost included).
+:class:`Observer` watches, through the official Kubernetes client (``federation.kube.Kube``), the PyTorchJobs
+on the manager and on every worker, and the pods on every worker, for the whole run. It keeps, per job: when
+it was created, when the manager first showed it Succeeded, and which worker clusters hold a **live** copy
+(exists, not Succeeded/Failed, not suspended) or **running** pods right now. The moment a job is live on two
+clusters in the watch streams, or in the periodic list of every worker (``sample_seconds``), the overlap is
+confirmed with fresh GETs on both clusters; only a confirmed overlap counts as "run twice at once" (watch
+streams of different clusters lag each other by milliseconds, so an unconfirmed overlap is reported apart, as
+``brief``).
 """
 
 from __future__ import annotations
@@ -129,6 +114,21 @@ class Figures:
 
 
 class Observer:
+    """:meth:`Observer.tally` (after the faults) reads the manager afresh, every worker afresh and the
+    ``workloads`` table, and sorts every job that is not Succeeded on the manager:
+
+    - ``not claimed``: no workloads row (the dispatcher never took it);
+    - ``never mirrored``: a worker copy finished but the manager does not say so;
+    - ``nowhere``: the database has it placed or running but no worker holds a copy;
+    - ``failed``: the manager shows Failed or MultiClusterRejected (the jobs here always exit 0);
+    - ``pending``: the database has it waiting for a placement;
+    - ``suspended``: its only copies are suspended (an agent fenced them, and nothing resumed them);
+    - ``running``: a worker still runs it.
+
+    **lost** = not claimed + never mirrored + nowhere + failed (nothing will bring these to their end),
+    plus any job Succeeded on the manager that no worker ever held (a status nobody earned);
+    **stuck** = every job not Succeeded on the manager at the deadline (lost included).
+    """
     def __init__(self, world: World, sample_seconds: float = 3.0) -> None:
         self.world = world
         self.sample_seconds = sample_seconds

@@ -1,22 +1,9 @@
 """The scenarios: a stream of PyTorchJobs through a World while faults hit processes by PID.
 
-Every scenario submits ``jobs`` PyTorchJobs (1 Master + 1 Worker, 100m CPU each, pods that run
-``run_seconds`` and exit 0) to the manager at ``rate`` per second, runs its fault script while the
-stream flows, then waits up to ``deadline`` seconds after the last fault for every job to be
-Succeeded on the manager, and counts with :class:`bench.chaos.observe.Observer`.
-
-=================== ===========================================================================
-dispatcher-kill     kill -9 the dispatcher a random while after it got to work, restart it (``kills`` times)
-agent-kill          kill -9 one agent after another, restart each after 1-4 s
-broker-restart      restart the private Mosquitto (SIGTERM; the last one kill -9), down 1-3 s
-postgres-outage     the private PostgreSQL shut down immediately (SIGQUIT) for ``outage`` s, twice
-postgres-at-start   kill -9 the dispatcher and shut PostgreSQL down, start the dispatcher into the outage
-postgres-hang       the private PostgreSQL frozen (SIGSTOP, every process) for ``outage`` s
-partition           SIGSTOP one agent past the dispatcher's worker-lost timeout (re-placement), SIGCONT
-partition-net       cut one agent off the broker silently (its relay holds every byte), then heal
-lease-shortened     the dispatcher restarted with a short lease (agents keep the long one), then partition-net
-failover            two dispatchers on one database; kill -9 one and keep it down, then the other
-=================== ===========================================================================
+Every scenario submits ``jobs`` PyTorchJobs (1 Master + 1 Worker, 100m CPU each, pods that run ``run_seconds``
+and exit 0) to the manager at ``rate`` per second, runs its fault script while the stream flows, then waits up
+to ``deadline`` seconds after the last fault for every job to be Succeeded on the manager, and counts with
+:class:`bench.chaos.observe.Observer`.
 """
 
 from __future__ import annotations
@@ -82,6 +69,19 @@ FaultScript = Callable[[Run], Awaitable[None]]
 
 @dataclass
 class Scenario:
+    """=================== ===========================================================================
+    dispatcher-kill     kill -9 the dispatcher a random while after it got to work, restart it (``kills`` times)
+    agent-kill          kill -9 one agent after another, restart each after 1-4 s
+    broker-restart      restart the private Mosquitto (SIGTERM; the last one kill -9), down 1-3 s
+    postgres-outage     the private PostgreSQL shut down immediately (SIGQUIT) for ``outage`` s, twice
+    postgres-at-start   kill -9 the dispatcher and shut PostgreSQL down, start the dispatcher into the outage
+    postgres-hang       the private PostgreSQL frozen (SIGSTOP, every process) for ``outage`` s
+    partition           SIGSTOP one agent past the dispatcher's worker-lost timeout (re-placement), SIGCONT
+    partition-net       cut one agent off the broker silently (its relay holds every byte), then heal
+    lease-shortened     the dispatcher restarted with a short lease (agents keep the long one), then partition-net
+    failover            two dispatchers on one database; kill -9 one and keep it down, then the other
+    =================== ===========================================================================
+    """
     name: str
     title: str
     script: FaultScript
