@@ -27,6 +27,7 @@ from dispatcher.kubewriter import KubeWriter
 from dispatcher.leader import Leadership
 from dispatcher.leases import LeaseDesk
 from dispatcher.outbox import Publisher
+from dispatcher.podstreams import PodStreams
 from dispatcher.queueing.watcher import QueueWatcher
 from dispatcher.reports import ReportSubscriber
 from dispatcher.settings import DispatcherSettings
@@ -101,6 +102,8 @@ class Dispatcher:
                                    seal=sealing, fresh=self.engine.fresh, unanswered=self.engine.unanswered)
         self.reports = ReportSubscriber(s, self.engine, self.clock, client_id=f"{base}-in")
         leadership, publisher = self.leadership, self.publisher
+        self.podstreams = PodStreams(s, engine.identity, publisher.publish_now, self.clock, client_id=f"{base}-streams",
+                                     epoch=lambda: engine.epoch, lost=lambda cluster: engine.lost.get(cluster))
         self.leases = self.reports.leases = LeaseDesk(self.engine, publisher.publish_now, lambda: leadership.active)
         if s.handover.enabled:  # policies, counts, shadow records, the admission webhook (dispatcher/handover)
             from dispatcher.handover.service import HandoverService
@@ -113,6 +116,7 @@ class Dispatcher:
             self.http = HttpService(self, sessions)
             self.engine.metrics = self.http.metrics
             self.http.ctx.ready_checks["start"] = self._started
+            self.http.ctx.streams = self.podstreams
         engine = self.engine
         self.queue_watcher = QueueWatcher(self.kube, self.engine.queueing.catalog, self.clock,
                                           lambda: engine.inbox.put_nowait(Tick()), recheck_seconds=s.kind_recheck_seconds,
@@ -173,6 +177,7 @@ class Dispatcher:
         assert self.leases is not None
         sup.start("leases", self.leases.run, restart=True)  # heartbeat -> persisted -> Lease, beside the engine
         sup.start("ticker", self._ticker, restart=True)
+        sup.start("streams", self.podstreams.run, restart=True)  # answers to Asks: pods and logs (podstreams)
         sup.start("cluster-keys", self._cluster_keys, restart=True)
         engine, writer = self.engine, self.writer
 

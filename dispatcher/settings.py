@@ -267,3 +267,17 @@ class DispatcherSettings(BaseSettings):
     """A static bearer token accepted for every read and action without asking the manager cluster (the
     demo's; break-glass). None: only manager-cluster tokens, checked with TokenReview and
     SubjectAccessReview so RBAC decides."""
+
+    log_streams_per_cluster: int = Field(default=32, ge=1, le=1000)
+    """Log streams and pod listings open at once from one worker cluster (each holds a worker API request
+    and an agent task); one more is refused with 429 until one ends. Matches the agent's max_log_streams."""
+
+    log_streams_per_user: int = Field(default=8, ge=1, le=1000)
+    """Log streams one user may hold open at once across the federation (a dashboard tab and a few
+    terminals), so one user cannot take a cluster's streams."""
+
+    log_stream_rate: int = Field(default=8_000_000, ge=1024)
+    """Bytes per second asked of an agent for one log stream (the agent caps it at its max_log_rate)."""
+
+    log_follow_idle_seconds: float = Field(default=300.0, gt=0, le=86_400)
+    """A follow ends after this many seconds without a new log byte (the user follows again if needed)."""

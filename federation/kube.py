@@ -829,6 +829,62 @@ class Kube:
             if not token:
                 return
 
+    async def pod_log(self, namespace: str, name: str, query: builtins.list[tuple[str, str]]) -> AsyncIterator[bytes]:
+        """``GET pods/{name}/log`` as it arrives (with ``follow`` it streams until the container ends); the
+        connection is closed when the iterator is (a follow the reader left ends at once). A refusal raises
+        the federation error with the server's message (400: ``Invalid`` whose message says why)."""
+        path = PODS.path(namespace, name, "log")
+        what = f"GET {path}"
+        if Kube.recorder is not None:
+            Kube.recorder(self.user_agent, call_of("GET", path))
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[str, Any]] = asyncio.Queue(maxsize=0)
+        stopped = threading.Event()
+        holder: builtins.list[urllib3.BaseHTTPResponse] = []
+
+        def put(item: tuple[str, Any]) -> None:
+            with contextlib.suppress(RuntimeError):  # loop closed
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+
+        def read() -> None:
+            try:
+                with _guard(what):
+                    timeout = urllib3.Timeout(connect=self.settings.timeout, read=None)
+                    response = self._open_response("GET", path, query, None, None, timeout)
+                    holder.append(response)
+                    if response.status != 200:
+                        data = response.read()
+                        response.release_conn()
+                        raise _error_for_status(response.status, data, dict(response.headers), what,
+                                                lambda: call_of("GET", path))
+                    for chunk in _chunks(response):
+                        if stopped.is_set():
+                            break
+                        put(("data", chunk))
+                    response.release_conn()
+                put(("end", None))
+            except FederationError as exc:
+                put(("error", exc))
+            except Exception as exc:  # the thread must always report
+                put(("error", Transport(f"{what}: {type(exc).__name__}: {exc}")))
+
+        thread = threading.Thread(target=read, name=f"log {namespace}/{name}", daemon=True)
+        thread.start()
+        try:
+            while True:
+                kind, item = await queue.get()
+                if kind == "data":
+                    yield item
+                elif kind == "end":
+                    return
+                else:
+                    raise item
+        finally:
+            stopped.set()
+            for response in holder:
+                with contextlib.suppress(Exception):
+                    response.shutdown()  # type: ignore[attr-defined]
+
     async def review(self, res: Resource, body: Mapping[str, Any]) -> dict[str, Any]:
         """POST a nameless, create-only review (TokenReview, SubjectAccessReview); the answer has its status."""
         obj: dict[str, Any] = await self._request("POST", res.path(None), body=dict(body), what=f"create {res.kind}")

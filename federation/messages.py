@@ -149,7 +149,38 @@ class Lease(_Message):
     sent_at: datetime = Field(default_factory=now)
 
 
-Command = Annotated[Place | Delete | Resync | Lease, Field(discriminator="type")]
+ASK_ID = r"^[A-Za-z0-9_-]{8,48}$"
+
+
+class Ask(_Message):
+    """A question about a placed Job's pods, answered on the cluster's streams topic (``federation.podstream``),
+    sealed to the dispatcher's keys: ``pods`` lists the copy's pods (with their Events), ``logs`` streams one
+    container's log (``follow`` until the container ends, the dispatcher says ``stop`` or ``idle_seconds`` pass
+    without a byte), ``stop`` ends the stream ``id``. ``placement`` must be the copy the agent runs: an Ask
+    cannot reach pods of anything else. ``rate`` caps the stream's bytes per second (the agent caps it too)."""
+
+    type: Literal["ask"] = "ask"
+    id: Annotated[str, Field(pattern=ASK_ID)]
+    what: Literal["pods", "logs", "stop"]
+    placement: PlacementKey
+    job: JobRef
+    pod: str = Field(default="", max_length=253)
+    role: str = Field(default="", max_length=63)
+    index: int | None = Field(default=None, ge=0)
+    """Without ``pod``: the first pod of this role / index (neither: the lead role's first pod)."""
+    container: str = Field(default="", max_length=253)
+    previous: bool = False
+    tail_lines: int | None = Field(default=None, ge=0)
+    since_seconds: int | None = Field(default=None, ge=1)
+    timestamps: bool = False
+    follow: bool = False
+    limit_bytes: int | None = Field(default=None, ge=1)
+    rate: int = Field(default=8_000_000, ge=1024)
+    idle_seconds: float = Field(default=300.0, gt=0, le=86_400)
+    sent_at: datetime = Field(default_factory=now)
+
+
+Command = Annotated[Place | Delete | Resync | Lease | Ask, Field(discriminator="type")]
 
 MAX_COMMANDS_PER_MESSAGE = 256
 """At most this many Commands share one message to an agent (``encode_commands``)."""
@@ -328,7 +359,7 @@ class Reports(_Message):
     type: Literal["reports"] = "reports"
     items: list[Batched] = Field(min_length=1, max_length=MAX_REPORTS_PER_MESSAGE)
 
-_COMMAND: TypeAdapter[Place | Delete | Resync | Lease] = TypeAdapter(Command)
+_COMMAND: TypeAdapter[Place | Delete | Resync | Lease | Ask] = TypeAdapter(Command)
 _REPORT: TypeAdapter[Accepted | Rejected | Status | Heartbeat | Inventory] = TypeAdapter(Report)
 _REPORTS: TypeAdapter[Reports] = TypeAdapter(Reports)
 REPORTS_PREFIX: Final = b'{"v":1,"type":"reports","items":['
@@ -401,7 +432,7 @@ def _validate(payload: bytes, adapter: TypeAdapter[Any], what: str) -> Any:
         raise MessageRefused(f"{what} is malformed: {exc}") from None
 
 
-def decode_command(payload: bytes) -> Place | Delete | Resync | Lease:
+def decode_command(payload: bytes) -> Place | Delete | Resync | Lease | Ask:
     return _decode(payload, _COMMAND, "command")  # type: ignore[no-any-return]
 
 

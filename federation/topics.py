@@ -1,8 +1,9 @@
 """MQTT topic names, built and parsed here only.
 
 ``mkd/v1/<cluster>/commands`` (dispatcher → agent), ``mkd/v1/<cluster>/reports`` (agent →
-dispatcher) and ``mkd/v1/<cluster>/presence`` (retained heartbeat; the agent's will message
-marks it offline). The root ``mkd/v1`` can be changed (settings ``topic_root``) so that several
+dispatcher), ``mkd/v1/<cluster>/presence`` (retained heartbeat; the agent's will message
+marks it offline) and ``mkd/v1/<cluster>/streams`` (agent → dispatcher: the answers to an Ask, a Job's
+pods and container logs, apart from the Reports so that they never wait behind them). The root ``mkd/v1`` can be changed (settings ``topic_root``) so that several
 federations, or parallel test runs, share one broker without hearing each other. Cluster names are DNS-1123 labels, so they never contain ``/``, ``+`` or ``#``.
 """
 
@@ -15,8 +16,8 @@ from typing import Literal
 from federation.errors import Invalid
 
 ROOT = "mkd/v1"
-Channel = Literal["commands", "reports", "presence"]
-CHANNELS: tuple[Channel, ...] = ("commands", "reports", "presence")
+Channel = Literal["commands", "reports", "presence", "streams"]
+CHANNELS: tuple[Channel, ...] = ("commands", "reports", "presence", "streams")
 _CLUSTER = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -29,6 +30,11 @@ def all_reports(root: str = ROOT) -> str:
 def all_presence(root: str = ROOT) -> str:
     """Filter matching every cluster's presence under ``root``."""
     return f"{root}/+/presence"
+
+
+def all_streams(root: str = ROOT) -> str:
+    """Filter matching every cluster's answer streams under ``root``."""
+    return f"{root}/+/streams"
 
 
 def check_cluster_name(name: str, field: str = "cluster") -> str:
@@ -51,6 +57,10 @@ def presence(cluster: str, root: str = ROOT) -> str:
     return f"{root}/{check_cluster_name(cluster)}/presence"
 
 
+def streams(cluster: str, root: str = ROOT) -> str:
+    return f"{root}/{check_cluster_name(cluster)}/streams"
+
+
 @dataclass(frozen=True)
 class Topic:
     cluster: str
@@ -63,6 +73,6 @@ def parse(topic: str, root: str = ROOT) -> Topic:
     rest = topic[len(prefix):].split("/") if topic.startswith(prefix) else []
     if len(rest) != 2 or rest[1] not in CHANNELS:
         raise Invalid("topic", f"{topic!r} is not an mkd topic",
-                      fix=f"expected {root}/<cluster>/<commands|reports|presence>")
+                      fix=f"expected {root}/<cluster>/<commands|reports|presence|streams>")
     channel: Channel = rest[1]  # type: ignore[assignment]
     return Topic(check_cluster_name(rest[0], "topic"), channel)

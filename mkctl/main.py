@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from mkctl import admin, demo, handover, keys, queues, services
+from mkctl import admin, demo, handover, keys, podlogs, queues, services
 from mkctl.errors import describe, print_error
 
 
@@ -130,6 +130,7 @@ admin.register(app)
 queues.register(app)
 keys.register(app)
 handover.register(app)
+podlogs.register(app)
 demo.register(app)
 
 

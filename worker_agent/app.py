@@ -36,6 +36,7 @@ from worker_agent.identity import AgentIdentity
 from worker_agent.inbox import Inbox
 from worker_agent.lease import LeaseKeeper
 from worker_agent.metrics import MetricsServer
+from worker_agent.podanswers import Answerer
 from worker_agent.policy import CheckedPolicy
 from worker_agent.reconcilers.base import Reconciler
 from worker_agent.reconcilers.registry import reconcilers as all_reconcilers
@@ -113,6 +114,8 @@ class Agent:
         self.first_link_ms: int | None = None
         """Unix ms when this process first connected: Commands sealed earlier are refused (link_loop)."""
         self.metrics_server: Any = None
+        self.answers = Answerer(settings, kube, self.identity, self.clock)
+        """Answers the dispatcher's Asks: a placed Job's pods and logs (worker_agent.podanswers)."""
 
     def _admission(self, kind: str) -> contextlib.AbstractAsyncContextManager[None]:
         """A new Job of ``kind`` waits for room in the apply loop when the loop reconciles that kind."""
@@ -512,6 +515,10 @@ class Agent:
             sup.start("apply", self.apply.run, restart=True)
             if self.inbox is not None:
                 self.inbox.tasks = sup.task_set("mqtt")
+                self.inbox.asks = self.answers.ask
+                self.answers.namespace_of = self.inbox.policy.target_namespace
+            self.answers.tasks = sup.task_set("streams")
+            sup.start("streams", self.answers.run_link, restart=True)
             for i in range(min(SENDERS, self.settings.mqtt.max_inflight)):
                 sup.start(f"outbox-{i}", self.outbox.run_sender, restart=True)
             sup.start("mqtt", self.link_loop, restart=True)

@@ -39,6 +39,7 @@ from federation.kinds.registry import by_name
 from federation.kube import NAMESPACES, Kube, Resource
 from federation.messages import (
     REJECTED_LEASE_EXPIRED,
+    Ask,
     Delete,
     InventoryItem,
     Lease,
@@ -138,6 +139,8 @@ class Inbox:
         (``ApplyLoop.admission``); None: never waits."""
         self.lease: LeaseKeeper | None = None
         """Fencing (worker_agent.lease): set by the agent; None in tests that do not fence."""
+        self.asks: Callable[[Ask], None] | None = None
+        """Where Asks go (worker_agent.podanswers); None: they are ignored."""
         self._resyncs = chunks.Assembler()
         self.resynced = asyncio.Event()
         """Set each time a Resync from the current dispatcher has been carried out."""
@@ -187,6 +190,10 @@ class Inbox:
         if isinstance(command, Lease):
             if self.lease is not None:
                 self.lease.granted(command)
+            return
+        if isinstance(command, Ask):
+            if self.asks is not None:
+                self.asks(command)
             return
         key = command.placement.workload_uid if isinstance(command, Place | Delete) else "__resync__"
         self._arrivals += 1

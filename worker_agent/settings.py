@@ -44,6 +44,14 @@ class AgentSettings(BaseSettings):
     """Seconds between presence heartbeats; also sent at once when capacity changes. 10 s lets the
     dispatcher see capacity within one placement cycle without flooding the broker."""
 
+    max_log_streams: int = Field(default=32, ge=1, le=1000)
+    """Asks (log streams, pod listings) answered at once; one more is refused as busy. 32 covers a team
+    following its jobs (20 follows cost about 1 % of a core) while bounding the worker API's open requests."""
+
+    max_log_rate: int = Field(default=8_000_000, ge=1024)
+    """Bytes per second one log stream may send at most (the dispatcher may ask for less): a large log
+    cannot fill the broker's link, and 8 MB/s reads 50 MB in under 7 s."""
+
     capacity_debounce_seconds: float = Field(default=1.0, ge=0)
     """A capacity change is announced at most this often (pods come and go in bursts)."""
 

@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import PlainTextResponse, Response
 
+from dispatcher.api.podroutes import router as pod_router
 from dispatcher.api.routes import ApiContext, router
 from federation.httpserve import serve
 
@@ -29,6 +30,7 @@ def create_app(ctx: ApiContext, metrics: Any = None) -> FastAPI:
     app.state.ctx = ctx
     app.state.metrics = metrics
     app.include_router(router)
+    app.include_router(pod_router)
 
     @app.get("/healthz", response_class=PlainTextResponse, include_in_schema=False)
     async def healthz() -> str:

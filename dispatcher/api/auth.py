@@ -31,15 +31,27 @@ class Access:
     resource: str
     namespace: str = ""
     name: str = ""
+    subresource: str = ""
 
     def describe(self) -> str:
-        what = f"{self.resource}.{self.group}" if self.group else self.resource
+        plural = f"{self.resource}/{self.subresource}" if self.subresource else self.resource
+        what = f"{plural}.{self.group}" if self.group else plural
         where = f" in namespace {self.namespace}" if self.namespace else " (all namespaces)"
         return f"{self.verb} {what}{'/' + self.name if self.name else ''}{where}"
 
 
 def read_access(namespace: str = "") -> Access:
     return Access("get", "batch", "jobs", namespace)
+
+
+def pods_access(namespace: str) -> Access:
+    """Listing a Job's pods and their Events: what ``kubectl get pods`` would need were they local."""
+    return Access("list", "", "pods", namespace)
+
+
+def log_access(namespace: str) -> Access:
+    """Reading a container's log: what ``kubectl logs`` would need were the pods local."""
+    return Access("get", "", "pods", namespace, subresource="log")
 
 
 def action_access(verb: str, resource: str, name: str, namespace: str = "") -> Access:
@@ -133,6 +145,8 @@ class Authenticator:
             attrs["namespace"] = access.namespace
         if access.name:
             attrs["name"] = access.name
+        if access.subresource:
+            attrs["subresource"] = access.subresource
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                 "spec": {"user": user.name, "groups": list(user.groups), "resourceAttributes": attrs,
                          **({"uid": user.uid} if user.uid else {})}}

@@ -35,6 +35,8 @@ class ApiContext:
     action_timeout: float = 30.0
     ready_checks: dict[str, Any] = field(default_factory=dict)
     """name → callable returning None (ready) or a sentence saying what is missing."""
+    streams: Any = None
+    """The log-stream broker (dispatcher.podstreams); None: pods and logs are not served."""
 
 
 def ctx_of(request: Request) -> ApiContext:

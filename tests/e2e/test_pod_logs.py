@@ -1,0 +1,169 @@
+"""End to end: a placed Job's pods and logs read from the manager (the API, through the agent, sealed on the wire).
+
+The demo's federation (dispatcher and agents over the broker, kubesim clusters whose kubelet prints what the
+pod template's ``kubesim.mkd.dev/log`` says). Pods list with role and index; a log reads whole, by tail,
+and followed until the container ends, lines arriving as they are printed; wrong pod and wrong container
+are refused listing what exists; a Job not placed says it waits; RBAC on the manager decides who reads
+(``list pods``, ``get pods/log``); no broker subscriber reads a log line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from typing import Any
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from federation import labels
+from federation.errors import AlreadyExists
+from federation.kube import JOBS, NAMESPACES, Resource
+from mkctl.main import app
+from mkctl.topology import Topology
+from tests.e2e.conftest import NotYet, wait_for
+from tests.security.conftest import sniffing
+
+pytestmark = [pytest.mark.slow, pytest.mark.kubesim_only("the containers' output comes from kubesim.mkd.dev/log")]
+NS = "team-logs"
+SECRET_LINE = "loss=0.1234 token=hunter2-secret"
+
+
+def job(name: str, *, run: str = "30", log: str = f"epoch 1\nepoch 2\n{SECRET_LINE}",
+        interval: str | None = None, cpu: str = "100m") -> dict[str, Any]:
+    annotations = {"kubesim.mkd.dev/run-seconds": run, "kubesim.mkd.dev/log": log}
+    if interval:
+        annotations["kubesim.mkd.dev/log-interval"] = interval
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name, "namespace": NS},
+            "spec": {"managedBy": labels.MULTIKUEUE, "completions": 1, "backoffLimit": 0, "template": {
+                "metadata": {"annotations": annotations},
+                "spec": {"restartPolicy": "Never", "containers": [{
+                    "name": "main", "image": "busybox", "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}}}}
+
+
+async def setup(top: Topology) -> httpx.AsyncClient:
+    for cluster in top.cluster_names:
+        with contextlib.suppress(AlreadyExists):
+            await top.kubes[cluster].create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
+                                                         "metadata": {"name": NS}})
+    assert top.api_port is not None
+    return httpx.AsyncClient(base_url=f"http://127.0.0.1:{top.api_port}",
+                             headers={"Authorization": f"Bearer {top.api_token}"}, timeout=30)
+
+
+async def running(top: Topology, api: httpx.AsyncClient, name: str) -> dict[str, Any]:
+    async def probe() -> dict[str, Any] | NotYet:
+        got = await api.get(f"/api/v1/workloads/{NS}/{name}/pods")
+        if got.status_code != 200:
+            return NotYet(f"{got.status_code} {got.text}")
+        body: dict[str, Any] = got.json()
+        pods = body["pods"]
+        return body if pods and pods[0]["phase"] == "Running" else NotYet(str(pods))
+    return await wait_for(probe, f"{name}'s pod Running, seen from the manager", top=top)  # type: ignore[no-any-return]
+
+
+async def test_pods_and_logs_of_a_placed_job_from_the_manager(federation: Topology, mqtt_url: str,
+                                                              topic_root: str) -> None:
+    api = await setup(federation)
+    async with api, sniffing(mqtt_url, f"{topic_root}/+/streams") as seen:
+        await federation.manager.create(JOBS, job("train"), NS)
+        listed = await running(federation, api, "train")
+        assert listed["cluster"] in federation.worker_names and listed["attempt"] == 1
+        pod = listed["pods"][0]
+        assert pod["role"] == "main" and pod["index"] == 0 and pod["ready"] == "1/1" and pod["containers"] == ["main"]
+        assert pod["node"] and pod["restarts"] == 0
+
+        async def logged() -> str | NotYet:
+            text = (await api.get(f"/api/v1/workloads/{NS}/train/logs")).text
+            return text if SECRET_LINE in text else NotYet(text)
+        await wait_for(logged, "the whole log", top=federation, within=45)
+        whole = await api.get(f"/api/v1/workloads/{NS}/train/logs")
+        assert whole.status_code == 200 and whole.text == f"epoch 1\nepoch 2\n{SECRET_LINE}\n"
+        assert whole.headers["x-mkd-pod"] == pod["name"] and whole.headers["x-mkd-container"] == "main"
+        tail = await api.get(f"/api/v1/workloads/{NS}/train/logs", params={"tail": 1, "timestamps": "true"})
+        assert tail.text.endswith(f"Z {SECRET_LINE}\n") and tail.text.count("\n") == 1
+
+        wrong = await api.get(f"/api/v1/workloads/{NS}/train/logs", params={"container": "sidecar"})
+        assert wrong.status_code == 400
+        assert "has no container sidecar; its containers: main" in wrong.json()["detail"]["message"]
+        missing = await api.get(f"/api/v1/workloads/{NS}/train/logs", params={"pod": "nope"})
+        assert missing.status_code == 404 and pod["name"] in missing.json()["detail"]["message"]
+        no_role = await api.get(f"/api/v1/workloads/{NS}/train/logs", params={"role": "master"})
+        assert no_role.status_code == 404 and "(main 0)" in no_role.json()["detail"]["message"]
+        bad_since = await api.get(f"/api/v1/workloads/{NS}/train/logs", params={"since": "soon"})
+        assert bad_since.status_code == 400 and "since" in bad_since.json()["detail"]
+
+        server = ["--server", f"http://127.0.0.1:{federation.api_port}", "--token", federation.api_token]
+        printed = await asyncio.to_thread(CliRunner().invoke, app, ["logs", f"{NS}/train", "--tail", "2", *server])
+        assert printed.exit_code == 0 and printed.stdout == f"epoch 2\n{SECRET_LINE}\n", printed.output
+        table = await asyncio.to_thread(CliRunner().invoke, app, ["pods", f"{NS}/train", *server])
+        assert table.exit_code == 0 and pod["name"] in table.stdout and "Running" in table.stdout, table.output
+        refused = await asyncio.to_thread(CliRunner().invoke, app, ["logs", f"{NS}/train", "-c", "x", *server])
+        assert refused.exit_code == 2 and "its containers: main" in refused.output
+    assert seen, "no answer frame crossed the broker"
+    assert not [p for p in seen if b"hunter2" in p or b"epoch 1" in p], "a log line crossed the broker readable"
+
+
+async def test_follow_streams_lines_as_they_are_printed_until_the_container_ends(federation: Topology) -> None:
+    api = await setup(federation)
+    async with api:
+        await federation.manager.create(JOBS, job("ticker", run="4", log="tick", interval="0.25"), NS)
+        await running(federation, api, "ticker")
+        arrivals: list[float] = []
+        began = time.monotonic()
+        async with api.stream("GET", f"/api/v1/workloads/{NS}/ticker/logs", params={"follow": "true"}) as got:
+            assert got.status_code == 200
+            async for chunk in got.aiter_bytes():
+                arrivals.extend(time.monotonic() for _ in range(chunk.count(b"\n")))
+        ended = time.monotonic()
+        assert len(arrivals) >= 5, arrivals
+        assert arrivals[-1] - arrivals[-5] >= 0.75  # line by line, not in one piece at the end
+        assert ended - began < 30  # the follow ended with the container
+
+
+async def test_a_job_not_placed_says_where_it_waits(federation: Topology) -> None:
+    api = await setup(federation)
+    async with api:
+        await federation.manager.create(JOBS, job("huge", cpu="5000"), NS)
+
+        async def refused() -> httpx.Response | NotYet:
+            got = await api.get(f"/api/v1/workloads/{NS}/huge/logs")
+            return got if got.status_code == 409 else NotYet(f"{got.status_code} {got.text}")
+        got = await wait_for(refused, "a 409 for the unplaced Job", top=federation)
+        assert "is not placed on a cluster yet" in got.json()["detail"]
+        assert "mkctl why team-logs/huge" in got.json()["detail"]
+
+
+async def test_rbac_on_the_manager_decides_who_reads_pods_and_logs(federation: Topology) -> None:
+    api = await setup(federation)
+    reviews = federation.sim.cluster("manager").server.reviews
+    reviews.add_token("tok-reader", "reader")
+    reviews.add_token("tok-lister", "lister")
+    rbac = "rbac.authorization.k8s.io"
+    roles = Resource(rbac, "v1", "roles", "Role")
+    bindings = Resource(rbac, "v1", "rolebindings", "RoleBinding")
+    with contextlib.suppress(AlreadyExists):
+        await federation.manager.create(NAMESPACES, {"metadata": {"name": NS}})
+    for user, rules in (("reader", [{"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]}]),
+                        ("lister", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}])):
+        await federation.manager.create(roles, {"metadata": {"name": user, "namespace": NS}, "rules": rules}, NS)
+        await federation.manager.create(bindings, {
+            "metadata": {"name": user, "namespace": NS},
+            "roleRef": {"apiGroup": rbac, "kind": "Role", "name": user},
+            "subjects": [{"kind": "User", "name": user, "apiGroup": rbac}]}, NS)
+    async with api:
+        await federation.manager.create(JOBS, job("guarded"), NS)
+        await running(federation, api, "guarded")
+
+        def as_user(token: str) -> dict[str, str]:
+            return {"Authorization": f"Bearer {token}"}
+        assert (await api.get(f"/api/v1/workloads/{NS}/guarded/pods", headers=as_user("tok-lister"))
+                ).status_code == 200
+        denied = await api.get(f"/api/v1/workloads/{NS}/guarded/logs", headers=as_user("tok-lister"))
+        assert denied.status_code == 403 and f"may not get pods/log in namespace {NS}" in denied.json()["detail"]
+        reader = await api.get(f"/api/v1/workloads/{NS}/guarded/logs", headers=as_user("tok-reader"))
+        assert reader.status_code == 200
+        assert (await api.get(f"/api/v1/workloads/{NS}/guarded/pods", headers=as_user("tok-nobody"))
+                ).status_code == 401
