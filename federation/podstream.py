@@ -1,17 +1,13 @@
 """Answers to an Ask (``federation.messages.Ask``) on a cluster's streams topic: numbered frames, each encrypted
-to the dispatcher's keys and signed by the agent.
-
-A frame is a JSON header line, then (for log data) the raw bytes::
-
-    {"v":1,"type":"answer","id":"<ask id>","seq":<n>,"kind":"data|pods|end|error",...}\\n<bytes>
-
-``seq`` counts from 1 per Ask, so the receiver writes frames in order and notices a hole (a lost frame ends
-the stream with an error rather than a silent gap). ``pods`` carries the copy's pods and their Events in the
-header, ``end`` its ``reason`` (``completed``, ``idle``, ``stopped``, ``limit``), ``error`` a ``reason`` and a
-``message`` the user reads. Logs may hold secrets, so every frame is sealed as Places are
-(``federation.sealing``: to the dispatcher's keys, the agent's own derived for the agreement) before it is
-signed (``federation.signing``) on stream ``a<id>`` with n = seq: a broker subscriber reads no line, and a frame
-cannot be moved to another cluster's topic, altered or replayed.
+to the dispatcher's keys and signed by the agent. A frame is a JSON header line
+(``{"v":1,"type":"answer","id":<ask id>,"seq":<n>,"kind":"data|pods|end|error",...}``) and, for log data, the
+raw bytes after it. ``seq`` counts from 1 per Ask, so the receiver writes frames in order and notices a hole
+(a lost frame ends the stream with an error rather than a silent gap); ``pods`` carries the copy's pods and
+their Events in the header, ``end`` its ``reason`` (``completed``, ``idle``, ``stopped``), ``error`` a
+``reason`` and a ``message`` the user reads. Logs may hold secrets, so every frame is sealed as Places are
+(``federation.sealing``: to the dispatcher's keys) before it is signed (``federation.signing``) on stream
+``a<id>`` with n = seq: a broker subscriber reads no line, and a frame cannot be moved to another cluster's
+topic, altered or replayed.
 """
 
 from __future__ import annotations
