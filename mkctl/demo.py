@@ -385,6 +385,7 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
         problems += [f"{service} degraded: {line}" for service, lines in (await top.degraded()).items()
                      for line in lines]
         summary(console, top, progress, opts, problems)
+        problems += await show_logs(console, top, LOGS_JOB)
         if opts.keep_running:
             shown = next((s.key for s in examples.samples if s.expect == "Untouched"), examples.samples[0].key)
             await keep_running(console, top, shown)
@@ -469,14 +470,42 @@ def summary(console: Console, top: Topology, progress: Progress, opts: DemoOptio
             console.print(f"  {p}", markup=False)
 
 
+LOGS_JOB = "default/pytorch-simple"
+"""The sample whose log the demo prints at the end (its master's, read on its worker through the agent)."""
+
+
+async def show_logs(console: Console, top: Topology, job: str) -> list[str]:
+    """Print the last lines of ``job``'s log as ``mkctl logs`` reads them (through the dispatcher's API, the
+    agent and the broker); a problem when that fails and the job ran."""
+    import httpx
+
+    if top.api_port is None:
+        return []
+    namespace, _, name = job.partition("/")
+    async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{top.api_port}", timeout=30,
+                                 headers={"Authorization": f"Bearer {top.api_token}"}) as api:
+        got = await api.get(f"/api/v1/workloads/{namespace}/{name}/logs", params={"tail": 3})
+    console.print(f"\n[bold]mkctl logs {job} --tail 3[/] (the master's log, read on "
+                  f"{got.headers.get('x-mkd-cluster', '?')} through its agent):", highlight=False)
+    if got.status_code == 404 and "no workload" in got.text:
+        console.print("  (not submitted in this run)", markup=False)
+        return []
+    if got.status_code != 200:
+        console.print(f"  {got.status_code}: {got.text}", markup=False, highlight=False)
+        return [f"mkctl logs {job}: {got.status_code} {got.text}"]
+    for line in got.text.splitlines():
+        console.print(f"  {line}", markup=False, highlight=False)
+    return []
+
+
 def server_hints(api_url: str, token: str, job: str) -> list[str]:
     """What to try against the running dispatcher's API (printed by ``--keep-running``); ``job`` is the
     ``namespace/name`` of the Job ``workloads show`` shows."""
     mkctl = mkctl_command()
     where = f"--server {api_url} --token {shlex.quote(token)}"
     return [f"{mkctl} {cmd} {where}" for cmd in (
-        "workloads list", f"workloads show {job}", "clusters cordon worker-1", "clusters drain worker-2",
-        "events -w")]
+        "workloads list", f"workloads show {job}", f"pods {LOGS_JOB}", f"logs {LOGS_JOB} -f",
+        "clusters cordon worker-1", "clusters drain worker-2", "events -w")]
 
 
 def inspect_hints(database_url: str, job: str) -> list[str]:
