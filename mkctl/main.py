@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from mkctl import admin, demo, handover, keys, podlogs, queues, services
+from mkctl import admin, demo, handover, keys, podlogs, queues, services, whatif
 from mkctl.errors import describe, print_error
 
 
@@ -132,6 +132,7 @@ keys.register(app)
 handover.register(app)
 podlogs.register(app)
 demo.register(app)
+whatif.register(app)
 
 
 def kubectl_plugin() -> None:

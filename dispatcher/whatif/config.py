@@ -241,10 +241,13 @@ def parse_cluster(obj: Mapping[str, Any], where: str) -> Cluster:
                    frozenset(str(k) for k in kinds) if kinds is not None else None, cordoned, cordons)
 
 
-def load_documents(docs: Iterable[tuple[str, int, Any]], base: Config | None = None) -> Config:
-    """A configuration from parsed YAML documents ``(source, number, object)``. With ``base``, the Kueue
-    objects given replace the base's (the whole queue set, when any is given), the settings given
-    override the base's field by field, and the clusters given replace the base's clusters."""
+def load_documents(docs: Iterable[tuple[str, int, Any]], base: Config | None = None, *,
+                   overlay: bool = False, check: bool = True) -> Config:
+    """A configuration from parsed YAML documents ``(source, number, object)``. With ``base``, the settings
+    given override the base's field by field and, as a whole, the Kueue objects given replace the base's
+    queue objects and the clusters given its clusters (a part not given is the base's). With ``overlay``,
+    each object or cluster given replaces the base's of the same kind and name, and the rest stay: a file
+    with one changed ClusterQueue is a whole new configuration."""
     objects: list[dict[str, Any]] = []
     settings = Settings(**vars(base.settings)) if base is not None else Settings()
     clusters: dict[str, Cluster] = {}
@@ -261,7 +264,7 @@ def load_documents(docs: Iterable[tuple[str, int, Any]], base: Config | None = N
             items = obj.get("items")
             if not isinstance(items, list):
                 raise ConfigError(where, "List", "items", "must be a list of objects")
-            sub = load_documents(((f"{where} item {i}", 0, it) for i, it in enumerate(items)), None)
+            sub = load_documents(((f"{where} item {i}", 0, it) for i, it in enumerate(items)), None, check=False)
             objects += sub.objects
             clusters.update(sub.clusters)
             continue
@@ -300,26 +303,36 @@ def load_documents(docs: Iterable[tuple[str, int, Any]], base: Config | None = N
             raise ConfigError(where, label, "metadata.name", f"is also defined in {seen[key]}")
         seen[key] = where
         objects.append(dict(obj))
-    _check_references(objects)
     out = Config(objects, settings, clusters, sources)
     if base is not None:
-        queue_kinds = {o["kind"] for o in objects} & {*KUEUE_KINDS}
-        if not queue_kinds:
-            out.objects = base.objects + [o for o in objects if o["kind"] in ("Namespace", "PriorityClass")]
-        if not clusters:
-            out.clusters = base.clusters
         out.sources = base.sources + sources
+        if overlay:
+            given = {_key(o) for o in objects}
+            out.objects = [o for o in base.objects if _key(o) not in given] + objects
+            out.clusters = {**base.clusters, **clusters}
+        else:
+            if not {o["kind"] for o in objects} & {*KUEUE_KINDS}:
+                out.objects = base.objects + [o for o in objects if o["kind"] in ("Namespace", "PriorityClass")]
+            if not clusters:
+                out.clusters = base.clusters
+    if check:
+        _check_references(out.objects, objects)
     return out
 
 
-def _check_references(objects: list[dict[str, Any]]) -> None:
-    """A ClusterQueue naming a ResourceFlavor that is not given, a LocalQueue naming a ClusterQueue that is
-    not: the dispatcher would keep their Workloads pending, which is seldom what a what-if means to ask."""
+def _key(obj: Mapping[str, Any]) -> tuple[str, str, str]:
+    md = obj.get("metadata") or {}
+    return str(obj.get("kind")), str(md.get("namespace") or ""), str(md.get("name") or "")
+
+
+def _check_references(objects: list[dict[str, Any]], given: list[dict[str, Any]]) -> None:
+    """A ClusterQueue given naming a ResourceFlavor that is not in ``objects``, a LocalQueue naming a ClusterQueue
+    that is not: the dispatcher would keep their Workloads pending, seldom what a what-if means to ask."""
     flavors = {o["metadata"]["name"] for o in objects if o["kind"] == "ResourceFlavor"}
     cqs = {o["metadata"]["name"] for o in objects if o["kind"] == "ClusterQueue"}
     if not cqs:
         return
-    for o in objects:
+    for o in given:
         if o["kind"] == "ClusterQueue":
             parsed = api.parse_cluster_queue(o)
             for g, group in enumerate(parsed.resource_groups):
@@ -358,5 +371,5 @@ def read_yaml(paths: Iterable[str | Path]) -> list[tuple[str, int, Any]]:
     return out
 
 
-def load(paths: Iterable[str | Path], base: Config | None = None) -> Config:
-    return load_documents(read_yaml(paths), base)
+def load(paths: Iterable[str | Path], base: Config | None = None, *, overlay: bool = False) -> Config:
+    return load_documents(read_yaml(paths), base, overlay=overlay)

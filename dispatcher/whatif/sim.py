@@ -247,11 +247,11 @@ def simulate(jobs: list[TraceJob], config: Config, *, progress: Progress | None 
             queues.capacity_changed()
         when = datetime.fromtimestamp(start + t, UTC)
         usable = []
-        for name, v in views.items():
+        for name, view in views.items():
             if name not in cordon_set:
-                v.last_heartbeat = when
-                usable.append(v)
-        before = {v.name: v.nodes for v in usable}
+                view.last_heartbeat = when
+                usable.append(view)
+        before = {view.name: view.nodes for view in usable}
         result = queues.schedule(usable, now=when, timeout=3600.0)
         run.passes += 1
         by_cluster: dict[str, list[Admission]] = {}
