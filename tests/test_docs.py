@@ -43,6 +43,8 @@ class Shown:
     page: str
     line: int
     text: str
+    block: bool = False
+    """Shown in a code block (to be typed), not named inline in prose."""
 
     def __str__(self) -> str:
         return f"{self.page}:{self.line}: {self.text}"
@@ -88,7 +90,7 @@ def commands(page: Path) -> list[Shown]:
             if line.endswith("\\"):
                 pending = line[:-1].strip()
                 continue
-            found.append(Shown(page.name, start, _uncomment(line)))
+            found.append(Shown(page.name, start, _uncomment(line), block=True))
             continue
         for span in re.findall(r"`([^`]+)`", raw):
             if _is_command(span + " ") and " " in span:
@@ -126,7 +128,7 @@ def expand(shown: Shown) -> list[Shown]:
     out = [[]]  # type: list[list[str]]
     for options in choices:
         out = [[*o, c] for o in out for c in options]
-    return [Shown(shown.page, shown.line, " ".join(o)) for o in out]
+    return [Shown(shown.page, shown.line, " ".join(o), shown.block) for o in out]
 
 
 # --- links ---------------------------------------------------------------------------------------------

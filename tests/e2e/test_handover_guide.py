@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shlex
 import shutil
 import sys
 from collections.abc import AsyncIterator
@@ -217,3 +218,43 @@ async def test_what_the_demo_suggests_runs_as_printed(demo: tuple[Topology, Shel
         await shell.run(command)
     _, err = await shell.run("mkctl handover status")  # the PATH line puts mkctl (and kubectl-mkd) there
     assert "error" not in err, err
+
+
+READ_VERBS = {"workloads", "placements", "clusters", "events", "queues", "why", "handover", "get", "describe", "mkd"}
+"""What a user types to look at the demo (mkctl's read verbs, kubectl get/describe and its mkd plugin)."""
+
+
+async def test_the_readmes_commands_run_against_the_demo(tmp_path: Path, mqtt_url: str, topic_root: str) -> None:
+    """Every command the README and docs/ show in a code block for looking at a federation (and the kubectl
+    plugin's, named inline) runs for real against ``make demo``'s full set (examples/ and demo/queues/), from
+    the guide's shell set-up."""
+    from tests.test_docs import all_commands
+
+    shown = sorted({c.text for c in all_commands() if (c.block or c.text.startswith("kubectl mkd ")) and (
+        (words := shlex.split(c.text))[0] in ("mkctl", ".venv/bin/mkctl", "kubectl") and len(words) > 1
+        and words[1] in READ_VERBS and not re.search(r"\b[A-Z]{2,}\b|…|<|--server", c.text))})
+    assert {".venv/bin/mkctl why default/too-large", "kubectl mkd why default/too-large"} <= set(shown), shown
+    bin_dir = Path(sys.executable).parent
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / "bin").symlink_to(bin_dir)
+    opts = DemoOptions(state_dir=tmp_path / "state", mqtt_url=mqtt_url, database_url=None, timeout=60.0,
+                       keep_running=True, examples=None, topic_root=topic_root)
+    async with Topology(topology_options(opts, topic_root)) as top:
+        await top.wait_for_clusters()
+        await submit(top, demo_examples(opts))
+        shell = Shell(tmp_path, guide_blocks()[1])
+
+        async def claimed() -> bool | NotYet:
+            out = await asyncio.create_subprocess_exec(
+                "bash", "-c", f"{shell.exports}\nmkctl why default/too-large && mkctl workloads show "
+                "default/pytorch-simple", cwd=tmp_path, env=shell.env, stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL)
+            return True if await out.wait() == 0 else NotYet("not claimed yet")
+        await wait_for(claimed, "the demo's Jobs claimed", top=top, within=60, every=1.0)
+        for command in shown:
+            if "-w" in command.split():  # a watch: it prints, then runs until ^C
+                out, _ = await shell.run(f"timeout 5 {command} || [ $? = 124 ]")
+            else:
+                out, _ = await shell.run(command)
+            assert out.strip(), f"{command} printed nothing"
+        top.check_running()
