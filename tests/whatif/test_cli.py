@@ -129,3 +129,18 @@ def test_export_and_replay_the_history_with_the_live_clusters(tmp_path: Path) ->
     # without a manager nor queue objects, it says what to give
     out = runner.invoke(app, ["whatif", "--database-url", url])
     assert out.exit_code != 0 and "pass --kubeconfig" in out.output
+
+
+def test_plot_draws_both_configurations_into_one_png(tmp_path: Path) -> None:
+    t, conf = _files(tmp_path)
+    more = tmp_path / "fair.yaml"
+    more.write_text(yaml.safe_dump({"apiVersion": "whatif.mkd.dev/v1", "kind": "WhatIfSettings",
+                                    "metadata": {"name": "fair"}, "spec": {"fairSharing": {"enable": True}}}))
+    png = tmp_path / "out.png"
+    out = CliRunner().invoke(app, ["whatif", "--trace", str(t), "--config", str(conf), "--compare", str(more),
+                                   "--plot", str(png)])
+    assert out.exit_code == 0, out.output
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    width = int.from_bytes(data[16:20], "big")
+    assert width == 1400   # two columns of 7 inches at 100 dpi
