@@ -317,3 +317,11 @@ def test_module_docstrings_are_one_paragraph() -> None:
             if _paragraphs(doc) > 2:
                 long.append(f"{path.relative_to(ROOT)}: {_paragraphs(doc)} paragraphs")
     assert not long, "\n".join(long)
+
+
+def test_the_documented_states_are_the_workload_states() -> None:
+    from dispatcher.states import WorkloadState
+
+    text = (ROOT / "docs" / "OPERATIONS.md").read_text(encoding="utf-8")
+    sentence = text.partition("States are one vocabulary everywhere")[2].partition("in\nany case")[0]
+    assert set(re.findall(r"`(\w+)`", sentence)) == {s.value for s in WorkloadState}, sentence
