@@ -88,11 +88,10 @@ class _HeldStatus:
     """The requeue timer armed for ``due`` (``ApplyLoop._timers``), cancelled when the status goes sooner."""
 
 
-def settles(reconciler: object, status: Mapping[str, Any] | None = None) -> bool:
+def settles(reconciler: Reconciler | None, status: Mapping[str, Any] | None = None) -> bool:
     """Whether a render right after the reconciler's own creates and a status write of ``status`` (None: no
-    status write) plans nothing more (its optional ``settles_after``; without one, never)."""
-    check = getattr(reconciler, "settles_after", None)
-    return check is not None and bool(check(status))
+    status write) plans nothing more (its ``settles_after``; no reconciler: never)."""
+    return reconciler is not None and reconciler.settles_after(status)
 
 
 def _same_but_status(read: Mapping[str, Any], written: Mapping[str, Any]) -> bool:
@@ -403,9 +402,7 @@ class ApplyLoop:
             return None
         self.passes += 1
         reconciler = self.reconcilers[key[0]]
-        prepare = getattr(reconciler, "prepare", None)
-        if prepare is not None:
-            observed.extra = await prepare(self.kube, observed.job)
+        observed.extra = await reconciler.prepare(self.kube, observed.job)
         plan = reconciler.render(observed)
         return await self.carry_out(key, observed.job, plan)
 
@@ -571,9 +568,9 @@ class ApplyLoop:
         return await self._write_status(key, res, job, status)
 
     def _starting(self, key: JobKey, job: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
-        """Whether ``status`` is Running with replicas still to start (the reconciler's optional ``starting``)."""
-        check = getattr(self.reconcilers.get(key[0]), "starting", None)
-        return check is not None and bool(check(job, status))
+        """Whether ``status`` is Running with replicas still to start (the reconciler's ``starting``)."""
+        reconciler = self.reconcilers.get(key[0])
+        return reconciler is not None and reconciler.starting(job, status)
 
     async def write_held(self) -> None:
         """Write every held status now (a graceful stop: the next agent would render its own, with later times)."""

@@ -23,6 +23,8 @@ from typing import Any
 import orjson
 
 from federation.kinds.base import JobKind
+from federation.kinds.kubeflow import KubeflowV1Kind
+from federation.kinds.registry import KINDS
 from federation.kube import Resource
 
 Key = tuple[str, str]
@@ -60,8 +62,7 @@ _CONTAINER_KEEP = ("name", "resources", "restartPolicy")
 _SLIM_META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences", "deletionTimestamp",
               "finalizers")
 KUBEFLOW_OPERATOR_LABEL = "training.kubeflow.org/operator-name"
-V1_OPERATORS = frozenset({"pytorchjob-controller", "tfjob-controller", "xgboostjob-controller",
-                          "paddlejob-controller", "jaxjob-controller"})
+V1_OPERATORS = frozenset(k.operator_name for k in KINDS if isinstance(k, KubeflowV1Kind))
 """Services of these operators are never updated by the agent, so a slim copy is enough."""
 
 

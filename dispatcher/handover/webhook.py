@@ -20,9 +20,6 @@ from federation.kinds.base import JobKind
 
 log = logging.getLogger(__name__)
 
-DEFAULTED_BY_CRD = frozenset({"TrainJob"})
-"""Kinds whose CRD defaults managedBy to the kind's controller (applied before admission webhooks)."""
-
 Decide = Callable[[str, str, str, Mapping[str, str]], Decision]
 
 
@@ -48,7 +45,7 @@ def review(request: Mapping[str, Any], kinds: Mapping[tuple[str, str], JobKind],
     One exception: a CRD whose schema defaults managedBy (TrainJob's, to
     ``trainer.kubeflow.org/trainjob-controller``) has it filled in while the request is decoded, before any
     admission webhook runs, so an explicit trainjob-controller cannot be told from an omitted one. For such
-    kinds the default value counts as unset (:data:`DEFAULTED_BY_CRD`); keep such Jobs out of a Route policy
+    kinds (``JobKind.defaulted_by_crd``) the default value counts as unset; keep such Jobs out of a Route policy
     with its ``jobSelector``.
     """
     uid = str(request.get("uid", ""))
@@ -61,7 +58,7 @@ def review(request: Mapping[str, Any], kinds: Mapping[tuple[str, str], JobKind],
     if kind is None or not isinstance(obj, Mapping):
         return answer
     chosen = kind.managed_by(obj)
-    if chosen and not (kind.name in DEFAULTED_BY_CRD and chosen == kind.controller):
+    if chosen and not (kind.defaulted_by_crd and chosen == kind.controller):
         return answer  # the user chose a controller: theirs wins
     meta = obj.get("metadata") or {}
     namespace = str(request.get("namespace") or meta.get("namespace") or "")

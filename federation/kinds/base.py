@@ -53,6 +53,12 @@ class Finished(NamedTuple):
     message: str
 
 
+RunBy = Literal["agent", "operator"]
+"""Who runs a kind's worker copy: ``agent``, a reconciler of mkd's agent (unless the cluster's agent delegates the
+kind to an installed operator); ``operator``, the worker cluster's own controller (the batch Job controller), with
+the agent creating, mirroring and deleting the copy only."""
+
+
 @dataclass(frozen=True)
 class RuntimeRef:
     """Where a TrainJob's runtime lives; ``namespace`` None means cluster-scoped."""
@@ -84,7 +90,15 @@ class JobKind(Protocol):
     @property
     def managed_by_path(self) -> tuple[str, ...]: ...
     @property
+    def suspend_path(self) -> tuple[str, ...]: ...
+    @property
     def max_conditions(self) -> int | None: ...  # the CRD's maxItems on status.conditions (TrainJob: 8)
+    @property
+    def run_by(self) -> RunBy: ...  # who runs the worker copy: mkd's agent or the cluster's own controller
+    @property
+    def defaulted_by_crd(self) -> bool: ...  # the CRD's schema defaults managedBy to ``controller``
+    @property
+    def reads(self) -> tuple[tuple[str, str], ...]: ...  # (group, plural) also read (get) for this kind
 
     def managed_by(self, job: Mapping[str, Any]) -> str | None: ...
     def validate(self, job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> list[Invalid]: ...
@@ -374,6 +388,14 @@ class BaseKind:
     max_conditions: int | None = None
     """The most conditions the kind's CRD lets ``status.conditions`` hold (None: no limit); a status write
     above it is refused whole, so the manager Job's writer drops mkd's least telling ones first."""
+    run_by: RunBy = "agent"
+    """Who runs the worker copy (:data:`RunBy`)."""
+    defaulted_by_crd: bool = False
+    """The CRD's schema defaults managedBy to :attr:`controller` while a request is decoded (TrainJob's), so an
+    explicit controller value cannot be told from an omitted one (the handover webhook counts it as unset)."""
+    reads: tuple[tuple[str, str], ...] = ()
+    """Other resources, as (API group, plural), the dispatcher and the agent read (get) for this kind (a
+    TrainJob's runtimes); part of the kind's RBAC rules in deploy/."""
 
     @property
     def api_version(self) -> str:

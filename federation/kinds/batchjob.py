@@ -158,4 +158,5 @@ BATCH_JOB = BatchJobKind(
     controller=labels.BATCH_JOB_CONTROLLER,
     managed_by_path=("spec", "managedBy"),
     suspend_path=("spec", "suspend"),
+    run_by="operator",  # the worker's kubernetes.io/job-controller
 )

@@ -37,6 +37,8 @@ GROUP = "kubeflow.org"
 RUN_POLICY = ("spec", "runPolicy")
 RESTART_POLICIES = ("Always", "OnFailure", "Never", "ExitCode")
 CLEAN_POD_POLICIES = ("All", "Running", "None")
+DEFAULT_REPLICAS = 1
+"""A replica spec without ``replicas`` runs one (the operator's defaulting)."""
 
 
 def validate_run_policy(kind: BaseKind, job: Mapping[str, Any]) -> list[Invalid]:
@@ -75,6 +77,9 @@ class KubeflowV1Kind(BaseKind):
     """Valid replica types, in PodSet order."""
     container_name: str = ""
     """The webhook's default container: at least one container per replica must carry this name."""
+    operator_name: str = ""
+    """The training-operator's controller for the kind (``pytorchjob-controller``): the value of the
+    ``training.kubeflow.org/operator-name`` label on the Pods and Services it creates."""
     single_types: tuple[str, ...] = ("Master",)
     """Replica types whose replicas must be exactly 1."""
     required_types: tuple[str, ...] = ()
@@ -97,7 +102,7 @@ class KubeflowV1Kind(BaseKind):
         return {t: as_map(specs[t]) for t in (*known, *unknown)}
 
     def replicas(self, spec: Mapping[str, Any]) -> int:
-        return int_or(spec.get("replicas"), 1)
+        return int_or(spec.get("replicas"), DEFAULT_REPLICAS)
 
     def validate(self, job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> list[Invalid]:
         errors = validate_dns1035(get_path(job, ("metadata", "name")))
@@ -191,7 +196,8 @@ def v1_kind(
     container_name: str,
     **rules: Any,
 ) -> KubeflowV1Kind:
-    """A Kubeflow v1 member: managedBy at spec.runPolicy.managedBy, suspend at spec.runPolicy.suspend."""
+    """A Kubeflow v1 member: managedBy at spec.runPolicy.managedBy, suspend at spec.runPolicy.suspend, its
+    operator ``<kind>-controller`` (lower case)."""
     return KubeflowV1Kind(
         name=name,
         group=GROUP,
@@ -203,5 +209,6 @@ def v1_kind(
         replica_specs_field=replica_specs_field,
         replica_types=replica_types,
         container_name=container_name,
+        operator_name=f"{name.lower()}-controller",
         **rules,
     )

@@ -41,30 +41,47 @@ RESTART_POLICIES = ("Never", "OnFailure")
 MPI_IMPLEMENTATIONS = ("OpenMPI", "Intel", "MPICH")
 LAUNCHER_CREATION_POLICIES = ("AtStartup", "WaitForWorkersReady")
 DEFAULT_SSH_AUTH_MOUNT_PATH = "/root/.ssh"
+SPEC_DEFAULTS: Mapping[str, Any] = {
+    "slotsPerWorker": 1,
+    "runLauncherAsWorker": False,
+    "sshAuthMountPath": DEFAULT_SSH_AUTH_MOUNT_PATH,
+    "mpiImplementation": "OpenMPI",
+    "launcherCreationPolicy": "AtStartup",
+}
+"""mpi-operator's ``SetDefaults_MPIJob`` for ``spec``; the dispatcher and the agent both default from here."""
+RUN_POLICY_DEFAULTS: Mapping[str, Any] = {"cleanPodPolicy": "None"}
 _DEFAULTS = {LAUNCHER: (1, "OnFailure"), WORKER: (0, "Never")}
+"""Replicas and restartPolicy per replica type."""
 
 
-def with_defaults(job: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy with mpi-operator's in-memory defaults applied (the stored object keeps its omissions)."""
+def with_defaults(job: Mapping[str, Any], *, empty_is_unset: bool = False) -> dict[str, Any]:
+    """A copy with mpi-operator's in-memory defaults applied (the stored object keeps its omissions).
+
+    ``empty_is_unset``: an empty or null string field is defaulted too, as the controller's Go defaulting
+    sees it (the agent's render); the dispatcher validates the object as written, where an empty
+    ``sshAuthMountPath`` is refused."""
     out = copy.deepcopy(dict(job))
-    spec = out.get("spec")
+    spec = out.setdefault("spec", {}) if empty_is_unset else out.get("spec")
     if not isinstance(spec, dict):
         return out
-    spec.setdefault("slotsPerWorker", 1)
-    spec.setdefault("runLauncherAsWorker", False)
-    spec.setdefault("sshAuthMountPath", DEFAULT_SSH_AUTH_MOUNT_PATH)
-    spec.setdefault("mpiImplementation", "OpenMPI")
-    spec.setdefault("launcherCreationPolicy", "AtStartup")
+
+    def put(node: dict[str, Any], key: str, value: Any) -> None:
+        if key not in node or (empty_is_unset and isinstance(value, str) and not node[key]):
+            node[key] = value
+
+    for key, value in SPEC_DEFAULTS.items():
+        put(spec, key, value)
     run_policy = spec.setdefault("runPolicy", {})
     if isinstance(run_policy, dict):
-        run_policy.setdefault("cleanPodPolicy", "None")
+        for key, value in RUN_POLICY_DEFAULTS.items():
+            put(run_policy, key, value)
     specs = spec.get("mpiReplicaSpecs")
     if isinstance(specs, dict):
         for rtype, (replicas, policy) in _DEFAULTS.items():
             replica = specs.get(rtype)
             if isinstance(replica, dict):
-                replica.setdefault("replicas", replicas)
-                replica.setdefault("restartPolicy", policy)
+                put(replica, "replicas", replicas)
+                put(replica, "restartPolicy", policy)
     return out
 
 

@@ -112,6 +112,7 @@ PYTORCHJOB = PyTorchJobKind(
     replica_specs_field="pytorchReplicaSpecs",
     replica_types=("Master", "Worker"),
     container_name=CONTAINER,
+    operator_name="pytorchjob-controller",
     min_replicas=1,
     single_replicas_explicit=True,
 )

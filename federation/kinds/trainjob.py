@@ -424,4 +424,6 @@ TRAINJOB = TrainJobKind(
     managed_by_path=("spec", "managedBy"),
     suspend_path=("spec", "suspend"),
     max_conditions=8,  # TrainJobStatus.conditions: +kubebuilder:validation:MaxItems=8
+    defaulted_by_crd=True,  # +kubebuilder:default="trainer.kubeflow.org/trainjob-controller"
+    reads=tuple((GROUP, plural) for plural in RUNTIME_PLURALS.values()),
 )

@@ -1,8 +1,8 @@
 """The reconciler contract: ``Observed`` in, ``Plan`` out, one pure ``render`` per JobKind.
 
 A reconciler never writes to the API server. One that needs more input than the job and its children
-(TrainJob: its runtime) may define ``async prepare(kube, job) -> dict``, which the apply loop awaits before
-each ``render`` and hands over as ``Observed.extra``. The apply loop (``worker_agent.apply``) reads the job
+(TrainJob: its runtime) overrides ``prepare``, which the apply loop awaits before each ``render`` and hands
+over as ``Observed.extra``. The apply loop (``worker_agent.apply``) reads the job
 and lists its children by ``child_selector``, calls ``render`` and carries out the Plan: creates, updates,
 deletes, the status write (status subresource, only when changed), Events, and a requeue after
 ``requeue_after`` seconds for deadlines and TTLs. Children created from a Plan get an owner reference to the
@@ -30,8 +30,8 @@ class Observed:
     """``Resource.plural`` -> objects matching ``child_selector``."""
     now: datetime
     extra: dict[str, Any] | None = None
-    """What the reconciler's optional ``async prepare(kube, job)`` returned (TrainJob: its runtime),
-    read by the apply loop just before ``render``; None for reconcilers without ``prepare``."""
+    """What the reconciler's ``prepare`` returned (TrainJob: its runtime), read by the apply loop just before
+    ``render``; None for reconcilers that need nothing more."""
 
 
 @dataclass
@@ -53,16 +53,17 @@ class Plan:
 
 
 class Reconciler(Protocol):
-    """One per JobKind the agent runs itself.
+    """One per JobKind the agent runs itself; a reconciler class names this protocol as its base, so the
+    optional hooks (:meth:`prepare`, :meth:`settles_after`, :meth:`starting`) default to doing nothing.
 
-    A reconciler may define ``settles_after(status) -> bool``: whether a render right after its own creates
-    and a status write of ``status`` (None: no status write; the created children as the API server answered
-    them) plans nothing more. The watch echoes of such writes then start no pass (``worker_agent.apply``).
     Deletes always bring events of their own.
     """
 
-    kind: str
-    """JobKind name (``PyTorchJob``, ``MPIJob``, ...)."""
+    @property
+    def kind(self) -> str:
+        """JobKind name (``PyTorchJob``, ``MPIJob``, ...)."""
+        ...
+
     children: tuple[Resource, ...]
     """Resources the reconciler creates; the apply loop lists these by ``child_selector``."""
 
@@ -73,3 +74,25 @@ class Reconciler(Protocol):
     def render(self, observed: Observed) -> Plan:
         """Pure: compute the Plan from what was observed."""
         ...
+
+    async def prepare(self, kube: KubeReader, job: Mapping[str, Any]) -> dict[str, Any] | None:
+        """More input than the job and its children (TrainJob: its runtime), read just before each ``render``
+        and handed over as ``Observed.extra``; None (the default) when the reconciler needs none."""
+        return None
+
+    def settles_after(self, status: Mapping[str, Any] | None) -> bool:
+        """Whether a render right after the reconciler's own creates and a status write of ``status`` (None: no
+        status write; the created children as the API server answered them) plans nothing more. The watch
+        echoes of such writes then start no pass (``worker_agent.apply``). By default: never assumed."""
+        return False
+
+    def starting(self, job: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+        """Whether ``status`` is Running with replicas still to start, so the apply loop holds it as it holds
+        Created (pods started moments apart then cost one status write). By default: never."""
+        return False
+
+
+class KubeReader(Protocol):
+    """What :meth:`Reconciler.prepare` may call: reads of one object."""
+
+    async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]: ...

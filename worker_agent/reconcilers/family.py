@@ -1,9 +1,10 @@
 """The other Kubeflow v1 members (TFJob, XGBoostJob, PaddleJob, JAXJob): a few lines each on the shared base.
 
-Names, labels, selectors, per-index headless Services, restart handling and conditions come
-from ``kubeflow.KubeflowV1Reconciler``. The env rules here are the well-known core of each
-upstream controller (TF_CONFIG; MASTER_*/WORKER_*; PADDLE_*; JAX coordinator), not every knob:
-see the module's members for what each sets.
+Each member's kind facts (names, spec field, main container, replica types, operator name) come from its
+``federation.kinds`` JobKind; labels, selectors, per-index headless Services, restart handling and conditions
+from ``kubeflow.KubeflowV1Reconciler``. The env rules here are the well-known core of each upstream
+controller (TF_CONFIG; MASTER_*/WORKER_*; PADDLE_*; JAX coordinator), not every knob: see the module's
+members for what each sets.
 """
 
 from __future__ import annotations
@@ -12,6 +13,10 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from federation.kinds.jax import JAXJOB
+from federation.kinds.paddle import PADDLEJOB
+from federation.kinds.tfjob import TFJOB
+from federation.kinds.xgboost import XGBOOSTJOB
 from worker_agent.reconcilers.kubeflow import KubeflowV1Reconciler, ReplicaSpec
 
 
@@ -28,15 +33,10 @@ def _namespace(job: Mapping[str, Any]) -> str:
 
 
 class TFJobReconciler(KubeflowV1Reconciler):
-    kind = "TFJob"
-    plural = "tfjobs"
-    specs_field = "tfReplicaSpecs"
-    container = "tensorflow"
+    job_kind = TFJOB
     port_name = "tfjob-port"
     default_port = 2222
     default_restart = "Never"
-    operator_name = "tfjob-controller"
-    replica_types = ("Chief", "Master", "PS", "Worker", "Evaluator")
 
     def leader(self, specs: Mapping[str, ReplicaSpec]) -> str | None:
         return "Chief" if "Chief" in specs else "Master" if "Master" in specs else None
@@ -62,15 +62,10 @@ class TFJobReconciler(KubeflowV1Reconciler):
 
 
 class XGBoostJobReconciler(KubeflowV1Reconciler):
-    kind = "XGBoostJob"
-    plural = "xgboostjobs"
-    specs_field = "xgbReplicaSpecs"
-    container = "xgboost"
+    job_kind = XGBOOSTJOB
     port_name = "xgboostjob-port"
     default_port = 9999
     default_restart = "Never"
-    operator_name = "xgboostjob-controller"
-    replica_types = ("Master", "Worker")
 
     def pod_env(self, job: Mapping[str, Any], specs: Mapping[str, ReplicaSpec], rtype: str,
                 index: int) -> list[dict[str, Any]]:
@@ -90,15 +85,10 @@ class XGBoostJobReconciler(KubeflowV1Reconciler):
 
 
 class PaddleJobReconciler(KubeflowV1Reconciler):
-    kind = "PaddleJob"
-    plural = "paddlejobs"
-    specs_field = "paddleReplicaSpecs"
-    container = "paddle"
+    job_kind = PADDLEJOB
     port_name = "master"
     default_port = 36543
     default_restart = "Never"
-    operator_name = "paddlejob-controller"
-    replica_types = ("Master", "Worker")
 
     def pod_env(self, job: Mapping[str, Any], specs: Mapping[str, ReplicaSpec], rtype: str,
                 index: int) -> list[dict[str, Any]]:
@@ -112,15 +102,10 @@ class PaddleJobReconciler(KubeflowV1Reconciler):
 
 
 class JAXJobReconciler(KubeflowV1Reconciler):
-    kind = "JAXJob"
-    plural = "jaxjobs"
-    specs_field = "jaxReplicaSpecs"
-    container = "jax"
+    job_kind = JAXJOB
     port_name = "jaxjob-port"
     default_port = 6666
     default_restart = "OnFailure"
-    operator_name = "jaxjob-controller"
-    replica_types = ("Worker",)
 
     def pod_env(self, job: Mapping[str, Any], specs: Mapping[str, ReplicaSpec], rtype: str,
                 index: int) -> list[dict[str, Any]]:

@@ -20,8 +20,9 @@ from datetime import timedelta
 from typing import Any
 
 from federation import labels as mkd_labels
+from federation.kinds.batchjob import job_pod_count
 from federation.kube import JOBS, SERVICES, Resource
-from worker_agent.reconcilers.base import Observed, Plan
+from worker_agent.reconcilers.base import Observed, Plan, Reconciler
 from worker_agent.reconcilers.conditions import parse_time
 from worker_agent.reconcilers.jobset_support import (
     child_stamp,
@@ -70,7 +71,7 @@ def subdomain(js: Mapping[str, Any]) -> str:
     return str(((js.get("spec") or {}).get("network") or {}).get("subdomain") or js["metadata"]["name"])
 
 
-class JobSetReconciler:
+class JobSetReconciler(Reconciler):
     """Reconciler for ``jobset.x-k8s.io/v1alpha2`` JobSet."""
 
     kind = "JobSet"
@@ -174,9 +175,7 @@ class _Pass:
             if entry is None:
                 continue
             jspec, jstatus = job.get("spec") or {}, job.get("status") or {}
-            pods = int(jspec.get("parallelism", 1))
-            if jspec.get("completions") is not None and int(jspec["completions"]) < pods:
-                pods = int(jspec["completions"])
+            pods = job_pod_count(jspec)
             if int(jstatus.get("succeeded") or 0) + int(jstatus.get("ready") or 0) >= pods:
                 entry["ready"] += 1
             if int(jstatus.get("active") or 0) > 0:

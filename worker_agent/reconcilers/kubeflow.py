@@ -21,9 +21,10 @@ from federation import labels as mkd_labels
 from federation.errors import Invalid
 from federation.jsoncopy import json_copy
 from federation.kinds.base import latest_condition
+from federation.kinds.kubeflow import DEFAULT_REPLICAS, KubeflowV1Kind
 from federation.kube import PODS, SERVICES, Resource
 from worker_agent.reconcilers import conditions as cond
-from worker_agent.reconcilers.base import Observed, Plan
+from worker_agent.reconcilers.base import Observed, Plan, Reconciler
 
 GROUP_LABEL = "training.kubeflow.org"
 OPERATOR_NAME = f"{GROUP_LABEL}/operator-name"
@@ -89,23 +90,43 @@ def _drop_zeros(status: dict[str, Any]) -> None:
                 del entry[key]
 
 
-class KubeflowV1Reconciler:
-    """Base of the v1 family; members set the class attributes and override the hooks."""
+class KubeflowV1Reconciler(Reconciler):
+    """Base of the v1 family; a member names its :class:`KubeflowV1Kind` (names, spec field, main container,
+    replica types, operator name), sets the port and restart defaults and overrides the hooks."""
 
-    kind = ""
-    plural = ""
-    api_version = "kubeflow.org/v1"
-    specs_field = ""
-    container = ""
+    job_kind: KubeflowV1Kind
     port_name = ""
     default_port = 0
     default_restart = "Never"
-    operator_name = ""
-    replica_types: tuple[str, ...] = ()
-    """Canonical replica types in the order they are reconciled."""
     children: tuple[Resource, ...] = (PODS, SERVICES)
     _canonical: dict[tuple[str, ...], dict[str, str]] = {}
     """Replica types by their lower-case spelling, per ``replica_types`` (``defaulted_specs``)."""
+
+    # --- the kind's facts (federation.kinds) ---------------------------------------------------
+    @property
+    def kind(self) -> str:
+        return self.job_kind.name
+
+    @property
+    def plural(self) -> str:
+        return self.job_kind.plural
+
+    @property
+    def specs_field(self) -> str:
+        return self.job_kind.replica_specs_field
+
+    @property
+    def container(self) -> str:
+        return self.job_kind.container_name
+
+    @property
+    def operator_name(self) -> str:
+        return self.job_kind.operator_name
+
+    @property
+    def replica_types(self) -> tuple[str, ...]:
+        """Canonical replica types in the order they are reconciled."""
+        return self.job_kind.replica_types
 
     # --- naming ---------------------------------------------------------------------------
     def child_selector(self, job: Mapping[str, Any]) -> str:
@@ -148,7 +169,7 @@ class KubeflowV1Reconciler:
             body = body or {}
             replicas = body.get("replicas")
             template = self.default_port_on(body.get("template") or {})
-            found[rtype] = ReplicaSpec(rtype, 1 if replicas is None else int(replicas), template,
+            found[rtype] = ReplicaSpec(rtype, DEFAULT_REPLICAS if replicas is None else int(replicas), template,
                                        str(body.get("restartPolicy") or self.default_restart))
         return {t: found[t] for t in self.replica_types if t in found}
 

@@ -19,7 +19,7 @@ from typing import Any
 from federation import labels as mkd_labels
 from federation.kube import CONFIGMAPS, JOBS, PODS, SECRETS, SERVICES, Resource
 from worker_agent.reconcilers import mpi_support as mpi
-from worker_agent.reconcilers.base import Observed, Plan
+from worker_agent.reconcilers.base import Observed, Plan, Reconciler
 from worker_agent.reconcilers.conditions import get_condition, is_finished, parse_time, rfc3339
 from worker_agent.reconcilers.jobset_support import child_stamp, controlled_by
 
@@ -57,7 +57,7 @@ class _Blocked(Exception):
     """A child of our name exists but is not ours: upstream raises and retries."""
 
 
-class MPIJobReconciler:
+class MPIJobReconciler(Reconciler):
     """Reconciler for ``kubeflow.org/v2beta1`` MPIJob."""
 
     kind = "MPIJob"

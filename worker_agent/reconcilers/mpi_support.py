@@ -17,6 +17,7 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from federation.kinds import mpijob
 from worker_agent.reconcilers.conditions import get_condition, rfc3339
 
 API_VERSION = "kubeflow.org/v2beta1"
@@ -30,7 +31,7 @@ WORKER = "worker"
 CONFIG_MOUNT_PATH = "/etc/mpi"
 HOSTFILE = "hostfile"
 DISCOVER_HOSTS = "discover_hosts.sh"
-ROOT_SSH_PATH = "/root/.ssh"
+ROOT_SSH_PATH = mpijob.DEFAULT_SSH_AUTH_MOUNT_PATH
 SSH_VOLUME = "ssh-auth"
 CONFIG_VOLUME = "mpi-job-config"
 
@@ -48,30 +49,9 @@ CONFIG_VOLUME_ITEMS = [
 # --- defaults (mpi-operator SetDefaults_MPIJob) --------------------------------------------------
 
 def with_defaults(job: dict[str, Any]) -> dict[str, Any]:
-    """A deep copy of the MPIJob with the v2beta1 defaults applied (never written back)."""
-    out = copy.deepcopy(job)
-    spec = out.setdefault("spec", {})
-    run_policy = spec.setdefault("runPolicy", {})
-    run_policy.setdefault("cleanPodPolicy", "None")
-    spec.setdefault("slotsPerWorker", 1)
-    if not spec.get("sshAuthMountPath"):
-        spec["sshAuthMountPath"] = ROOT_SSH_PATH
-    if not spec.get("mpiImplementation"):
-        spec["mpiImplementation"] = "OpenMPI"
-    if not spec.get("launcherCreationPolicy"):
-        spec["launcherCreationPolicy"] = "AtStartup"
-    replica_specs = spec.setdefault("mpiReplicaSpecs", {})
-    launcher = replica_specs.get("Launcher")
-    if launcher is not None:
-        launcher.setdefault("replicas", 1)
-        if not launcher.get("restartPolicy"):
-            launcher["restartPolicy"] = "OnFailure"
-    worker = replica_specs.get("Worker")
-    if worker is not None:
-        worker.setdefault("replicas", 0)
-        if not worker.get("restartPolicy"):
-            worker["restartPolicy"] = "Never"
-    return out
+    """A deep copy of the MPIJob with the v2beta1 defaults applied (never written back), an empty string
+    counting as unset as in Go (the defaults themselves are ``federation.kinds.mpijob``'s)."""
+    return mpijob.with_defaults(job, empty_is_unset=True)
 
 
 def validate(job: dict[str, Any]) -> list[str]:

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from federation.errors import Invalid
+from federation.kinds.pytorch import PYTORCHJOB
 from worker_agent.reconcilers.kubeflow import KubeflowV1Reconciler, ReplicaSpec
 
 INIT_IMAGE = "alpine:3.10"
@@ -35,15 +36,10 @@ def _env(name: str, value: object) -> dict[str, Any]:
 
 
 class PyTorchJobReconciler(KubeflowV1Reconciler):
-    kind = "PyTorchJob"
-    plural = "pytorchjobs"
-    specs_field = "pytorchReplicaSpecs"
-    container = "pytorch"
+    job_kind = PYTORCHJOB
     port_name = "pytorchjob-port"
     default_port = 23456
     default_restart = "OnFailure"
-    operator_name = "pytorchjob-controller"
-    replica_types = ("Master", "Worker")
 
     def __init__(self, *, init_image: str = INIT_IMAGE, init_max_tries: int = INIT_MAX_TRIES) -> None:
         self.init_image = init_image

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from federation.kinds.registry import KINDS
 from worker_agent.reconcilers.base import Reconciler
-from worker_agent.reconcilers.batchjob import BatchJobPassThrough
 from worker_agent.reconcilers.family import (
     JAXJobReconciler,
     PaddleJobReconciler,
@@ -12,21 +12,23 @@ from worker_agent.reconcilers.family import (
 )
 from worker_agent.reconcilers.jobset import JobSetReconciler
 from worker_agent.reconcilers.mpi import MPIJobReconciler
+from worker_agent.reconcilers.passthrough import PassThrough
 from worker_agent.reconcilers.pytorch import PyTorchJobReconciler
 from worker_agent.reconcilers.trainjob import TrainJobReconciler
 
 
 def reconcilers() -> dict[str, Reconciler]:
-    """A fresh reconciler per kind the agent can run itself."""
+    """A fresh reconciler per kind the agent can run itself, and a pass-through per kind the worker cluster's
+    own controller runs (the kind's ``run_by``)."""
     found: list[Reconciler] = [
         PyTorchJobReconciler(),
         TFJobReconciler(),
         XGBoostJobReconciler(),
         PaddleJobReconciler(),
         JAXJobReconciler(),
-        BatchJobPassThrough(),
         MPIJobReconciler(),
         TrainJobReconciler(),
         JobSetReconciler(),
     ]
+    found += [PassThrough(kind.name) for kind in KINDS if kind.run_by == "operator"]
     return {r.kind: r for r in found}

@@ -19,14 +19,14 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 from datetime import timedelta
-from typing import Any, Protocol
+from typing import Any
 
 import yaml
 
 from federation import labels as mkd_labels
 from federation.errors import FederationError, NotFound
 from federation.kube import CONFIGMAPS, SECRETS, Resource
-from worker_agent.reconcilers.base import Observed, Plan
+from worker_agent.reconcilers.base import KubeReader, Observed, Plan, Reconciler
 from worker_agent.reconcilers.conditions import parse_time, rfc3339
 from worker_agent.reconcilers.jobset import JOBSETS
 from worker_agent.reconcilers.jobset_support import child_stamp, controlled_by
@@ -43,10 +43,6 @@ NOT_FOUND = {"ClusterTrainingRuntime": "not found ClusterTrainingRuntime specifi
 SNAPSHOT_SUFFIX = "-runtime-snapshot"
 SUSPENDED, COMPLETE, FAILED = "Suspended", "Complete", "Failed"
 RETRY_SECONDS = 5.0
-
-
-class _KubeReader(Protocol):
-    async def get(self, res: Resource, name: str, namespace: str | None = None) -> dict[str, Any]: ...
 
 
 def owned_jobset_selector(trainjob: Mapping[str, Any]) -> str:
@@ -88,7 +84,7 @@ def _is_true(conditions: list[dict[str, Any]], ctype: str) -> bool:
     return any(c.get("type") == ctype and c.get("status") == "True" for c in conditions)
 
 
-class TrainJobReconciler:
+class TrainJobReconciler(Reconciler):
     """Reconciler for ``trainer.kubeflow.org/v1alpha1`` TrainJob."""
 
     kind = "TrainJob"
@@ -97,7 +93,7 @@ class TrainJobReconciler:
     def child_selector(self, job: Mapping[str, Any]) -> str:
         return owned_jobset_selector(job)
 
-    async def prepare(self, kube: _KubeReader, job: Mapping[str, Any]) -> dict[str, Any]:
+    async def prepare(self, kube: KubeReader, job: Mapping[str, Any]) -> dict[str, Any]:
         """Read the runtime from the worker cluster (the extra input ``render`` needs)."""
         name, group, kind = runtime_ref(job)
         res = RUNTIMES.get(kind)
