@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from typer.core import TyperGroup
 
-from mkctl import admin, demo, handover, keys, podlogs, queues, services, whatif
+from mkctl import admin, demo, handover, keys, kinds, podlogs, queues, services, whatif
 from mkctl.errors import describe, print_error
 
 
@@ -133,6 +133,7 @@ handover.register(app)
 podlogs.register(app)
 demo.register(app)
 whatif.register(app)
+kinds.register(app)
 
 
 def kubectl_plugin() -> None:
