@@ -68,6 +68,7 @@ bench: $(STAMP)
 	$(BIN)/python bench/agent_bench.py
 	$(BIN)/python bench/dispatch_bench.py
 	$(BIN)/python bench/e2e_bench.py
+	$(BIN)/python bench/whatif_bench.py
 
 clean:
 	rm -rf $(VENV) state dist build .pytest_cache .mypy_cache .ruff_cache

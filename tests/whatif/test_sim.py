@@ -131,3 +131,13 @@ def test_the_configuration_refuses_a_bad_object_naming_it_and_the_field() -> Non
                 "spec": {"fairSharing": {"preemptionStrategies": ["Random"]}}}
     with pytest.raises(config.ConfigError, match=r"WhatIfSettings s: spec.fairSharing.preemptionStrategies"):
         config.load_documents([("f.yaml", 0, settings)])
+
+
+def test_the_benchmark_trace_replays_at_a_small_scale(capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench import whatif_bench
+
+    monkeypatch.setattr("sys.argv", ["whatif_bench", "--jobs", "300", "--clusters", "3", "--nodes", "4"])
+    whatif_bench.main()
+    line = capsys.readouterr().out
+    assert "300 Jobs, 3 clusters x 4 nodes" in line and "300 admitted" in line
