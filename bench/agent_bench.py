@@ -130,7 +130,7 @@ async def drive(url: str, root: str, kubeconfig: Path, burst: int, total: int) -
 
         def renew(hb: Heartbeat) -> None:
             """Renew the agent's lease as the dispatcher does for every heartbeat (fencing: an agent
-            without renewals suspends its Jobs, dispatcher/clusters.py)."""
+            without renewals suspends its Jobs, dispatcher/clusters/health.py)."""
             topic = f"{root}/{CLUSTER}/commands"
             lease = Lease(cluster=CLUSTER, epoch=1, heartbeat_sent_at=hb.sent_at, seconds=LEASE_SECONDS)
             task = asyncio.ensure_future(link.publish(topic, sealer.seal(topic, encode(lease), stream="e1",

@@ -3,7 +3,7 @@
     .venv/bin/python bench/engine_bench.py -n 2000            # PostgreSQL when reachable, else SQLite
     .venv/bin/python bench/engine_bench.py -n 2000 --profile  # and a cProfile (CPU time) of the engine
 
-One process: a fresh database, an :class:`~dispatcher.engine.Engine` with three clusters that sent a
+One process: a fresh database, an :class:`~dispatcher.engine.loop.Engine` with three clusters that sent a
 heartbeat, and batches fed straight to ``Engine.handle`` as the e2e run brings them: Job claims (each
 batch also places them and queues their Place), then the agents' Accepted, a Status without
 ``startTime`` and a Status with it (the first two Reports of a Job usually arrive in one batch).
@@ -37,11 +37,11 @@ from sqlalchemy import event  # noqa: E402
 from bench.dispatch_bench import drop_postgres, fresh_postgres  # noqa: E402
 from bench.e2e_bench import job as e2e_job  # noqa: E402
 from dispatcher import db  # noqa: E402
-from dispatcher.batch import JobChange, ReportIn  # noqa: E402
 from dispatcher.db import queries as q  # noqa: E402
-from dispatcher.engine import Engine  # noqa: E402
-from dispatcher.jobcache import JobCache  # noqa: E402
-from dispatcher.kubewriter import KubeWriter  # noqa: E402
+from dispatcher.engine.batch import JobChange, ReportIn  # noqa: E402
+from dispatcher.engine.loop import Engine  # noqa: E402
+from dispatcher.intake.jobcache import JobCache  # noqa: E402
+from dispatcher.mirror.kubewriter import KubeWriter  # noqa: E402
 from dispatcher.settings import DispatcherSettings  # noqa: E402
 from federation import gctune, labels, messages, signing  # noqa: E402
 from federation.clock import SystemClock  # noqa: E402

@@ -2,7 +2,7 @@
 
 ``run(settings, stop=...)`` serves its probes at once, checks the schema (refusing to start on one
 that is behind, naming ``mkctl db upgrade``; a database that is not reachable yet is waited for, see
-:mod:`dispatcher.startup`), is elected, takes a fencing epoch, and runs these named tasks under one Supervisor
+:mod:`dispatcher.replica.startup`), is elected, takes a fencing epoch, and runs these named tasks under one Supervisor
 until ``stop`` is set: ``intake/<Kind>[/<namespace>]`` per JobKind, ``engine``, ``reports``,
 ``outbox``, ``kube-writer``, ``ticker``, ``cluster-keys`` and ``memory``. ``Dispatcher`` is the same thing as an object, for
 tests and the benchmark that want to look inside (engine counters, the writer's backlog).
@@ -18,20 +18,20 @@ from pathlib import Path
 from typing import Any
 
 from dispatcher import db
+from dispatcher.clusters.identity import OutboxSealing
+from dispatcher.clusters.leases import LeaseDesk
 from dispatcher.db.queries import list_clusters, list_placements, show_workload
-from dispatcher.engine import Engine, Tick
-from dispatcher.identity import OutboxSealing
-from dispatcher.intake import Intake
-from dispatcher.jobcache import JobCache
-from dispatcher.kubewriter import KubeWriter
-from dispatcher.leader import Leadership
-from dispatcher.leases import LeaseDesk
-from dispatcher.outbox import Publisher
-from dispatcher.podstreams import PodStreams
+from dispatcher.engine.loop import Engine, Tick
+from dispatcher.intake.jobcache import JobCache
+from dispatcher.intake.watch import Intake
+from dispatcher.mirror.kubewriter import KubeWriter
 from dispatcher.queueing.watcher import QueueWatcher
-from dispatcher.reports import ReportSubscriber
+from dispatcher.replica.leader import Leadership
+from dispatcher.replica.startup import Startup, Stopped, trim_memory
 from dispatcher.settings import DispatcherSettings
-from dispatcher.startup import Startup, Stopped, trim_memory
+from dispatcher.wire.outbox import Publisher
+from dispatcher.wire.podstreams import PodStreams
+from dispatcher.wire.reports import ReportSubscriber
 from federation.clock import Clock, SystemClock
 from federation.kinds.base import JobKind
 from federation.kinds.registry import KINDS
@@ -71,7 +71,7 @@ class Dispatcher:
         self._engine_sql: Any = None
         self.leadership: Leadership | None = None
         self.startup = Startup(self.clock, settings.outage_retry_max_seconds)
-        """The start-up steps, each waiting for the database; readiness reads it (dispatcher/startup.py)."""
+        """The start-up steps, each waiting for the database; readiness reads it (dispatcher/replica/startup.py)."""
         self._switch_interval = sys.getswitchinterval()
         self.side = SideWork(self.clock)
         """Faults of the side work (queue status, Events, handover records): /readyz and the metrics show them."""
@@ -201,7 +201,7 @@ class Dispatcher:
 
     async def _start(self, stop: asyncio.Event) -> bool:
         """The start-up steps that read the database, each waiting out an outage of any length
-        (dispatcher/startup.py); False when ``stop`` was set first."""
+        (dispatcher/replica/startup.py); False when ``stop`` was set first."""
         assert self.engine is not None and self.leadership is not None and self.intake is not None
         s, sessions, step = self.settings, self._sessions, self.startup.step
         engine, leadership = self.engine, self.leadership
@@ -221,7 +221,7 @@ class Dispatcher:
 
     async def run(self, stop: asyncio.Event) -> None:
         """Serve the probes at once; wait for the database and stand by until this replica is the
-        active one (dispatcher/leader.py), then take a fencing epoch, rebuild from the database and run
+        active one (dispatcher/replica/leader.py), then take a fencing epoch, rebuild from the database and run
         every task until ``stop``; a lost leadership is fatal (the process exits and comes back as a
         standby)."""
         assert self.engine is not None and self.leadership is not None

@@ -231,7 +231,7 @@ async def unclaimed(kube: Any, namespace: str, name: str) -> str | None:
     """Who manages a Job of the manager cluster that mkd did not claim; None: no such Job (or no client)."""
     if kube is None:
         return None
-    from dispatcher.unclaimed import explain
+    from dispatcher.intake.unclaimed import explain
 
     return await explain(kube, namespace, name)
 

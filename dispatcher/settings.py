@@ -209,7 +209,7 @@ class DispatcherSettings(BaseSettings):
     set aside and tried again with a backoff up to this cap; a newer change of the Job replaces it."""
 
     leader_poll_seconds: float = Field(default=1.0, gt=0)
-    """Active / standby on PostgreSQL (dispatcher/leader.py): how often a standby tries to take the
+    """Active / standby on PostgreSQL (dispatcher/replica/leader.py): how often a standby tries to take the
     leader lock and the active checks its session. A crashed active is replaced within about this long."""
 
     leader_idle_timeout_seconds: float = Field(default=10.0, gt=0)

@@ -187,9 +187,9 @@ def db_upgrade(database_url: DatabaseUrl = None,
 
 
 async def _upgrade_waiting(url: str, wait: float) -> None:
-    """The migrations, an outage of the database waited out for up to ``wait`` seconds (dispatcher/startup.py)."""
+    """The migrations, an outage of the database waited out for up to ``wait`` seconds (dispatcher/replica/startup.py)."""
     from dispatcher import db
-    from dispatcher.startup import Startup
+    from dispatcher.replica.startup import Startup
     from federation.clock import SystemClock
 
     startup = Startup(SystemClock(), 2.0)

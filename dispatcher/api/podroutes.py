@@ -1,5 +1,5 @@
 """``/api/v1/workloads/{ns}/{name}/pods`` and ``/logs``: a placed Job's pods, their Events and container logs,
-read on the worker cluster through its agent (``dispatcher.podstreams``).
+read on the worker cluster through its agent (``dispatcher.wire.podstreams``).
 
 Who may read is decided as if the pods were local: the manager cluster's SubjectAccessReview must allow
 ``list pods`` (pods, Events) or ``get pods/log`` (logs) in the Job's namespace. Errors say what to do: a Job
@@ -24,7 +24,7 @@ from dispatcher.api.auth import log_access, pods_access
 from dispatcher.api.routes import UserDep, allow, ctx_of
 from dispatcher.db import admin as dbadmin
 from dispatcher.db import models
-from dispatcher.podstreams import PodStreams, StreamError
+from dispatcher.wire.podstreams import PodStreams, StreamError
 from federation.messages import JobRef, PlacementKey
 from federation.podstream import Frame
 

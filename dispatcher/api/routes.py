@@ -3,7 +3,7 @@
 Reads answer with the read model's functions (:mod:`dispatcher.readmodel`, the same mkctl and the dashboard
 call) in a fresh read-only session (the engine's transactions are not disturbed) and, where the truth lives
 on the manager cluster, its client; filters are checked the way mkctl checks them, so ``state=bogus`` is a
-400 naming the states. Actions build an :class:`~dispatcher.adminactions.AdminAction`, queue it for
+400 naming the states. Actions build an :class:`~dispatcher.engine.adminactions.AdminAction`, queue it for
 the engine and answer once the engine's transaction committed (or 504 after ``action_timeout``).
 """
 
@@ -36,7 +36,7 @@ class ApiContext:
     ready_checks: dict[str, Any] = field(default_factory=dict)
     """name → callable returning None (ready) or a sentence saying what is missing."""
     streams: Any = None
-    """The log-stream broker (dispatcher.podstreams); None: pods and logs are not served."""
+    """The log-stream broker (dispatcher.wire.podstreams); None: pods and logs are not served."""
 
 
 def ctx_of(request: Request) -> ApiContext:
@@ -156,7 +156,7 @@ async def job_owner(request: Request, user: UserDep, namespace: str, name: str) 
     ctx = ctx_of(request)
     if ctx.kube is None:
         raise HTTPException(404, "this server has no manager cluster client")
-    from dispatcher.unclaimed import explain
+    from dispatcher.intake.unclaimed import explain
 
     message = await explain(ctx.kube, namespace, name)
     if message is None:
@@ -229,7 +229,7 @@ async def list_events(
 
 
 async def _act(request: Request, action: Any) -> m.ActionResult:
-    from dispatcher.adminactions import ActionRefused
+    from dispatcher.engine.adminactions import ActionRefused
 
     ctx = ctx_of(request)
     if ctx.engine is None:
@@ -256,7 +256,7 @@ async def _act(request: Request, action: Any) -> m.ActionResult:
 
 def _cluster_route(verb: str, doc: str) -> None:
     async def handler(request: Request, user: UserDep, name: str) -> m.ActionResult:
-        from dispatcher.adminactions import AdminAction
+        from dispatcher.engine.adminactions import AdminAction
 
         await allow(request, user, action_access(verb, "clusters", name))
         return await _act(request, AdminAction(verb, name, actor=user.name))  # type: ignore[arg-type]
@@ -268,7 +268,7 @@ def _cluster_route(verb: str, doc: str) -> None:
 def _workload_route(verb: str, doc: str) -> None:
     async def handler(request: Request, user: UserDep, namespace: str, name: str,
                       body: m.PinBody | None = None) -> m.ActionResult:
-        from dispatcher.adminactions import AdminAction
+        from dispatcher.engine.adminactions import AdminAction
 
         await allow(request, user, action_access(verb, "workloads", name, namespace))
         uid = await _find(request, namespace, name)

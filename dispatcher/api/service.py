@@ -13,8 +13,8 @@ from typing import Any
 
 from dispatcher.api import create_app, serve
 from dispatcher.api.auth import Authenticator
+from dispatcher.api.metrics import DispatcherMetrics
 from dispatcher.api.routes import ApiContext
-from dispatcher.metrics import DispatcherMetrics
 
 
 class HttpService:

@@ -446,7 +446,7 @@ async def active_placements(session: AsyncSession) -> list[Any]:
 
 async def settled(session: AsyncSession) -> list[Any]:
     """Workloads placed, running or ended by their worker Job, with their current placement: what a
-    restarted dispatcher checks its manager Jobs' conditions against (dispatcher/heal.py)."""
+    restarted dispatcher checks its manager Jobs' conditions against (dispatcher/engine/heal.py)."""
     result = await session.execute(
         sa.select(workloads.c.uid, workloads.c.kind, workloads.c.namespace, workloads.c.name, workloads.c.state,
                   workloads.c.cluster_queue, workloads.c.flavors,
@@ -462,7 +462,7 @@ async def refusals(session: AsyncSession, reasons: Mapping[str, tuple[str, Seque
     """Workloads mkd refused with the events recording the refusal, oldest first: ``reasons`` maps a final
     Workload state (rejected, failed) to how its ``reason`` column begins when mkd put it there and the
     event reasons of that refusal; what a restarted dispatcher checks its manager Jobs'
-    MultiClusterRejected against (dispatcher/heal.py). (A Workload failed by its worker Job is not read.)"""
+    MultiClusterRejected against (dispatcher/engine/heal.py). (A Workload failed by its worker Job is not read.)"""
     result = await session.execute(
         sa.select(workloads.c.uid, workloads.c.kind, workloads.c.namespace, workloads.c.name, workloads.c.state,
                   events.c.reason, events.c.message, events.c.at)
@@ -600,7 +600,7 @@ async def upsert_cluster(session: AsyncSession, row: Mapping[str, Any]) -> None:
     def build(pg: bool) -> Any:
         stmt = _insert(session, clusters).values({k: sa.bindparam(k, type_=clusters.c[k].type) for k in cols})
         set_ = {k: stmt.excluded[k] for k in cols if k != "name"}
-        if "lease_until" in cols:  # the lease desk (dispatcher/leases.py) may have written a later end
+        if "lease_until" in cols:  # the lease desk (dispatcher/clusters/leases.py) may have written a later end
             new, old = stmt.excluded.lease_until, clusters.c.lease_until
             set_["lease_until"] = sa.case((old.is_(None), new), (new.is_(None), old), (old < new, new), else_=old)
         return stmt.on_conflict_do_update(index_elements=["name"], set_=set_)

@@ -295,7 +295,7 @@ async def test_dashboard_deep_links_icon_and_namespaced_queues(admin_db: str) ->
 
 
 async def test_metrics_queue_label_is_namespace_and_name(admin_db: str) -> None:
-    from dispatcher.metrics import DispatcherMetrics
+    from dispatcher.api.metrics import DispatcherMetrics
 
     metrics = DispatcherMetrics()
     engine = db.make_engine(admin_db)

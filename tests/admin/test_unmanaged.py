@@ -65,7 +65,7 @@ async def test_the_only_dispatcher_taking_the_lock_is_no_warning(database_url: s
     import pytest
 
     from dispatcher import db
-    from dispatcher.leader import Leadership
+    from dispatcher.replica.leader import Leadership
     from federation.clock import SystemClock
     from tests.dispatcher.harness import settings as dispatcher_settings
 
@@ -75,7 +75,7 @@ async def test_the_only_dispatcher_taking_the_lock_is_no_warning(database_url: s
     engine = db.make_engine(database_url)
     try:
         first = Leadership(s, engine, SystemClock())
-        with caplog.at_level(logging.INFO, logger="dispatcher.leader"):
+        with caplog.at_level(logging.INFO, logger="dispatcher.replica.leader"):
             assert await first.acquire(asyncio.Event())
         said = [(r.levelno, r.getMessage()) for r in caplog.records if "active one" in r.getMessage()]
         assert said and all(level == logging.INFO for level, _ in said), said

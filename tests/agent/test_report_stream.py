@@ -381,7 +381,7 @@ def _of(uid: str, seq: int, phase: str) -> Status:
 
 async def test_an_accepted_followed_by_a_status_within_the_hold_goes_as_that_status_alone() -> None:
     """The Status says the copy exists (the dispatcher takes a Status of a placement still 'sent' as its
-    Accepted, dispatcher/answers.py): one Report instead of two. An Accepted no Status follows within the
+    Accepted, dispatcher/engine/answers.py): one Report instead of two. An Accepted no Status follows within the
     hold goes when the hold ends; nothing is lost."""
     clock = FakeClock()
     outbox, link = Outbox(accept_hold=0.3, clock=clock), RecordingLink()

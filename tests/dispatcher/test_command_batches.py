@@ -8,9 +8,9 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from dispatcher.identity import Identity
-from dispatcher.outbox import Publisher
+from dispatcher.clusters.identity import Identity
 from dispatcher.settings import DispatcherSettings
+from dispatcher.wire.outbox import Publisher
 from federation import messages, signing, topics
 from federation.clock import SystemClock
 from federation.kube import Kube

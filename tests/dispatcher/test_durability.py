@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from dispatcher import outbox
 from dispatcher.db import models as m
+from dispatcher.wire import outbox
 from federation import labels, messages
 from federation.kube import Kube
 from tests.conftest import postgres_available
@@ -24,7 +24,7 @@ async def accepted(db_url: str, n: int) -> bool:
 
 def placed_once(places: list[messages.Place], uids: set[str]) -> collections.Counter[str]:
     """Each Workload of ``uids`` reached the agent as one placement, attempt 1: every Place it got carries
-    the same (attempt, epoch, spec version). Delivery is at least once (dispatcher/outbox.py): a Place
+    the same (attempt, epoch, spec version). Delivery is at least once (dispatcher/wire/outbox.py): a Place
     whose row is not yet marked sent when its dispatcher stops (the PUBACK or the mark still pending while
     the agent's Accepted is already in) is published again by the next one, the very row with its ids, and
     the agent applies it once. Returns how many times each Workload's Place arrived."""

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from dispatcher.batch import Tick
 from dispatcher.db import models as m
+from dispatcher.engine.batch import Tick
 from federation import messages
 from federation.kube import Kube
 from tests import keys
@@ -222,8 +222,8 @@ async def test_the_engine_and_the_lease_desk_lock_cluster_rows_in_one_order(
     Both go by the cluster's name."""
     from datetime import UTC, datetime
 
-    from dispatcher.batch import ReportIn
     from dispatcher.db import queries as q
+    from dispatcher.engine.batch import ReportIn
 
     s = settings(manager, db_url, mqtt_url, topic_root)
     async with FakeAgent("worker-1", mqtt_url, topic_root) as one, \

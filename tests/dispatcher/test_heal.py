@@ -1,10 +1,10 @@
 """A restarted dispatcher writes again mkd's conditions that a killed one never wrote.
 
-The KubeWriter holds condition writes in memory (some wait to share a write, dispatcher/kubewriter.py);
+The KubeWriter holds condition writes in memory (some wait to share a write, dispatcher/mirror/kubewriter.py);
 a dispatcher killed (SIGKILL, a crash, a lost node) loses them, and nothing would write them again until
 the Job's next change: the manager Job went on showing e.g. MultiClusterPending while its Workload ran.
 A restarted dispatcher compares each listed Job with its Workload's state in SQL and writes the
-conditions that state implies where they are missing (dispatcher/heal.py).
+conditions that state implies where they are missing (dispatcher/engine/heal.py).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from dispatcher import heal
 from dispatcher.db import models as m
+from dispatcher.engine import heal
 from federation import labels, messages
 from federation.kube import EVENTS, Kube
 from tests.dispatcher.harness import PYTORCHJOBS, FakeAgent, eventually, pytorchjob, running, settings
@@ -103,8 +103,8 @@ def test_only_a_job_that_lacks_what_its_state_implies_is_written(row: Any, mask:
     from datetime import UTC, datetime
     from types import SimpleNamespace
 
-    from dispatcher.batch import Batch
-    from dispatcher.jobcache import JobCache
+    from dispatcher.engine.batch import Batch
+    from dispatcher.intake.jobcache import JobCache
     engine = SimpleNamespace(cache=JobCache())
     conds = heal.Healing._implied(engine, row, mask, Batch(now=datetime(2026, 1, 2, tzinfo=UTC)))  # type: ignore[arg-type]
     assert [c["type"] for c in conds if c.get("status") == "True"] == want

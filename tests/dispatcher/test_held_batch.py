@@ -18,9 +18,9 @@ from typing import Any
 import sqlalchemy.exc
 
 from dispatcher.app import Dispatcher
-from dispatcher.batch import JobChange, ReportIn, Tick
 from dispatcher.db import models as m
-from dispatcher.engine import Engine
+from dispatcher.engine.batch import JobChange, ReportIn, Tick
+from dispatcher.engine.loop import Engine
 from dispatcher.settings import DispatcherSettings
 from federation import messages
 from federation.clock import FakeClock

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from dispatcher.batch import ReportIn, Tick, engine_inbox
+from dispatcher.engine.batch import ReportIn, Tick, engine_inbox
 from federation.messages import Heartbeat, PlacementKey, Status
 
 NOW = datetime(2026, 11, 24, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""The engine's compressed cache of manager Jobs (dispatcher/jobcache.py) and the intake reading its header."""
+"""The engine's compressed cache of manager Jobs (dispatcher/intake/jobcache.py) and the intake reading its header."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import copy
 from types import SimpleNamespace
 from typing import Any
 
-from dispatcher import intake
-from dispatcher.jobcache import JobCache
-from dispatcher.kubewriter import KubeWriter
+from dispatcher.intake import watch as intake
+from dispatcher.intake.jobcache import JobCache
+from dispatcher.mirror.kubewriter import KubeWriter
 from federation import labels
 from federation.clock import SystemClock
 from federation.kinds.registry import by_name
@@ -44,7 +44,7 @@ def test_a_cached_job_reads_back_whole_as_a_fresh_copy() -> None:
 def test_the_kube_writers_status_is_kept_with_the_job_across_its_new_copies() -> None:
     """The status the kube writer wrote to a Job lives in the Job's own entry (no object per Job);
     a newer copy of the Job keeps it, as do the header's fields; forgetting it leaves the Job as it was."""
-    from dispatcher.jobcache import pack, unpack
+    from dispatcher.intake.jobcache import pack, unpack
 
     cache = JobCache()
     obj = job(generation=300)  # a generation of two varint bytes
@@ -186,7 +186,7 @@ def test_the_echo_of_the_kube_writers_own_status_write_is_told_from_the_line_und
     """``KubeWriter.echo_line`` (intake's informers' EchoCheck): the version the write's answer brought, with the
     Job's uid in the line, is the echo once; any other version, a line without the uid, a write whose answer
     came after its echo (``defer`` holds that one) or a Job forgotten is decoded as ever."""
-    from dispatcher.kubewriter import JobKey
+    from dispatcher.mirror.kubewriter import JobKey
 
     writer = KubeWriter(None, JobCache(), SystemClock())
     key = JobKey("u1", "PyTorchJob", "ns", "j1")
@@ -229,7 +229,7 @@ def test_packed_values_read_back_whatever_their_shape_and_jobs_of_a_kind_share_a
 
     import orjson
 
-    from dispatcher import jobcache
+    from dispatcher.intake import jobcache
 
     monkeypatch.setattr(jobcache, "_DICTIONARIES", [b""])
     monkeypatch.setattr(jobcache, "_BY_SHAPE", {})
@@ -272,7 +272,7 @@ def test_the_header_reads_back_any_generation_namespace_and_managed_by_also_past
 
 
 def test_put_takes_the_packed_job_as_is() -> None:
-    from dispatcher.batch import JobChange
+    from dispatcher.engine.batch import JobChange
     from federation.kinds.pytorch import PYTORCHJOB
 
     job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob",

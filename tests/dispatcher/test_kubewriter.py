@@ -10,8 +10,8 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dispatcher.jobcache import JobCache
-from dispatcher.kubewriter import JobKey, KubeWriter
+from dispatcher.intake.jobcache import JobCache
+from dispatcher.mirror.kubewriter import JobKey, KubeWriter
 from dispatcher.workload import condition, passing, removal, reset
 from federation import labels
 from federation.clock import Clock, FakeClock, SystemClock
@@ -427,7 +427,7 @@ async def test_an_accepted_that_comes_while_an_event_is_written_still_waits_for_
 
 async def test_the_conditions_given_are_never_changed_so_many_jobs_may_share_them(kube: Kube) -> None:
     """A placement pass gives the same condition dicts to every Workload waiting for the same reason
-    (dispatcher/rounds.py ``_shared``); the writer folds, resets and dates them into new dicts, never in place."""
+    (dispatcher/engine/rounds.py ``_shared``); the writer folds, resets and dates them into new dicts, never in place."""
     import copy
 
     key, writer, task = await job_and_writer(kube, "shared-a", workers=2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from dispatcher.freshrows import FreshRows
+from dispatcher.wire.freshrows import FreshRows
 from federation.kube import Kube
 from tests.dispatcher.harness import PYTORCHJOBS, FakeAgent, eventually, pytorchjob, running, settings
 
@@ -56,8 +56,8 @@ async def test_a_restarted_publisher_sends_its_predecessors_rows_before_its_own(
 
     from dispatcher import db
     from dispatcher.db import queries as q
-    from dispatcher.outbox import Publisher
     from dispatcher.settings import DispatcherSettings
+    from dispatcher.wire.outbox import Publisher
     from federation.clock import SystemClock
     from tests.dispatcher.test_command_batches import W1, Recording, delete
 
@@ -97,8 +97,8 @@ async def test_a_stopping_publisher_marks_what_the_broker_acknowledged_and_start
 
     from dispatcher import db
     from dispatcher.db import queries as q
-    from dispatcher.outbox import Publisher
     from dispatcher.settings import DispatcherSettings
+    from dispatcher.wire.outbox import Publisher
     from federation.clock import SystemClock
     from tests.dispatcher.test_command_batches import W1, Recording, delete
 
@@ -137,8 +137,8 @@ async def test_a_busy_publisher_looks_for_unsent_rows_in_the_database_once_per_p
 
     from dispatcher import db
     from dispatcher.db import queries as q
-    from dispatcher.outbox import Publisher
     from dispatcher.settings import DispatcherSettings
+    from dispatcher.wire.outbox import Publisher
     from federation.clock import FakeClock
     from tests.dispatcher.test_command_batches import W1, Recording, delete
 

@@ -129,7 +129,7 @@ def test_a_settled_heartbeat_drops_only_its_own_clusters_settled_reservations() 
     assert free() == {"w1": 100, "w2": 100 - 3}
 
 def test_a_pending_reason_whose_figures_alone_changed_is_not_rewritten_within_a_minute() -> None:
-    from dispatcher.engine import Engine
+    from dispatcher.engine.loop import Engine
 
     old = "needs 8 nvidia.com/gpu in one cluster; most free: worker-1 has 4"
     assert Engine._same_story("needs 8 nvidia.com/gpu in one cluster; most free: worker-1 has 6", old,

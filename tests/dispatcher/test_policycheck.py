@@ -5,8 +5,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from dispatcher.jobcache import JobCache
-from dispatcher.policycheck import PolicyGate
+from dispatcher.clusters.policycheck import PolicyGate
+from dispatcher.intake.jobcache import JobCache
 from federation import messages
 from federation.policy import PolicySettings
 from tests.dispatcher.harness import pytorchjob

@@ -9,11 +9,11 @@ import asyncio
 from types import SimpleNamespace
 from typing import Any
 
-from dispatcher.batch import ReportIn
-from dispatcher.identity import Identity
-from dispatcher.reports import ReportSubscriber
+from dispatcher.clusters.identity import Identity
+from dispatcher.engine.batch import ReportIn
 from dispatcher.settings import DispatcherSettings
-from dispatcher.streams import StreamBook
+from dispatcher.wire.reports import ReportSubscriber
+from dispatcher.wire.streams import StreamBook
 from federation import messages, signing, topics
 from federation.clock import SystemClock
 from federation.settings import SigningSettings

@@ -161,7 +161,7 @@ async def test_a_missing_database_at_start_says_how_to_create_it(manager: Path, 
 
 async def test_the_memory_task_returns_the_c_heaps_free_pages_every_period(monkeypatch: Any) -> None:
     """After a burst of claims glibc keeps the freed heap; the ``memory`` task trims it periodically."""
-    from dispatcher import startup
+    from dispatcher.replica import startup
 
     assert startup._malloc_trim() is not None  # this is a glibc system: the real one is found
     calls: list[int] = []
@@ -187,7 +187,7 @@ async def test_the_memory_task_trims_once_a_burst_has_drained(monkeypatch: Any) 
     """A burst of claims leaves its garbage in glibc's heap once the work it queued in memory (inbox,
     kube writer, unpublished Commands) has drained: trimmed within a poll of that, not up to 30 s later; not
     while the burst lasts, nor again while nothing happens."""
-    from dispatcher import startup
+    from dispatcher.replica import startup
 
     calls: list[int] = []
     monkeypatch.setattr(startup, "_malloc_trim", lambda: calls.append)
@@ -227,7 +227,7 @@ async def test_the_memory_task_trims_once_a_burst_has_drained(monkeypatch: Any) 
 async def test_the_memory_task_trims_when_the_rss_grew_while_little_waits(monkeypatch: Any) -> None:
     """A quiet dispatcher that knows 100,000 Workloads grew by ~35 MB of glibc's free memory within
     seconds at times; trimmed at the next look, not at the next period, and not while a burst's work waits."""
-    from dispatcher import startup
+    from dispatcher.replica import startup
 
     calls: list[int] = []
     clock, waiting, rss = FakeClock(), [0], [200 << 20]

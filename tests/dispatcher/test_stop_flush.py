@@ -1,7 +1,7 @@
 """A dispatcher told to stop writes what was waiting to share a write before it exits.
 
 The KubeWriter holds a condition or a passing worker status for a moment so that it shares one status
-write with what follows (dispatcher/kubewriter.py). A graceful stop (an upgrade, a failover) must not
+write with what follows (dispatcher/mirror/kubewriter.py). A graceful stop (an upgrade, a failover) must not
 drop what waits: nothing would write it again until the Job's next change, and the manager Job would
 go on showing an older state.
 """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dispatcher.streams import StreamBook
+from dispatcher.wire.streams import StreamBook
 
 
 def test_in_order_reordered_and_repeated_reports_are_no_loss() -> None:

@@ -51,7 +51,7 @@ needs_kubectl = pytest.mark.skipif(KUBECTL is None, reason="kubectl (with its bu
 # Granted on purpose although the demo run below never calls it, each with the path that does.
 UNUSED_ON_PURPOSE: dict[str, dict[tuple[str, str, str], str]] = {
     "dispatcher": {
-        ("get", "<job>", "<job>"): "dispatcher/unclaimed.py reads a Job whose claim is in doubt (created and "
+        ("get", "<job>", "<job>"): "dispatcher/intake/unclaimed.py reads a Job whose claim is in doubt (created and "
                                    "deleted before its claim was handled); tests/dispatcher cover that path",
         ("create", "", "events"): "Warning Events on invalid Jobs (tests/dispatcher/test_conditions.py); "
                                   "every sample is valid",

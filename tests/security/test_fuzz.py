@@ -16,10 +16,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dispatcher.identity import Identity
-from dispatcher.reports import ReportSubscriber
+from dispatcher.clusters.identity import Identity
 from dispatcher.settings import DispatcherSettings
-from dispatcher.streams import StreamBook
+from dispatcher.wire.reports import ReportSubscriber
+from dispatcher.wire.streams import StreamBook
 from federation import messages, topics
 from federation.clock import SystemClock
 from federation.settings import SigningSettings

@@ -15,8 +15,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from hypothesis import given
 from hypothesis import strategies as st
 
+from dispatcher.clusters.identity import Identity
 from dispatcher.db import models as m
-from dispatcher.identity import Identity
 from dispatcher.settings import DispatcherSettings
 from federation import messages, sealing, signing, topics
 from federation.kube import Kube

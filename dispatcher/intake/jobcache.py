@@ -3,7 +3,7 @@
 Every claimed Job is kept (its spec is what a Place carries, sent again after an Inventory), but it is read
 rarely: when the Job is placed or its Place is sent again, when a status write has no newer baseline, when a
 cluster's policy is checked for the first time. The watch event that only echoes mkd's own status write does
-not refresh it (``dispatcher.intake``): the kube writer keeps the status it wrote, so the cached status of a
+not refresh it (``dispatcher.intake.watch``): the kube writer keeps the status it wrote, so the cached status of a
 Job mkd has written to may be older than the manager's. A Job decoded from JSON is about 10 KiB of Python
 objects; compressed it is a tiny fraction of that (the dispatcher's RSS at 100,000 Workloads ≤ 300 MB). So
 each Job is held as compressed bytes next to a small header (:class:`Head`) with what is read on every watch

@@ -146,7 +146,7 @@ class Identity:
 
 
 class OutboxSealing:
-    """The outbox publisher's signing (``dispatcher.outbox.Sealing``): this identity, the engine's current
+    """The outbox publisher's signing (``dispatcher.wire.outbox.Sealing``): this identity, the engine's current
     epoch and its outbox ids (callables: both are set when the engine starts)."""
 
     def __init__(self, identity: Identity, *, epoch: Callable[[], int], fresh: Callable[[], int], root: str) -> None:

@@ -1,14 +1,14 @@
 """After a start, mkd's conditions on the manager Jobs are made to agree with the Workloads' states.
 
-The KubeWriter holds condition writes in memory, some on purpose for a moment (dispatcher/kubewriter.py); a
+The KubeWriter holds condition writes in memory, some on purpose for a moment (dispatcher/mirror/kubewriter.py); a
 dispatcher that is killed, crashes or loses its node loses them, and nothing would write them again until the
 Job's next change (for a Job whose status never changes again: never). So a started dispatcher is
 level-triggered for its own conditions: while intake's first list fills the Job cache,
 :meth:`Healing.note_listed` records which of mkd's conditions each claimed Job shows True (a small bit mask);
-once every kind is listed, intake queues one :class:`~dispatcher.batch.Heal` and the engine, in that batch's
+once every kind is listed, intake queues one :class:`~dispatcher.engine.batch.Heal` and the engine, in that batch's
 transaction, reads the placed / running / finished / failed Workloads with their current placement (one query)
 and, for each Job lacking what its state implies, queues that step's conditions again
-(:mod:`dispatcher.conditions`, as at the transition), with the messages and times SQL holds. A second query
+(:mod:`dispatcher.mirror.conditions`, as at the transition), with the messages and times SQL holds. A second query
 reads the Workloads mkd refused for good (rejected: an invalid Job, one started elsewhere, managedBy changed;
 failed: placement attempts used up) with the event rows that recorded the refusal: a Job not showing
 MultiClusterRejected=True gets the latest refusal's conditions and one Warning Event again, with that row's
@@ -25,12 +25,12 @@ from typing import Any, Literal
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dispatcher import conditions as jc
 from dispatcher import workload as wl
-from dispatcher.batch import Batch, job_key
-from dispatcher.core import EXHAUSTED, GAVE_UP, EngineCore, log
 from dispatcher.db import queries as q
+from dispatcher.engine.batch import Batch, job_key
+from dispatcher.engine.core import EXHAUSTED, GAVE_UP, EngineCore, log
 from dispatcher.handover.safety import REASON as STARTED_ELSEWHERE
+from dispatcher.mirror import conditions as jc
 from federation import labels
 from federation.kinds.registry import by_name
 
@@ -41,7 +41,7 @@ _BITS = {labels.CONDITION_DISPATCHED: DISPATCHED, labels.CONDITION_QUOTA_RESERVE
 REFUSALS = {"rejected": ("", ("InvalidJob", STARTED_ELSEWHERE, "ManagedByChanged")),
             "failed": (GAVE_UP, (EXHAUSTED,))}
 """Final Workload state -> how mkd's refusal text begins and the event reasons of the refusals that put a
-Workload there (dispatcher/core.py ``_reject`` and ``_requeue``, dispatcher/jobchanges.py); a Workload
+Workload there (dispatcher/engine/core.py ``_reject`` and ``_requeue``, dispatcher/engine/jobchanges.py); a Workload
 failed by its worker Job (reason Failed) is not read."""
 
 
@@ -59,7 +59,7 @@ class Healing(EngineCore):
 
     The worker status mirrored onto the Job is not SQL's to give (only its sequence number is stored): a
     status lost this way comes again from the agent, which a started dispatcher sends a Resync as soon as it
-    meets that agent's report stream part-way (``dispatcher.streams``), and which then reports every
+    meets that agent's report stream part-way (``dispatcher.wire.streams``), and which then reports every
     expected Job again (``force``), mirrored as at first.
     """
 

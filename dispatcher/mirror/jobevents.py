@@ -2,11 +2,11 @@
 
 ``kubectl describe`` on a manager Job shows where mkd put it and why it waits. After each batch's
 commit the engine hands its history rows here; the ones users act on become Events through the
-:class:`~dispatcher.kubewriter.KubeWriter` (serial per Job, after the conditions). ``pending`` rows
+:class:`~dispatcher.mirror.kubewriter.KubeWriter` (serial per Job, after the conditions). ``pending`` rows
 are written by the placement round only when the reason's story changes (not once per pass), so each
 becomes one Event; the same holds for the others, which happen once per decision. Rejections and
-give-ups already get their Warning Events where they are decided (``dispatcher.core``), and so does a
-preemption its Normal ``Preempted`` (as Kueue's; ``dispatcher.rounds``).
+give-ups already get their Warning Events where they are decided (``dispatcher.engine.core``), and so does a
+preemption its Normal ``Preempted`` (as Kueue's; ``dispatcher.engine.rounds``).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, Literal
 
-from dispatcher.batch import job_key
+from dispatcher.engine.batch import job_key
 
 EVENTS: Mapping[str, tuple[Literal["Normal", "Warning"], str]] = {
     "placed": ("Normal", "Placed"),
@@ -51,7 +51,7 @@ def announce(writer: Any, rows: Mapping[str, Mapping[str, Any]], history: Iterab
         uid = h.get("workload_uid")
         row = _row_of(str(uid), rows, jobs or {}) if uid and what is not None else None
         if what is None or row is None or (h.get("type") == "evicted" and h.get("reason") == "Preempted"):
-            continue  # a preemption has its Normal "Preempted" Event where it is decided (dispatcher.rounds)
+            continue  # a preemption has its Normal "Preempted" Event where it is decided (dispatcher.engine.rounds)
         type_, reason = what
         if h.get("type") == "pending" and h.get("reason"):
             reason = str(h["reason"])  # why it waits: NoFittingCluster, ...

@@ -17,15 +17,15 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from dispatcher.batch import ReportIn
 from dispatcher.db import mapped
 from dispatcher.db import queries as q
+from dispatcher.engine.batch import ReportIn
 from federation import messages, topics
 from federation.errors import DatabaseUnavailable, Transport
 from federation.retry import Backoff
 
 if TYPE_CHECKING:
-    from dispatcher.engine import Engine
+    from dispatcher.engine.loop import Engine
 
 log = logging.getLogger(__name__)
 

@@ -20,12 +20,12 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dispatcher import conditions as jc
-from dispatcher.batch import Batch, job_key
-from dispatcher.core import EngineCore, oversize_problem
+from dispatcher.clusters.policycheck import reason as policy_reason
 from dispatcher.db import queries as q
+from dispatcher.engine.batch import Batch, job_key
+from dispatcher.engine.core import EngineCore, oversize_problem
+from dispatcher.mirror import conditions as jc
 from dispatcher.placement import eligible
-from dispatcher.policycheck import reason as policy_reason
 from dispatcher.queueing.scheduler import Admission, Entry, Eviction
 from dispatcher.queueing.state import usage_to_json
 from federation import messages
@@ -57,7 +57,7 @@ class PlacementRound(EngineCore):
         qs = self.queueing
         if not qs.queues.entries:
             return
-        cordoned = frozenset(getattr(self, "cordoned", ()))  # admin cordons (dispatcher.adminactions)
+        cordoned = frozenset(getattr(self, "cordoned", ()))  # admin cordons (dispatcher.engine.adminactions)
         # and clusters heard but no longer registered: a Place is sealed to its cluster's key (federation.sealing)
         cordoned |= frozenset(name for name in self.book.heartbeats if name not in self.identity.keys)
         views = [v for v in self.book.views() if v.name not in cordoned]

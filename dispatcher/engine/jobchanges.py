@@ -14,13 +14,13 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dispatcher import conditions as jc
 from dispatcher import workload as wl
-from dispatcher.batch import Batch, JobChange, job_key
-from dispatcher.core import EDIT_REFUSED, SUSPENDED_REASON, EngineCore, unsendable_problem
 from dispatcher.db import queries as q
+from dispatcher.engine.batch import Batch, JobChange, job_key
+from dispatcher.engine.core import EDIT_REFUSED, SUSPENDED_REASON, EngineCore, unsendable_problem
 from dispatcher.handover.safety import REASON as STARTED_ELSEWHERE
 from dispatcher.handover.safety import started_elsewhere
+from dispatcher.mirror import conditions as jc
 from federation import labels, messages
 from federation.errors import Invalid, NotFound
 from federation.sealing import NoKey

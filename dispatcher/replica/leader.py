@@ -90,7 +90,7 @@ class Leadership:
     async def acquire(self, stop: asyncio.Event) -> bool:
         """Wait as a standby until this replica holds the lock (True) or ``stop`` is set (False).
         A database outage is raised (after dropping the session): the caller waits it out
-        (:mod:`dispatcher.startup`) and calls again."""
+        (:mod:`dispatcher.replica.startup`) and calls again."""
         if not self.enabled:
             return True
         while not stop.is_set():

@@ -4,10 +4,10 @@ One task per kind (and per namespace when ``namespaces`` is set). A kind whose C
 served yet is re-checked every ``kind_recheck_seconds`` and picked up when it appears. The first
 list after start-up fills the Job cache and turns Workloads whose Job vanished while the
 dispatcher was away into deletions (that first list is the informer's: one list at start); once every
-kind is listed, the listed Jobs' conditions are checked against their Workloads (dispatcher/heal.py). The
+kind is listed, the listed Jobs' conditions are checked against their Workloads (dispatcher/engine/heal.py). The
 informer's events are filtered here, without touching the database: a Job whose managedBy is not ``kueue.x-k8s.io/multikueue`` and
 that mkd never claimed is ignored (never written to; one that names a Kueue queue but has no managedBy gets a
-Warning Event saying so and how to fix it, ``dispatcher/unclaimed.py``); for a claimed Job only a new generation,
+Warning Event saying so and how to fix it, ``dispatcher/intake/unclaimed.py``); for a claimed Job only a new generation,
 a managedBy change, a deletion timestamp or the deletion itself are passed on — the MODIFIED
 events caused by mkd's own status writes are not, and those echoes (the resourceVersion the kube
 writer's write returned) do not even refresh the Job cache: the writer remembers what it wrote. When the
@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from dispatcher import workload as wl
-from dispatcher.engine import Engine, Heal, JobChange
+from dispatcher.engine.loop import Engine, Heal, JobChange
 from federation import labels
 from federation.clock import Clock
 from federation.errors import Temporary
@@ -109,7 +109,7 @@ class Intake:
         self._pending.discard((kind.name, namespace))
         if not self._pending and not self.ready.is_set():
             self.ready.set()
-            self.engine.inbox.put_nowait(Heal())  # the listed Jobs' conditions checked (dispatcher/heal.py)
+            self.engine.inbox.put_nowait(Heal())  # the listed Jobs' conditions checked (dispatcher/engine/heal.py)
 
     async def watch(self, kind: JobKind, namespace: str | None) -> None:
         res = resource_for(kind)  # type: ignore[arg-type]
@@ -160,7 +160,7 @@ class Intake:
     def _tell_unmanaged(self, kind: JobKind, obj: Mapping[str, Any]) -> None:
         """A Job that names a Kueue queue but no managedBy gets a Warning Event saying mkd leaves it alone and
         how to have it queued (once per Job and process; mkd writes nothing to the Job itself)."""
-        from dispatcher.unclaimed import NOT_MANAGED_REASON, queued_but_unmanaged
+        from dispatcher.intake.unclaimed import NOT_MANAGED_REASON, queued_but_unmanaged
 
         uid = wl.uid_of(obj)
         if uid in self._told or uid in self.engine.known:

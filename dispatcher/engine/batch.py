@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from dispatcher.jobcache import pack, unpack
-from dispatcher.kubewriter import JobKey
+from dispatcher.intake.jobcache import pack, unpack
+from dispatcher.mirror.kubewriter import JobKey
 from dispatcher.states import PlacementState, WorkloadState, member, transition
 from federation import messages
 from federation.kinds.base import JobKind
@@ -24,7 +24,7 @@ from federation.kinds.base import JobKind
 class JobChange:
     """A manager Job was added / changed (``deleted`` False) or is gone (True).
 
-    The Job waits in the inbox packed (compressed JSON, dispatcher/jobcache.py) and is decoded when
+    The Job waits in the inbox packed (compressed JSON, dispatcher/intake/jobcache.py) and is decoded when
     the engine first reads ``obj``: a restarted dispatcher's first list puts every Job of the manager
     in the inbox at once, 10 KiB of Python objects each when whole."""
 
@@ -45,7 +45,7 @@ class JobChange:
 
     @property
     def packed(self) -> bytes | None:
-        """The Job as :func:`~dispatcher.jobcache.pack` packed it, as intake saw it: what the Job cache
+        """The Job as :func:`~dispatcher.intake.jobcache.pack` packed it, as intake saw it: what the Job cache
         stores (``JobCache.put``), without packing it again."""
         return self._raw
 
@@ -66,7 +66,7 @@ class Tick:
 
 @dataclass(frozen=True)
 class ResyncDue:
-    """Reports from ``cluster`` may have been lost: send it a Resync (see ``dispatcher.streams``).
+    """Reports from ``cluster`` may have been lost: send it a Resync (see ``dispatcher.wire.streams``).
 
     ``lost`` False: only a stream met part-way (routine when this dispatcher starts or reconnects)."""
 
@@ -76,7 +76,7 @@ class ResyncDue:
 
 @dataclass(frozen=True)
 class Heal:
-    """Intake listed every kind after a start: write mkd's conditions the listed Jobs lack (dispatcher/heal.py)."""
+    """Intake listed every kind after a start: write mkd's conditions the listed Jobs lack (dispatcher/engine/heal.py)."""
 
 
 Item = JobChange | ReportIn | Tick | ResyncDue | Heal

@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from dispatcher.jobcache import JobCache, pack, unpack
+from dispatcher.intake.jobcache import JobCache, pack, unpack
 from dispatcher.workload import (
     IF_TRUE,
     MKD_CONDITIONS,
@@ -110,7 +110,7 @@ class KubeWriter:
         self._todo: dict[str, _Todo] = {}
         self._busy: set[str] = set()
         self._queue: asyncio.Queue[str] = asyncio.Queue()
-        # per Job, packed (dispatcher/jobcache.py: compressed JSON) and kept with the Job
+        # per Job, packed (dispatcher/intake/jobcache.py: compressed JSON) and kept with the Job
         # in the cache (``JobCache.set_written``): the status the manager Job has after the last write (mkd's
         # conditions and the worker's part are read from it)
         self._echoes: dict[str, str] = {}

@@ -1,7 +1,7 @@
 """The outbox publisher: drains unsent Command rows to MQTT, marking each sent after the broker's ack.
 
 Rows hold Commands unsigned (a Place already encrypted to its cluster); they are signed as they are published
-(``Sealing``, ``dispatcher.identity.OutboxSealing``). The rows taken together for one agent that opens batches
+(``Sealing``, ``dispatcher.clusters.identity.OutboxSealing``). The rows taken together for one agent that opens batches
 go as one message of Commands (``federation.messages.encode_commands``: one signature, one broker message); a
 Resync, and everything to an agent of an earlier version, goes alone.
 """
@@ -17,8 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dispatcher.db import mapped
 from dispatcher.db import queries as q
-from dispatcher.freshrows import FreshRows
 from dispatcher.settings import DispatcherSettings
+from dispatcher.wire.freshrows import FreshRows
 from federation import messages
 from federation.clock import Clock
 from federation.errors import DatabaseUnavailable, Transport

@@ -4,8 +4,8 @@
 cache, the capacity book, the fencing epoch, the outbox ids — and the few actions more than one
 part takes: queueing a Place / Delete / Resync Command, requeueing or rejecting a Workload, marking
 a placement accepted, loading rows into a batch and flushing the batch's updates. The parts
-(:mod:`dispatcher.jobchanges`, :mod:`dispatcher.answers`, :mod:`dispatcher.clusters`,
-:mod:`dispatcher.rounds`) build on it; :class:`dispatcher.engine.Engine` combines them and owns the loop.
+(:mod:`dispatcher.engine.jobchanges`, :mod:`dispatcher.engine.answers`, :mod:`dispatcher.clusters.health`,
+:mod:`dispatcher.engine.rounds`) build on it; :class:`dispatcher.engine.loop.Engine` combines them and owns the loop.
 """
 
 from __future__ import annotations
@@ -20,19 +20,19 @@ from typing import Any
 import orjson
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from dispatcher import conditions as jc
 from dispatcher import workload as wl
-from dispatcher.batch import Batch, Item, JobsOf, engine_inbox, job_key
+from dispatcher.clusters.identity import Identity
+from dispatcher.clusters.policycheck import PolicyGate
 from dispatcher.db import queries as q
-from dispatcher.freshrows import FreshRows
-from dispatcher.identity import Identity
-from dispatcher.jobcache import JobCache
-from dispatcher.kubewriter import KubeWriter
+from dispatcher.engine.batch import Batch, Item, JobsOf, engine_inbox, job_key
+from dispatcher.intake.jobcache import JobCache
+from dispatcher.mirror import conditions as jc
+from dispatcher.mirror.kubewriter import KubeWriter
 from dispatcher.placement import CapacityBook, Need
-from dispatcher.policycheck import PolicyGate
 from dispatcher.queueing.state import QueueingState
 from dispatcher.settings import DispatcherSettings
-from dispatcher.streams import StreamBook
+from dispatcher.wire.freshrows import FreshRows
+from dispatcher.wire.streams import StreamBook
 from federation import chunks, labels, messages, topics
 from federation.clock import Clock
 from federation.errors import Invalid
@@ -44,7 +44,7 @@ from federation.sealing import NoKey
 EXHAUSTED = "PlacementAttemptsExhausted"
 """The reason of a Workload mkd gave up placing (state failed), its event row and its Job's conditions."""
 GAVE_UP = "gave up after "
-"""How such a Workload's reason begins (what dispatcher/heal.py reads it by)."""
+"""How such a Workload's reason begins (what dispatcher/engine/heal.py reads it by)."""
 EDIT_REFUSED = "the latest edit was not sent"
 log = logging.getLogger("dispatcher.engine")  # the engine's parts log as the engine (one logger to tune)
 SUSPENDED_REASON = "suspended on the manager cluster; placed once resumed"
@@ -96,7 +96,7 @@ class EngineCore:
         self.clock = clock
         self.inbox: asyncio.Queue[Item] = engine_inbox()  # heartbeats first: their Leases must not wait
         self.cache = cache if cache is not None else JobCache()
-        """The claimed manager Jobs by uid, compressed (dispatcher/jobcache.py)."""
+        """The claimed manager Jobs by uid, compressed (dispatcher/intake/jobcache.py)."""
         self.known: dict[str, str] = {}
         self.needs: dict[str, Need] = {}
         self.book = CapacityBook(settle_seconds=settings.capacity_settle_seconds)
@@ -112,7 +112,7 @@ class EngineCore:
         self.outbox_wake = asyncio.Event()
         self.fresh = FreshRows(settings.outbox_memory_bytes)
         """Outbox rows committed by this engine, handed to the publisher in memory (it need not read
-        them back, within a byte budget: dispatcher/freshrows.py); the database copy is what survives a crash."""
+        them back, within a byte budget: dispatcher/wire/freshrows.py); the database copy is what survives a crash."""
         self.observers: list[Callable[[str, str], None]] = []
         self.stale_dropped = 0
         self.unanswered: dict[tuple[str, int], float] = {}
@@ -129,13 +129,13 @@ class EngineCore:
         was granted with it. Clusters silent since this dispatcher started are judged by it."""
         self.lease_until: dict[str, datetime] = {}
         self.leases_granted: dict[str, datetime] = {}
-        """Cluster -> ``sent_at`` of the last heartbeat the lease desk answered (dispatcher/leases.py)."""
+        """Cluster -> ``sent_at`` of the last heartbeat the lease desk answered (dispatcher/clusters/leases.py)."""
         """Cluster -> the latest end of any lease granted to its agent (recorded in SQL, across restarts)."""
         self._edit_retry: dict[tuple[str, int], float] = {}
         """Placements whose agent refused a later Command for now: (uid, attempt) -> when to send it again."""
         self.listed_shows: dict[str, int] = {}
         """uid -> which of mkd's conditions the claimed Job showed True when intake first listed it, until the
-        heal pass after a start reads it (dispatcher/heal.py)."""
+        heal pass after a start reads it (dispatcher/engine/heal.py)."""
         self.namespace_of: dict[str, str] = {}
         """uid → namespace of the known Workloads (a namespaced intake's start-up sync needs it)."""
         self.outage = Backoff(0.1, settings.outage_retry_max_seconds)
@@ -150,7 +150,7 @@ class EngineCore:
         """The capacity book's heartbeats (and when each came) as the last committed batch left them, kept
         when a batch fails: the try that commits must see the change each of its heartbeats brings."""
         self.shared_conditions: dict[tuple[Any, ...], jc.Conditions] = {}
-        """Condition lists given to the kube writer for many Jobs alike (dispatcher/rounds.py ``_shared``)."""
+        """Condition lists given to the kube writer for many Jobs alike (dispatcher/engine/rounds.py ``_shared``)."""
         self.queueing = QueueingState(starvation_seconds=settings.starvation_seconds,
                                       max_attempts_per_pass=settings.max_admissions_per_pass,
                                       fair_sharing=settings.fair_sharing.enable,
@@ -260,7 +260,7 @@ class EngineCore:
         body = messages.encode(cmd)
         if isinstance(cmd, messages.Place):  # manifests and env values: for the cluster's agent only
             body = self.identity.seal_place(cluster, topic, body)
-        row_id = self.outbox_ids.next()  # signed as published, alone or in a batch (dispatcher/outbox.py)
+        row_id = self.outbox_ids.next()  # signed as published, alone or in a batch (dispatcher/wire/outbox.py)
         b.outbox.append({"id": row_id, "cluster": cluster, "topic": topic, "payload": body, "workload_uid": uid,
                          "created_at": b.now})
 

@@ -16,11 +16,11 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dispatcher import conditions as jc
-from dispatcher.batch import Batch, job_key
-from dispatcher.core import EngineCore
 from dispatcher.db import queries as q
 from dispatcher.db.models import clusters, workloads
+from dispatcher.engine.batch import Batch, job_key
+from dispatcher.engine.core import EngineCore
+from dispatcher.mirror import conditions as jc
 
 log = logging.getLogger("dispatcher.engine")
 

@@ -4,7 +4,7 @@ Intake and the report subscriber put items into one inbox; the engine takes what
 ``batch_size``), decides everything in one transaction — claims, spec changes, deletions, accepted / rejected
 / status Reports, heartbeats, and a placement round — and only after the commit tells the world: it wakes the
 outbox publisher and hands condition, status and Event writes to the
-:class:`~dispatcher.kubewriter.KubeWriter`. One engine task owns the decisions, so the changes of one Job are
+:class:`~dispatcher.mirror.kubewriter.KubeWriter`. One engine task owns the decisions, so the changes of one Job are
 applied serially in arrival order; writes to the manager cluster run in parallel across Jobs. A batch that
 fails is retried from the database's state (the in-memory capacity book and claimed-uid set are rebuilt
 first); on the second failure its items are handled one by one so one bad item cannot block the rest.
@@ -18,39 +18,39 @@ import socket
 from collections.abc import Iterable
 from typing import Any
 
-from dispatcher import jobevents
 from dispatcher import workload as wl
-from dispatcher.adminactions import AdminAction, AdminActions
-from dispatcher.answers import Answers
-from dispatcher.batch import Batch, Heal, Item, JobChange, ReportIn, ResyncDue, Tick
-from dispatcher.clusters import ClusterHealth
+from dispatcher.clusters.health import ClusterHealth
 from dispatcher.db import mapped
 from dispatcher.db import queries as q
-from dispatcher.faults import FaultHandling
-from dispatcher.heal import Healing
-from dispatcher.jobchanges import JobChanges
-from dispatcher.rounds import PlacementRound
+from dispatcher.engine.adminactions import AdminAction, AdminActions
+from dispatcher.engine.answers import Answers
+from dispatcher.engine.batch import Batch, Heal, Item, JobChange, ReportIn, ResyncDue, Tick
+from dispatcher.engine.faults import FaultHandling
+from dispatcher.engine.heal import Healing
+from dispatcher.engine.jobchanges import JobChanges
+from dispatcher.engine.rounds import PlacementRound
+from dispatcher.mirror import jobevents
 from federation import messages
 from federation.errors import Temporary
 from federation.kinds.base import JobKind
 from federation.kinds.registry import KINDS
 
 __all__ = ["Engine", "Heal", "Item", "JobChange", "ReportIn", "ResyncDue", "Tick", "supported_kinds"]
-log = logging.getLogger(__name__)
+log = logging.getLogger("dispatcher.engine")
 
 
 class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, FaultHandling, Healing):
     """See the module docstring. ``observers`` are called with (event type, uid) after each commit.
 
-    The decisions live in parts, one module each, combined here: :mod:`dispatcher.jobchanges`
-    (claims, edits, deletions), :mod:`dispatcher.answers` (Reports), :mod:`dispatcher.clusters`
-    (heartbeats, lost clusters), :mod:`dispatcher.rounds` (the placement round), on the shared state
-    and actions of :mod:`dispatcher.core`; :mod:`dispatcher.batch` holds the inbox items and the batch.
+    The decisions live in parts, one module each, combined here: :mod:`dispatcher.engine.jobchanges`
+    (claims, edits, deletions), :mod:`dispatcher.engine.answers` (Reports), :mod:`dispatcher.clusters.health`
+    (heartbeats, lost clusters), :mod:`dispatcher.engine.rounds` (the placement round), on the shared state
+    and actions of :mod:`dispatcher.engine.core`; :mod:`dispatcher.engine.batch` holds the inbox items and the batch.
     New behaviour goes into the part it belongs to (or a new one), with a thin call from ``_handle``.
     """
 
     metrics: Any = None
-    """The dispatcher's :class:`~dispatcher.metrics.DispatcherMetrics`, when it serves them."""
+    """The dispatcher's :class:`~dispatcher.api.metrics.DispatcherMetrics`, when it serves them."""
 
     async def start(self) -> None:
         """Take a fencing epoch and rebuild the in-memory view from the database."""
@@ -90,7 +90,7 @@ class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, F
     async def handle(self, items: list[Item]) -> None:
         """Decide ``items``; returns once every one is decided or parked — none is ever dropped.
 
-        See :mod:`dispatcher.faults`: an outage holds the batch and retries it until the database
+        See :mod:`dispatcher.engine.faults`: an outage holds the batch and retries it until the database
         (or the manager's API) is back; a failure of the items themselves is narrowed down to the one
         item by halving the batch, and that item is recorded as an error and parked.
         """
@@ -182,7 +182,7 @@ class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, F
                     described[uid] = await self._describe(ch)
                     if len(described) % 50 == 0:
                         await asyncio.sleep(0)  # keep the loop (and the MQTT socket) responsive
-            for cluster in sorted(heartbeats):  # rows locked by name, as the lease desk does (dispatcher/leases.py)
+            for cluster in sorted(heartbeats):  # rows locked by name, as the lease desk does (dispatcher/clusters/leases.py)
                 await self._heartbeat(s, b, heartbeats[cluster])
             if tick:
                 await self._check_clusters(s, b)
@@ -195,7 +195,7 @@ class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, F
             await self._reports(s, b, reports)
             await self._admin(s, b, admin)
             await self._flush(s, b)
-            if heal:  # after this batch's changes, before its placement pass (dispatcher/heal.py)
+            if heal:  # after this batch's changes, before its placement pass (dispatcher/engine/heal.py)
                 await self._heal(s, b)
             if b.placement_due or tick or self._retry_due():
                 await self._place(s, b)
@@ -213,7 +213,7 @@ class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, F
             self.fresh.add(row["id"], row["topic"], row["payload"], b.place_keys.get(row["id"]))
         for fn in b.after:
             fn()
-        jobevents.announce(self.writer, b.w, b.events, self.cache)  # Events on the manager Jobs (dispatcher/jobevents.py)
+        jobevents.announce(self.writer, b.w, b.events, self.cache)  # Events on the manager Jobs (dispatcher/mirror/jobevents.py)
         if self.fresh:  # new Commands, or answers that freed the publisher's unanswered-Place budget
             self.outbox_wake.set()
         for type_, uid in b.notes:

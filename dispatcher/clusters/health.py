@@ -9,7 +9,7 @@ longer one granted earlier, plus ``lease_margin_seconds``), and then: the accept
 ``unaccepted_replace_seconds``. A silent cluster's unanswered Place is no different from its other
 Jobs: the agent may have applied it and its Accepted been lost as the link broke, so moving it
 before the lease is over could run it twice. A cluster that answers tells: a Rejected or a ``gone``
-Status (also the answer to a Delete) moves the Workload at once (:mod:`dispatcher.answers`), and an
+Status (also the answer to a Delete) moves the Workload at once (:mod:`dispatcher.engine.answers`), and an
 Inventory without the Job brings the Place again, to the cluster that was chosen.
 """
 
@@ -19,9 +19,9 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dispatcher.batch import Batch, ReportIn
-from dispatcher.core import EngineCore
 from dispatcher.db import queries as q
+from dispatcher.engine.batch import Batch, ReportIn
+from dispatcher.engine.core import EngineCore
 from federation import messages
 
 
@@ -38,7 +38,7 @@ class ClusterHealth(EngineCore):
         granted = self.leases_granted.get(hb.cluster)
         if hb.online and (granted is None or granted < hb.sent_at):
             # fencing: every heartbeat renews the agent's lease (worker_agent.lease); the lease desk
-            # (dispatcher/leases.py) claimed it when it came in unless the cluster has no lease yet
+            # (dispatcher/clusters/leases.py) claimed it when it came in unless the cluster has no lease yet
             self._queue(b, hb.cluster, "", messages.Lease(cluster=hb.cluster, epoch=self.epoch,
                                                           heartbeat_sent_at=hb.sent_at,
                                                           seconds=self.settings.lease_seconds, sent_at=b.now))
@@ -64,7 +64,7 @@ class ClusterHealth(EngineCore):
         timeout = timedelta(seconds=self.settings.heartbeat_timeout_seconds)
         # clusters heard since this dispatcher started, and those only the database knows (silent since)
         last = {**self.last_heartbeat, **self.book.received}
-        for name, received in sorted(last.items()):  # rows locked by name (see dispatcher/leases.py)
+        for name, received in sorted(last.items()):  # rows locked by name (see dispatcher/clusters/leases.py)
             if name not in self.lost and b.now - received > timeout:
                 self.lost[name] = b.now
                 b.event(None, "cluster_lost", cluster=name, reason="HeartbeatTimeout",

@@ -1,7 +1,7 @@
 """The outbox rows this engine committed, queued in memory for the publisher, within a byte budget.
 
 The engine commits Command rows and hands them to the publisher here, so the publisher need not read
-them back (:mod:`dispatcher.outbox`). A burst can commit far more Places than agents may take at once
+them back (:mod:`dispatcher.wire.outbox`). A burst can commit far more Places than agents may take at once
 (the unanswered-Place budget): at 100,000 Jobs claimed in a burst, tens of thousands of sealed Places
 would wait in memory. So a row keeps its Command bytes only while the bytes held stay within
 ``outbox_memory_bytes``; past that it waits as its id, topic and Place key alone, and the publisher

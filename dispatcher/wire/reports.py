@@ -2,8 +2,8 @@
 
 Subscribes to ``<root>/+/reports`` and ``<root>/+/presence`` on a persistent session (Reports
 sent while the dispatcher was away are delivered when it comes back) and follows each agent's
-numbered report stream (``dispatcher.streams``): Reports a broker dropped lead to a Resync. Every payload's seal is
-checked first (``dispatcher.identity``: a registered cluster's key, the clock window, no repeats); payloads are decoded with
+numbered report stream (``dispatcher.wire.streams``): Reports a broker dropped lead to a Resync. Every payload's seal is
+checked first (``dispatcher.clusters.identity``: a registered cluster's key, the clock window, no repeats); payloads are decoded with
 ``federation.messages``: a message holds one Report or a batch of them (``messages.Reports``: one seal
 and one decode for all, each Report then handled in order as if it came alone). A refused payload, or a
 Report whose cluster differs from the topic's, is logged and dropped (an agent may only speak for its own
@@ -15,8 +15,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from dispatcher.engine import Engine, ReportIn, ResyncDue
-from dispatcher.leases import LeaseDesk
+from dispatcher.clusters.leases import LeaseDesk
+from dispatcher.engine.loop import Engine, ReportIn, ResyncDue
 from dispatcher.settings import DispatcherSettings
 from federation import chunks, messages, topics
 from federation.clock import Clock
@@ -118,5 +118,5 @@ class ReportSubscriber:
             report = whole
         item = ReportIn(report, self.clock.now())
         if self.leases is not None and isinstance(report, messages.Heartbeat):
-            self.leases.offer(item)  # the Lease goes out without waiting for the engine (dispatcher/leases.py)
+            self.leases.offer(item)  # the Lease goes out without waiting for the engine (dispatcher/clusters/leases.py)
         self.engine.inbox.put_nowait(item)

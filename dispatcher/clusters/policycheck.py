@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from dispatcher.jobcache import Head, JobCache
+from dispatcher.intake.jobcache import Head, JobCache
 from federation import messages
 from federation.policy import Policy, describe
 

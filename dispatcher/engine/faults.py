@@ -7,9 +7,9 @@ import logging
 from dataclasses import dataclass
 
 from dispatcher import workload as wl
-from dispatcher.batch import Item, JobChange, ReportIn, job_key
-from dispatcher.core import EngineCore
 from dispatcher.db import queries as q
+from dispatcher.engine.batch import Item, JobChange, ReportIn, job_key
+from dispatcher.engine.core import EngineCore
 from federation import labels, messages
 from federation.retry import Backoff
 

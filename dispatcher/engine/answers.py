@@ -15,10 +15,10 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dispatcher import conditions as jc
-from dispatcher.batch import Batch, ReportIn, job_key
-from dispatcher.core import EngineCore
 from dispatcher.db import queries as q
+from dispatcher.engine.batch import Batch, ReportIn, job_key
+from dispatcher.engine.core import EngineCore
+from dispatcher.mirror import conditions as jc
 from federation import messages
 from federation.kinds.registry import by_name
 
