@@ -5,7 +5,8 @@
   with the official client directly, to prove the emulator speaks its dialect);
 * the dispatcher and the agent never import each other; federation imports neither;
 * production code (dispatcher, worker_agent, federation) never imports kubesim — tests, bench and
-  mkctl's demo may.
+  mkctl's demo may;
+* inside the dispatcher, each module imports only its own room and the layers below (``DISPATCHER_LAYERS``).
 """
 
 from __future__ import annotations
@@ -103,3 +104,119 @@ def test_a_violation_is_reported(source: str, rel: str, expected: str, tmp_path:
     target.write_text(source)
     monkeypatch.setattr(f"{__name__}.ROOT", tmp_path)
     assert any(expected in v for v in violations())
+
+
+# The dispatcher's layers, lowest first. A room is a module or a package (the longest name that prefixes a
+# module is its room). A module may import its own room and the rooms of lower layers, never a room of its
+# own layer (those are independent) nor one above. A new module belongs to a room here before it lands.
+DISPATCHER_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("dispatcher.states", "dispatcher.settings", "dispatcher.placement", "dispatcher.intake.jobcache",
+     "dispatcher.intake.unclaimed", "dispatcher.wire.freshrows", "dispatcher.wire.streams",
+     "dispatcher.handover.safety", "dispatcher.wire.podstreams"),
+    ("dispatcher.db", "dispatcher.workload"),
+    ("dispatcher.queueing", "dispatcher.mirror.conditions", "dispatcher.mirror.kubewriter",
+     "dispatcher.clusters.identity", "dispatcher.clusters.policycheck", "dispatcher.replica",
+     "dispatcher.wire.outbox"),
+    ("dispatcher.engine.batch", "dispatcher.handover.policy", "dispatcher.whatif"),
+    ("dispatcher.engine.core", "dispatcher.mirror.jobevents", "dispatcher.handover.book",
+     "dispatcher.handover.webhook"),
+    # the engine's parts: each decides one kind of inbox item, none imports another
+    ("dispatcher.engine.jobchanges", "dispatcher.engine.answers", "dispatcher.engine.rounds",
+     "dispatcher.engine.adminactions", "dispatcher.engine.heal", "dispatcher.engine.faults",
+     "dispatcher.clusters.health", "dispatcher.handover.queries"),
+    ("dispatcher.engine.loop",),
+    ("dispatcher.intake.watch", "dispatcher.clusters.leases", "dispatcher.readmodel"),
+    ("dispatcher.wire.reports", "dispatcher.api"),
+    ("dispatcher.handover.service",),
+    ("dispatcher.app",),
+)
+
+
+def dispatcher_modules(root: Path) -> dict[str, Path]:
+    """Every module of the dispatcher by name; a package's ``__init__`` only when it imports the dispatcher."""
+    found = {}
+    for path in sorted((root / "dispatcher").rglob("*.py")):
+        parts = path.relative_to(root).with_suffix("").parts
+        if parts[-1] == "__init__":
+            if not any(m.split(".")[0] == "dispatcher" for m, _ in imported_modules(path)):
+                continue
+            parts = parts[:-1]
+        found[".".join(parts)] = path
+    return found
+
+
+def dispatcher_imports(path: Path, modules: set[str], packages: set[str]) -> list[tuple[str, int]]:
+    """The dispatcher modules ``path`` imports (``from dispatcher.engine import core`` is engine.core)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    found: list[tuple[str, int]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.extend((a.name, node.lineno) for a in node.names if a.name.split(".")[0] == "dispatcher")
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                and node.module.split(".")[0] == "dispatcher":
+            subs = [f"{node.module}.{a.name}" for a in node.names]
+            named = [m for m in subs if m in modules or m in packages]
+            found.extend((m, node.lineno) for m in named)
+            if len(named) < len(subs):
+                found.append((node.module, node.lineno))
+    return found
+
+
+def room_of(module: str) -> tuple[int, str] | None:
+    best: tuple[int, str] | None = None
+    for level, rooms in enumerate(DISPATCHER_LAYERS):
+        for room in rooms:
+            if (module == room or module.startswith(room + ".")) and (best is None or len(room) > len(best[1])):
+                best = (level, room)
+    return best
+
+
+def layer_violations(root: Path) -> list[str]:
+    modules = dispatcher_modules(root)
+    packages = {".".join(p.relative_to(root).parts) for p in (root / "dispatcher").rglob("*") if p.is_dir()}
+    found = []
+    for module, path in modules.items():
+        mine = room_of(module)
+        if mine is None:
+            found.append(f"{module} belongs to no room: add it to DISPATCHER_LAYERS")
+            continue
+        rel = path.relative_to(root).as_posix()
+        for target, line in dispatcher_imports(path, set(modules), packages):
+            theirs = room_of(target)
+            if theirs is None or theirs[1] == mine[1] or target in ("dispatcher", mine[1]):
+                continue
+            if theirs[0] >= mine[0]:
+                where = "its own layer" if theirs[0] == mine[0] else "a higher layer"
+                found.append(f"{rel}:{line} imports {target}, a room of {where} ({mine[1]} may import only "
+                             "rooms below it)")
+    return found
+
+
+def test_the_dispatcher_imports_only_downwards() -> None:
+    assert layer_violations(ROOT) == []
+
+
+def test_every_room_of_the_layers_exists() -> None:
+    """Guards the guard: a room renamed or removed leaves no stale name in the layers."""
+    modules = dispatcher_modules(ROOT)
+    packages = {".".join(p.relative_to(ROOT).parts) for p in (ROOT / "dispatcher").rglob("*") if p.is_dir()}
+    for rooms in DISPATCHER_LAYERS:
+        for room in rooms:
+            assert room in modules or room in packages, room
+
+
+@pytest.mark.parametrize(("rel", "source", "expected"), [
+    ("dispatcher/engine/core.py", "from dispatcher.engine.loop import Engine\n",
+     "imports dispatcher.engine.loop, a room of a higher layer"),
+    ("dispatcher/engine/answers.py", "def f():\n    from dispatcher.engine import rounds\n",
+     "imports dispatcher.engine.rounds, a room of its own layer"),
+    ("dispatcher/newroom.py", "import dispatcher.states\n", "dispatcher.newroom belongs to no room"),
+])
+def test_a_layer_violation_is_reported(rel: str, source: str, expected: str, tmp_path: Path) -> None:
+    for name in ("engine/loop.py", "engine/rounds.py", "states.py"):
+        (tmp_path / "dispatcher" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "dispatcher" / name).write_text("")
+    (tmp_path / rel).write_text(source)
+    found = layer_violations(tmp_path)
+    assert any(expected in v for v in found), found
+    assert not any("engine/rounds.py" in v or "engine/loop.py" in v for v in found)
