@@ -174,7 +174,7 @@ def whatif(
     run_a = sim.simulate(jobs, cfg, progress=progress)
     rep_a = report.summarize(run_a)
     rep_a["sources"] = {"trace": where, "configuration": cfg.sources}
-    runs, titles = [run_a], ["current" if not config_paths else "configuration"]
+    runs, titles = [run_a], [" + ".join(Path(c).name for c in config_paths or []) or "live configuration"]
     if compare:
         other = wconfig.load(list(compare), cfg, overlay=True)
         run_b = sim.simulate(jobs, other, progress=progress)

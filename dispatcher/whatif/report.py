@@ -36,6 +36,10 @@ def _waits(values: list[float]) -> dict[str, Any]:
 
 
 def _q(v: Decimal, res: str) -> str:
+    """A quantity as Kubernetes writes it, an average rounded to what a reader compares (3 digits)."""
+    if v != v.to_integral_value():
+        v = v.quantize(Decimal(1)) if v >= 100 else v.quantize(Decimal("0.01")) if v >= 1 else v.quantize(
+            Decimal("0.001"))
     return format_quantity(v, res)
 
 
@@ -166,8 +170,9 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
                                  **{f"wait{k.upper()}": delta(qa["waitSeconds"][k], qb["waitSeconds"][k])
                                     for k in ("p50", "p95", "max")}}
             queues[kind][name] = row
-    order_a = {x["job"]: i for i, x in enumerate(a["admissionOrder"])}
-    moved = sum(1 for i, x in enumerate(b["admissionOrder"]) if order_a.get(x["job"]) != i)
+    first_a, first_b = _first_admissions(a), _first_admissions(b)
+    rank_a = {job: i for i, job in enumerate(first_a)}
+    moved = sum(1 for i, job in enumerate(first_b) if rank_a.get(job) != i)
     return {"a": {k: a[k] for k in ("jobs", "admitted", "finished", "makespanSeconds")} | {
                 "preemptions": a["preemptions"]["total"], "neverRan": len(a["neverRan"])},
             "b": {k: b[k] for k in ("jobs", "admitted", "finished", "makespanSeconds")} | {
@@ -176,6 +181,14 @@ def compare(a: Mapping[str, Any], b: Mapping[str, Any]) -> dict[str, Any]:
             "admissionsMoved": moved, **queues,
             "clusters": {name: {"a": a["clusters"].get(name), "b": b["clusters"].get(name)}
                          for name in sorted(set(a["clusters"]) | set(b["clusters"]))}}
+
+
+def _first_admissions(rep: Mapping[str, Any]) -> list[str]:
+    """Jobs in the order of their first admission (a preempted Job is admitted again later)."""
+    seen: dict[str, None] = {}
+    for x in rep["admissionOrder"]:
+        seen.setdefault(x["job"], None)
+    return list(seen)
 
 
 def _mark(change: float | None, unit: str = "s") -> str:
@@ -192,8 +205,8 @@ def compare_text(c: Mapping[str, Any], names: tuple[str, str] = ("A", "B")) -> s
              f"{a['preemptions']} preemptions, {a['neverRan']} never ran",
              f"{names[1]}: {b['admitted']}/{b['jobs']} admitted, makespan {_s(b['makespanSeconds'])}, "
              f"{b['preemptions']} preemptions, {b['neverRan']} never ran",
-             f"makespan {_mark(c['makespanChange'])}; {c['admissionsMoved']} admissions at another place in the "
-             "order", "", "▲ waits longer (or more) with B, ▼ less; = no change", ""]
+             f"makespan {_mark(c['makespanChange'])}; {c['admissionsMoved']} Jobs first admitted at another place in "
+             "the order", "", f"▲ waits longer in the second ({names[1]}), ▼ less; = no change", ""]
     for kind, title in (("clusterQueues", "CLUSTERQUEUE"), ("localQueues", "LOCALQUEUE")):
         rows = []
         for name, row in c[kind].items():

@@ -144,3 +144,19 @@ def test_plot_draws_both_configurations_into_one_png(tmp_path: Path) -> None:
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width = int.from_bytes(data[16:20], "big")
     assert width == 1400   # two columns of 7 inches at 100 dpi
+
+
+def test_the_readme_example_prints_what_the_readme_shows(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme[readme.index("    $ mkctl whatif"):]
+    block = block[:block.index("\n\n")]
+    command, _, shown = block.partition("\n        ")
+    args = (command.removeprefix("    $ mkctl ").rstrip("\\").split()
+            + shown.split("\n", 1)[0].split())
+    args[args.index("--plot") + 1] = str(tmp_path / "w.png")
+    out = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert out.exit_code == 0, out.output
+    lines = shown.split("\n")[1:]
+    assert len(lines) >= 4
+    for line in lines:
+        assert line.strip() in out.output, line
