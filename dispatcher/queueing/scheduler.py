@@ -519,9 +519,11 @@ class Queues:
                                ) -> None:
         """A head that needs preemption and found no victims keeps what it could use of its quota for the rest
         of the round when its ClusterQueue cannot always reclaim (``reclaimWithinCohort`` other than ``Any``),
-        so that Workloads after it in the round do not take it (Kueue's ``reserveCapacityForUnreclaimablePreempt``)."""
+        so that Workloads after it in the round do not take it (Kueue's ``reserveCapacityForUnreclaimablePreempt``);
+        a preemptor whose victims are leaving keeps it in any case."""
         pol = cq.preemption
-        if pol.reclaim_within_cohort == "Any" or cq.name not in self.tree.queues:
+        if (pol.reclaim_within_cohort == "Any" and not self._preempting(e, self._stamp)) \
+                or cq.name not in self.tree.queues:
             return
         fair = self.fair_sharing and cq.cohort is not None
         if not (self._within_nominal(e, cq) or pol.borrow_within_cohort == "LowerPriority"
@@ -642,9 +644,10 @@ class Queues:
         return e.preempting_since is not None and stamp - e.preempting_since < self.held.seconds
 
     def _first(self, e: Entry, stamp: float) -> bool:
-        """Tried before the rest of the round: a starving head (a preemptor keeps Kueue's order: it is its
-        queue's head, and what needs no borrowing goes first)."""
-        return self._starving(e, stamp)
+        """Tried before the rest of the round: a starving head, and a preemptor whose victims are leaving (its
+        room is its own: Kueue's ``PrioritizePreemptorWorkloads``), so no one it evicted, or anyone else,
+        takes that room first and makes it preempt again."""
+        return self._starving(e, stamp) or self._preempting(e, stamp)
 
     def _starving(self, e: Entry, stamp: float) -> bool:
         return e.set_aside_since is not None and stamp - e.set_aside_since >= self.starvation_seconds
