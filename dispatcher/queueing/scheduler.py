@@ -506,14 +506,38 @@ class Queues:
         return True
 
     def _would_borrow(self, e: Entry, cq: api.ClusterQueue | None) -> bool:
-        """Whether ``e``, which does not fit now, would borrow if it did (Kueue orders a head that does
-        not fit by that too)."""
+        """Whether ``e``, which does not fit now, would borrow if it were admitted: after the preemptions
+        Kueue would make for it, when it may preempt (Kueue orders a head that does not fit by that too)."""
         if cq is None or cq.name not in self.tree.queues:
             return False
         ideal = assign(cq, e.need, self._unused_tree(), self.catalog)
         if isinstance(ideal, str):
             return True
-        return any(self.tree.borrows(cq.name, fr, v) for fr, v in ideal.usage.items())
+        victims = [] if self.fair_sharing else self._kueue_victims(e, cq, ideal.usage)
+        for c in victims:
+            self.tree.remove(c.cq, c.usage)
+        try:
+            return any(self.tree.borrows(cq.name, fr, v) for fr, v in ideal.usage.items())
+        finally:
+            for c in victims:
+                self.tree.add(c.cq, c.usage)
+
+    def _kueue_victims(self, e: Entry, cq: api.ClusterQueue, usage: dict[FR, Decimal]) -> list[preemption.Candidate]:
+        """The victims Kueue's classical preemption would take for ``e`` now ([] when none or it may not)."""
+        pol = cq.preemption
+        if pol.within_cluster_queue == "Never" and pol.reclaim_within_cohort == "Never" \
+                and pol.borrow_within_cohort == "Never":
+            return []
+        if not (self._within_nominal(e, cq) or pol.borrow_within_cohort == "LowerPriority"):
+            return []
+        cands = [preemption.Candidate(a.uid, a.cq, a.priority, a.queued_at, a.admitted_at, a.cluster, a.usage)
+                 for a in self.admitted.values()]
+
+        def fits(borrowing: bool = True) -> bool:
+            got = assign(cq, e.need, self.tree, self.catalog)
+            return isinstance(got, Assignment) and (borrowing or not got.borrows)
+        found = preemption.classical(preemption.Preemptor(cq, e.priority, e.queued_at, usage), cands, self.tree, fits)
+        return [c for c, _ in found or []]
 
     def _reserve_unreclaimable(self, e: Entry, cq: api.ClusterQueue, reserved: list[tuple[str, dict[FR, Decimal]]]
                                ) -> None:
