@@ -1,24 +1,21 @@
 """mkd's scheduler decides as Kueue v0.19.2 did on recorded seeded streams: same admissions, same victims.
-
 ``kueue_v0192_streams.json`` holds what Kueue v0.19.2's own scheduler decided (its ``pkg/scheduler`` over
 its cache and queue manager, on a fake clock with controller-runtime's fake client, as Kueue's scheduler
 tests drive it, with its ``PrioritizePreemptorWorkloads`` feature gate on, which mkd follows; an evicted
-Workload's quota released and the Workload requeued at once, as Kueue's controllers do) on the cohort
-of ``streams.issue_objects``: A (4 cpu, ``withinClusterQueue:
-LowerPriority``, ``reclaimWithinCohort: Any``), B (2 cpu, ``borrowingLimit: 2``), C (2 cpu,
-``lendingLimit: 0``); classical, with fair sharing (weights 1), and with A's ``borrowWithinCohort:
-LowerPriority`` up to priority mid. Each stream is ``streams.random_stream(seed)``: 40 Jobs of 1 or 2 cpu
-to random queues with priorities low 10, mid 100, high 1000, 1.2 s apart, then the earliest admitted
-(then by name) running Job deleted every 6 s. The seed and the Jobs are in the file. Kueue orders
-Workloads admitted at the same time by uid; the recording gave later Jobs smaller uids, the order mkd
-gives them (the most recently queued first).
-
-mkd runs the same stream through its pure scheduler with one worker cluster that has room for
-everything, running passes at each event until they change nothing (as Kueue runs cycles until no head
-is left). Where mkd must differ because it places on clusters — among the victim sets Kueue's order
-allows it prefers one whose room is on one cluster where the preemptor fits (``preemption.choose``) —
-one cluster never triggers it; ``test_preemption.py::test_victims_on_one_cluster_are_preferred`` shows
-the rule.
+Workload's quota released and the Workload requeued at once, as Kueue's controllers do) on the cohort of
+``streams.issue_objects``: A (4 cpu, ``withinClusterQueue: LowerPriority``, ``reclaimWithinCohort: Any``),
+B (2 cpu, ``borrowingLimit: 2``), C (2 cpu, ``lendingLimit: 0``); classical, with fair sharing (weights 1),
+and with A's ``borrowWithinCohort: LowerPriority`` up to priority mid. Each stream is
+``streams.random_stream(seed)``: 40 Jobs of 1 or 2 cpu to random queues with priorities low 10, mid 100,
+high 1000, 1.2 s apart, then the earliest admitted (then by name) running Job deleted every 6 s; the seed
+and the Jobs are in the file. Kueue orders Workloads admitted at the same time by uid; the recording gave
+later Jobs smaller uids, the order mkd gives them (the most recently queued first). mkd runs the same
+stream through its pure scheduler with one worker cluster that has room for everything, running passes at
+each event until they change nothing (as Kueue runs cycles until no head is left). Where mkd must differ
+because it places on clusters (among the victim sets Kueue's order allows it prefers one whose room is on
+one cluster where the preemptor fits: ``preemption.choose``), one cluster never triggers it;
+``test_kueue_order.py::test_among_equal_candidates_the_victim_is_on_the_cluster_where_the_preemptor_runs``
+shows the rule.
 """
 
 from __future__ import annotations
