@@ -125,7 +125,7 @@ workloads = sa.Table(
     sa.Column("labels", sa.JSON(), nullable=False, server_default="{}"),
     sa.Column("pinned", sa.String(63), nullable=True),
     sa.Column("queued_at", UtcDateTime(), nullable=True),
-    # Queue time: the Job's creationTimestamp (or its eviction time; NULL: created_at); order is
+    # Queue time: the Job's creationTimestamp (kept when it is preempted; NULL: created_at); order is
     # priority, this, queue_seq.
     sa.Column("queue_seq", sa.BigInteger(), nullable=False, server_default="0"),
     # Claim order: breaks ties within one second of creationTimestamp (never the uid).

@@ -2,8 +2,8 @@
 
 A stream is Jobs submitted at given times to LocalQueues of a set of Kueue objects, and deletions of
 running Jobs (the earliest admitted first) at given times. :func:`drive` runs a pass at every event and
-every ``tick`` seconds between them; an evicted Workload goes back to its queue with the eviction time as
-its queue time, as the engine requeues it. The trace lists each admission and eviction in order.
+every ``tick`` seconds between them (or, ``tick`` None, passes at each event until they change nothing); an
+evicted Workload goes back to its queue at its old place, as the engine requeues it. The trace lists each admission and eviction in order.
 """
 
 from __future__ import annotations

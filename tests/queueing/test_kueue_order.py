@@ -44,10 +44,10 @@ def submit(q: Queues, e: Entry, pin: str | None = None) -> None:
 
 
 def run(q: Queues, clusters: list, t: float) -> tuple[list[str], list[tuple[str, str]]]:
-    """One pass at ``t``; an evicted Workload goes back to its queue with the eviction time, as the engine does."""
+    """One pass at ``t``; an evicted Workload goes back to its queue at its old place, as the engine does."""
     r = q.schedule(clusters, now=at(t), timeout=1e9)  # type: ignore[arg-type]
     for v in r.evicted:
-        q.add(replace(SUBMITTED[v.uid], queued_at=at(t).timestamp()))  # type: ignore[attr-defined]
+        q.add(replace(SUBMITTED[v.uid]))
     return [a.entry.name for a in r.admitted], [(v.uid.removeprefix("uid-"), v.reason) for v in r.evicted]
 
 
