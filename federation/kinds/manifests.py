@@ -2,7 +2,7 @@
 
 Each generated part sits between two comment lines in its file, ``# BEGIN generated: <block> (mkctl kinds
 --update)`` and ``# END generated: <block>``; :func:`render` writes every block from
-:data:`~federation.kinds.registry.KINDS` (the dispatcher's and the agent's RBAC for the kinds, the handover
+:data:`~federation.kinds.registry.KINDS` (the dispatcher's, the agent's and the fencer's RBAC for the kinds, the handover
 webhook's rules, the managedBy-immutable admission policies, the HandoverPolicy kinds enum) and
 :func:`stale` names the files whose blocks differ from what the registry says. Nothing here talks to a
 cluster.
@@ -104,6 +104,20 @@ def _versions(group: str, members: Sequence[JobKind]) -> list[str]:
     return sorted({k.version for k in members}) if group in BUILTIN_GROUPS else ["*"]
 
 
+def fencer_read_rules(kinds: Sequence[JobKind]) -> list[str]:
+    lines = ["# The fencer lists the placed Jobs of every kind."]
+    for group, members in _groups(kinds).items():
+        _rule(lines, group, [k.plural for k in members], ["list"])
+    return lines
+
+
+def fencer_write_rules(kinds: Sequence[JobKind]) -> list[str]:
+    lines = ["# It suspends them with a merge patch."]
+    for group, members in _groups(kinds).items():
+        _rule(lines, group, [k.plural for k in members], ["patch"])
+    return lines
+
+
 def webhook_rules(kinds: Sequence[JobKind]) -> list[str]:
     lines: list[str] = []
     for group, members in _groups(kinds).items():
@@ -170,6 +184,8 @@ BLOCKS = (
     Block("deploy/manager/dispatcher.yaml", "dispatcher-kinds", dispatcher_rules),
     Block("deploy/worker/agent.yaml", "agent-kinds-read", agent_read_rules),
     Block("deploy/worker/agent.yaml", "agent-kinds-write", agent_write_rules),
+    Block("deploy/worker/fencer.yaml", "fencer-kinds-read", fencer_read_rules),
+    Block("deploy/worker/fencer.yaml", "fencer-kinds-write", fencer_write_rules),
     Block("deploy/components/handover-webhook/webhook.yaml", "webhook-kinds", webhook_rules),
     Block("deploy/admission/managedby-immutable.yaml", "managedby-immutable", admission_policies),
     Block("dispatcher/handover/crds/handoverpolicies.handover.mkd.dev.yaml", "handover-kinds", kinds_enum),

@@ -10,6 +10,8 @@ from federation.kinds.jobset import JOBSET
 from federation.kinds.mpijob import MPIJOB
 from federation.kinds.paddle import PADDLEJOB
 from federation.kinds.pytorch import PYTORCHJOB
+from federation.kinds.raycluster import RAYCLUSTER
+from federation.kinds.rayjob import RAYJOB
 from federation.kinds.tfjob import TFJOB
 from federation.kinds.trainjob import TRAINJOB
 from federation.kinds.xgboost import XGBOOSTJOB
@@ -24,6 +26,8 @@ KINDS: tuple[JobKind, ...] = (
     TRAINJOB,
     BATCH_JOB,
     JOBSET,
+    RAYJOB,
+    RAYCLUSTER,
 )
 
 _BY_NAME = {kind.name: kind for kind in KINDS}

@@ -1,4 +1,4 @@
-"""kubesim's simulated cluster components: scheduler, kubelet, Job and TTL-after-finished controllers.
+"""kubesim's simulated cluster components: scheduler, kubelet, Job and TTL-after-finished controllers, KubeRay.
 
 ``start(store, spec, loop)`` wires them to one cluster's ``Store`` (call it on the cluster's loop thread);
 they react to committed changes through ``Store.subscribe``, never write from inside the callback (work is
@@ -12,14 +12,16 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from kubesim.sim import kuberay
 from kubesim.sim.common import StoreLike, log
 from kubesim.sim.jobs import JobController
 from kubesim.sim.kubelet import Kubelet
+from kubesim.sim.kuberay import KubeRay
 from kubesim.sim.scheduler import Scheduler
 
 __all__ = ["Simulation", "start"]
 
-RESOURCES = frozenset({"pods", "nodes", "jobs.batch"})
+RESOURCES = frozenset({"pods", "nodes", "jobs.batch", *kuberay.RESOURCES})
 """What the simulated components react to (``Simulation._dispatch``); other commits are not parsed for them."""
 
 
@@ -33,6 +35,7 @@ class Simulation:
         self.scheduler = Scheduler(store, loop, int(getattr(spec, "seed", 0)))
         self.kubelet = Kubelet(store, loop, self.scheduler, getattr(spec, "kubelet", None))
         self.jobs = JobController(store, loop)
+        self.kuberay = KubeRay(store, loop)
         self._unsubscribe: Callable[[], None] | None = None
         self.stopped = False
 
@@ -40,7 +43,7 @@ class Simulation:
         # Subscribing and replaying what the store already holds happen in one loop step, so no
         # change falls between them. Nodes first (capacity), then Jobs (owners), then pods.
         self._unsubscribe = self.store.subscribe(self._on_change, RESOURCES)
-        for res in ("nodes", "jobs.batch", "pods"):
+        for res in ("nodes", "jobs.batch", "pods", *sorted(kuberay.RESOURCES)):
             try:
                 objects = self.store.list(res)
             except Exception as exc:
@@ -64,10 +67,14 @@ class Simulation:
             self.scheduler.on_pod(event, obj)
             self.kubelet.on_pod(event, obj)
             self.jobs.on_pod(event, obj)
+            self.kuberay.on_change(event, res, obj)
         elif res == "nodes":
             self.scheduler.on_node(event, obj)
         elif res == "jobs.batch":
             self.jobs.on_job(event, obj)
+            self.kuberay.on_change(event, res, obj)
+        elif res in kuberay.RESOURCES:
+            self.kuberay.on_change(event, res, obj)
 
     async def stop(self) -> None:
         self.stopped = True
@@ -77,6 +84,7 @@ class Simulation:
         self.scheduler.stop()
         self.kubelet.stop()
         self.jobs.stop()
+        self.kuberay.stop()
 
 
 def start(store: StoreLike, spec: Any, loop: asyncio.AbstractEventLoop) -> Simulation:

@@ -32,7 +32,7 @@ def decide(policies: list[hp.Policy], name: str = "job", namespace: str = "team-
     ({"mode": "Migrate"}, "spec.mode"),
     ({"mode": "Route", "percent": 101}, "spec.percent"),
     ({"mode": "Route", "percent": "10%"}, "spec.percent"),
-    ({"mode": "Route", "kinds": ["PyTorchJob", "RayJob"]}, "spec.kinds[1]"),
+    ({"mode": "Route", "kinds": ["PyTorchJob", "SparkApplication"]}, "spec.kinds[1]"),
     ({"mode": "Route", "namespaceSelector": {"matchExpressions": [{"key": "a", "operator": "Has"}]}},
      "spec.namespaceSelector.matchExpressions[0].operator"),
     ({"mode": "Route", "jobSelector": {"matchExpressions": [{"key": "a", "operator": "In"}]}},

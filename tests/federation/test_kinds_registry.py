@@ -43,6 +43,8 @@ EXPECTED = {
     ),
     "Job": ("batch/v1", "jobs", labels.BATCH_JOB_CONTROLLER, ("spec", "managedBy")),
     "JobSet": ("jobset.x-k8s.io/v1alpha2", "jobsets", labels.JOBSET_CONTROLLER, ("spec", "managedBy")),
+    "RayJob": ("ray.io/v1", "rayjobs", "ray.io/kuberay-operator", ("spec", "managedBy")),
+    "RayCluster": ("ray.io/v1", "rayclusters", "ray.io/kuberay-operator", ("spec", "managedBy")),
 }
 
 
@@ -111,7 +113,11 @@ def test_crds_cover_every_custom_kind_and_the_runtimes() -> None:
         node = schema
         for key in kind.managed_by_path:
             node = node[key] if key == "spec" else node["properties"][key]
-        assert set(node["enum"]) == {kind.controller, labels.MULTIKUEUE}
+        if "enum" in node:
+            assert set(node["enum"]) == {kind.controller, labels.MULTIKUEUE}
+        else:  # KubeRay states the allowed values as a CEL rule
+            rules = [v["rule"] for v in node["x-kubernetes-validations"]]
+            assert f"self in ['{kind.controller}', '{labels.MULTIKUEUE}']" in rules
     assert crds["ClusterTrainingRuntime"]["spec"]["scope"] == "Cluster"
     assert crds["TrainingRuntime"]["spec"]["scope"] == "Namespaced"
     columns = {c["name"] for c in crds["PyTorchJob"]["spec"]["versions"][0]["additionalPrinterColumns"]}
