@@ -388,7 +388,8 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
         problems += await show_logs(console, top, LOGS_JOB)
         if opts.keep_running:
             shown = next((s.key for s in examples.samples if s.expect == "Untouched"), examples.samples[0].key)
-            await keep_running(console, top, shown)
+            keys = [s.key for s in examples.samples if s.expect == "Succeeded"]
+            await keep_running(console, top, shown, LOGS_JOB if LOGS_JOB in keys else next(iter(keys), None))
     return problems
 
 
@@ -498,14 +499,16 @@ async def show_logs(console: Console, top: Topology, job: str) -> list[str]:
     return []
 
 
-def server_hints(api_url: str, token: str, job: str) -> list[str]:
+def server_hints(api_url: str, token: str, job: str, logs_job: str | None = LOGS_JOB) -> list[str]:
     """What to try against the running dispatcher's API (printed by ``--keep-running``); ``job`` is the
-    ``namespace/name`` of the Job ``workloads show`` shows."""
+    ``namespace/name`` of the Job ``workloads show`` shows, ``logs_job`` that of a Job that ran, whose pods
+    and log the hints show (None: no such Job in this run)."""
     mkctl = mkctl_command()
     where = f"--server {api_url} --token {shlex.quote(token)}"
+    logs = (f"pods {logs_job}", f"logs {logs_job} -f") if logs_job else ()
     return [f"{mkctl} {cmd} {where}" for cmd in (
-        "workloads list", f"workloads show {job}", f"pods {LOGS_JOB}", f"logs {LOGS_JOB} -f",
-        "clusters cordon worker-1", "clusters drain worker-2", "events -w")]
+        "workloads list", f"workloads show {job}", *logs, "clusters cordon worker-1", "clusters drain worker-2",
+        "events -w")]
 
 
 def inspect_hints(database_url: str, job: str) -> list[str]:
@@ -518,8 +521,8 @@ def inspect_hints(database_url: str, job: str) -> list[str]:
         "clusters list", "events")]
 
 
-async def keep_running(console: Console, top: Topology, job: str) -> None:
-    print_running(console, {**top.describe(), "job": job})
+async def keep_running(console: Console, top: Topology, job: str, logs_job: str | None) -> None:
+    print_running(console, {**top.describe(), "job": job, "logs_job": logs_job})
     stop = asyncio.Event()
     from federation.tasks import install_signal_handlers
 
@@ -548,7 +551,8 @@ def print_running(console: Console, info: Mapping[str, Any]) -> None:
         console.print(f"  {info['dashboard_url']}", markup=False, highlight=False)
         console.print(f"  token: {info['api_token']}", markup=False, highlight=False)
         console.print("the API, with the same token (also: /metrics, /openapi.json, /healthz, /readyz):", markup=False)
-        for cmd in server_hints(info["api_url"], info["api_token"], info.get("job", "default/other-controller")):
+        for cmd in server_hints(info["api_url"], info["api_token"], info.get("job", "default/other-controller"),
+                                info.get("logs_job", LOGS_JOB)):
             console.print(f"  {cmd}", markup=False, highlight=False)
     if info.get("handover_webhook"):
         console.print("\n[bold]handover webhook[/] (namespaces labelled handover.mkd.dev/enabled=true; the guide in "

@@ -200,7 +200,8 @@ async def test_what_the_demo_suggests_runs_as_printed(demo: tuple[Topology, Shel
 
     top, _ = demo
     out = StringIO()
-    print_running(Console(file=out, width=1000, force_terminal=False), {**top.describe(), "job": "team-a/low-1"})
+    print_running(Console(file=out, width=1000, force_terminal=False),
+                  {**top.describe(), "job": "team-a/low-1", "logs_job": "team-b/borrower"})
     printed = [line.strip() for line in out.getvalue().splitlines()]
     mkctl = mkctl_command()
     shown = [line for line in printed if line.startswith((f"{mkctl} ", "kubectl ", "export "))]
@@ -210,10 +211,18 @@ async def test_what_the_demo_suggests_runs_as_printed(demo: tuple[Topology, Shel
     shell = Shell(Path.cwd(), "\n".join(exports))  # where the demo ran: mkctl is spelled from there
     commands = [line for line in shown if not line.startswith("export ")]
     assert len(commands) >= 10 and any("--server" in c for c in commands), printed
+    pods = next(c for c in commands if " pods team-b/borrower " in c)
+
+    async def placed() -> bool | NotYet:  # the demo prints these once its jobs reached their end
+        proc = await asyncio.create_subprocess_exec("bash", "-c", pods, cwd=Path.cwd(), env=shell.env,
+                                                    stdout=asyncio.subprocess.DEVNULL,
+                                                    stderr=asyncio.subprocess.DEVNULL)
+        return True if await proc.wait() == 0 else NotYet("team-b/borrower has no pods yet")
+    await wait_for(placed, "team-b/borrower placed", top=top, within=60, every=1.0)
     for command in commands:
-        if "-w" in command.split():  # a watch: it prints, then runs until ^C
+        if {"-w", "-f"} & set(command.split()):  # a watch, a log followed: it prints, then runs until ^C
             out_text, _ = await shell.run(f"timeout 5 {command} || [ $? = 124 ]")
-            assert out_text.strip(), command
+            assert out_text.strip() or "-f" in command.split(), command  # this sample's pods print nothing
             continue
         await shell.run(command)
     _, err = await shell.run("mkctl handover status")  # the PATH line puts mkctl (and kubectl-mkd) there
@@ -232,7 +241,7 @@ async def test_the_readmes_commands_run_against_the_demo(tmp_path: Path, mqtt_ur
 
     shown = sorted({c.text for c in all_commands() if (c.block or c.text.startswith("kubectl mkd ")) and (
         (words := shlex.split(c.text))[0] in ("mkctl", ".venv/bin/mkctl", "kubectl") and len(words) > 1
-        and words[1] in READ_VERBS and not re.search(r"\b[A-Z]{2,}\b|…|<|--server", c.text))})
+        and words[1] in READ_VERBS and not re.search(r"\b[A-Z]{2,}\b|…|\.\.\.|<|--server", c.text))})
     assert {".venv/bin/mkctl why default/too-large", "kubectl mkd why default/too-large"} <= set(shown), shown
     bin_dir = Path(sys.executable).parent
     (tmp_path / ".venv").mkdir()
