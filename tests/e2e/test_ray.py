@@ -1,17 +1,19 @@
-"""A RayJob end to end: claimed, queued by its PodSets as Kueue counts them, placed, created on a worker
-without managedBy (the worker's KubeRay, kubesim's stand-in here, runs it), its status mirrored onto the
-manager object, and the copy deleted from the worker when the manager's RayJob is deleted."""
+"""RayJob and RayCluster end to end: claimed, queued by their PodSets as Kueue counts them, placed, created on
+a worker without managedBy (the worker's KubeRay, kubesim's stand-in here, runs them), their status mirrored
+onto the manager object, and the copy deleted from the worker when the manager's object is deleted."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from federation import labels
+from federation.kinds.raycluster import RAYCLUSTER
 from federation.kinds.rayjob import RAYJOB
 from federation.kube import resource_for
 from mkctl import jobs
@@ -70,3 +72,39 @@ async def test_a_rayjob_is_queued_placed_run_by_kuberay_mirrored_and_deleted(fed
         return True if sample.name not in names else NotYet(f"still on {cluster}: {names}")
 
     await wait_for(copy_removed, f"the RayJob's copy removed from {cluster}", top=federation)
+
+
+async def test_a_raycluster_is_placed_its_readiness_mirrored_and_its_copy_deleted(federation: Topology) -> None:
+    """A RayCluster never finishes (it holds its quota until deleted): mkd places it, KubeRay's status (state
+    ready, the worker counts) shows on the manager's object, and deleting it there removes the copy."""
+    pod = {"metadata": {"annotations": {"kubesim.mkd.dev/run-forever": "true"}},
+           "spec": {"containers": [{"name": "ray", "image": "docker.io/rayproject/ray:2.46.0",
+                                    "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}}}]}}
+    manifest = {"apiVersion": "ray.io/v1", "kind": "RayCluster",
+                "metadata": {"name": "ray-serve", "namespace": "team-a"},
+                "spec": {"managedBy": labels.MULTIKUEUE, "headGroupSpec": {"rayStartParams": {}, "template": pod},
+                         "workerGroupSpecs": [{"groupName": "gpu-less", "replicas": 1, "numOfHosts": 2,
+                                               "template": pod}]}}
+    sample = jobs.Sample(manifest, Path(__file__), "Succeeded")
+    await submit(federation, jobs.Examples(samples=[sample], namespaces={sample.namespace}))
+    res = resource_for(RAYCLUSTER)
+
+    async def ready() -> dict[str, Any] | NotYet:
+        job = await read_job(federation.manager, sample)
+        status = (job or {}).get("status") or {}
+        return job if job and status.get("state") == "ready" else NotYet(str(status))
+
+    job = await wait_for(ready, "the RayCluster ready on its worker, mirrored", within=90, top=federation)
+    assert (job["status"]["desiredWorkerReplicas"], job["status"]["availableWorkerReplicas"]) == (2, 2)
+    assert RAYCLUSTER.finished(job) is None
+    cluster = jobs.cluster_from(jobs.condition(job, labels.CONDITION_DISPATCHED))
+    shown = await asyncio.to_thread(workload_json, federation.database_url, sample.key)
+    assert [(p["name"], p["count"]) for p in shown["podsets"]] == [("head", 1), ("gpu-less", 2)]
+    await federation.manager.delete(res, sample.name, sample.namespace)
+    worker = federation.kubes[cluster]
+
+    async def copy_removed() -> bool | NotYet:
+        names = [j["metadata"]["name"] for j in (await worker.list(res, sample.namespace)).items]
+        return True if sample.name not in names else NotYet(f"still on {cluster}: {names}")
+
+    await wait_for(copy_removed, f"the RayCluster's copy removed from {cluster}", top=federation)
