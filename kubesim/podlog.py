@@ -160,10 +160,12 @@ async def serve_pod_log(store: Any, logs: LogBook | None, request: Request, name
     log = logs.get(cid, container) if logs is not None else None
     resp = StreamResponse({"Content-Type": "text/plain"})
     await resp.prepare(request)
-    if log is not None:
-        await _stream(request, resp, log, opts)
-    with contextlib.suppress(ConnectionError):
+    try:
+        if log is not None:
+            await _stream(request, resp, log, opts)
         await resp.write_eof()
+    except ConnectionError:
+        pass  # the client left: nothing more to write
     return resp
 
 

@@ -303,6 +303,9 @@ class Answerer:
         default = ((pod.get("metadata") or {}).get("annotations") or {}).get("kubectl.kubernetes.io/default-container")
         return pod, default if default in containers else containers[0]
 
+    async def _ended(self, namespace: str, pod: str, container: str) -> bool:
+        return await _container_ended(self.kube, namespace, pod, container)
+
     async def _stream(self, cmd: Ask, namespace: str, pod: Mapping[str, Any], container: str, send: Any) -> str:
         query = [("container", container)]
         for key, value in (("previous", cmd.previous), ("timestamps", cmd.timestamps), ("follow", cmd.follow)):
@@ -322,7 +325,8 @@ class Answerer:
                 try:
                     chunk = await asyncio.wait_for(anext(reader), cmd.idle_seconds)
                 except StopAsyncIteration:
-                    chunk, reason = b"", "completed"
+                    ended = not cmd.follow or await self._ended(namespace, name, container)
+                    chunk, reason = b"", "completed" if ended else "stopped"
                 except TimeoutError:
                     chunk, reason = b"", "idle"
                 else:
@@ -349,6 +353,21 @@ class Answerer:
             close = getattr(reader, "aclose", None)
             if close is not None:
                 await close()
+
+
+async def _container_ended(kube: Kube, namespace: str, pod: str, container: str) -> bool:
+    """Whether a followed log ended because its container did (not because the connection closed)."""
+    try:
+        got = await kube.get(PODS, pod, namespace)
+    except NotFound:
+        return True
+    except FederationError:
+        return False
+    status = got.get("status") or {}
+    for cs in list(status.get("containerStatuses") or ()) + list(status.get("initContainerStatuses") or ()):
+        if cs.get("name") == container:
+            return "running" not in (cs.get("state") or {})
+    return True
 
 
 def _owned_by(obj: Mapping[str, Any], owners: set[str]) -> bool:

@@ -32,6 +32,12 @@ router = APIRouter(prefix="/api/v1")
 
 LIVE = ("sent", "accepted", "running", "suspended", "finished", "failed")
 """Placement states whose copy may still be on its cluster."""
+ENDINGS = {
+    "idle": "\nmkd: no new line for {idle}s: the follow ended (follow again to go on)\n",
+    "stopped": "\nmkd: the agent of cluster {cluster} ended the stream (it is stopping or restarting); "
+               "follow again in a moment\n",
+}
+"""What a stream's reader is told when it ended for another reason than the container's end."""
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 
@@ -154,6 +160,9 @@ async def get_logs(
             async for frame in frames:
                 if frame.data:
                     yield frame.data
+                if frame.kind == "end" and frame.fields.get("reason") in ENDINGS:
+                    yield ENDINGS[str(frame.fields["reason"])].format(cluster=where.cluster,
+                                                                     idle=f"{ask.idle_seconds:g}").encode()
         except StreamError as exc:
             yield f"\nmkd: {exc.message}\n".encode()
         finally:

@@ -167,3 +167,56 @@ async def test_rbac_on_the_manager_decides_who_reads_pods_and_logs(federation: T
         assert reader.status_code == 200
         assert (await api.get(f"/api/v1/workloads/{NS}/guarded/pods", headers=as_user("tok-nobody"))
                 ).status_code == 401
+
+
+@pytest.fixture
+async def limited(tmp_path: Any, mqtt_url: str, database_url: str, topic_root: str) -> Any:
+    """The demo's federation with tight log limits: one stream per user, a follow idles out after 2 s."""
+    from mkctl.topology import TopologyOptions
+
+    options = TopologyOptions(state_dir=tmp_path / "state", mqtt_url=mqtt_url, database_url=database_url,
+                              topic_root=topic_root, heartbeat_seconds=1.0, heartbeat_timeout_seconds=3.0,
+                              origin="mkd-e2e", dispatcher_overrides={"log_streams_per_user": 1,
+                                                                      "log_follow_idle_seconds": 2.0})
+    async with Topology(options) as top:
+        yield top
+        top.check_running()
+
+
+async def test_limits_a_reader_leaving_idling_and_a_stopped_agent(limited: Topology) -> None:
+    api = await setup(limited)
+    async with api:
+        await limited.manager.create(JOBS, job("long", run="120", log="tick", interval="0.2"), NS)
+        await limited.manager.create(JOBS, job("quiet", run="120", log="only line"), NS)
+        cluster = (await running(limited, api, "long"))["cluster"]
+        await running(limited, api, "quiet")
+        async with api.stream("GET", f"/api/v1/workloads/{NS}/long/logs", params={"follow": "true"}) as held:
+            assert held.status_code == 200
+            chunks = held.aiter_bytes()
+            await anext(chunks)
+            busy = await api.get(f"/api/v1/workloads/{NS}/quiet/logs")
+            assert busy.status_code == 429 and "has 1 streams open" in busy.json()["detail"]["message"], busy.text
+            await anext(chunks)  # still streaming
+        # the reader left: its stream is closed on the dispatcher and the agent told to stop
+
+        async def free() -> httpx.Response | NotYet:
+            got = await api.get(f"/api/v1/workloads/{NS}/quiet/logs")
+            return got if got.status_code == 200 else NotYet(f"{got.status_code} {got.text}")
+        assert (await wait_for(free, "a stream free again", top=limited, within=15)).text == "only line\n"
+
+        began = time.monotonic()
+        idled = await api.get(f"/api/v1/workloads/{NS}/quiet/logs", params={"follow": "true"})
+        assert idled.status_code == 200 and time.monotonic() - began < 15
+        assert idled.text.startswith("only line\n") and "no new line for 2s: the follow ended" in idled.text
+
+        text, stopped = b"", False
+        async with api.stream("GET", f"/api/v1/workloads/{NS}/long/logs", params={"follow": "true"}) as followed:
+            async for chunk in followed.aiter_bytes():
+                text += chunk
+                if not stopped and text.count(b"tick") >= 3:
+                    stopped = True
+                    await limited.stop_agent(cluster)
+        assert f"mkd: the agent of cluster {cluster} ended the stream".encode() in text \
+            or f"mkd: cluster {cluster} went offline".encode() in text, text[-300:]
+        offline = await api.get(f"/api/v1/workloads/{NS}/long/logs")
+        assert offline.status_code in (503, 504), offline.text
