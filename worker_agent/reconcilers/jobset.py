@@ -21,6 +21,7 @@ from typing import Any
 
 from federation import labels as mkd_labels
 from federation.kinds.batchjob import job_pod_count
+from federation.kinds.jobset import JOBSET
 from federation.kube import JOBS, SERVICES, Resource
 from worker_agent.reconcilers.base import Observed, Plan, Reconciler
 from worker_agent.reconcilers.conditions import parse_time
@@ -74,7 +75,7 @@ def subdomain(js: Mapping[str, Any]) -> str:
 class JobSetReconciler(Reconciler):
     """Reconciler for ``jobset.x-k8s.io/v1alpha2`` JobSet."""
 
-    kind = "JobSet"
+    kind = JOBSET.name
     children: tuple[Resource, ...] = (JOBS, SERVICES)
 
     def child_selector(self, job: Mapping[str, Any]) -> str:

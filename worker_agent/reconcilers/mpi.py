@@ -17,6 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from federation import labels as mkd_labels
+from federation.kinds.mpijob import MPIJOB
 from federation.kube import CONFIGMAPS, JOBS, PODS, SECRETS, SERVICES, Resource
 from worker_agent.reconcilers import mpi_support as mpi
 from worker_agent.reconcilers.base import Observed, Plan, Reconciler
@@ -60,7 +61,7 @@ class _Blocked(Exception):
 class MPIJobReconciler(Reconciler):
     """Reconciler for ``kubeflow.org/v2beta1`` MPIJob."""
 
-    kind = "MPIJob"
+    kind = MPIJOB.name
     children: tuple[Resource, ...] = (SERVICES, CONFIGMAPS, SECRETS, PODS, JOBS)
 
     def __init__(self, cluster_domain: str = "") -> None:

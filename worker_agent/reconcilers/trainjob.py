@@ -25,6 +25,7 @@ import yaml
 
 from federation import labels as mkd_labels
 from federation.errors import FederationError, NotFound
+from federation.kinds.trainjob import TRAINJOB
 from federation.kube import CONFIGMAPS, SECRETS, Resource
 from worker_agent.reconcilers.base import KubeReader, Observed, Plan, Reconciler
 from worker_agent.reconcilers.conditions import parse_time, rfc3339
@@ -87,7 +88,7 @@ def _is_true(conditions: list[dict[str, Any]], ctype: str) -> bool:
 class TrainJobReconciler(Reconciler):
     """Reconciler for ``trainer.kubeflow.org/v1alpha1`` TrainJob."""
 
-    kind = "TrainJob"
+    kind = TRAINJOB.name
     children: tuple[Resource, ...] = (JOBSETS, CONFIGMAPS, SECRETS)
 
     def child_selector(self, job: Mapping[str, Any]) -> str:
