@@ -1,8 +1,8 @@
 """What-if inputs from the live system: a trace from the dispatcher's database, the configuration in use.
 
 :func:`trace_from_history` reads the Workloads claimed since a time (arrival: queue time; PodSets; the
-WorkloadPriorityClass label; an admin's pin) and their run time from the placements (start to end of the
-last attempt that finished; a Job still running counts what it ran so far, one never started the median
+WorkloadPriorityClass label; an admin's pin) and their run time from the placements (from the admission to
+the end of the last attempt that finished, the time it held its quota and room; a Job still running counts what it ran so far, one never started the median
 of the others, both marked ``runEstimated``). :func:`live_clusters` reads the clusters the agents reported
 (labels, nodes with their allocatable, cordoned); :func:`live_queue_objects` lists the Kueue objects,
 PriorityClasses and Namespaces from the manager cluster. Query functions take a session and never commit.
@@ -54,7 +54,7 @@ async def trace_from_history(s: AsyncSession, since: datetime | None = None, *,
                                            p.c.finished_at, p.c.attempt)
                                  .where(p.c.workload_uid.in_(part)).order_by(p.c.workload_uid, p.c.attempt))
         for pr in placed:
-            began = _utc(pr.accepted_at) or _utc(pr.created_at)
+            began = _utc(pr.created_at)   # admitted: from then on it held its quota and its room
             ended = _utc(pr.finished_at)
             if began is None:
                 continue

@@ -97,9 +97,9 @@ async def _fill(url: str) -> None:
                 _workload("c", "team-a", 2, "1", "pending", cluster=None)])
             await conn.execute(sa.insert(m.placements), [
                 {"workload_uid": "uid-a", "attempt": 1, "cluster": "w1", "epoch": 1, "state": "finished",
-                 "created_at": T0, "accepted_at": T0 + timedelta(seconds=1), "finished_at": T0 + timedelta(seconds=31)},
+                 "created_at": T0, "accepted_at": T0 + timedelta(seconds=1), "finished_at": T0 + timedelta(seconds=30)},
                 {"workload_uid": "uid-b", "attempt": 1, "cluster": "w1", "epoch": 1, "state": "finished",
-                 "created_at": T0, "accepted_at": T0 + timedelta(seconds=1), "finished_at": T0 + timedelta(seconds=11)}])
+                 "created_at": T0, "accepted_at": T0 + timedelta(seconds=1), "finished_at": T0 + timedelta(seconds=10)}])
             await conn.execute(sa.insert(m.clusters), [{
                 "name": "w1", "labels": {"zone": "a"}, "kinds": ["PyTorchJob"], "online": True, "updated_at": T0,
                 "capacity": {"allocatable": {"cpu": "4"}, "free": {"cpu": "4"}, "largest_node_free": {"cpu": "2"},
