@@ -11,9 +11,8 @@ first with the objects it gives replaced. The replay is :mod:`dispatcher.whatif.
 
 from __future__ import annotations
 
-import re
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -22,6 +21,7 @@ import typer
 
 from dispatcher.whatif import config as wconfig
 from dispatcher.whatif import report, sim, trace
+from dispatcher.whatif.service import parse_since
 from federation.errors import Invalid
 from mkctl.admin import Kubeconfig
 from mkctl.errors import CommandFailed
@@ -30,26 +30,9 @@ from mkctl.services import DatabaseUrl, database_url_from
 whatif_app = typer.Typer(help="Replay a workload against other quotas, priorities and clusters before changing them.",
                          invoke_without_command=True)
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)([smhdw])$")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
 Since = Annotated[str | None, typer.Option(
     "--since", show_default=False,
     help="With the history: only Jobs queued within this long (7d, 12h, 30m) or since this time (RFC 3339).")]
-
-
-def parse_since(text: str | None, now: datetime | None = None) -> datetime | None:
-    if not text:
-        return None
-    m = _DURATION.match(text.strip())
-    if m:
-        return (now or datetime.now(UTC)) - timedelta(seconds=float(m.group(1)) * _UNITS[m.group(2)])
-    try:
-        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise Invalid("--since", f"{text!r} is neither a duration nor a time",
-                      fix="write 7d, 12h, 30m or 2026-01-01T00:00:00Z") from None
-    return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 
 def _history(database_url: str | None, since: datetime | None) -> list[trace.TraceJob]:

@@ -18,6 +18,7 @@ from fastapi.responses import PlainTextResponse, Response
 
 from dispatcher.api.podroutes import router as pod_router
 from dispatcher.api.routes import ApiContext, router
+from dispatcher.api.whatifroutes import router as whatif_router
 from federation.httpserve import serve
 
 __all__ = ["ApiContext", "create_app", "serve"]
@@ -31,6 +32,7 @@ def create_app(ctx: ApiContext, metrics: Any = None) -> FastAPI:
     app.state.metrics = metrics
     app.include_router(router)
     app.include_router(pod_router)
+    app.include_router(whatif_router)
 
     @app.get("/healthz", response_class=PlainTextResponse, include_in_schema=False)
     async def healthz() -> str:
