@@ -62,6 +62,48 @@ LIVE_JS = """
 })();
 """
 
+LOGS_JS = """
+(function(){
+  var box=document.getElementById('pods-logs'); if(!box) return;
+  var base='/api/v1/workloads/'+box.dataset.ns+'/'+box.dataset.name;
+  var pods=document.getElementById('pods'), out=document.getElementById('log'), pick=document.getElementById('log-pod'),
+      follow=document.getElementById('log-follow'), note=document.getElementById('log-note'), ctl=null;
+  function cell(v){var td=document.createElement('td'); td.textContent=(v===''||v===null||v===undefined)?'-':String(v); return td;}
+  fetch(base+'/pods',{credentials:'same-origin'}).then(function(r){return r.json().then(function(j){return [r,j];});})
+  .then(function(rj){var r=rj[0], j=rj[1];
+    if(!r.ok){pods.textContent=(j.detail&&j.detail.message)||j.detail||('HTTP '+r.status); return;}
+    var t=document.createElement('table'), h=document.createElement('tr');
+    ['pod','role','index','phase','ready','restarts','node','why'].forEach(function(x){var th=document.createElement('th'); th.textContent=x; h.appendChild(th);});
+    t.appendChild(h);
+    j.pods.forEach(function(p){var tr=document.createElement('tr');
+      [p.name,p.role,p.index,p.phase,p.ready,p.restarts,p.node,p.reason?(p.reason+(p.message?': '+p.message:'')):''].forEach(function(v){tr.appendChild(cell(v));});
+      t.appendChild(tr); var o=document.createElement('option'); o.value=p.name; o.textContent=p.name+' ('+p.role+' '+p.index+')'; pick.appendChild(o);});
+    pods.textContent=''; pods.appendChild(t);
+    if(j.events.length){var e=document.createElement('table'), eh=document.createElement('tr');
+      ['last','type','object','reason','message'].forEach(function(x){var th=document.createElement('th'); th.textContent=x; eh.appendChild(th);});
+      e.appendChild(eh); j.events.forEach(function(v){var tr=document.createElement('tr');
+        [v.last,v.type,v.object,v.reason,v.message].forEach(function(x){tr.appendChild(cell(x));}); e.appendChild(tr);});
+      var title=document.createElement('h3'); title.textContent='Events on '+j.cluster; pods.appendChild(title); pods.appendChild(e);}
+  }).catch(function(err){pods.textContent=String(err);});
+  function load(){
+    if(ctl){ctl.abort();} ctl=new AbortController(); out.textContent=''; note.textContent='reading…';
+    var q=new URLSearchParams({tail:document.getElementById('log-tail').value||'500'});
+    if(pick.value){q.set('pod',pick.value);} if(follow.checked){q.set('follow','true');}
+    fetch(base+'/logs?'+q,{credentials:'same-origin',signal:ctl.signal}).then(function(r){
+      if(!r.ok){return r.json().then(function(j){note.textContent=(j.detail&&j.detail.message)||j.detail||('HTTP '+r.status);});}
+      note.textContent='pod '+r.headers.get('X-Mkd-Pod')+', container '+r.headers.get('X-Mkd-Container')+' on '+r.headers.get('X-Mkd-Cluster')+(follow.checked?' (following)':'');
+      var reader=r.body.getReader(), dec=new TextDecoder();
+      function more(){return reader.read().then(function(x){if(x.done){if(follow.checked){note.textContent+=' · ended';} return;}
+        var atEnd=out.scrollTop+out.clientHeight>=out.scrollHeight-4; out.textContent+=dec.decode(x.value,{stream:true});
+        if(atEnd){out.scrollTop=out.scrollHeight;} return more();});}
+      return more();
+    }).catch(function(err){if(err.name!=='AbortError'){note.textContent=String(err);}});
+  }
+  document.getElementById('log-load').addEventListener('click',load);
+  follow.addEventListener('change',function(){if(!follow.checked&&ctl){ctl.abort(); note.textContent+=' · stopped';}});
+})();
+"""
+
 FAVICON = ("<svg xmlns='http://www.w3.org/2000/svg' viewBox='0 0 16 16'><rect width='16' height='16' rx='3' "
            "fill='#1d2330'/><path d='M3 12V4l5 5 5-5v8' stroke='#4f7fd8' stroke-width='2' fill='none'/></svg>")
 """The dashboard's icon (served as ``/favicon.ico``, which browsers ask for on every page)."""
@@ -233,11 +275,21 @@ async def workload_page(request: Request, namespace: str, name: str) -> Response
     e_table = table(("age", "type", "cluster", "reason", "message"),
                     [(age(e["at"], now), esc(e["type"]), esc(e["cluster"]), esc(e["reason"]), esc(e["message"]))
                      for e in w["events"]], body_id="event-rows")
+    logs = ""
+    if w["cluster"]:  # the pods and logs are read on the worker through the API (the same RBAC checks)
+        logs = (f"<h2>Pods and logs</h2><div id='pods-logs' data-ns='{esc(namespace)}' data-name='{esc(name)}'>"
+                "<div id='pods' class='muted'>reading the pods on their cluster…</div>"
+                "<p><select id='log-pod'><option value=''>default pod (lead role)</option></select> "
+                "tail <input id='log-tail' size='5' value='500'> "
+                "<label><input type='checkbox' id='log-follow'> follow</label> "
+                "<button id='log-load'>show log</button> <span id='log-note' class='muted'></span></p>"
+                "<pre id='log' style='max-height:480px;overflow:auto;background:#1d2330;color:#e3e6eb;"
+                f"padding:8px'></pre></div><script>{LOGS_JS}</script>")
     body = (f"<h2>{html.escape(namespace)}/{html.escape(name)}</h2>"
             f"<div class='note' id='why'><b>why {html.escape(why['state'])}:</b> {html.escape(why['answer'])}"
             f"<span class='muted'>{html.escape(where)}</span>"
             + (f"<ul id='why-details'>{details}</ul>" if details else "") + f"</div>{dl}"
-            f"<h2>Conditions</h2>{cond_table}<h2>Placements</h2>{p_table}<h2>History</h2>{e_table}")
+            f"<h2>Conditions</h2>{cond_table}<h2>Placements</h2>{p_table}{logs}<h2>History</h2>{e_table}")
     return page(f"{namespace}/{name}", "workloads", body)
 
 

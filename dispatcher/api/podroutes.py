@@ -11,16 +11,17 @@ headers, and a stream that breaks after its first byte ends with a line ``mkd: <
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
 import sqlalchemy as sa
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 
-from dispatcher.api.auth import log_access, pods_access
+from dispatcher.api.auth import AuthError, User, log_access, pods_access
 from dispatcher.api.routes import UserDep, allow, ctx_of
 from dispatcher.db import admin as dbadmin
 from dispatcher.db import models
@@ -91,6 +92,38 @@ async def target(request: Request, namespace: str, name: str, attempt: int | Non
                                  f"{row['state']}: its copy and its pods are gone from that cluster")
     return Target(row["cluster"], PlacementKey(workload_uid=uid, attempt=row["attempt"], epoch=row["epoch"]),
                   JobRef(kind=w["kind"], api_version=w["api_version"], namespace=namespace, name=name))
+
+
+CAUSE_SECONDS = 3.0
+"""How long ``why`` waits for the worker's pods before it answers without them."""
+
+
+async def worker_causes(request: Request, user: User, namespace: str, name: str) -> list[str]:
+    """Why the pods of a placed Job do not run, read on its worker (``pod master-0 on worker-2: ImagePullBackOff:
+    ...``): for ``why``. Nothing when the user may not list pods there, the Job is not placed, or the worker does
+    not answer within ``CAUSE_SECONDS`` (``why`` still answers from the database)."""
+    ctx = ctx_of(request)
+    if ctx.streams is None:
+        return []
+    try:
+        await ctx.auth.require(user, pods_access(namespace))
+        where = await target(request, namespace, name, None)
+    except (AuthError, HTTPException):
+        return []
+    streams: PodStreams = ctx.streams
+
+    async def listed() -> list[dict[str, Any]]:
+        async for frame in streams.ask(where.cluster, user.name, streams.new_ask(what="pods", placement=where.placement,
+                                                                                 job=where.job)):
+            if frame.kind == "pods":
+                return list(frame.fields.get("pods") or [])
+        return []
+    try:
+        pods = await asyncio.wait_for(listed(), CAUSE_SECONDS)
+    except (StreamError, TimeoutError):
+        return []
+    return [f"pod {p['name']} on {where.cluster}: {p['reason']}" + (f": {p['message']}" if p.get("message") else "")
+            for p in pods if p.get("reason")]
 
 
 def broker(request: Request) -> PodStreams:

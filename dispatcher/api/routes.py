@@ -134,6 +134,10 @@ async def get_why(request: Request, user: UserDep, namespace: str, name: str) ->
             raise HTTPException(404, f"no workload {namespace}/{name} and no Job of that name on the manager "
                                      "cluster (mkd claims only Jobs whose managedBy is kueue.x-k8s.io/multikueue)")
         found = readmodel.not_managed(f"{namespace}/{name}", other)
+    elif found.get("state") in ("placed", "running"):  # the worker-side cause, read through the agent
+        from dispatcher.api.podroutes import worker_causes
+
+        found = {**found, "details": await worker_causes(request, user, namespace, name) + list(found["details"])}
     return m.Why(**found)
 
 

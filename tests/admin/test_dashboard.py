@@ -148,6 +148,18 @@ async def test_every_page_in_a_real_browser(browser: Any, demo: Topology) -> Non
         conditions = browser.find_element(By.ID, "condition-rows").text
         assert "MultiClusterDispatched" in conditions and "Created" in conditions, conditions
         shot(browser, "workload")
+        # its pods, read on the worker through the agent, and the master's log
+        wait_text(browser, "#pods", "master")
+        browser.find_element(By.ID, "log-load").click()
+        wait_text(browser, "#log", "Test set: Average loss")
+        assert "container pytorch" in browser.find_element(By.ID, "log-note").text
+        # a follow on a Job that runs on: the first line now, the page keeps the stream open
+        browser.get(f"{base}/ui/workloads/default/long-runner")
+        wait_text(browser, "#pods", "Running")
+        browser.find_element(By.ID, "log-follow").click()
+        browser.find_element(By.ID, "log-load").click()
+        wait_text(browser, "#log", "Train Epoch: 1 [0/60000")
+        assert "(following)" in browser.find_element(By.ID, "log-note").text
         # a Job mkd leaves alone says who manages it
         browser.get(f"{base}/ui/workloads/default/other-controller")
         assert "left to kubeflow.org/training-operator" in browser.find_element(By.ID, "why").text

@@ -220,3 +220,22 @@ async def test_limits_a_reader_leaving_idling_and_a_stopped_agent(limited: Topol
             or f"mkd: cluster {cluster} went offline".encode() in text, text[-300:]
         offline = await api.get(f"/api/v1/workloads/{NS}/long/logs")
         assert offline.status_code in (503, 504), offline.text
+
+
+async def test_why_names_the_worker_side_cause(federation: Topology) -> None:
+    api = await setup(federation)
+    crashing = job("crashing", run="0.3", log="starting")
+    spec = crashing["spec"]
+    spec["backoffLimit"] = 100
+    spec["template"]["spec"]["restartPolicy"] = "OnFailure"
+    spec["template"]["metadata"]["annotations"].update({"kubesim.mkd.dev/exit-code": "1",
+                                                        "kubesim.mkd.dev/fail-attempts": "1000"})
+    async with api:
+        await federation.manager.create(JOBS, crashing, NS)
+
+        async def cause() -> list[str] | NotYet:
+            got = await api.get(f"/api/v1/why/{NS}/crashing")
+            details = [d for d in got.json().get("details") or [] if "CrashLoopBackOff" in d]
+            return details or NotYet(got.text)
+        found = await wait_for(cause, "why naming the pod's CrashLoopBackOff", top=federation)
+        assert found[0].startswith("pod crashing-") and "back-off" in found[0]
