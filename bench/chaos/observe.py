@@ -1,7 +1,7 @@
 """Counting from the outside: what the clusters and the database say, never mkd's own counters.
 
-:class:`Observer` watches, through the official Kubernetes client (``federation.kube.Kube``), the PyTorchJobs
-on the manager and on every worker, and the pods on every worker, for the whole run. It keeps, per job: when
+:class:`Observer` watches, through the official Kubernetes client (``federation.kube.Kube``), the jobs of the
+mix (PyTorchJobs, RayJobs) on the manager and on every worker, and the pods on every worker, for the whole run. It keeps, per job: when
 it was created, when the manager first showed it Succeeded, and which worker clusters hold a **live** copy
 (exists, not Succeeded/Failed, not suspended) or **running** pods right now. The moment a job is live on two
 clusters in the watch streams, or in the periodic list of every worker (``sample_seconds``), the overlap is
@@ -22,12 +22,23 @@ from typing import Any
 
 from bench.chaos.world import MANAGER, NAMESPACE, WORKERS, World
 from federation.errors import FederationError, NotFound
+from federation.kinds.base import JobKind
+from federation.kinds.registry import by_api
 from federation.kube import PODS, Kube, Resource
 
 log = logging.getLogger("chaos")
 
 PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
+RAYJOBS = Resource("ray.io", "v1", "rayjobs", "RayJob")
+JOB_RESOURCES = (PYTORCHJOBS, RAYJOBS)
+"""The kinds of the mix; job names are unique across them."""
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
+RAY_CLUSTER_LABEL = "ray.io/cluster"
+BATCH_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+
+
+def _kind(obj: dict[str, Any]) -> JobKind | None:
+    return by_api(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
 
 
 def condition(obj: dict[str, Any], kind: str) -> bool:
@@ -35,15 +46,31 @@ def condition(obj: dict[str, Any], kind: str) -> bool:
                for c in (obj.get("status") or {}).get("conditions") or [])
 
 
+def outcome(obj: dict[str, Any]) -> str | None:
+    """Succeeded / Failed as the job's kind reads its status (None: not finished)."""
+    kind = _kind(obj)
+    done = kind.finished(obj) if kind is not None else None
+    return done.outcome if done is not None else None
+
+
+def succeeded(obj: dict[str, Any]) -> bool:
+    return outcome(obj) == "Succeeded"
+
+
 def finished(obj: dict[str, Any]) -> bool:
-    return condition(obj, "Succeeded") or condition(obj, "Failed")
+    return outcome(obj) is not None
+
+
+def suspended(obj: dict[str, Any]) -> bool:
+    kind = _kind(obj)
+    return kind is not None and kind.is_suspended(obj)
 
 
 def live_copy(obj: dict[str, Any]) -> bool:
     """A worker copy that can still run: not finished, not suspended, not being deleted."""
     if finished(obj) or (obj.get("metadata") or {}).get("deletionTimestamp"):
         return False
-    return not ((obj.get("spec") or {}).get("runPolicy") or {}).get("suspend")
+    return not suspended(obj)
 
 
 def running_pod(pod: dict[str, Any]) -> bool:
@@ -51,10 +78,18 @@ def running_pod(pod: dict[str, Any]) -> bool:
 
 
 def pod_job(pod: dict[str, Any]) -> str | None:
+    """The job a pod runs for: a PyTorchJob's by its label, a RayJob's by its RayCluster (``<job>-xxxxx``)
+    or its submitter Job (named as the RayJob)."""
     meta = pod.get("metadata") or {}
-    name = (meta.get("labels") or {}).get(JOB_NAME_LABEL)
+    labels = meta.get("labels") or {}
+    name = labels.get(JOB_NAME_LABEL)
     if name:
         return str(name)
+    cluster = labels.get(RAY_CLUSTER_LABEL)
+    if cluster:
+        return str(cluster).rsplit("-", 1)[0]
+    if labels.get(BATCH_JOB_NAME_LABEL):
+        return str(labels[BATCH_JOB_NAME_LABEL])
     for ref in meta.get("ownerReferences") or []:
         if ref.get("kind") == "PyTorchJob":
             return str(ref.get("name"))
@@ -156,7 +191,7 @@ class Observer:
         for name in (MANAGER, *WORKERS):
             self.kubes[name] = await self._stack.enter_async_context(
                 Kube(self.world.kubeconfigs[name], settings=settings))
-        streams = [(MANAGER, PYTORCHJOBS)] + [(w, r) for w in WORKERS for r in (PYTORCHJOBS, PODS)]
+        streams = [(MANAGER, r) for r in JOB_RESOURCES] + [(w, r) for w in WORKERS for r in (*JOB_RESOURCES, PODS)]
         for cluster, res in streams:
             ready = self.listed[f"{cluster}/{res.plural}"] = asyncio.Event()
             self._tasks.append(asyncio.create_task(self._follow(cluster, res, ready)))
@@ -190,14 +225,14 @@ class Observer:
 
     def _on_manager(self, kind: str, obj: dict[str, Any]) -> None:
         t = self.track(obj["metadata"]["name"])
-        if kind != "DELETED" and t.done is None and condition(obj, "Succeeded"):
+        if kind != "DELETED" and t.done is None and succeeded(obj):
             t.done = time.monotonic()
             self.completions.append((t.done, t.name))
 
     def _on_copy(self, cluster: str, kind: str, obj: dict[str, Any]) -> None:
         t = self.track(obj["metadata"]["name"])
         t.ever.add(cluster)
-        if kind != "DELETED" and condition(obj, "Succeeded"):
+        if kind != "DELETED" and succeeded(obj):
             t.finished_on.add(cluster)
         if kind != "DELETED" and live_copy(obj):
             t.live.add(cluster)
@@ -230,14 +265,15 @@ class Observer:
             copies: list[str] = []
             pods: list[str] = []
             for w in WORKERS:
-                try:
-                    obj = await self.kubes[w].get(PYTORCHJOBS, t.name, NAMESPACE)
-                    if live_copy(obj):
-                        copies.append(w)
-                except NotFound:
-                    pass
-                listed = await self.kubes[w].list(PODS, NAMESPACE, label_selector=f"{JOB_NAME_LABEL}={t.name}")
-                if any(running_pod(p) for p in listed.items):
+                for res in JOB_RESOURCES:
+                    try:
+                        obj = await self.kubes[w].get(res, t.name, NAMESPACE)
+                        if live_copy(obj):
+                            copies.append(w)
+                    except NotFound:
+                        pass
+                listed = await self.kubes[w].list(PODS, NAMESPACE)
+                if any(running_pod(p) and pod_job(p) == t.name for p in listed.items):
                     pods.append(w)
             if len(copies) >= 2 or len(pods) >= 2:
                 parts = []
@@ -259,13 +295,15 @@ class Observer:
         while True:
             await asyncio.sleep(self.sample_seconds)
             try:
-                lists = await asyncio.gather(*(self.kubes[w].list(PYTORCHJOBS, NAMESPACE) for w in WORKERS))
+                lists = await asyncio.gather(*(self.kubes[w].list(res, NAMESPACE) for w in WORKERS
+                                               for res in JOB_RESOURCES))
             except FederationError as exc:
                 self.errors[f"sample: {exc}"] += 1
                 continue
             self.samples += 1
             where: dict[str, list[str]] = {}
-            for w, listed in zip(WORKERS, lists, strict=True):
+            owners = [w for w in WORKERS for _ in JOB_RESOURCES]
+            for w, listed in zip(owners, lists, strict=True):
                 for obj in listed.items:
                     if live_copy(obj):
                         where.setdefault(obj["metadata"]["name"], []).append(w)
@@ -287,9 +325,10 @@ class Observer:
 
     async def tally(self, scenario: str, names: list[str], faults: list[tuple[str, float, float]],
                     started: float, notes: list[str], crashes: int = 0) -> Figures:
-        manager = {o["metadata"]["name"]: o for o in (await self.kubes[MANAGER].list(PYTORCHJOBS, NAMESPACE)).items}
-        workers = {w: {o["metadata"]["name"]: o for o in (await self.kubes[w].list(PYTORCHJOBS, NAMESPACE)).items}
-                   for w in WORKERS}
+        manager = {o["metadata"]["name"]: o for res in JOB_RESOURCES
+                   for o in (await self.kubes[MANAGER].list(res, NAMESPACE)).items}
+        workers = {w: {o["metadata"]["name"]: o for res in JOB_RESOURCES
+                       for o in (await self.kubes[w].list(res, NAMESPACE)).items} for w in WORKERS}
         rows = await self._workload_rows()
         categories: Counter[str] = Counter()
         examples: dict[str, list[str]] = {}
@@ -297,7 +336,7 @@ class Observer:
         for name in names:
             obj = manager.get(name)
             t = self.track(name)
-            if obj is not None and condition(obj, "Succeeded"):
+            if obj is not None and succeeded(obj):
                 if t.done is None:  # the watch missed it; the fresh list is the truth
                     t.done = time.monotonic()
                 if not t.ever and not any(name in workers[w] for w in WORKERS):
@@ -307,15 +346,15 @@ class Observer:
             row = rows.get(obj["metadata"]["uid"]) if obj is not None else None
             if obj is None:
                 what = "deleted"
-            elif condition(obj, "Failed") or condition(obj, "MultiClusterRejected"):
+            elif outcome(obj) == "Failed" or condition(obj, "MultiClusterRejected"):
                 what = "failed"
             elif row is None:
                 what = "not claimed"
-            elif any(condition(c, "Succeeded") for c in copies.values()) or t.finished_on:
+            elif any(succeeded(c) for c in copies.values()) or t.finished_on:
                 what = "never mirrored"
             elif any(live_copy(c) for c in copies.values()):
                 what = "running"
-            elif any(((c.get("spec") or {}).get("runPolicy") or {}).get("suspend") for c in copies.values()):
+            elif any(suspended(c) for c in copies.values()):
                 what = "suspended"  # fenced, or suspended by mkd, and not resumed
             elif str(row.get("state")) == "pending":
                 what = "pending"

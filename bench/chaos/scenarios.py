@@ -1,7 +1,8 @@
-"""The scenarios: a stream of PyTorchJobs through a World while faults hit processes by PID.
+"""The scenarios: a stream of jobs (PyTorchJobs and RayJobs) through a World while faults hit processes by PID.
 
-Every scenario submits ``jobs`` PyTorchJobs (1 Master + 1 Worker, 100m CPU each, pods that run ``run_seconds``
-and exit 0) to the manager at ``rate`` per second, runs its fault script while the stream flows, then waits up
+Every scenario submits ``jobs`` jobs, every :data:`RAY_EVERY`-th a RayJob run by the workers' KubeRay (head, one
+worker, a submitter whose run is the Ray job's), the others PyTorchJobs (1 Master + 1 Worker); 100m CPU per pod,
+runs of ``run_seconds`` that exit 0. They go to the manager at ``rate`` per second, runs its fault script while the stream flows, then waits up
 to ``deadline`` seconds after the last fault for every job to be Succeeded on the manager, and counts with
 :class:`bench.chaos.observe.Observer`.
 """
@@ -19,11 +20,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench.chaos.observe import PYTORCHJOBS, Figures, Observer
+from bench.chaos.observe import PYTORCHJOBS, RAYJOBS, Figures, Observer
 from bench.chaos.procs import Service, missing_binaries
 from bench.chaos.world import NAMESPACE, WORKERS, World, WorldOptions
 
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"
+RAY_EVERY = 4
+"""Every fourth job of a stream is a RayJob: the agents create, mirror and delete it, KubeRay runs it."""
 
 
 @dataclass
@@ -322,6 +325,23 @@ def manifest(name: str, run_seconds: float) -> dict[str, Any]:
                      "pytorchReplicaSpecs": {"Master": replica(), "Worker": replica()}}}
 
 
+def ray_manifest(name: str, run_seconds: float) -> dict[str, Any]:
+    """A RayJob: head and one worker serve until the submitter's run (``run_seconds``, exit 0) ends the job."""
+    def pod(container: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
+        return {"metadata": {"annotations": annotations or {}},
+                "spec": {"containers": [{"name": container, "image": "docker.io/rayproject/ray:2.46.0",
+                                         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}
+
+    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"managedBy": MULTIKUEUE, "entrypoint": "python -c 'print(1)'", "shutdownAfterJobFinishes": True,
+                     "submitterPodTemplate": {**pod("ray-job-submitter", {
+                         "kubesim.mkd.dev/run-seconds": f"{run_seconds:g}"}),
+                         "spec": {**pod("ray-job-submitter")["spec"], "restartPolicy": "Never"}},
+                     "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": pod("ray-head")},
+                                        "workerGroupSpecs": [{"groupName": "workers", "replicas": 1,
+                                                              "template": pod("ray-worker")}]}}}
+
+
 async def submit(obs: Observer, run: Run, prefix: str, run_seconds: float) -> None:
     """Create the jobs at the size's rate; a failed create is retried (the manager API is not faulted)."""
     kube = obs.kubes["manager"]
@@ -333,7 +353,10 @@ async def submit(obs: Observer, run: Run, prefix: str, run_seconds: float) -> No
             await asyncio.sleep(max(0.0, t0 + i * interval - time.monotonic()))
             for attempt in range(5):
                 try:
-                    await kube.create(PYTORCHJOBS, manifest(name, run_seconds), NAMESPACE)
+                    if i % RAY_EVERY == RAY_EVERY - 1:
+                        await kube.create(RAYJOBS, ray_manifest(name, run_seconds), NAMESPACE)
+                    else:
+                        await kube.create(PYTORCHJOBS, manifest(name, run_seconds), NAMESPACE)
                     break
                 except Exception:
                     if attempt == 4:

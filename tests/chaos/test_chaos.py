@@ -21,9 +21,9 @@ import pytest
 import pytest_asyncio
 
 from bench.chaos.__main__ import figure_lines
-from bench.chaos.observe import PYTORCHJOBS, Observer
+from bench.chaos.observe import PYTORCHJOBS, RAYJOBS, Observer
 from bench.chaos.procs import missing_binaries
-from bench.chaos.scenarios import SCENARIOS, Size, manifest, run_in
+from bench.chaos.scenarios import SCENARIOS, Size, manifest, ray_manifest, run_in
 from bench.chaos.world import MANAGER, NAMESPACE, World, WorldOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -73,19 +73,23 @@ async def eventually(probe: object, what: str, within: float = 20.0) -> None:
     pytest.fail(f"not within {within:.0f}s: {what}")
 
 
-async def test_a_job_live_on_two_workers_counts_as_run_twice(shared: Shared) -> None:
-    """The counter of the main guarantee can fail: copies made by hand on two workers are caught."""
-    name = "selfcheck-twice"
-    copy = manifest(name, 60)  # managedBy multikueue: no controller in a worker cluster touches it
+@pytest.mark.parametrize("kind", ["PyTorchJob", "RayJob"])
+async def test_a_job_live_on_two_workers_counts_as_run_twice(shared: Shared, kind: str) -> None:
+    """The counter of the main guarantee can fail: copies made by hand on two workers are caught, for every
+    kind of the mix."""
+    name = f"selfcheck-twice-{kind.lower()}"
+    res = PYTORCHJOBS if kind == "PyTorchJob" else RAYJOBS
+    # managedBy multikueue: no controller in a worker cluster touches them
+    copy = manifest(name, 60) if kind == "PyTorchJob" else ray_manifest(name, 60)
     for w in ("worker-1", "worker-2"):
-        await shared.obs.kubes[w].create(PYTORCHJOBS, copy, NAMESPACE)
+        await shared.obs.kubes[w].create(res, copy, NAMESPACE)
     try:
         await eventually(lambda: shared.obs.jobs.get(name) is not None and shared.obs.jobs[name].twice,
                          "the observer to confirm the job live on worker-1 and worker-2")
         assert "worker-1, worker-2" in shared.obs.jobs[name].twice
     finally:
         for w in ("worker-1", "worker-2"):
-            await shared.obs.kubes[w].delete(PYTORCHJOBS, name, NAMESPACE)
+            await shared.obs.kubes[w].delete(res, name, NAMESPACE)
 
 
 async def test_a_job_nobody_claims_counts_as_lost(shared: Shared) -> None:
