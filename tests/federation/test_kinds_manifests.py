@@ -55,3 +55,17 @@ def test_a_new_kind_reaches_rbac_webhook_policies_and_enum(tmp_path: Path) -> No
     kinds = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["kinds"]
     assert kinds["items"]["enum"] == [*(k.name for k in KINDS), "Widget"]
     assert manifests.stale(tmp_path, (*KINDS, extra)) == []
+
+
+def test_mkctl_kinds_lists_every_kind_and_who_runs_it() -> None:
+    from typer.testing import CliRunner
+
+    from mkctl.main import app
+
+    result = CliRunner().invoke(app, ["kinds"])
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line.split() for line in result.output.splitlines()[1:]}
+    assert set(rows) == {k.name for k in KINDS}
+    for kind in KINDS:
+        assert rows[kind.name][1] == kind.api_version and rows[kind.name][-1] == kind.run_by
+    assert rows["RayJob"][-1] == "operator" and rows["PyTorchJob"][-1] == "agent"
