@@ -71,4 +71,7 @@ def create_app(ctx: ApiContext, metrics: Any = None) -> FastAPI:
     from dispatcher.api.dashboard import register as register_dashboard
 
     register_dashboard(app)
+    from dispatcher.api.whatifpage import register as register_whatif_page
+
+    register_whatif_page(app)
     return app

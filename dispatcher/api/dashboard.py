@@ -147,7 +147,8 @@ def page(title: str, active: str, body: str) -> HTMLResponse:
     nav = "".join(f'<a href="{href}" class="{"on" if key == active else ""}">{label}</a>'
                   for key, href, label in (("workloads", "/ui/workloads", "Workloads"),
                                            ("clusters", "/ui/clusters", "Clusters"),
-                                           ("queues", "/ui/queues", "Queues")))
+                                           ("queues", "/ui/queues", "Queues"),
+                                           ("whatif", "/ui/whatif", "What if")))
     return HTMLResponse(f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)} · mkd</title>"
                         f"<link rel='icon' href='/favicon.ico' type='image/svg+xml'><style>{CSS}</style></head><body><header><b>mkd</b>{nav}"
                         f"<span class='muted' id='stamp'></span></header><main>{body}</main>"

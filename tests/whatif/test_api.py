@@ -14,6 +14,7 @@ from dispatcher import db
 from dispatcher.api import create_app
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.routes import ApiContext
+from federation.kube import NAMESPACES, Kube, Resource
 from tests.whatif.builders import CPU_QUEUES, cluster, job
 from tests.whatif.test_cli import _fill
 
@@ -68,3 +69,37 @@ async def test_whatif_takes_a_trace_and_names_the_bad_line(client: httpx.AsyncCl
     assert got.status_code == 400 and got.json()["detail"].startswith("since: 'a while' is neither")
     got = await client.post("/api/v1/whatif", headers=AUTH, json={})   # no manager to read the queues from
     assert got.status_code == 400 and "no ClusterQueue is given" in got.json()["detail"]
+
+
+async def test_the_dashboard_compares_the_live_configuration_with_an_uploaded_change(tmp_path: Path,
+                                                                                  kube: Kube) -> None:
+    """The live queue objects are the manager's (kubesim, Kueue's CRDs); the clusters and history the database's."""
+    from tests.dispatcher.test_queueing import install_kueue
+
+    await install_kueue(kube)
+    docs = list(yaml.safe_load_all(QUEUES))
+    for ns in ("team-a", "team-b"):
+        await kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    for obj in docs:
+        plural = obj["kind"].lower() + ("es" if obj["kind"].endswith("s") else "s")
+        group, _, version = obj["apiVersion"].partition("/")
+        await kube.create(Resource(group, version, plural, obj["kind"], obj["kind"] == "LocalQueue"), obj,
+                          obj["metadata"].get("namespace"))
+    url = f"sqlite+aiosqlite:///{tmp_path / 'mkd.db'}"
+    await _fill(url)
+    engine = db.make_engine(url)
+    ctx = ApiContext(sessions=db.sessionmaker(engine), auth=Authenticator(static_token=TOKEN), kube=kube)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=create_app(ctx)), base_url="http://api",
+                                 timeout=60, cookies={"mkd_token": TOKEN}) as c:
+        page = await c.get("/ui/whatif")
+        assert page.status_code == 200 and "id='whatif-form'" in page.text and ">What if</a>" in page.text
+        held = next(d for d in docs if d["kind"] == "ClusterQueue" and d["metadata"]["name"] == "team-a")
+        held["spec"]["stopPolicy"] = "Hold"
+        got = await c.post("/ui/whatif", data={"compare": yaml.safe_dump(held), "since": "3650d"})
+        assert got.status_code == 200
+        assert "id='comparison'" in got.text and "data:image/png;base64," in got.text
+        assert "2 → 0, preempted 0 → 0" in got.text   # team-a: held, it admits nothing
+        bad = await c.post("/ui/whatif", data={"compare": "kind: Gadget\n", "since": "3650d"})
+        assert "id='error'" in bad.text, bad.text[-2000:]
+        assert "Gadget" in bad.text.split("id='error'")[1].split("</p>")[0], bad.text[-2000:]
+    await engine.dispose()
