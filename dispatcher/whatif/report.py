@@ -4,7 +4,8 @@
 the API's answer): per ClusterQueue and LocalQueue the wait from arrival to first start (p50, p95, max),
 Jobs admitted and preempted; who preempted whom and why; per ClusterQueue the quota borrowed (peak and
 time average per resource) and the fair-share value over time; per cluster the time-averaged utilisation
-of each resource; the makespan; and the Jobs that never ran with the reason the scheduler gave.
+of each resource; the makespan; the Jobs that never ran with the reason the scheduler gave; and the series
+behind the averages, sampled at about 400 instants (``overTime``).
 :func:`text` prints it as tables, :func:`compare` sets two side by side and :func:`compare_text` marks
 what changed.
 """
@@ -102,6 +103,14 @@ def summarize(run: Run) -> dict[str, Any]:
         "neverRan": [{"job": j.job.key, "clusterQueue": j.cluster_queue, "step": j.step, "reason": j.reason}
                      for j in never],
         "admissionOrder": [{"at": t, "job": k, "cluster": c} for t, k, c in run.admissions],
+        "overTime": {
+            "seconds": samples,
+            "pendingByLocalQueue": run.depth,
+            "borrowedByClusterQueue": {cq: [{r: _q(v, r) for r, v in p.items()} for p in points]
+                                       for cq, points in run.borrowed.items()},
+            "fairShareByClusterQueue": run.shares,
+            "inUseByCluster": {c: [{r: _q(v, r) for r, v in p.items() if r != "pods"} for p in points]
+                               for c, points in run.used.items()}},
         "settings": run.settings,
     }
 

@@ -2,13 +2,31 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
+import yaml
 
 from dispatcher.whatif import config, trace
+from federation.kube import NAMESPACES, Kube, Resource
 
 CPU_QUEUES = "demo/queues/queues.yaml"
+QUEUE_TEXT = Path(CPU_QUEUES).read_text()
+
+
+async def install_queues(kube: Kube) -> None:
+    """Kueue's CRDs and the demo's queue objects in a kubesim manager cluster, as ``make demo`` installs them."""
+    from tests.dispatcher.test_queueing import install_kueue
+
+    await install_kueue(kube)
+    for ns in ("team-a", "team-b"):
+        await kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    for obj in yaml.safe_load_all(QUEUE_TEXT):
+        plural = obj["kind"].lower() + ("es" if obj["kind"].endswith("s") else "s")
+        group, _, version = obj["apiVersion"].partition("/")
+        await kube.create(Resource(group, version, plural, obj["kind"], obj["kind"] == "LocalQueue"), obj,
+                          obj["metadata"].get("namespace"))
 
 
 def job(name: str, ns: str, arrival: float, run: float, *pods: tuple[str, int, str], queue: str | None = None,

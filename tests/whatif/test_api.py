@@ -14,12 +14,12 @@ from dispatcher import db
 from dispatcher.api import create_app
 from dispatcher.api.auth import Authenticator
 from dispatcher.api.routes import ApiContext
-from federation.kube import NAMESPACES, Kube, Resource
-from tests.whatif.builders import CPU_QUEUES, cluster, job
+from federation.kube import Kube
+from tests.whatif.builders import QUEUE_TEXT, cluster, install_queues, job
 from tests.whatif.test_cli import _fill
 
 TOKEN = "whatif-token"
-QUEUES = Path(CPU_QUEUES).read_text()
+QUEUES = QUEUE_TEXT
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
 
@@ -74,17 +74,8 @@ async def test_whatif_takes_a_trace_and_names_the_bad_line(client: httpx.AsyncCl
 async def test_the_dashboard_compares_the_live_configuration_with_an_uploaded_change(tmp_path: Path,
                                                                                   kube: Kube) -> None:
     """The live queue objects are the manager's (kubesim, Kueue's CRDs); the clusters and history the database's."""
-    from tests.dispatcher.test_queueing import install_kueue
-
-    await install_kueue(kube)
+    await install_queues(kube)
     docs = list(yaml.safe_load_all(QUEUES))
-    for ns in ("team-a", "team-b"):
-        await kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
-    for obj in docs:
-        plural = obj["kind"].lower() + ("es" if obj["kind"].endswith("s") else "s")
-        group, _, version = obj["apiVersion"].partition("/")
-        await kube.create(Resource(group, version, plural, obj["kind"], obj["kind"] == "LocalQueue"), obj,
-                          obj["metadata"].get("namespace"))
     url = f"sqlite+aiosqlite:///{tmp_path / 'mkd.db'}"
     await _fill(url)
     engine = db.make_engine(url)

@@ -14,8 +14,9 @@ from typer.testing import CliRunner
 
 from dispatcher import db
 from dispatcher.db import models as m
+from federation.kube import Kube
 from mkctl.main import app
-from tests.whatif.builders import CPU_QUEUES, cluster, job
+from tests.whatif.builders import CPU_QUEUES, cluster, install_queues, job
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -160,3 +161,16 @@ def test_the_readme_example_prints_what_the_readme_shows(tmp_path: Path) -> None
     assert len(lines) >= 4
     for line in lines:
         assert line.strip() in out.output, line
+
+
+async def test_the_first_run_needs_no_files(tmp_path: Path, manager: Path, kube: Kube) -> None:
+    """The queue objects from the manager cluster (kubesim with Kueue's CRDs), the history and clusters from the
+    database, the settings from the environment: ``mkctl whatif`` alone."""
+    await install_queues(kube)
+    url = f"sqlite+aiosqlite:///{tmp_path / 'mkd.db'}"
+    await _fill(url)
+    out = await asyncio.to_thread(CliRunner().invoke, app, ["whatif", "--database-url", url, "--kubeconfig",
+                                                            str(manager)])
+    assert out.exit_code == 0, out.output
+    assert "3 Jobs, 3 admitted, 3 finished" in out.output
+    assert "the queue objects of the manager cluster" in out.output and "the clusters in the database" in out.output

@@ -41,6 +41,10 @@ def test_demo_borrows_preempts_and_requeues_the_victim_at_its_old_place() -> Non
     assert rep["preemptions"]["byPair"] == [{"preemptorClusterQueue": "team-a", "victimClusterQueue": "team-a",
                                              "reason": "InClusterQueue", "count": 1}]
     assert rep["neverRan"] == []
+    over = rep["overTime"]
+    assert len(over["seconds"]) == len(over["pendingByLocalQueue"]["team-a/team-a"]) >= 3
+    assert max(p.get("cpu", "0") for p in over["borrowedByClusterQueue"]["team-b"]) == "2"
+    assert max(over["fairShareByClusterQueue"]["team-b"]) > 0
 
 
 def test_gang_needs_every_pod_on_the_nodes_at_once() -> None:
