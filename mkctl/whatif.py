@@ -23,13 +23,18 @@ from dispatcher.whatif import config as wconfig
 from dispatcher.whatif import report, sim, trace
 from dispatcher.whatif.service import parse_since
 from federation.errors import Invalid
-from mkctl.admin import Kubeconfig
 from mkctl.errors import CommandFailed
 from mkctl.services import DatabaseUrl, database_url_from
 
-whatif_app = typer.Typer(help="Replay a workload against other quotas, priorities and clusters before changing them.",
+whatif_app = typer.Typer(help="Replay a workload (the dispatcher's history, or --trace) against a configuration "
+                              "(--config; the live one for what it does not give) and report waits, admissions, "
+                              "preemptions, borrowing and utilisation; --compare sets a change side by side.",
                          invoke_without_command=True)
 
+Kubeconfig = Annotated[str | None, typer.Option(
+    "--kubeconfig", envvar="KUBECONFIG", show_default=False,
+    help="Manager cluster kubeconfig: the live queue objects (ClusterQueues, LocalQueues, ...) when --config "
+         "gives none.")]
 Since = Annotated[str | None, typer.Option(
     "--since", show_default=False,
     help="With the history: only Jobs queued within this long (7d, 12h, 30m) or since this time (RFC 3339).")]
@@ -48,6 +53,8 @@ def read_trace(path: str | None, from_history: bool, database_url: str | None, s
                ) -> tuple[list[trace.TraceJob], str]:
     if path and from_history:
         raise Invalid("--trace", "and --from-history both name a trace", fix="give one of them")
+    if path and since:
+        raise Invalid("--since", "applies to the history, not to a trace file", fix="drop --since, or --trace")
     if path:
         p = Path(path)
         if not p.is_file():
