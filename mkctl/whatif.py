@@ -1,7 +1,7 @@
 """``mkctl whatif``: replay a workload against another configuration before changing it, and ``whatif export``.
 
-The trace is a JSON Lines file (``--trace``) or the dispatcher's own history (``--from-history [--since 7d]``,
-the default); the configuration is YAML files or folders (``--config``) of Kueue objects, ``WhatIfSettings``
+The trace is a JSON Lines file (``--trace``) or the dispatcher's own history (``--from-history``, the default,
+of the last ``--since`` 7d); the configuration is YAML files or folders (``--config``) of Kueue objects, ``WhatIfSettings``
 and ``WorkerCluster`` objects, and whatever part they do not give comes from the live system: the clusters
 from the database, the queue objects from the manager cluster (``--kubeconfig``), the settings from the
 dispatcher's environment. ``--compare`` replays the same trace against a second configuration made of the
@@ -37,7 +37,9 @@ Kubeconfig = Annotated[str | None, typer.Option(
          "gives none.")]
 Since = Annotated[str | None, typer.Option(
     "--since", show_default=False,
-    help="With the history: only Jobs queued within this long (7d, 12h, 30m) or since this time (RFC 3339).")]
+    help="With the history: the Jobs queued within this long (7d, 12h, 30m), since this time (RFC 3339), or all. "
+         "[default: 7d]")]
+DEFAULT_SINCE = "7d"
 
 
 def _history(database_url: str | None, since: datetime | None) -> list[trace.TraceJob]:
@@ -64,8 +66,10 @@ def read_trace(path: str | None, from_history: bool, database_url: str | None, s
                 return trace.parse(f), path
             except trace.TraceError as exc:
                 raise Invalid(f"{path} {exc.field}", exc.detail, fix=exc.fix) from None
+    since = since or DEFAULT_SINCE
     jobs = _history(database_url, parse_since(since))
-    return jobs, "the dispatcher's history" + (f" since {since}" if since else "")
+    return jobs, "the dispatcher's history" + (f" of the last {since}" if since[-1:].isalpha() and since != "all"
+                                               else f" since {since}" if since != "all" else "")
 
 
 def live_config(database_url: str | None, kubeconfig: str | None, *, need_queues: bool, need_clusters: bool
@@ -197,7 +201,7 @@ def export(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Write the dispatcher's history as a JSON Lines trace, to edit or share and replay with --trace."""
-    jobs = _history(database_url, parse_since(since))
+    jobs = _history(database_url, parse_since(since or DEFAULT_SINCE))
     data = trace.dump(jobs)
     if out == "-":
         sys.stdout.buffer.write(data)

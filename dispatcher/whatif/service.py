@@ -30,8 +30,8 @@ MAX_JOBS = 200_000
 
 
 def parse_since(text: str | None, now: datetime | None = None, *, field: str = "--since") -> datetime | None:
-    """``7d``, ``12h``, ``30m``, ``90s``, ``2w`` ago, or an RFC 3339 time; None for none."""
-    if not text:
+    """``7d``, ``12h``, ``30m``, ``90s``, ``2w`` ago, or an RFC 3339 time; None for none or ``all``."""
+    if not text or text.strip() == "all":
         return None
     m = _DURATION.match(text.strip())
     if m:
@@ -40,7 +40,7 @@ def parse_since(text: str | None, now: datetime | None = None, *, field: str = "
         when = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise Invalid(field, f"{text!r} is neither a duration nor a time",
-                      fix="write 7d, 12h, 30m or 2026-01-01T00:00:00Z") from None
+                      fix="write 7d, 12h, 30m, 2026-01-01T00:00:00Z or all") from None
     return when if when.tzinfo else when.replace(tzinfo=UTC)
 
 

@@ -139,7 +139,7 @@ async def test_the_replay_of_a_real_run_admits_in_its_order_on_its_clusters(fede
     # the trace, as an admin exports it
     exported = tmp_path / "run.jsonl"
     out = await asyncio.to_thread(CliRunner().invoke, app, ["whatif", "export", "--database-url", url,
-                                                           "-f", str(exported)])
+                                                           "--since", "1h", "-f", str(exported)])
     assert out.exit_code == 0, out.output
     jobs = trace.parse(exported.read_text().splitlines())
     assert len(jobs) == 6 and not any(j.run_estimated for j in jobs)

@@ -114,7 +114,8 @@ def test_export_and_replay_the_history_with_the_live_clusters(tmp_path: Path) ->
     url = f"sqlite+aiosqlite:///{tmp_path / 'mkd.db'}"
     asyncio.run(_fill(url))
     runner = CliRunner()
-    out = runner.invoke(app, ["whatif", "export", "--database-url", url, "-f", str(tmp_path / "t.jsonl")])
+    out = runner.invoke(app, ["whatif", "export", "--database-url", url, "--since", "all", "-f",
+                               str(tmp_path / "t.jsonl")])
     assert out.exit_code == 0, out.output
     assert "wrote 3 Jobs" in out.output and "1 with an estimated run time" in out.output
     lines = [json.loads(x) for x in (tmp_path / "t.jsonl").read_text().splitlines()]
@@ -122,14 +123,18 @@ def test_export_and_replay_the_history_with_the_live_clusters(tmp_path: Path) ->
         ("a", 30.0, False), ("b", 10.0, False), ("c", 20.0, True)]   # c never ran: the median of the others
     assert lines[0]["priorityClass"] == "low" and lines[0]["arrival"] == "2026-01-01T00:00:00Z"
     # the queue objects from files, the clusters from the database (its nodes: a 2-CPU pod per node at most)
-    out = runner.invoke(app, ["whatif", "--from-history", "--database-url", url, "--config", CPU_QUEUES, "-o", "json"])
+    out = runner.invoke(app, ["whatif", "--from-history", "--since", "2025-12-31T00:00:00Z", "--database-url", url,
+                               "--config", CPU_QUEUES, "-o", "json"])
     assert out.exit_code == 0, out.output
     rep = json.loads(out.output)
     assert rep["admitted"] == 3 and rep["clusters"]["w1"]["admissions"] == 3
     assert "the clusters in the database" in rep["sources"]["configuration"]
     # without a manager nor queue objects, it says what to give
-    out = runner.invoke(app, ["whatif", "--database-url", url])
+    out = runner.invoke(app, ["whatif", "--database-url", url, "--since", "all"])
     assert out.exit_code != 0 and "pass --kubeconfig" in out.output
+    # by default the last week: this history is older
+    out = runner.invoke(app, ["whatif", "--database-url", url, "--config", CPU_QUEUES])
+    assert out.exit_code != 0 and "the trace (the dispatcher's history of the last 7d) holds no Job" in out.output
 
 
 def test_plot_draws_both_configurations_into_one_png(tmp_path: Path) -> None:
@@ -170,7 +175,7 @@ async def test_the_first_run_needs_no_files(tmp_path: Path, manager: Path, kube:
     url = f"sqlite+aiosqlite:///{tmp_path / 'mkd.db'}"
     await _fill(url)
     out = await asyncio.to_thread(CliRunner().invoke, app, ["whatif", "--database-url", url, "--kubeconfig",
-                                                            str(manager)])
+                                                            str(manager), "--since", "all"])
     assert out.exit_code == 0, out.output
     assert "3 Jobs, 3 admitted, 3 finished" in out.output
     assert "the queue objects of the manager cluster" in out.output and "the clusters in the database" in out.output
