@@ -1,4 +1,4 @@
-"""federation.kube's requests on the event loop (``_Http``): keep-alive, framing, auth refresh, timeouts, TLS.
+"""federation.kube's requests on the event loop (``federation.keepalive.Http``): keep-alive, framing, auth refresh, timeouts, TLS.
 
 A raw asyncio server answers exactly what each test needs, so the client's handling of each HTTP/1.1
 case is seen on its own: connections reused and closed by the server while idle, chunked bodies, a
@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from federation.errors import NotFound, Transport
-from federation.kube import CONFIGMAPS, Kube, _Slots
+from federation.keepalive import Conn, Slots
+from federation.kube import CONFIGMAPS, Kube
 from federation.settings import KubeSettings
 from tests.security.tls import make_tls
 
@@ -254,8 +255,7 @@ class _FakeTransport(asyncio.Transport):
     (b"HTTP/1.1 204 No Content\r\n\r\n", b"", True),
 ])
 async def test_a_response_arriving_a_byte_at_a_time_is_parsed_whole(response: bytes, body: bytes, keep: bool) -> None:
-    from federation.kube import _Conn
-    conn, transport = _Conn(), _FakeTransport()
+    conn, transport = Conn(), _FakeTransport()
     conn.connection_made(transport)
     for _ in range(2):  # the second on the kept connection, after the first left nothing behind
         waiter = asyncio.get_running_loop().create_future()
@@ -269,8 +269,7 @@ async def test_a_response_arriving_a_byte_at_a_time_is_parsed_whole(response: by
 
 
 async def test_an_unframed_body_ends_with_the_connection_and_a_short_one_is_an_error() -> None:
-    from federation.kube import _Conn
-    conn = _Conn()
+    conn = Conn()
     conn.connection_made(_FakeTransport())
     waiter = asyncio.get_running_loop().create_future()
     conn.send(waiter, "GET", b"", reused=False)
@@ -279,7 +278,7 @@ async def test_an_unframed_body_ends_with_the_connection_and_a_short_one_is_an_e
     assert not waiter.done()
     conn.eof_received()
     assert waiter.result()[2:] == (b"abc", False)
-    short = _Conn()
+    short = Conn()
     short.connection_made(_FakeTransport())
     waiter = asyncio.get_running_loop().create_future()
     short.send(waiter, "GET", b"", reused=True)
@@ -322,7 +321,7 @@ async def test_at_most_max_concurrency_requests_are_in_flight_and_the_rest_go_in
 
 
 async def test_a_slot_handed_to_a_waiter_cancelled_before_it_ran_goes_to_the_next() -> None:
-    slots = _Slots(1)
+    slots = Slots(1)
     await slots.acquire()
     second = asyncio.create_task(slots.acquire())
     third = asyncio.create_task(slots.acquire())
