@@ -100,6 +100,19 @@ def transition(old: S | str, new: S) -> S:
     return new
 
 
+_FIRST: Mapping[type, frozenset[StrEnum]] = {
+    WorkloadState: frozenset({W.PENDING, W.SUSPENDED, W.REJECTED}), PlacementState: frozenset({P.SENT})}
+
+
+def initial(state: S) -> S:
+    """``state`` if a new row may start in it, else :class:`IllegalTransition`: a Workload is claimed
+    ``pending``, ``suspended`` or ``rejected``, a Placement starts ``sent``. Inserts pass here as state
+    changes pass :func:`transition`."""
+    if state not in _FIRST[type(state)]:
+        raise IllegalTransition(f"a {type(state).__name__} cannot start as {state}")
+    return state
+
+
 def member(kind: type[S], value: str) -> S:
     """``kind(value)`` by a dict lookup (an Enum call costs a few microseconds; the engine makes several a Job)."""
     found = _MEMBERS[kind].get(value)

@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from dispatcher.db import queries as q
 from dispatcher.engine.batch import Batch, ReportIn
 from dispatcher.engine.core import EngineCore
+from dispatcher.states import P
 from federation import messages
 
 
@@ -88,12 +89,9 @@ class ClusterHealth(EngineCore):
                 b.p.setdefault(key, dict(p._mapping))
                 if b.p[key]["state"] not in states:
                     continue
-                why = (f"cluster {name} was lost and its lease is over" if p.state != "sent"
+                why = (f"cluster {name} was lost and its lease is over" if p.state != P.SENT
                        else f"cluster {name} was lost before it answered the Place, and its lease is over")
-                b.set_p(key, state="lost", finished_at=b.now, reason=why)
-                # fences the attempt on the agent: applied before anything else when it comes back
-                self._send_delete(b, row, why)
-                self._requeue(b, row, why)
+                self._lose(b, row, p.attempt, why, fence=True)
 
     def _lease_end(self, name: str, b: Batch) -> datetime:
         """When the lost cluster's agent has surely stopped every copy it holds, answered or not: the

@@ -21,6 +21,7 @@ from dispatcher.db.models import clusters, workloads
 from dispatcher.engine.batch import Batch, job_key
 from dispatcher.engine.core import EngineCore
 from dispatcher.mirror import conditions as jc
+from dispatcher.states import W
 
 log = logging.getLogger("dispatcher.engine")
 
@@ -135,11 +136,11 @@ class AdminActions(EngineCore):
             row = b.w.get(p.workload_uid)
             if row is None or row["attempt"] != p.attempt:
                 continue
-            if row["state"] == "suspended":  # a suspended copy has no pods: deleted, placed once resumed
+            if row["state"] == W.SUSPENDED:  # a suspended copy has no pods: deleted, placed once resumed
                 self._send_delete(b, row, f"cluster {name} drained{by}")
                 b.event(row["uid"], "drained", cluster=name, reason="Drained", message=f"cluster {name} drained{by}")
                 moved += 1
-            elif row["state"] in ("placed", "running"):
+            elif row["state"] in (W.PLACED, W.RUNNING):
                 self._take_off(b, row, f"cluster {name} drained{by}", "drained")
                 moved += 1
         b.event(None, "drained", cluster=name, reason="Drained", message=f"drained{by}: {moved} Workload(s) moved")
@@ -170,13 +171,13 @@ class AdminActions(EngineCore):
             where = row.get("cluster")
             moved = "" if not where or where == target else f"; it runs on {where} until requeued"
             return f"{name} pinned to {target}{moved}"
-        if row["state"] == "suspended":
+        if row["state"] == W.SUSPENDED:
             raise ActionRefused(f"{name} is suspended on the manager cluster: resume it there first")
-        if row["state"] not in ("placed", "running", "pending"):
+        if row["state"] not in (W.PLACED, W.RUNNING, W.PENDING):
             raise ActionRefused(f"{name} is {row['state']}: only pending, placed or running Workloads can be "
                                 f"{action.verb}d" if action.verb != "evict" else
                                 f"{name} is {row['state']}: only placed or running Workloads can be evicted")
-        if row["state"] == "pending":
+        if row["state"] == W.PENDING:
             if action.verb == "evict":
                 raise ActionRefused(f"{name} is pending: it runs nowhere, so there is nothing to evict")
             b.placement_due = True
@@ -197,8 +198,8 @@ class AdminActions(EngineCore):
         uid = row["uid"]
         cluster = row.get("cluster")
         self._send_delete(b, row, reason)
-        b.set_w(uid, state="pending", reason=reason, cluster=None, updated_at=b.now)
-        row.update(state="pending", cluster=None)
+        b.set_w(uid, state=W.PENDING, reason=reason, cluster=None, updated_at=b.now)
+        row.update(state=W.PENDING, cluster=None)
         b.event(uid, type_, cluster=cluster, reason=type_.capitalize(), message=reason)
         key = job_key(row)
         conds = jc.requeued(type_.capitalize(), reason, b.now)

@@ -19,6 +19,7 @@ from dispatcher.db import queries as q
 from dispatcher.engine.batch import Batch, ReportIn, job_key
 from dispatcher.engine.core import EngineCore
 from dispatcher.mirror import conditions as jc
+from dispatcher.states import P, W
 from federation import messages
 from federation.kinds.registry import by_name
 
@@ -50,7 +51,7 @@ class Answers(EngineCore):
                 log.debug("report %s for an unknown or old placement %s from %s dropped", r.type, key, r.cluster)
                 continue
             self._resent.pop(key, None)  # answered: nothing to pace any more (not kept for 100,000 Jobs)
-            current = row["attempt"] == key[1] and row["state"] != "deleted"
+            current = row["attempt"] == key[1] and row["state"] != W.DELETED
             if isinstance(r, messages.Accepted):
                 self._accepted(b, row, p, r, current)
             elif isinstance(r, messages.Rejected):
@@ -60,7 +61,7 @@ class Answers(EngineCore):
 
     def _accepted(self, b: Batch, row: dict[str, Any], p: dict[str, Any], r: messages.Accepted,
                   current: bool) -> None:
-        if not current or p["state"] != "sent":
+        if not current or p["state"] != P.SENT:
             return
         self._mark_accepted(b, row, p, r.cluster)
 
@@ -75,7 +76,7 @@ class Answers(EngineCore):
             # stands, and placing the Workload again would run it twice
             log.info("stale Place for %s attempt %d refused by %s: %s", uid, p["attempt"], r.cluster, r.message)
             return
-        if p["state"] == "sent" and r.reason == messages.REJECTED_LEASE_EXPIRED and not r.permanent:
+        if p["state"] == P.SENT and r.reason == messages.REJECTED_LEASE_EXPIRED and not r.permanent:
             # The agent is fenced until a lease renewal reaches it, then takes this very Place: it stays
             # sent and goes again (unanswered re-send, or the Inventory the agent sends once renewed).
             # Requeueing spent an attempt per refusal and failed Jobs on a cluster fencing on and off. A
@@ -85,10 +86,10 @@ class Answers(EngineCore):
             b.set_w(uid, reason=f"{r.cluster} refused the Place while fenced (no lease): {r.message}; "
                                 "sent again once its lease is renewed"[:1000], updated_at=b.now)
             return
-        if p["state"] != "sent" and r.reason != messages.REJECTED_TWO_CONTROLLERS:
+        if p["state"] != P.SENT and r.reason != messages.REJECTED_TWO_CONTROLLERS:
             self._command_refused(b, row, p, r, text)
             return  # (TwoControllers: the agent deleted even an accepted copy, so it is placed elsewhere)
-        b.set_p((uid, p["attempt"]), state="rejected", reason=text, finished_at=b.now)
+        b.set_p((uid, p["attempt"]), state=P.REJECTED, reason=text, finished_at=b.now)
         b.event(uid, "rejected", cluster=r.cluster, reason=r.reason, message=r.message)
         # Whatever the agent half-made before it refused must not outlive the refusal, and a late
         # repeat of this Place must not create it: the Delete fences the attempt on the agent.
@@ -125,24 +126,25 @@ class Answers(EngineCore):
             # A Job that vanished without an outcome (deleted on the worker): placed again. One that
             # finished and then went (TTL) is recorded as finished below.
             if p["state"] in q.ACTIVE_PLACEMENT:
-                b.set_p(pkey, state="lost", finished_at=b.now, reason="the worker Job disappeared")
-                self._requeue(b, row, f"the Job disappeared from {r.cluster}")
+                self._lose(b, row, p["attempt"], "the worker Job disappeared", fence=False,
+                           requeue_reason=f"the Job disappeared from {r.cluster}")
             return
-        if p["state"] == "sent":  # Status before Accepted (lost or reordered): it evidently runs
+        if p["state"] == P.SENT:  # Status before Accepted (lost or reordered): it evidently runs
             self._mark_accepted(b, row, p, r.cluster)
         conds: jc.Conditions = []
-        if r.finished is not None and p["state"] not in ("finished", "failed"):
-            outcome = "finished" if r.finished == "Succeeded" else "failed"
-            b.set_p(pkey, state=outcome, finished_at=b.now)
-            b.set_w(uid, state=outcome, reason=r.finished, updated_at=b.now)
+        if r.finished is not None and p["state"] not in (P.FINISHED, P.FAILED):
+            succeeded = r.finished == "Succeeded"
+            outcome = "finished" if succeeded else "failed"  # the history row's type
+            b.set_p(pkey, state=P.FINISHED if succeeded else P.FAILED, finished_at=b.now)
+            b.set_w(uid, state=W.FINISHED if succeeded else W.FAILED, reason=r.finished, updated_at=b.now)
             b.event(uid, outcome, cluster=r.cluster, reason=r.finished, message=_last_condition(r.status))
             b.after.append(lambda: self.book.release(uid))
             b.placement_due = True
             if row.get("cluster_queue"):  # Kueue's Finished, where its conditions are written (not open mode)
                 done = by_name(row["kind"]).finished({"status": r.status})
                 conds = jc.finished(r.finished, done.message if done else "", b.now)
-        elif r.finished is None and p["state"] in ("sent", "accepted") and r.status.get("startTime"):
-            b.set_p(pkey, state="running")
+        elif r.finished is None and p["state"] in (P.SENT, P.ACCEPTED) and r.status.get("startTime"):
+            b.set_p(pkey, state=P.RUNNING)
             b.event(uid, "running", cluster=r.cluster, message=f"started on {r.cluster}")
         if r.gone and not r.status:
             return  # nothing to mirror: keep the last status the manager Job shows

@@ -31,6 +31,7 @@ from dispatcher.mirror.kubewriter import KubeWriter
 from dispatcher.placement import CapacityBook, Need
 from dispatcher.queueing.state import QueueingState
 from dispatcher.settings import DispatcherSettings
+from dispatcher.states import P, W
 from dispatcher.wire.freshrows import FreshRows
 from dispatcher.wire.streams import StreamBook
 from federation import chunks, labels, messages, topics
@@ -234,7 +235,7 @@ class EngineCore:
             return
         key = (row["uid"], row["attempt"])
         if key in b.p and b.p[key]["state"] in q.ACTIVE_PLACEMENT:
-            b.set_p(key, state="deleted", finished_at=b.now, reason=reason)
+            b.set_p(key, state=P.DELETED, finished_at=b.now, reason=reason)
         cmd = messages.Delete(
             placement=messages.PlacementKey(workload_uid=row["uid"], attempt=row["attempt"], epoch=self.epoch),
             job=messages.JobRef(kind=row["kind"], api_version=row["api_version"], namespace=row["namespace"],
@@ -268,7 +269,7 @@ class EngineCore:
                 reason: str = "InvalidJob") -> None:
         text = wl.problem_text(problems)
         if record:
-            b.set_w(row["uid"], state="rejected", reason=text, updated_at=b.now)
+            b.set_w(row["uid"], state=W.REJECTED, reason=text, updated_at=b.now)
         b.event(row["uid"], "invalid", reason=reason, message=text)
         key = job_key(row)
         conds = jc.refused(reason, text, b.now)
@@ -282,15 +283,26 @@ class EngineCore:
 
     def _mark_accepted(self, b: Batch, row: dict[str, Any], p: dict[str, Any], cluster: str) -> None:
         uid = row["uid"]
-        b.set_p((uid, p["attempt"]), state="suspended" if row["suspended"] else "accepted", accepted_at=b.now)
-        if row["state"] == "placed":
-            b.set_w(uid, state="running", reason="", updated_at=b.now)
+        b.set_p((uid, p["attempt"]), state=P.SUSPENDED if row["suspended"] else P.ACCEPTED, accepted_at=b.now)
+        if row["state"] == W.PLACED:
+            b.set_w(uid, state=W.RUNNING, reason="", updated_at=b.now)
         b.event(uid, "accepted", cluster=cluster, message=f"attempt {p['attempt']} accepted by {cluster}")
         key = job_key(row)
         conds = jc.accepted(jc.accepted_text(cluster, p["attempt"]), b.now)
         now = b.now
         b.after.append(lambda: self.book.accepted(uid, now))
         b.after.append(lambda: self._write(key, conds, status_follows=True))  # shares its first write
+
+    def _lose(self, b: Batch, row: dict[str, Any], attempt: int, why: str, *, fence: bool,
+              requeue_reason: str | None = None) -> None:
+        """A placement is lost: its worker copy, or its whole cluster, vanished. The one place that says so:
+        the placement ends ``lost`` with ``why``; when the copy may still exist on a cluster that went silent
+        (``fence``), a Delete goes after it, which its agent applies before anything else once it is back;
+        the Workload is queued again (``requeue_reason``, else ``why``)."""
+        b.set_p((row["uid"], attempt), state=P.LOST, finished_at=b.now, reason=why)
+        if fence:
+            self._send_delete(b, row, why)
+        self._requeue(b, row, requeue_reason or why)
 
     def _requeue(self, b: Batch, row: dict[str, Any], reason: str, *, excluded: list[str] | None = None) -> None:
         uid = row["uid"]
@@ -300,15 +312,15 @@ class EngineCore:
         key = job_key(row)
         if row["attempt"] >= self.settings.max_placement_attempts:
             text = f"{GAVE_UP}{row['attempt']} placement attempts; last: {reason}"
-            b.set_w(uid, state="failed", reason=text, cluster=None, updated_at=b.now)
+            b.set_w(uid, state=W.FAILED, reason=text, cluster=None, updated_at=b.now)
             b.event(uid, "failed", reason=EXHAUSTED, message=text)
             now = b.now
             b.after.append(lambda: self._write_gave_up(key, text, now))
             return
         if row["suspended"]:  # placed again once resumed
-            b.set_w(uid, state="suspended", reason=f"{reason}; {SUSPENDED_REASON}", cluster=None, updated_at=b.now)
+            b.set_w(uid, state=W.SUSPENDED, reason=f"{reason}; {SUSPENDED_REASON}", cluster=None, updated_at=b.now)
         else:
-            b.set_w(uid, state="pending", reason=reason, cluster=None, updated_at=b.now)
+            b.set_w(uid, state=W.PENDING, reason=reason, cluster=None, updated_at=b.now)
         b.event(uid, "requeued", message=reason)
         conds = jc.requeued("Requeued", reason, b.now)
         b.after.append(lambda: self._write(key, conds, clear=True))

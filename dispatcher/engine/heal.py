@@ -31,6 +31,7 @@ from dispatcher.engine.batch import Batch, job_key
 from dispatcher.engine.core import EXHAUSTED, GAVE_UP, EngineCore, log
 from dispatcher.handover.safety import REASON as STARTED_ELSEWHERE
 from dispatcher.mirror import conditions as jc
+from dispatcher.states import P, W
 from federation import labels
 from federation.kinds.registry import by_name
 
@@ -107,9 +108,9 @@ class Healing(EngineCore):
 
     def _implied(self, r: Any, mask: int, b: Batch) -> jc.Conditions:
         """The conditions ``r``'s state implies, if the Job (``mask``) lacks any of them; else none."""
-        accepted = r.accepted_at is not None and r.state != "placed"
-        ended = r.state in ("finished", "failed") and r.p_state in ("finished", "failed")
-        if r.state in ("finished", "failed") and not ended:
+        accepted = r.accepted_at is not None and r.state != W.PLACED
+        ended = r.state in (W.FINISHED, W.FAILED) and r.p_state in (P.FINISHED, P.FAILED)
+        if r.state in (W.FINISHED, W.FAILED) and not ended:
             return []  # mkd gave up on it (refused, attempts exhausted): not this pass's to say
         need = (DISPATCHED if accepted else 0) | (RESERVED | ADMITTED if r.cluster_queue else 0)
         need |= FINISHED if ended and r.cluster_queue else 0
@@ -124,6 +125,6 @@ class Healing(EngineCore):
         if ended and r.cluster_queue:
             job = self.cache.get(r.uid)
             done = by_name(r.kind).finished(job) if job is not None else None
-            outcome: Literal["Succeeded", "Failed"] = "Succeeded" if r.p_state == "finished" else "Failed"
+            outcome: Literal["Succeeded", "Failed"] = "Succeeded" if r.p_state == P.FINISHED else "Failed"
             conds += jc.finished(outcome, done.message if done else "", r.finished_at or b.now)
         return conds

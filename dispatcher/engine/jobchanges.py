@@ -21,6 +21,7 @@ from dispatcher.engine.core import EDIT_REFUSED, SUSPENDED_REASON, EngineCore, u
 from dispatcher.handover.safety import REASON as STARTED_ELSEWHERE
 from dispatcher.handover.safety import started_elsewhere
 from dispatcher.mirror import conditions as jc
+from dispatcher.states import P, W, initial
 from federation import labels, messages
 from federation.errors import Invalid, NotFound
 from federation.sealing import NoKey
@@ -77,12 +78,12 @@ class JobChanges(EngineCore):
             if foreign is not None:
                 d = described[uid] = wl.Described(d.columns, None, [foreign])
                 started.add(uid)
-            cols = {**d.columns, "created_at": b.now, "updated_at": b.now, "state": "pending"}
+            cols = {**d.columns, "created_at": b.now, "updated_at": b.now, "state": initial(W.PENDING)}
             cols.update(self.queueing.claim_columns(ch.obj, cols, b.now))
             if d.problems:
-                cols.update(state="rejected", reason=wl.problem_text(d.problems))
+                cols.update(state=initial(W.REJECTED), reason=wl.problem_text(d.problems))
             elif cols["suspended"]:
-                cols.update(state="suspended", reason=SUSPENDED_REASON)
+                cols.update(state=initial(W.SUSPENDED), reason=SUSPENDED_REASON)
             claims.append(cols)
         won = await q.claim(s, claims)
         for cols in claims:
@@ -107,7 +108,7 @@ class JobChanges(EngineCore):
 
     def _change(self, b: Batch, row: dict[str, Any], ch: JobChange, d: wl.Described | None) -> None:
         uid = row["uid"]
-        if row["state"] == "deleted":
+        if row["state"] == W.DELETED:
             return
         if ch.deleted or wl.being_deleted(ch.obj):
             self._delete(b, row, "the Job was deleted on the manager cluster")
@@ -116,14 +117,14 @@ class JobChanges(EngineCore):
         b.jobs[uid] = ch.obj
         managed_by = ch.kind.managed_by(ch.obj)
         if managed_by != labels.MULTIKUEUE:
-            if row["state"] == "rejected" and row["reason"].startswith("managedBy"):
+            if row["state"] == W.REJECTED and row["reason"].startswith("managedBy"):
                 return
             field_path = ".".join(ch.kind.managed_by_path)
             problem = Invalid(field_path, f"managedBy changed from {labels.MULTIKUEUE!r} to {managed_by!r} after "
                               "mkd claimed the Job; mkd stopped managing it",
                               fix="managedBy is immutable: delete the Job and create it again")
             self._send_delete(b, row, "managedBy changed on the manager cluster")
-            b.set_w(uid, state="rejected", reason=f"managedBy changed to {managed_by!r}", cluster=None,
+            b.set_w(uid, state=W.REJECTED, reason=f"managedBy changed to {managed_by!r}", cluster=None,
                     updated_at=b.now)
             b.event(uid, "rejected", reason="ManagedByChanged", message=problem.message)
             key = job_key(row)
@@ -141,12 +142,12 @@ class JobChanges(EngineCore):
         what = "suspended" if suspended and not was else "resumed" if was and not suspended else "updated"
         if _unplaced(row) and d is not None:
             if d.problems:
-                if row["state"] != "rejected" or row["reason"] != wl.problem_text(d.problems):
+                if row["state"] != W.REJECTED or row["reason"] != wl.problem_text(d.problems):
                     self._reject(b, row, d.problems)
                 return
-            b.set_w(uid, state="suspended" if suspended else "pending", requests=d.columns["requests"],
+            b.set_w(uid, state=W.SUSPENDED if suspended else W.PENDING, requests=d.columns["requests"],
                     podsets=d.columns["podsets"], reason=SUSPENDED_REASON if suspended else "")
-            if row["state"] == "rejected":
+            if row["state"] == W.REJECTED:
                 key = job_key(row)
                 cond = wl.condition(labels.CONDITION_REJECTED, False, "Corrected", "the Job is valid now", b.now)
                 b.after.append(lambda: self.writer.condition(key, cond))
@@ -154,7 +155,7 @@ class JobChanges(EngineCore):
             self.needs[uid] = d.need
             b.event(uid, what, message=f"generation {generation}")
             b.placement_due = b.placement_due or not suspended
-        elif row["state"] in ("placed", "running", "suspended") and row["cluster"]:
+        elif row["state"] in (W.PLACED, W.RUNNING, W.SUSPENDED) and row["cluster"]:
             version = row["spec_version"] + 1
             try:
                 self._send_place(b, row, ch.kind, ch.obj, attempt=row["attempt"], cluster=row["cluster"],
@@ -194,15 +195,15 @@ class JobChanges(EngineCore):
         key = (uid, row["attempt"])
         p = b.p.get(key)
         if suspended:
-            b.set_w(uid, state="suspended", reason="suspended on the manager cluster", updated_at=b.now)
-            if p is not None and p["state"] in ("accepted", "running"):
-                b.set_p(key, state="suspended")
+            b.set_w(uid, state=W.SUSPENDED, reason="suspended on the manager cluster", updated_at=b.now)
+            if p is not None and p["state"] in (P.ACCEPTED, P.RUNNING):
+                b.set_p(key, state=P.SUSPENDED)
             b.after.append(lambda: self.book.release(uid))
             return
-        answered = p is not None and p["state"] != "sent"
-        b.set_w(uid, state="running" if answered else "placed", reason="", updated_at=b.now)
-        if p is not None and p["state"] == "suspended":
-            b.set_p(key, state="accepted")
+        answered = p is not None and p["state"] != P.SENT
+        b.set_w(uid, state=W.RUNNING if answered else W.PLACED, reason="", updated_at=b.now)
+        if p is not None and p["state"] == P.SUSPENDED:
+            b.set_p(key, state=P.ACCEPTED)
         need = self.needs.get(uid) or wl.need_of(row["kind"], row["podsets"])
         now = b.now
 
@@ -215,7 +216,7 @@ class JobChanges(EngineCore):
     def _delete(self, b: Batch, row: dict[str, Any], reason: str) -> None:
         uid = row["uid"]
         self._send_delete(b, row, reason)
-        b.set_w(uid, state="deleted", reason=reason, updated_at=b.now)
+        b.set_w(uid, state=W.DELETED, reason=reason, updated_at=b.now)
         b.event(uid, "deleted", cluster=row.get("cluster"), message=reason)
 
         def forget() -> None:
@@ -232,4 +233,4 @@ class JobChanges(EngineCore):
 
 def _unplaced(row: Mapping[str, Any]) -> bool:
     """No worker copy: a spec change is a new description, not a Place to a cluster."""
-    return row["state"] in ("pending", "rejected") or (row["state"] == "suspended" and not row["cluster"])
+    return row["state"] in (W.PENDING, W.REJECTED) or (row["state"] == W.SUSPENDED and not row["cluster"])

@@ -28,6 +28,7 @@ from dispatcher.mirror import conditions as jc
 from dispatcher.placement import eligible
 from dispatcher.queueing.scheduler import Admission, Entry, Eviction
 from dispatcher.queueing.state import usage_to_json
+from dispatcher.states import P, W, initial, transition
 from federation import messages
 from federation.kinds.registry import by_name
 from federation.sealing import NoKey
@@ -80,7 +81,7 @@ class PlacementRound(EngineCore):
             await self._load(s, b, [a.entry.uid for a in result.admitted] + [v.uid for v in result.evicted])
         for v in result.evicted:
             self._evict(b, v)
-        chosen = [a for a in result.admitted if a.entry.uid in b.w and b.w[a.entry.uid]["state"] == "pending"]
+        chosen = [a for a in result.admitted if a.entry.uid in b.w and b.w[a.entry.uid]["state"] == W.PENDING]
         by_cluster: dict[str, list[str]] = {}
         held_by: dict[str, dict[str, Any]] = {}  # written with the placement (one UPDATE, not two)
         for a in chosen:
@@ -103,7 +104,7 @@ class PlacementRound(EngineCore):
             row = b.w[uid]
             attempt = won[uid]
             before = {c: row.get(c) for c in (*q.HELD_COLUMNS, "reserved_at")}
-            row.update(state="placed", attempt=attempt, cluster=a.cluster, reason="", **held_by[uid], reserved_at=b.now)
+            row.update(state=transition(row["state"], W.PLACED), attempt=attempt, cluster=a.cluster, reason="", **held_by[uid], reserved_at=b.now)
             kind = by_name(row["kind"])
             job = b.jobs.get(uid)  # claimed in this batch: decoded already
             try:
@@ -122,7 +123,7 @@ class PlacementRound(EngineCore):
                 continue
             held = qs.queues.admitted.get(uid)
             placements.append({"workload_uid": uid, "attempt": attempt, "cluster": a.cluster, "epoch": self.epoch,
-                               "state": "sent", "spec_version": row["spec_version"], "created_at": b.now,
+                               "state": initial(P.SENT), "spec_version": row["spec_version"], "created_at": b.now,
                                "reason": a.why})
             self._admitted(b, row, a, held.cq if held is not None else None)
             b.event(uid, "placed", cluster=a.cluster, message=f"attempt {attempt} on {a.cluster}: {a.why}")
@@ -142,13 +143,13 @@ class PlacementRound(EngineCore):
         creationTimestamp, as Kueue orders it), ``Evicted`` / ``Preempted`` on the Job naming the preemptor,
         history kept."""
         row = b.w.get(v.uid)
-        if row is None or row["state"] not in ("placed", "running"):
+        if row is None or row["state"] not in (W.PLACED, W.RUNNING):
             return
         uid = row["uid"]
         cluster = row.get("cluster")  # the history row names the cluster it leaves (_send_delete clears it)
         self._send_delete(b, row, f"preempted: {v.message}")
         # its queue time stays its creationTimestamp: Kueue orders a preempted Workload where it was
-        b.set_w(uid, state="pending", reason=v.message, cluster=None, usage=None, updated_at=b.now)
+        b.set_w(uid, state=W.PENDING, reason=v.message, cluster=None, usage=None, updated_at=b.now)
         b.event(uid, "evicted", cluster=cluster, reason="Preempted", message=v.message)
         key = job_key(row)
         conds = jc.preempted(v.reason, v.message, b.now)

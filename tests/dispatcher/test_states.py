@@ -6,6 +6,7 @@ A suspended Job reads ``suspended`` in the database and does not count as runnin
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
 from pathlib import Path
@@ -15,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from dispatcher.db import models as m
-from dispatcher.states import IllegalTransition, PlacementState, WorkloadState, parse, transition
+from dispatcher.states import IllegalTransition, PlacementState, WorkloadState, initial, parse, transition
 from federation import labels
 from federation.kube import Kube
 from mkctl.main import app
@@ -41,6 +42,43 @@ def test_the_table_allows_the_lifecycle_and_refuses_the_rest() -> None:
     assert parse(WorkloadState, " Suspended") is W.SUSPENDED
     with pytest.raises(ValueError, match="use one of: pending, placed, running, suspended"):
         parse(WorkloadState, "runing")
+
+
+def test_a_new_row_starts_only_where_the_table_lets_it() -> None:
+    """Inserts pass the table too: a Workload is claimed pending, suspended or rejected; a Placement starts sent."""
+    W, P = WorkloadState, PlacementState
+    for first in (W.PENDING, W.SUSPENDED, W.REJECTED, P.SENT):
+        assert initial(first) is first
+    for never in (W.PLACED, W.RUNNING, W.DELETED, P.ACCEPTED, P.LOST):
+        with pytest.raises(IllegalTransition, match=f"cannot start as {never}"):
+            initial(never)
+
+
+ENGINE = Path(__file__).resolve().parents[2] / "dispatcher"
+
+
+def test_the_engine_writes_and_compares_states_as_enum_members() -> None:
+    """No state string literal in the engine: a ``state=`` write, a ``"state":`` key or a comparison with a
+    row's state names a member of WorkloadState or PlacementState, so mypy sees a typo."""
+    found = []
+    for path in [*sorted((ENGINE / "engine").glob("*.py")), ENGINE / "clusters" / "health.py"]:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            values: list[ast.expr] = []
+            if isinstance(node, ast.keyword) and node.arg == "state":
+                values = [node.value]
+            elif isinstance(node, ast.Dict):
+                values = [v for k, v in zip(node.keys, node.values, strict=True)
+                          if isinstance(k, ast.Constant) and k.value == "state"]
+            elif isinstance(node, ast.Compare) and any(
+                    (isinstance(x, ast.Subscript) and isinstance(x.slice, ast.Constant) and x.slice.value == "state")
+                    or (isinstance(x, ast.Attribute) and x.attr in ("state", "p_state")) for x in (node.left, *node.comparators)):
+                values = [node.left, *node.comparators]
+            for v in values:
+                keys = {id(x.slice) for x in ast.walk(v) if isinstance(x, ast.Subscript)}  # row["state"] is no state
+                for leaf in ast.walk(v):
+                    if isinstance(leaf, ast.Constant) and isinstance(leaf.value, str) and id(leaf) not in keys:
+                        found.append(f"{path.name}:{leaf.lineno} {leaf.value!r}")
+    assert found == []
 
 
 async def running_on(db_url: str, cluster: str) -> int:
