@@ -844,7 +844,8 @@ async def wait_for_log(path: Path, text: str, procs: Processes, within: float = 
 async def wait_clusters_online(database_url: str, procs: Processes, within: float = 180.0) -> None:
     from sqlalchemy.ext.asyncio import AsyncSession
 
-    from dispatcher.db import make_engine, queries
+    from dispatcher.db import make_engine
+    from dispatcher.db.queries import listing
 
     engine = make_engine(database_url)
     try:
@@ -853,7 +854,7 @@ async def wait_clusters_online(database_url: str, procs: Processes, within: floa
             procs.check()
             with contextlib.suppress(Exception):
                 async with AsyncSession(engine) as session:
-                    rows = await queries.list_clusters(session)
+                    rows = await listing.list_clusters(session)
                 if sum(1 for r in rows if r.online) >= len(WORKERS):
                     return
             await asyncio.sleep(0.5)

@@ -37,7 +37,8 @@ from sqlalchemy import event  # noqa: E402
 from bench.dispatch_bench import drop_postgres, fresh_postgres  # noqa: E402
 from bench.e2e_bench import job as e2e_job  # noqa: E402
 from dispatcher import db  # noqa: E402
-from dispatcher.db import queries as q  # noqa: E402
+from dispatcher.db.queries import listing  # noqa: E402
+from dispatcher.db.queries import workloads as workload_q  # noqa: E402
 from dispatcher.engine.batch import JobChange, ReportIn  # noqa: E402
 from dispatcher.engine.loop import Engine  # noqa: E402
 from dispatcher.intake.jobcache import JobCache  # noqa: E402
@@ -101,7 +102,7 @@ async def run(n: int, batch: int, url: str, profile: cProfile.Profile | None) ->
             cpu["claim+place"] += time.process_time() - t
             batches["claim+place"] += 1
             async with engine.sessions() as s:  # where each Job went (the agents' side of the run)
-                rows, _ = await q.load_current(s, [j["metadata"]["uid"] for j in jobs])
+                rows, _ = await workload_q.load_current(s, [j["metadata"]["uid"] for j in jobs])
             accepted, status = [], []
             unplaced = [r for r in rows.values() if r.cluster is None]
             if unplaced:
@@ -137,7 +138,7 @@ async def run(n: int, batch: int, url: str, profile: cProfile.Profile | None) ->
         if profile is not None:
             profile.disable()
         async with engine.sessions() as s:
-            counts = await q.workload_counts(s)
+            counts = await listing.workload_counts(s)
     finally:
         await sql.dispose()
     return {"cpu": cpu, "batches": batches, "statements": statements[0], "counts": counts}

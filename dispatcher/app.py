@@ -20,7 +20,7 @@ from typing import Any
 from dispatcher import db
 from dispatcher.clusters.identity import OutboxSealing
 from dispatcher.clusters.leases import LeaseDesk
-from dispatcher.db.queries import list_clusters, list_placements, show_workload
+from dispatcher.db.queries.listing import list_clusters, list_placements, show_workload
 from dispatcher.engine.loop import Engine, Tick
 from dispatcher.intake.jobcache import JobCache
 from dispatcher.intake.watch import Intake

@@ -20,9 +20,9 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher.db import admin as dbadmin
-from dispatcher.db import queries
 from dispatcher.db.models import events as events_table
 from dispatcher.db.models import workloads as workloads_table
+from dispatcher.db.queries import listing as queries
 from federation.errors import FederationError, Invalid, NotFound
 
 STALE_INTERVALS = 3.0

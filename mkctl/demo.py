@@ -180,13 +180,14 @@ class PlacementReader:
         try:
             from sqlalchemy.ext.asyncio import AsyncSession
 
-            from dispatcher.db import make_engine, queries
+            from dispatcher.db import make_engine
+            from dispatcher.db.queries import listing
             from mkctl.admin import as_dict
 
             if self._engine is None:
                 self._engine = make_engine(self.database_url)
             async with AsyncSession(self._engine) as session:
-                found = await queries.list_placements(session)
+                found = await listing.list_placements(session)
             out: dict[str, Mapping[str, Any]] = {}
             for row in found:
                 view = as_dict(row)

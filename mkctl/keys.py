@@ -73,11 +73,11 @@ def clusters_register(
     database_url: DatabaseUrl = None,
 ) -> None:
     """Trust a cluster: its agent's Reports are accepted once signed by this key (a new key replaces the old)."""
-    from dispatcher.db import queries
+    from dispatcher.db.queries import clusters as cluster_q
 
     topics.check_cluster_name(name, "NAME")
     signing.parse_public_key(public_key, "--public-key")
-    new = _in_db(database_url, lambda s: queries.register_cluster(s, name, public_key.strip(), datetime.now(UTC)))
+    new = _in_db(database_url, lambda s: cluster_q.register_cluster(s, name, public_key.strip(), datetime.now(UTC)))
     typer.echo(f"cluster {name} {'registered' if new else 'key replaced'}; the dispatcher trusts it within "
                "cluster_keys_refresh_seconds")
 
@@ -86,9 +86,9 @@ def clusters_register(
 def clusters_unregister(name: Annotated[str, typer.Argument(help="Cluster name.")],
                         database_url: DatabaseUrl = None) -> None:
     """Stop trusting a cluster: its Reports are refused from the next key refresh on."""
-    from dispatcher.db import queries
+    from dispatcher.db.queries import clusters as cluster_q
 
-    if not _in_db(database_url, lambda s: queries.unregister_cluster(s, name, datetime.now(UTC))):
+    if not _in_db(database_url, lambda s: cluster_q.unregister_cluster(s, name, datetime.now(UTC))):
         raise typer.BadParameter(f"cluster {name!r} has no registered key", param_hint="NAME")
     typer.echo(f"cluster {name} unregistered")
 

@@ -315,14 +315,14 @@ class Topology:
         from datetime import UTC, datetime
 
         from dispatcher import db
-        from dispatcher.db import queries
+        from dispatcher.db.queries import clusters as cluster_q
 
         await db.upgrade_async(self.database_url)
         engine = db.make_engine(self.database_url)
         try:
             async with db.sessionmaker(engine).begin() as s:
                 for name in self.worker_names:
-                    await queries.register_cluster(s, name, self.keys[name][1], datetime.now(UTC))
+                    await cluster_q.register_cluster(s, name, self.keys[name][1], datetime.now(UTC))
         finally:
             await engine.dispose()
 
@@ -486,7 +486,8 @@ class Topology:
         """
         from sqlalchemy.ext.asyncio import AsyncSession
 
-        from dispatcher.db import make_engine, queries
+        from dispatcher.db import make_engine
+        from dispatcher.db.queries import listing
 
         engine = make_engine(self.database_url)
         known: list[str] = []
@@ -495,7 +496,7 @@ class Topology:
             while time.monotonic() < deadline:
                 self.check_running()
                 async with AsyncSession(engine) as session:
-                    known = [r.name for r in await queries.list_clusters(session) if r.online]
+                    known = [r.name for r in await listing.list_clusters(session) if r.online]
                 if set(self.worker_names) <= set(known):
                     break
                 await asyncio.sleep(0.2)

@@ -19,7 +19,9 @@ from datetime import datetime, timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dispatcher.db import queries as q
+from dispatcher.db.queries import clusters as cluster_q
+from dispatcher.db.queries import placements as placement_q
+from dispatcher.db.queries import workloads as workload_q
 from dispatcher.engine.batch import Batch, ReportIn
 from dispatcher.engine.core import EngineCore
 from dispatcher.states import P
@@ -54,7 +56,7 @@ class ClusterHealth(EngineCore):
         elif not hb.online and (old is None or old.online):
             self.lost.setdefault(hb.cluster, item.received_at)
             b.event(None, "cluster_lost", cluster=hb.cluster, reason="Offline", message="the agent went offline")
-        await q.upsert_cluster(s, {
+        await cluster_q.upsert_cluster(s, {
             "name": hb.cluster, "labels": dict(hb.labels), "capacity": hb.capacity.model_dump(),
             "kinds": sorted({*hb.kinds_reconciled, *hb.kinds_delegated}), "online": hb.online,
             "agent_version": hb.agent_version[:64], "interval_seconds": hb.interval_seconds,
@@ -70,7 +72,7 @@ class ClusterHealth(EngineCore):
                 self.lost[name] = b.now
                 b.event(None, "cluster_lost", cluster=name, reason="HeartbeatTimeout",
                         message=f"no heartbeat for {self.settings.heartbeat_timeout_seconds:g}s")
-                await q.mark_cluster_lost(s, name, b.now)
+                await cluster_q.mark_cluster_lost(s, name, b.now)
         for name, since in list(self.lost.items()):
             if b.now < self._lease_end(name, b):
                 continue  # its agent may still run anything it got, answered or not
@@ -79,10 +81,10 @@ class ClusterHealth(EngineCore):
                         and lost_for >= timedelta(seconds=self.settings.worker_lost_timeout_seconds))
             if not accepted and lost_for < timedelta(seconds=self.settings.unaccepted_replace_seconds):
                 continue
-            states = q.ACTIVE_PLACEMENT if accepted else ("sent",)
-            for p in await q.placements_on(s, name, states):
+            states = placement_q.ACTIVE_PLACEMENT if accepted else ("sent",)
+            for p in await placement_q.placements_on(s, name, states):
                 key = (p.workload_uid, p.attempt)
-                rows = await q.load_workloads(s, [p.workload_uid])
+                rows = await workload_q.load_workloads(s, [p.workload_uid])
                 if p.workload_uid not in rows or rows[p.workload_uid].attempt != p.attempt:
                     continue
                 row = b.w.setdefault(p.workload_uid, dict(rows[p.workload_uid]._mapping))

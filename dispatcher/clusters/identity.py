@@ -24,7 +24,7 @@ from datetime import datetime
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from dispatcher.db import queries as q
+from dispatcher.db.queries import clusters as cluster_q
 from dispatcher.settings import DispatcherSettings
 from federation import messages, topics
 from federation.errors import Invalid
@@ -90,8 +90,8 @@ class Identity:
         pending, self.pending = self.pending, {}
         async with sessions.begin() as s:
             if pending:
-                await q.record_refusals(s, pending)
-            keys = await q.cluster_keys(s)
+                await cluster_q.record_refusals(s, pending)
+            keys = await cluster_q.cluster_keys(s)
         self.registered(keys)
 
     def seal(self, topic: str, body: bytes, *, epoch: int, n: int) -> bytes:

@@ -3,7 +3,7 @@
 Every heartbeat the report subscriber takes is also offered here (``offer``, never blocks). The desk's one
 task (``run``, under the dispatcher's Supervisor) takes what came in since its last turn, keeps the latest
 heartbeat per cluster, writes each cluster's ``lease_until`` in one small transaction (never moved back:
-:func:`dispatcher.db.queries.extend_lease`), and only after that commit publishes each signed Lease straight
+:func:`dispatcher.db.queries.clusters.extend_lease`), and only after that commit publishes each signed Lease straight
 on the outbox publisher's MQTT link (QoS 1). So a grant never outlives what a restarted or standby dispatcher
 reads from ``clusters.lease_until``, and a Place batch in the engine (seconds on a loaded machine) no longer
 delays it. Only the active dispatcher grants (``Leadership.active``).
@@ -18,7 +18,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from dispatcher.db import mapped
-from dispatcher.db import queries as q
+from dispatcher.db.queries import clusters as cluster_q
 from dispatcher.engine.batch import ReportIn
 from federation import messages, topics
 from federation.errors import DatabaseUnavailable, Transport
@@ -100,7 +100,7 @@ class LeaseDesk:
         async with e.sessions.begin() as s:
             # by name, as the engine writes the rows of the heartbeats it takes: two transactions locking
             # the same rows in two orders deadlock (PostgreSQL fails one of them)
-            known = {name for name, end in sorted(ends.items()) if await q.extend_lease(s, name, end)}
+            known = {name for name, end in sorted(ends.items()) if await cluster_q.extend_lease(s, name, end)}
         out: list[tuple[ReportIn, str, bytes]] = []
         left: list[ReportIn] = []
         for item in items:

@@ -16,8 +16,8 @@ from typing import Any, Literal
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dispatcher.db import queries as q
 from dispatcher.db.models import clusters, workloads
+from dispatcher.db.queries import placements as placement_q
 from dispatcher.engine.batch import Batch, job_key
 from dispatcher.engine.core import EngineCore
 from dispatcher.mirror import conditions as jc
@@ -131,7 +131,7 @@ class AdminActions(EngineCore):
         if action.verb == "cordon":
             return f"cluster {name} cordoned: no new placements; what runs there keeps running"
         moved = 0
-        for p in await q.placements_on(s, name, q.ACTIVE_PLACEMENT):
+        for p in await placement_q.placements_on(s, name, placement_q.ACTIVE_PLACEMENT):
             await self._load(s, b, [p.workload_uid])
             row = b.w.get(p.workload_uid)
             if row is None or row["attempt"] != p.attempt:

@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dispatcher.db import queries as q
+from dispatcher.db.queries import placements as placement_q
 from dispatcher.engine.batch import Batch, ReportIn, job_key
 from dispatcher.engine.core import EngineCore
 from dispatcher.mirror import conditions as jc
@@ -67,7 +67,7 @@ class Answers(EngineCore):
 
     def _rejected(self, b: Batch, row: dict[str, Any], p: dict[str, Any], r: messages.Rejected,
                   current: bool) -> None:
-        if not current or p["state"] not in q.ACTIVE_PLACEMENT:
+        if not current or p["state"] not in placement_q.ACTIVE_PLACEMENT:
             return
         uid = row["uid"]
         text = f"{r.reason}: {r.message}"
@@ -125,7 +125,7 @@ class Answers(EngineCore):
         if r.gone and r.finished is None:
             # A Job that vanished without an outcome (deleted on the worker): placed again. One that
             # finished and then went (TTL) is recorded as finished below.
-            if p["state"] in q.ACTIVE_PLACEMENT:
+            if p["state"] in placement_q.ACTIVE_PLACEMENT:
                 self._lose(b, row, p["attempt"], "the worker Job disappeared", fence=False,
                            requeue_reason=f"the Job disappeared from {r.cluster}")
             return
@@ -160,11 +160,11 @@ class Answers(EngineCore):
     async def _inventory(self, s: AsyncSession, b: Batch, r: messages.Inventory) -> None:
         have = {(i.placement.workload_uid, i.placement.attempt): i for i in r.items}
         b.resync.add(r.cluster)  # the answer to an Inventory is a Resync, sent at the end of the batch
-        expected = await q.expected_on(s, r.cluster)
+        expected = await placement_q.expected_on(s, r.cluster)
         resent = 0
         for e in expected:
             item = have.get((e.workload_uid, e.attempt))
-            if e.state not in q.ACTIVE_PLACEMENT or (item is not None and item.spec_version >= e.spec_version):
+            if e.state not in placement_q.ACTIVE_PLACEMENT or (item is not None and item.spec_version >= e.spec_version):
                 continue
             obj = self.cache.get(e.workload_uid)
             if obj is None:
@@ -208,7 +208,7 @@ class Answers(EngineCore):
         taken: dict[str, int] = {}
         waiting = 0
         held: set[tuple[str, int]] | None = None
-        for r in await q.unanswered(s, b.now - timedelta(seconds=wait), limit):  # oldest first
+        for r in await placement_q.unanswered(s, b.now - timedelta(seconds=wait), limit):  # oldest first
             key = (r.workload_uid, r.attempt)
             obj = self.cache.get(r.workload_uid)
             last = max(floor, self._resent.get(key, floor), self.unanswered.get(key, floor))

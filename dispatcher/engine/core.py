@@ -23,7 +23,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from dispatcher import workload as wl
 from dispatcher.clusters.identity import Identity
 from dispatcher.clusters.policycheck import PolicyGate
-from dispatcher.db import queries as q
+from dispatcher.db.queries import clusters as cluster_q
+from dispatcher.db.queries import outbox as outbox_q
+from dispatcher.db.queries import placements as placement_q
+from dispatcher.db.queries import workloads as workload_q
 from dispatcher.engine.batch import Batch, Item, JobsOf, engine_inbox, job_key
 from dispatcher.intake.jobcache import JobCache
 from dispatcher.mirror import conditions as jc
@@ -109,7 +112,7 @@ class EngineCore:
         self._last_resync: dict[str, float] = {}
         self.lost: dict[str, datetime] = {}
         self.epoch = 0
-        self.outbox_ids = q.OutboxIds(0)
+        self.outbox_ids = outbox_q.OutboxIds(0)
         self.outbox_wake = asyncio.Event()
         self.fresh = FreshRows(settings.outbox_memory_bytes)
         """Outbox rows committed by this engine, handed to the publisher in memory (it need not read
@@ -162,14 +165,14 @@ class EngineCore:
     async def rebuild(self) -> None:
         async with self.sessions() as s:
             # one string per uid, kind and namespace across the engine's maps (100,000 Workloads)
-            self.known = {sys.intern(u): sys.intern(k) for u, k in (await q.known_uids(s)).items()}
-            self.namespace_of = {sys.intern(u): sys.intern(ns) for u, ns in (await q.known_namespaces(s)).items()}
+            self.known = {sys.intern(u): sys.intern(k) for u, k in (await workload_q.known_uids(s)).items()}
+            self.namespace_of = {sys.intern(u): sys.intern(ns) for u, ns in (await workload_q.known_namespaces(s)).items()}
             # a failed batch recorded its heartbeats in the book: start again from those heard before it
             heard = self._heard or (self.book.heartbeats, self.book.received)
             book = CapacityBook(settle_seconds=self.settings.capacity_settle_seconds,
                                 heartbeats=dict(heard[0]), received=dict(heard[1]))
             totals: dict[tuple[tuple[str, str], ...], dict[str, Any]] = {}  # one per distinct requests
-            for row in await q.active_placements(s):
+            for row in await placement_q.active_placements(s):
                 key = tuple(sorted((row.requests or {}).items()))
                 total = totals.get(key)
                 if total is None:
@@ -177,7 +180,7 @@ class EngineCore:
                 book.reserve(sys.intern(row.workload_uid), row.cluster, total)
                 if row.accepted_at is not None:
                     book.accepted(row.workload_uid, row.accepted_at)
-            clusters = await q.load_clusters(s)
+            clusters = await cluster_q.load_clusters(s)
             self.book = book
             self._heard = None
             # lost as the database says: a failed batch may have marked a cluster lost in memory only
@@ -197,13 +200,13 @@ class EngineCore:
         for uid, values in b.w_updates.items():
             by_cols.setdefault(tuple(sorted(values)), []).append({"b_uid": uid, **values})
         for rows in by_cols.values():
-            await q.update_workloads(s, rows)
+            await workload_q.update_workloads(s, rows)
         b.w_updates.clear()
         p_cols: dict[tuple[str, ...], list[dict[str, Any]]] = {}
         for (uid, attempt), values in b.p_updates.items():
             p_cols.setdefault(tuple(sorted(values)), []).append({"b_uid": uid, "b_attempt": attempt, **values})
         for rows in p_cols.values():
-            await q.update_placements(s, rows)
+            await placement_q.update_placements(s, rows)
         b.p_updates.clear()
         jobs = JobsOf(b, self.cache)  # the batch's decoded Jobs first (each decode ~15 us)
         await self._load_podsets(s, b, self.queueing.lacking_podsets(b.w.values(), jobs, self.needs))
@@ -214,7 +217,7 @@ class EngineCore:
         in one query: a restarted dispatcher knows the need of no placed Workload, nor of a pending
         one whose Job intake had not listed when ``rebuild`` ran."""
         if uids:
-            for uid, podsets in (await q.load_podsets(s, uids)).items():
+            for uid, podsets in (await workload_q.load_podsets(s, uids)).items():
                 b.w[uid]["podsets"] = podsets
 
     async def _load(self, s: AsyncSession, b: Batch, uids: list[str]) -> None:
@@ -222,8 +225,8 @@ class EngineCore:
         missing = [uid for uid in uids if uid not in b.w]
         if not missing:
             return
-        rows, current = await q.load_current(s, missing)
-        names = q.LIGHT_NAMES
+        rows, current = await workload_q.load_current(s, missing)
+        names = workload_q.LIGHT_NAMES
         for uid, r in rows.items():
             b.w[uid] = dict(zip(names, r, strict=False))  # the Workload columns (then the placement's, p__)
         for key, p in current.items():
@@ -234,7 +237,7 @@ class EngineCore:
         if not cluster or not row.get("attempt"):
             return
         key = (row["uid"], row["attempt"])
-        if key in b.p and b.p[key]["state"] in q.ACTIVE_PLACEMENT:
+        if key in b.p and b.p[key]["state"] in placement_q.ACTIVE_PLACEMENT:
             b.set_p(key, state=P.DELETED, finished_at=b.now, reason=reason)
         cmd = messages.Delete(
             placement=messages.PlacementKey(workload_uid=row["uid"], attempt=row["attempt"], epoch=self.epoch),
@@ -347,7 +350,7 @@ class EngineCore:
     async def _resync(self, s: AsyncSession, b: Batch, cluster: str) -> list[Any]:
         """Queue a Resync listing every placement expected on ``cluster`` (call it after the batch's
         placements are flushed); returns those placements."""
-        expected = await q.expected_on(s, cluster)
+        expected = await placement_q.expected_on(s, cluster)
         keys = [messages.PlacementKey(workload_uid=e.workload_uid, attempt=e.attempt, epoch=self.epoch)
                 for e in expected]
         whole = messages.Resync(cluster=cluster, epoch=self.epoch, expected=keys, sent_at=b.now)

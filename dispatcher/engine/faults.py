@@ -7,7 +7,8 @@ import logging
 from dataclasses import dataclass
 
 from dispatcher import workload as wl
-from dispatcher.db import queries as q
+from dispatcher.db.queries import events as event_q
+from dispatcher.db.queries import workloads as workload_q
 from dispatcher.engine.batch import Item, JobChange, ReportIn, job_key
 from dispatcher.engine.core import EngineCore
 from federation import labels, messages
@@ -99,11 +100,11 @@ class FaultHandling(EngineCore):
         uid = subject(item)
         try:
             async with self.sessions.begin() as s:
-                rows = await q.load_workloads(s, [uid]) if uid else {}
+                rows = await workload_q.load_workloads(s, [uid]) if uid else {}
                 row = rows.get(uid) if uid else None
                 if row is not None:
-                    await q.update_workloads(s, [{"b_uid": uid, "reason": text[:1000], "updated_at": self.clock.now()}])
-                await q.add_events(s, [{"workload_uid": uid if row is not None else None, "at": self.clock.now(),
+                    await workload_q.update_workloads(s, [{"b_uid": uid, "reason": text[:1000], "updated_at": self.clock.now()}])
+                await event_q.add_events(s, [{"workload_uid": uid if row is not None else None, "at": self.clock.now(),
                                         "type": "error", "cluster": None, "reason": "InternalError",
                                         "message": text}])
         except Exception as record_exc:  # recording is best effort; the item is parked either way

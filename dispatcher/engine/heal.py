@@ -26,7 +26,7 @@ from typing import Any, Literal
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher import workload as wl
-from dispatcher.db import queries as q
+from dispatcher.db.queries import workloads as workload_q
 from dispatcher.engine.batch import Batch, job_key
 from dispatcher.engine.core import EXHAUSTED, GAVE_UP, EngineCore, log
 from dispatcher.handover.safety import REASON as STARTED_ELSEWHERE
@@ -76,7 +76,7 @@ class Healing(EngineCore):
             return
         b.after.append(lambda: setattr(self, "listed_shows", {}))  # once committed (a retried batch reads it again)
         written = 0
-        for r in await q.settled(s):
+        for r in await workload_q.settled(s):
             mask = listed.get(r.uid)
             if mask is None:
                 continue
@@ -85,7 +85,7 @@ class Healing(EngineCore):
                 written += 1
                 key = job_key({"uid": r.uid, "kind": r.kind, "namespace": r.namespace, "name": r.name})
                 b.after.append(lambda key=key, conds=conds: self._write(key, conds))  # type: ignore[misc]
-        refused = {r.uid: r for r in await q.refusals(s, REFUSALS)}  # the latest refusal of each
+        refused = {r.uid: r for r in await workload_q.refusals(s, REFUSALS)}  # the latest refusal of each
         for r in refused.values():
             mask = listed.get(r.uid)
             if mask is None or mask & REJECTED:

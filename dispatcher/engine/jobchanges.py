@@ -15,7 +15,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher import workload as wl
-from dispatcher.db import queries as q
+from dispatcher.db.queries import workloads as workload_q
 from dispatcher.engine.batch import Batch, JobChange, job_key
 from dispatcher.engine.core import EDIT_REFUSED, SUSPENDED_REASON, EngineCore, unsendable_problem
 from dispatcher.handover.safety import REASON as STARTED_ELSEWHERE
@@ -85,7 +85,7 @@ class JobChanges(EngineCore):
             elif cols["suspended"]:
                 cols.update(state=initial(W.SUSPENDED), reason=SUSPENDED_REASON)
             claims.append(cols)
-        won = await q.claim(s, claims)
+        won = await workload_q.claim(s, claims)
         for cols in claims:
             uid = sys.intern(cols["uid"])  # one string per uid across the engine's maps
             if uid not in won:

@@ -21,7 +21,9 @@ from typing import Any
 from dispatcher import workload as wl
 from dispatcher.clusters.health import ClusterHealth
 from dispatcher.db import mapped
-from dispatcher.db import queries as q
+from dispatcher.db.queries import epochs as epoch_q
+from dispatcher.db.queries import events as event_q
+from dispatcher.db.queries import outbox as outbox_q
 from dispatcher.engine.adminactions import AdminAction, AdminActions
 from dispatcher.engine.answers import Answers
 from dispatcher.engine.batch import Batch, Heal, Item, JobChange, ReportIn, ResyncDue, Tick
@@ -55,9 +57,9 @@ class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, F
     async def start(self) -> None:
         """Take a fencing epoch and rebuild the in-memory view from the database."""
         async with self.sessions.begin() as s:
-            self.epoch = await q.new_epoch(s, origin=self.settings.origin, host=socket.gethostname(),
+            self.epoch = await epoch_q.new_epoch(s, origin=self.settings.origin, host=socket.gethostname(),
                                            now=self.clock.now())
-        self.outbox_ids = q.OutboxIds(self.epoch)
+        self.outbox_ids = outbox_q.OutboxIds(self.epoch)
         await self.rebuild()
         await self.load_cordons()
         log.info("dispatcher epoch %d: %d Workloads known, %d placements hold capacity", self.epoch,
@@ -206,8 +208,8 @@ class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, F
                 await self._resync(s, b, cluster)
                 if self.metrics is not None:
                     self.metrics.resync_sent()
-            await q.add_events(s, b.events)
-            await q.add_outbox(s, b.outbox)
+            await event_q.add_events(s, b.events)
+            await outbox_q.add_outbox(s, b.outbox)
         self.batches += 1
         for row in b.outbox:
             self.fresh.add(row["id"], row["topic"], row["payload"], b.place_keys.get(row["id"]))

@@ -21,7 +21,8 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher.clusters.policycheck import reason as policy_reason
-from dispatcher.db import queries as q
+from dispatcher.db.queries import placements as placement_q
+from dispatcher.db.queries import workloads as workload_q
 from dispatcher.engine.batch import Batch, job_key
 from dispatcher.engine.core import EngineCore, oversize_problem
 from dispatcher.mirror import conditions as jc
@@ -90,7 +91,7 @@ class PlacementRound(EngineCore):
             held_by[a.entry.uid] = {"cluster_queue": held.cq if held is not None else None,
                                     "flavors": a.flavors or None,
                                     "usage": usage_to_json(a.usage) if held is not None else None}
-        won = await q.mark_placed(s, by_cluster, b.now, held_by)
+        won = await workload_q.mark_placed(s, by_cluster, b.now, held_by)
         for a in result.admitted:
             if a.entry.uid not in won:  # claimed by another dispatcher, or changed meanwhile
                 qs.queues.release(a.entry.uid)
@@ -103,7 +104,7 @@ class PlacementRound(EngineCore):
                 await asyncio.sleep(0)
             row = b.w[uid]
             attempt = won[uid]
-            before = {c: row.get(c) for c in (*q.HELD_COLUMNS, "reserved_at")}
+            before = {c: row.get(c) for c in (*workload_q.HELD_COLUMNS, "reserved_at")}
             row.update(state=transition(row["state"], W.PLACED), attempt=attempt, cluster=a.cluster, reason="", **held_by[uid], reserved_at=b.now)
             kind = by_name(row["kind"])
             job = b.jobs.get(uid)  # claimed in this batch: decoded already
@@ -128,7 +129,7 @@ class PlacementRound(EngineCore):
             self._admitted(b, row, a, held.cq if held is not None else None)
             b.event(uid, "placed", cluster=a.cluster, message=f"attempt {attempt} on {a.cluster}: {a.why}")
             self.book.reserve(uid, a.cluster, a.need.total)
-        await q.add_placements(s, placements)
+        await placement_q.add_placements(s, placements)
         for e in result.waiting:
             self._waiting(b, e)
         for uid, cq in qs.routed():  # the ClusterQueue of each pending row: positions readable from SQL

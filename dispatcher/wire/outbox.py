@@ -16,7 +16,7 @@ from typing import Protocol
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from dispatcher.db import mapped
-from dispatcher.db import queries as q
+from dispatcher.db.queries import outbox as outbox_q
 from dispatcher.settings import DispatcherSettings
 from dispatcher.wire.freshrows import FreshRows
 from federation import messages
@@ -270,9 +270,9 @@ class Publisher:
         return last is None or self.clock.monotonic() - last >= self.settings.outbox_poll_seconds
 
     async def _scan(self, room: int, *, before: datetime | None, below: int | None = None) -> list[tuple[int, str, bytes]]:
-        """Unsent rows from the database in id order (``q.unsent``), remembered as scanned."""
+        """Unsent rows from the database in id order (``outbox_q.unsent``), remembered as scanned."""
         async with self.sessions() as s:
-            rows = [(r.id, r.topic, r.payload) for r in await q.unsent(s, room, before=before, below=below)]
+            rows = [(r.id, r.topic, r.payload) for r in await outbox_q.unsent(s, room, before=before, below=below)]
         if len(self._scanned) > 100_000:
             self._scanned.clear()
         self._scanned.update(r[0] for r in rows)
@@ -308,7 +308,7 @@ class Publisher:
         stored: dict[int, bytes] = {}
         if missing:  # the engine only appends meanwhile: the first ``taken`` rows stay the same
             async with self.sessions() as s:
-                stored = await q.payloads(s, missing)
+                stored = await outbox_q.payloads(s, missing)
         self.fresh.drop(taken)
         out: list[tuple[int, str, bytes]] = []
         for row_id, topic, payload, key in chosen:
@@ -326,7 +326,7 @@ class Publisher:
         if done:
             try:
                 async with self.sessions.begin() as s:
-                    await q.mark_sent(s, done, self.clock.now())
+                    await outbox_q.mark_sent(s, done, self.clock.now())
             except BaseException:
                 self._acked[:0] = done  # still acknowledged: marked on the next try
                 raise
@@ -340,7 +340,7 @@ class Publisher:
         try:
             with mapped():
                 async with self.sessions.begin() as s:
-                    n = await q.purge_sent(s, self.clock.now() - timedelta(seconds=keep))
+                    n = await outbox_q.purge_sent(s, self.clock.now() - timedelta(seconds=keep))
         except DatabaseUnavailable:
             return  # housekeeping: the next purge catches up
         if n:

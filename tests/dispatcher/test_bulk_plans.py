@@ -18,7 +18,8 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher import db
-from dispatcher.db import queries as q
+from dispatcher.db.queries import placements as placement_q
+from dispatcher.db.queries import workloads as workload_q
 
 ROWS = 5_000
 
@@ -56,9 +57,9 @@ async def test_bulk_updates_look_their_rows_up_by_index_whatever_the_table_holds
             await s.commit()
             few = [f"u{i}" for i in range(100, 112)]
             statements = {
-                "placements": lambda: q.update_placements(s, [
+                "placements": lambda: placement_q.update_placements(s, [
                     {"b_uid": u, "b_attempt": 1, "state": "accepted", "accepted_at": now} for u in few]),
-                "workloads": lambda: q.update_workloads(s, [
+                "workloads": lambda: workload_q.update_workloads(s, [
                     {"b_uid": u, "state": "running", "reason": "", "updated_at": now} for u in few]),
             }
             for table, run in statements.items():
@@ -66,7 +67,7 @@ async def test_bulk_updates_look_their_rows_up_by_index_whatever_the_table_holds
                 await run()
                 assert await _seq_scans(s, table) == before, f"a bulk update of 12 rows scanned all {table}"
             before = await _seq_scans(s, "workloads")
-            won = await q.mark_placed(s, {"w1": [f"u{i}" for i in range(1, 11)]}, now,
+            won = await workload_q.mark_placed(s, {"w1": [f"u{i}" for i in range(1, 11)]}, now,
                                       {f"u{i}": {"cluster_queue": "cq", "flavors": {}, "usage": {}} for i in range(1, 11)})
             assert set(won) == {f"u{i}" for i in range(1, 11)}
             assert await _seq_scans(s, "workloads") == before, "mark_placed of 10 Workloads scanned all workloads"

@@ -11,8 +11,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from dispatcher import db
-from dispatcher.db import queries as q
 from dispatcher.db.models import workloads
+from dispatcher.db.queries import events as event_q
+from dispatcher.db.queries import placements as placement_q
+from dispatcher.db.queries import sql
+from dispatcher.db.queries import workloads as workload_q
 
 VALUES: dict[str, Any] = {
     "labels": {"team": "Zürich ☃", "app": "trainer"},
@@ -49,8 +52,8 @@ async def test_json_columns_round_trip(db_url: str) -> None:
     now = datetime.now(UTC)
     try:
         async with sessions.begin() as s:
-            assert await q.claim(s, [row("u1", now)]) == {"u1"}
-            await q.update_workloads(s, [{"b_uid": "u1", "flavors": VALUES["flavors"], "usage": VALUES["usage"]}])
+            assert await workload_q.claim(s, [row("u1", now)]) == {"u1"}
+            await workload_q.update_workloads(s, [{"b_uid": "u1", "flavors": VALUES["flavors"], "usage": VALUES["usage"]}])
             # a row written by an older dispatcher through the stdlib's json (spaces, escaped non-ASCII)
             await s.execute(sa.text("INSERT INTO workloads (uid, namespace, name, kind, api_version, queue, state, "
                                     "requests, podsets, excluded, created_at, updated_at, labels) VALUES ('u2', "
@@ -66,7 +69,7 @@ async def test_json_columns_round_trip(db_url: str) -> None:
                 for col in ("labels", "requests", "podsets", "excluded"):
                     assert getattr(got[uid], col) == VALUES[col], (uid, col)
             assert got["u1"].flavors == VALUES["flavors"] and got["u1"].usage == VALUES["usage"]
-            assert (await q.load_podsets(s, ["u1", "u2"])) == {"u1": VALUES["podsets"], "u2": VALUES["podsets"]}
+            assert (await workload_q.load_podsets(s, ["u1", "u2"])) == {"u1": VALUES["podsets"], "u2": VALUES["podsets"]}
     finally:
         await engine.dispose()
 
@@ -84,19 +87,19 @@ async def test_rows_as_one_json_text_store_what_sqlalchemy_stores(db_url: str, m
     try:
         for way in ("json", "executemany"):
             if way == "executemany":
-                monkeypatch.setattr(q, "_rows_json", lambda rows: None)  # SQLAlchemy's path, as on SQLite
+                monkeypatch.setattr(sql, "rows_json", lambda rows: None)  # SQLAlchemy's path, as on SQLite
             uids = [f"{way}-{i}" for i in range(3)]
             async with sessions.begin() as s:
-                assert await q.claim(s, [row(u, now) for u in uids]) == set(uids)
-                await q.update_workloads(s, [{"b_uid": u, "flavors": None if i else VALUES["flavors"],
+                assert await workload_q.claim(s, [row(u, now) for u in uids]) == set(uids)
+                await workload_q.update_workloads(s, [{"b_uid": u, "flavors": None if i else VALUES["flavors"],
                                               "usage": {"default/cpu": "2"}, "suspended": True, "reason": "Zürich ☃",
                                               "reserved_at": now} for i, u in enumerate(uids)])
-                await q.add_placements(s, [{"workload_uid": u, "attempt": 1, "cluster": "worker-1", "epoch": 7,
+                await placement_q.add_placements(s, [{"workload_uid": u, "attempt": 1, "cluster": "worker-1", "epoch": 7,
                                             "state": "sent", "spec_version": 1, "created_at": now, "reason": "fits"}
                                            for u in uids])
-                await q.update_placements(s, [{"b_uid": u, "b_attempt": 1, "state": "accepted", "accepted_at": now,
+                await placement_q.update_placements(s, [{"b_uid": u, "b_attempt": 1, "state": "accepted", "accepted_at": now,
                                                "last_status_seq": 2**60} for u in uids])
-                await q.add_events(s, [{"workload_uid": u, "at": now, "type": "accepted", "cluster": "worker-1",
+                await event_q.add_events(s, [{"workload_uid": u, "at": now, "type": "accepted", "cluster": "worker-1",
                                         "message": "attempt 1 accepted"} for u in uids] + [
                                    {"at": now, "type": "cluster_online", "cluster": "worker-1"}])
             async with sessions() as s:

@@ -43,18 +43,18 @@ async def test_restart_neither_claims_nor_places_twice_and_catches_up(
     """``marks-lost``: the first dispatcher stops with its Places acknowledged and answered but their rows
     not marked sent (what a stop under load sometimes does by itself); the second publishes them again."""
     s = settings(manager, db_url, mqtt_url, topic_root)
-    real_mark = outbox.q.mark_sent
+    real_mark = outbox.outbox_q.mark_sent
 
     async def lost(session: Any, ids: Any, now: Any) -> None:
         return None
     async with FakeAgent("worker-1", mqtt_url, topic_root) as agent:
         if marks_lost:
-            monkeypatch.setattr(outbox.q, "mark_sent", lost)
+            monkeypatch.setattr(outbox.outbox_q, "mark_sent", lost)
         async with running(s):
             first = await kube.create(PYTORCHJOBS, pytorchjob("first"), "default")
             gone = await kube.create(PYTORCHJOBS, pytorchjob("gone"), "default")
             await eventually(lambda: accepted(db_url, 2), what="both accepted")
-        monkeypatch.setattr(outbox.q, "mark_sent", real_mark)
+        monkeypatch.setattr(outbox.outbox_q, "mark_sent", real_mark)
         # while the dispatcher is away: one Job is created, one deleted
         second = await kube.create(PYTORCHJOBS, pytorchjob("second"), "default")
         await kube.delete(PYTORCHJOBS, "gone", "default")
@@ -116,7 +116,7 @@ async def test_publish_then_crash_before_marking_sent_repeats_the_send_with_one_
         manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
     s = settings(manager, db_url, mqtt_url, topic_root)
-    real_mark = outbox.q.mark_sent
+    real_mark = outbox.outbox_q.mark_sent
     calls = {"n": 0}
 
     async def crash_once(session: Any, ids: Any, now: Any) -> None:
@@ -124,7 +124,7 @@ async def test_publish_then_crash_before_marking_sent_repeats_the_send_with_one_
         if calls["n"] == 1:
             raise RuntimeError("killed after the PUBACK, before the outbox row was marked sent")
         await real_mark(session, ids, now)
-    monkeypatch.setattr(outbox.q, "mark_sent", crash_once)
+    monkeypatch.setattr(outbox.outbox_q, "mark_sent", crash_once)
     async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s) as d:
         job = await kube.create(PYTORCHJOBS, pytorchjob("twice"), "default")
         await eventually(lambda: len(agent.places()) >= 2, what="the Place published a second time")

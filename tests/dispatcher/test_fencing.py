@@ -222,7 +222,7 @@ async def test_the_engine_and_the_lease_desk_lock_cluster_rows_in_one_order(
     Both go by the cluster's name."""
     from datetime import UTC, datetime
 
-    from dispatcher.db import queries as q
+    from dispatcher.db.queries import clusters as cluster_q
     from dispatcher.engine.batch import ReportIn
 
     s = settings(manager, db_url, mqtt_url, topic_root)
@@ -233,7 +233,7 @@ async def test_the_engine_and_the_lease_desk_lock_cluster_rows_in_one_order(
         engine, desk = d.engine, d.leases
         assert engine is not None and desk is not None
         order: list[str] = []
-        extend, upsert = q.extend_lease, q.upsert_cluster
+        extend, upsert = cluster_q.extend_lease, cluster_q.upsert_cluster
 
         async def extending(session: object, name: str, until: datetime) -> bool:
             order.append(name)
@@ -242,8 +242,8 @@ async def test_the_engine_and_the_lease_desk_lock_cluster_rows_in_one_order(
         async def upserting(session: object, row: dict[str, object]) -> None:
             order.append(str(row["name"]))
             await upsert(session, row)  # type: ignore[arg-type]
-        monkeypatch.setattr(q, "extend_lease", extending)
-        monkeypatch.setattr(q, "upsert_cluster", upserting)
+        monkeypatch.setattr(cluster_q, "extend_lease", extending)
+        monkeypatch.setattr(cluster_q, "upsert_cluster", upserting)
         now = datetime.now(UTC)
         beats = [ReportIn(messages.Heartbeat(cluster=name, online=True, capacity=capacity(), agent_version="fake"),
                           now) for name in ("worker-2", "worker-1")]

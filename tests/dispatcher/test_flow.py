@@ -9,7 +9,7 @@ import sqlalchemy as sa
 
 from dispatcher import db
 from dispatcher.db import models as m
-from dispatcher.db import queries as q
+from dispatcher.db.queries import listing
 from federation import labels
 from federation.kube import Kube
 from tests.dispatcher.harness import PYTORCHJOBS, FakeAgent, eventually, pytorchjob, running, settings
@@ -104,7 +104,7 @@ async def test_claims_only_multikueue_jobs_places_and_mirrors(
         async with engine.connect() as conn:
             from sqlalchemy.ext.asyncio import AsyncSession
             async with AsyncSession(conn) as session:
-                hist = await q.show_workload(session, "default/ours")
+                hist = await listing.show_workload(session, "default/ours")
     finally:
         await engine.dispose()
     assert hist is not None and hist.workload.state == "deleted"

@@ -55,7 +55,7 @@ async def test_a_restarted_publisher_sends_its_predecessors_rows_before_its_own(
     from datetime import UTC, datetime
 
     from dispatcher import db
-    from dispatcher.db import queries as q
+    from dispatcher.db.queries import outbox as outbox_q
     from dispatcher.settings import DispatcherSettings
     from dispatcher.wire.outbox import Publisher
     from federation.clock import SystemClock
@@ -63,13 +63,13 @@ async def test_a_restarted_publisher_sends_its_predecessors_rows_before_its_own(
 
     engine = db.make_engine(db_url)
     sessions = db.sessionmaker(engine)
-    old, new = q.OutboxIds(1), q.OutboxIds(2)
+    old, new = outbox_q.OutboxIds(1), outbox_q.OutboxIds(2)
     left = [old.next() for _ in range(3)]
     mine = [new.next() for _ in range(2)]
     now = datetime.now(UTC)
     try:
         async with sessions.begin() as s:
-            await q.add_outbox(s, [{"id": i, "cluster": "worker-1", "topic": W1, "payload": delete(f"u{i}"),
+            await outbox_q.add_outbox(s, [{"id": i, "cluster": "worker-1", "topic": W1, "payload": delete(f"u{i}"),
                                     "workload_uid": f"u{i}", "created_at": now} for i in left + mine])
         fresh = FreshRows(1 << 20)
         for i in mine:
@@ -87,7 +87,7 @@ async def test_a_restarted_publisher_sends_its_predecessors_rows_before_its_own(
                 break
         assert [i for _, ids in seal.signed for i in ids] == left + mine
         async with sessions() as s:
-            assert await q.unsent(s, 10) == []
+            assert await outbox_q.unsent(s, 10) == []
     finally:
         await engine.dispose()
 
@@ -96,7 +96,7 @@ async def test_a_stopping_publisher_marks_what_the_broker_acknowledged_and_start
     from datetime import UTC, datetime
 
     from dispatcher import db
-    from dispatcher.db import queries as q
+    from dispatcher.db.queries import outbox as outbox_q
     from dispatcher.settings import DispatcherSettings
     from dispatcher.wire.outbox import Publisher
     from federation.clock import SystemClock
@@ -104,11 +104,11 @@ async def test_a_stopping_publisher_marks_what_the_broker_acknowledged_and_start
 
     engine = db.make_engine(db_url)
     sessions = db.sessionmaker(engine)
-    ids = q.OutboxIds(1)
+    ids = outbox_q.OutboxIds(1)
     rows = [ids.next() for _ in range(3)]
     try:
         async with sessions.begin() as s:
-            await q.add_outbox(s, [{"id": i, "cluster": "worker-1", "topic": W1, "payload": delete(f"u{i}"),
+            await outbox_q.add_outbox(s, [{"id": i, "cluster": "worker-1", "topic": W1, "payload": delete(f"u{i}"),
                                     "workload_uid": f"u{i}", "created_at": datetime.now(UTC)} for i in rows])
         fresh = FreshRows(1 << 20)
         for i in rows[:2]:
@@ -123,7 +123,7 @@ async def test_a_stopping_publisher_marks_what_the_broker_acknowledged_and_start
         fresh.add(rows[2], W1, delete("late"), None)
         assert await pub.drain_once(link) == 0  # type: ignore[arg-type]
         async with sessions() as s:
-            assert [r.id for r in await q.unsent(s, 10)] == [rows[2]]
+            assert [r.id for r in await outbox_q.unsent(s, 10)] == [rows[2]]
     finally:
         await engine.dispose()
 
@@ -136,7 +136,7 @@ async def test_a_busy_publisher_looks_for_unsent_rows_in_the_database_once_per_p
     from datetime import UTC, datetime, timedelta
 
     from dispatcher import db
-    from dispatcher.db import queries as q
+    from dispatcher.db.queries import outbox as outbox_q
     from dispatcher.settings import DispatcherSettings
     from dispatcher.wire.outbox import Publisher
     from federation.clock import FakeClock
@@ -145,7 +145,7 @@ async def test_a_busy_publisher_looks_for_unsent_rows_in_the_database_once_per_p
     engine = db.make_engine(db_url)
     sessions = db.sessionmaker(engine)
     clock = FakeClock(datetime.now(UTC))
-    ids = q.OutboxIds(1)
+    ids = outbox_q.OutboxIds(1)
     try:
         fresh = FreshRows(1 << 20)
         seal = Recording()
@@ -167,7 +167,7 @@ async def test_a_busy_publisher_looks_for_unsent_rows_in_the_database_once_per_p
         async def one_round() -> None:  # a fresh Command committed, published, acknowledged, marked
             row = ids.next()
             async with sessions.begin() as s:
-                await q.add_outbox(s, [{"id": row, "cluster": "worker-1", "topic": W1, "payload": delete(f"u{row}"),
+                await outbox_q.add_outbox(s, [{"id": row, "cluster": "worker-1", "topic": W1, "payload": delete(f"u{row}"),
                                         "workload_uid": f"u{row}", "created_at": clock.now()}])
             fresh.add(row, W1, delete(f"u{row}"), None)
             for _ in range(20):
@@ -184,10 +184,10 @@ async def test_a_busy_publisher_looks_for_unsent_rows_in_the_database_once_per_p
         assert scans <= 1
         # rows another dispatcher left, old enough: found by the next look once the interval has passed, and more
         # than a page of them (2 rows here) all go without waiting an interval per page
-        others = q.OutboxIds(0)
+        others = outbox_q.OutboxIds(0)
         left = [others.next() for _ in range(5)]
         async with sessions.begin() as s:
-            await q.add_outbox(s, [{"id": i, "cluster": "worker-1", "topic": W1, "payload": delete(f"left{i}"),
+            await outbox_q.add_outbox(s, [{"id": i, "cluster": "worker-1", "topic": W1, "payload": delete(f"left{i}"),
                                     "workload_uid": f"left{i}", "created_at": clock.now() - timedelta(seconds=60)}
                                    for i in left])
         clock.advance(DispatcherSettings().outbox_poll_seconds)
@@ -196,6 +196,6 @@ async def test_a_busy_publisher_looks_for_unsent_rows_in_the_database_once_per_p
             await asyncio.sleep(0)
         assert set(left) <= {i for _, sent in seal.signed for i in sent}
         async with sessions() as s:
-            assert await q.unsent(s, 10) == []
+            assert await outbox_q.unsent(s, 10) == []
     finally:
         await engine.dispose()
