@@ -124,7 +124,7 @@ async def expected_on(session: AsyncSession, cluster: str) -> list[Any]:
         .join(workloads, sa.and_(workloads.c.uid == placements.c.workload_uid,
                                  workloads.c.attempt == placements.c.attempt))
         .where(placements.c.cluster == cluster, placements.c.state.in_(KEPT_PLACEMENT),
-               workloads.c.state != "deleted"))
+               workloads.c.state != states.W.DELETED))
     return list(result.all())
 
 
@@ -135,7 +135,7 @@ async def unanswered(session: AsyncSession, before: datetime, limit: int) -> lis
                   workloads.c.spec_version)
         .join(workloads, sa.and_(workloads.c.uid == placements.c.workload_uid,
                                  workloads.c.attempt == placements.c.attempt))
-        .where(placements.c.state == "sent", placements.c.created_at < before, workloads.c.state == "placed")
+        .where(placements.c.state == states.P.SENT, placements.c.created_at < before, workloads.c.state == states.W.PLACED)
         .order_by(placements.c.created_at).limit(limit))
     return list(result.all())
 

@@ -166,7 +166,7 @@ async def update_workloads(session: AsyncSession, rows: Sequence[Mapping[str, An
 async def pending_workloads(session: AsyncSession, limit: int) -> list[Any]:
     """Pending, not suspended Workloads in placement order: priority first, then age."""
     result = await session.execute(
-        sa.select(workloads).where(workloads.c.state == "pending", workloads.c.suspended.is_(False))
+        sa.select(workloads).where(workloads.c.state == states.W.PENDING, workloads.c.suspended.is_(False))
         .order_by(workloads.c.priority.desc(), workloads.c.queued_at, workloads.c.queue_seq).limit(limit))
     return list(result.all())
 
@@ -207,8 +207,8 @@ async def mark_placed(session: AsyncSession, by_cluster: Mapping[str, Sequence[s
             won.update({r.uid: r.attempt for r in result})
         return won
     stmt = built(session, ("mark_placed",), lambda pg: sa.update(workloads)
-                  .where(in_param(pg, workloads.c.uid, "uids"), workloads.c.state == "pending")
-                  .values(state="placed", attempt=workloads.c.attempt + 1, cluster=sa.bindparam("cluster"),
+                  .where(in_param(pg, workloads.c.uid, "uids"), workloads.c.state == states.W.PENDING)
+                  .values(state=states.W.PLACED, attempt=workloads.c.attempt + 1, cluster=sa.bindparam("cluster"),
                           reason="", updated_at=sa.bindparam("now", type_=workloads.c.updated_at.type))
                   .returning(workloads.c.uid, workloads.c.attempt))
     for cluster, members in by_cluster.items():
@@ -231,7 +231,7 @@ async def settled(session: AsyncSession) -> list[Any]:
                   placements.c.created_at, placements.c.accepted_at, placements.c.finished_at)
         .join(placements, sa.and_(placements.c.workload_uid == workloads.c.uid,
                                   placements.c.attempt == workloads.c.attempt))
-        .where(workloads.c.state.in_(("placed", "running", "finished", "failed"))))
+        .where(workloads.c.state.in_((states.W.PLACED, states.W.RUNNING, states.W.FINISHED, states.W.FAILED))))
     return list(result.all())
 
 
