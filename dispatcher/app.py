@@ -32,6 +32,7 @@ from dispatcher.settings import DispatcherSettings
 from dispatcher.wire.outbox import Publisher
 from dispatcher.wire.podstreams import PodStreams
 from dispatcher.wire.reports import ReportSubscriber
+from dispatcher.wire.workercauses import WorkerCauses
 from federation.clock import Clock, SystemClock
 from federation.kinds.base import JobKind
 from federation.kinds.registry import KINDS
@@ -178,6 +179,10 @@ class Dispatcher:
         sup.start("leases", self.leases.run, restart=True)  # heartbeat -> persisted -> Lease, beside the engine
         sup.start("ticker", self._ticker, restart=True)
         sup.start("streams", self.podstreams.run, restart=True)  # answers to Asks: pods and logs (podstreams)
+        if self.settings.worker_causes_seconds > 0:  # why placed Jobs' pods do not run, as Events on the manager
+            causes = WorkerCauses(self.settings.worker_causes_seconds, self._sessions, self.kube, self.podstreams,
+                                  self.clock)
+            sup.start("worker-causes", causes.run, side=True)
         sup.start("cluster-keys", self._cluster_keys, restart=True)
         engine, writer = self.engine, self.writer
 

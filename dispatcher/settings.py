@@ -279,5 +279,10 @@ class DispatcherSettings(BaseSettings):
     log_stream_rate: int = Field(default=8_000_000, ge=1024)
     """Bytes per second asked of an agent for one log stream (the agent caps it at its max_log_rate)."""
 
+    worker_causes_seconds: float = Field(default=20.0, ge=0)
+    """Every this many seconds the dispatcher asks the agents why the pods of up to 20 placed Jobs do not run
+    and writes each new cause as a Warning Event on the manager Job (at most one per Job and minute). 0: never.
+    20 s tells a user within a minute of an image that cannot be pulled, at one small Ask per Job and round."""
+
     log_follow_idle_seconds: float = Field(default=300.0, gt=0, le=86_400)
     """A follow ends after this many seconds without a new log byte (the user follows again if needed)."""

@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 
 from federation import labels
 from federation.errors import AlreadyExists
-from federation.kube import JOBS, NAMESPACES, Resource
+from federation.kube import EVENTS, JOBS, NAMESPACES, Resource
 from mkctl.main import app
 from mkctl.topology import Topology
 from tests.e2e.conftest import NotYet, wait_for
@@ -171,13 +171,15 @@ async def test_rbac_on_the_manager_decides_who_reads_pods_and_logs(federation: T
 
 @pytest.fixture
 async def limited(tmp_path: Any, mqtt_url: str, database_url: str, topic_root: str) -> Any:
-    """The demo's federation with tight log limits: one stream per user, a follow idles out after 2 s."""
+    """The demo's federation with tight log limits (one stream per user, a follow idles out after 2 s) and
+    worker causes asked about every second."""
     from mkctl.topology import TopologyOptions
 
     options = TopologyOptions(state_dir=tmp_path / "state", mqtt_url=mqtt_url, database_url=database_url,
                               topic_root=topic_root, heartbeat_seconds=1.0, heartbeat_timeout_seconds=3.0,
                               origin="mkd-e2e", dispatcher_overrides={"log_streams_per_user": 1,
-                                                                      "log_follow_idle_seconds": 2.0})
+                                                                      "log_follow_idle_seconds": 2.0,
+                                                                      "worker_causes_seconds": 1.0})
     async with Topology(options) as top:
         yield top
         top.check_running()
@@ -222,7 +224,8 @@ async def test_limits_a_reader_leaving_idling_and_a_stopped_agent(limited: Topol
         assert offline.status_code in (503, 504), offline.text
 
 
-async def test_why_names_the_worker_side_cause(federation: Topology) -> None:
+async def test_why_and_a_warning_event_name_the_worker_side_cause(limited: Topology) -> None:
+    federation = limited
     api = await setup(federation)
     crashing = job("crashing", run="0.3", log="starting")
     spec = crashing["spec"]
@@ -239,3 +242,16 @@ async def test_why_names_the_worker_side_cause(federation: Topology) -> None:
             return details or NotYet(got.text)
         found = await wait_for(cause, "why naming the pod's CrashLoopBackOff", top=federation)
         assert found[0].startswith("pod crashing-") and "back-off" in found[0]
+
+        async def warned() -> list[dict[str, Any]] | NotYet:
+            events = (await federation.manager.list(EVENTS, NS)).items
+            mine = [e for e in events if e["involvedObject"].get("name") == "crashing"
+                    and e.get("reason") == "WorkerCrashLoopBackOff"]
+            return mine or NotYet(str([(e["involvedObject"].get("name"), e.get("reason")) for e in events]))
+        told = await wait_for(warned, "a Warning Event on the manager Job naming the cause", top=federation)
+        assert told[0]["type"] == "Warning" and told[0]["message"].startswith("pod crashing-")
+        await asyncio.sleep(4)  # four more rounds: the same cause is not told again
+        again = [e for e in (await federation.manager.list(EVENTS, NS)).items
+                 if e["involvedObject"].get("name") == "crashing" and e.get("reason") == "WorkerCrashLoopBackOff"]
+        assert len(again) == 1
+
