@@ -40,6 +40,20 @@ class FairSharingSettings(BaseModel):
         return value
 
 
+class PreemptionSettings(BaseModel):
+    """How a Workload that preempted others is ordered while its victims leave."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    prioritize_preemptors: bool = True
+    """A Workload whose victims are leaving is tried first in its pass, before what needs no borrowing, and
+    keeps the quota they free, so nothing takes that room back and makes it preempt again: Kueue's feature
+    gate ``PrioritizePreemptorWorkloads``. On by default in mkd; off by default in Kueue
+    v0.19, whose order mkd then follows exactly: like Kueue, it can then evict the same Workloads over and
+    over for one preemptor while a Workload within its nominal quota keeps reclaiming the room (a livelock
+    that lasts until a Job arrives or finishes; see docs/QUEUEING.md)."""
+
+
 class HandoverSettings(BaseModel):
     """Gradual handover between controllers (dispatcher/handover, README "Handing jobs over")."""
 
@@ -241,6 +255,9 @@ class DispatcherSettings(BaseSettings):
 
     fair_sharing: FairSharingSettings = Field(default_factory=lambda: FairSharingSettings())
     """Kueue's fair sharing (its configuration's ``fairSharing.enable``), off by default as there."""
+
+    preemption: PreemptionSettings = Field(default_factory=lambda: PreemptionSettings())
+    """How a preempting Workload is ordered while its victims leave."""
 
     max_admissions_per_pass: int = Field(default=2000, ge=1)
     """Admission attempts in one scheduling pass at most (each pending Workload is still considered:

@@ -159,7 +159,8 @@ class EngineCore:
                                       max_attempts_per_pass=settings.max_admissions_per_pass,
                                       fair_sharing=settings.fair_sharing.enable,
                                       preemption_strategies=tuple(settings.fair_sharing.preemption_strategies),
-                                      hold_seconds=settings.starvation_hold_seconds)
+                                      hold_seconds=settings.starvation_hold_seconds,
+                                      prioritize_preemptors=settings.preemption.prioritize_preemptors)
         """Kueue objects, the pending queues and the quota held (see ``dispatcher.queueing``)."""
 
     async def rebuild(self) -> None:

@@ -125,7 +125,8 @@ class Queues:
     fits nowhere; several may borrow in a round while the cohort has room. A head short of quota may
     preempt (:mod:`~dispatcher.queueing.preemption`): its victims stay counted and its room is its own
     for the rest of the pass; one without victims keeps its quota for the rest of the round unless its
-    ClusterQueue reclaims ``Any``. A head that cannot be admitted is *set aside* in a ``BestEffortFIFO``
+    ClusterQueue reclaims ``Any``; with ``prioritize_preemptors`` (Kueue's ``PrioritizePreemptorWorkloads``
+    gate, mkd's default) a preemptor whose victims are leaving is tried first and always keeps it. A head that cannot be admitted is *set aside* in a ``BestEffortFIFO``
     queue with every Workload equal to it (it returns when quota in its cohort or cluster capacity frees,
     or a queue object changes) and *blocks* a ``StrictFIFO`` queue. **No starvation:** a head set aside
     for longer than ``starvation_seconds`` is tried first in every pass and, when it still fits no
@@ -138,12 +139,13 @@ class Queues:
     def __init__(self, catalog: Catalog, *, starvation_seconds: float = 300.0,
                  max_attempts_per_pass: int = 2000, policy: PlacementPolicy = choose,
                  fair_sharing: bool = False, preemption_strategies: tuple[str, ...] = fairshare.STRATEGIES,
-                 hold_seconds: float = 60.0) -> None:
+                 hold_seconds: float = 60.0, prioritize_preemptors: bool = True) -> None:
         if not fairshare.allowed(preemption_strategies):
             raise ValueError(f"preemption strategies {list(preemption_strategies)}: use one of "
                              f"{[list(a) for a in fairshare.ALLOWED]}")
         self.catalog = catalog
         self.fair_sharing = fair_sharing
+        self.prioritize_preemptors = prioritize_preemptors
         self.preemption_strategies = preemption_strategies
         self.starvation_seconds = starvation_seconds
         self.max_attempts = max_attempts_per_pass
@@ -544,9 +546,10 @@ class Queues:
         """A head that needs preemption and found no victims keeps what it could use of its quota for the rest
         of the round when its ClusterQueue cannot always reclaim (``reclaimWithinCohort`` other than ``Any``),
         so that Workloads after it in the round do not take it (Kueue's ``reserveCapacityForUnreclaimablePreempt``);
-        a preemptor whose victims are leaving keeps it in any case."""
+        with ``prioritize_preemptors``, a preemptor whose victims are leaving keeps it in any case."""
         pol = cq.preemption
-        if (pol.reclaim_within_cohort == "Any" and not self._preempting(e, self._stamp)) \
+        if (pol.reclaim_within_cohort == "Any"
+                and not (self.prioritize_preemptors and self._preempting(e, self._stamp))) \
                 or cq.name not in self.tree.queues:
             return
         fair = self.fair_sharing and cq.cohort is not None
@@ -668,10 +671,11 @@ class Queues:
         return e.preempting_since is not None and stamp - e.preempting_since < self.held.seconds
 
     def _first(self, e: Entry, stamp: float) -> bool:
-        """Tried before the rest of the round: a starving head, and a preemptor whose victims are leaving (its
-        room is its own: Kueue's ``PrioritizePreemptorWorkloads``), so no one it evicted, or anyone else,
-        takes that room first and makes it preempt again."""
-        return self._starving(e, stamp) or self._preempting(e, stamp)
+        """Tried before the rest of the round: a starving head, and (``prioritize_preemptors``, Kueue's
+        ``PrioritizePreemptorWorkloads`` gate) a preemptor whose victims are leaving: its room is its own, so
+        no one it evicted, or anyone else, takes that room first and makes it preempt again. Without it, a
+        preemptor is ordered as Kueue's default orders it (what needs no borrowing first), which can loop."""
+        return self._starving(e, stamp) or (self.prioritize_preemptors and self._preempting(e, stamp))
 
     def _starving(self, e: Entry, stamp: float) -> bool:
         return e.set_aside_since is not None and stamp - e.set_aside_since >= self.starvation_seconds

@@ -70,11 +70,13 @@ class QueueingState:
     """See the module docstring."""
 
     def __init__(self, *, starvation_seconds: float, max_attempts_per_pass: int, fair_sharing: bool = False,
-                 preemption_strategies: tuple[str, ...] = STRATEGIES, hold_seconds: float = 60.0) -> None:
+                 preemption_strategies: tuple[str, ...] = STRATEGIES, hold_seconds: float = 60.0,
+                 prioritize_preemptors: bool = True) -> None:
         self.catalog = Catalog()
         self.queues = Queues(self.catalog, starvation_seconds=starvation_seconds,
                              max_attempts_per_pass=max_attempts_per_pass, fair_sharing=fair_sharing,
-                             preemption_strategies=preemption_strategies, hold_seconds=hold_seconds)
+                             preemption_strategies=preemption_strategies, hold_seconds=hold_seconds,
+                             prioritize_preemptors=prioritize_preemptors)
         self.seq = 0
         self.capacity_version = -1
         """The capacity book's version at the last pass (see ``CapacityBook.version``)."""

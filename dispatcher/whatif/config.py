@@ -45,6 +45,7 @@ class Settings:
     preemption_strategies: tuple[str, ...] = STRATEGIES
     starvation_seconds: float = 300.0
     starvation_hold_seconds: float = 60.0
+    prioritize_preemptors: bool = True
     max_admissions_per_pass: int = 2000
     pass_seconds: float = 1.0
     """How long after an eviction the dispatcher's next pass runs (the victims' room is then free)."""
@@ -55,6 +56,7 @@ class Settings:
     def as_dict(self) -> dict[str, Any]:
         return {"fairSharing": {"enable": self.fair_sharing, "preemptionStrategies": list(self.preemption_strategies)},
                 "starvationSeconds": self.starvation_seconds, "starvationHoldSeconds": self.starvation_hold_seconds,
+                "prioritizePreemptors": self.prioritize_preemptors,
                 "maxAdmissionsPerPass": self.max_admissions_per_pass, "passSeconds": self.pass_seconds,
                 "retrySeconds": self.retry_seconds}
 
@@ -156,7 +158,7 @@ def parse_settings(obj: Mapping[str, Any], where: str, base: Settings | None = N
     name = f"WhatIfSettings {(_map(obj.get('metadata'), where, 'WhatIfSettings', 'metadata')).get('name') or ''}".strip()
     spec = _map(obj.get("spec"), where, name, "spec")
     known = {"fairSharing", "starvationSeconds", "starvationHoldSeconds", "maxAdmissionsPerPass", "passSeconds",
-             "retrySeconds"}
+             "retrySeconds", "prioritizePreemptors"}
     for key in spec:
         if key not in known:
             raise ConfigError(where, name, f"spec.{key}", "is not a setting", fix=f"use {', '.join(sorted(known))}")
@@ -179,6 +181,11 @@ def parse_settings(obj: Mapping[str, Any], where: str, base: Settings | None = N
     if out.starvation_hold_seconds <= 0 or out.retry_seconds <= 0:
         raise ConfigError(where, name, "spec.starvationHoldSeconds" if out.starvation_hold_seconds <= 0
                           else "spec.retrySeconds", "must be more than 0")
+    if "prioritizePreemptors" in spec:
+        if not isinstance(spec["prioritizePreemptors"], bool):
+            raise ConfigError(where, name, "spec.prioritizePreemptors",
+                              f"{spec['prioritizePreemptors']!r} is not true or false")
+        out.prioritize_preemptors = spec["prioritizePreemptors"]
     if "maxAdmissionsPerPass" in spec:
         value = spec["maxAdmissionsPerPass"]
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -135,5 +135,6 @@ def live_settings() -> Settings:
     return Settings(fair_sharing=d.fair_sharing.enable, preemption_strategies=tuple(d.fair_sharing.preemption_strategies),
                     starvation_seconds=d.starvation_seconds, starvation_hold_seconds=d.starvation_hold_seconds,
                     max_admissions_per_pass=d.max_admissions_per_pass,
+                    prioritize_preemptors=d.preemption.prioritize_preemptors,
                     retry_seconds=d.placement_retry_seconds)
 

@@ -108,7 +108,7 @@ def simulate(jobs: list[TraceJob], config: Config, *, progress: Progress | None 
     catalog = config.catalog({j.namespace for j in jobs})
     queues = Queues(catalog, starvation_seconds=s.starvation_seconds, max_attempts_per_pass=s.max_admissions_per_pass,
                     fair_sharing=s.fair_sharing, preemption_strategies=s.preemption_strategies,
-                    hold_seconds=s.starvation_hold_seconds)
+                    hold_seconds=s.starvation_hold_seconds, prioritize_preemptors=s.prioritize_preemptors)
     ordered = sorted(range(len(jobs)), key=lambda i: (jobs[i].arrival, i))
     start = jobs[ordered[0]].arrival if jobs else 0.0
     views = {name: c.view() for name, c in sorted(config.clusters.items())}

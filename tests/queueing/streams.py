@@ -91,11 +91,11 @@ def random_stream(seed: int, n: int = 40, every: float = 1.2, delete_every: floa
 
 
 def drive(objs: list[dict[str, Any]], jobs: list[Job], deletions: list[float], *, tick: float | None = 0.5,
-          fair: bool = False, cpu: int = 64) -> Trace:
+          fair: bool = False, cpu: int = 64, prioritize_preemptors: bool = True) -> Trace:
     """Run the stream; ``cpu``: the one worker cluster's free room at every pass (quota is the limit).
     ``tick`` None: no passes between events; at each event, passes at that instant until one admits and
     evicts nothing (as Kueue runs cycles until its queues have no head to try)."""
-    q = Queues(catalog(*objs), fair_sharing=fair)
+    q = Queues(catalog(*objs), fair_sharing=fair, prioritize_preemptors=prioritize_preemptors)
     trace = Trace()
     submitted: dict[str, Entry] = {}
     order: list[str] = []   # admission order of what holds quota

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import copy
 import re
+from typing import Any
 
 import pytest
 
+from dispatcher.queueing.scheduler import Queues
 from dispatcher.whatif import config, report, sim, trace
 from tests.whatif.builders import cluster, demo_config, job, jobs
 
@@ -136,6 +138,28 @@ def test_the_configuration_refuses_a_bad_object_naming_it_and_the_field() -> Non
                 "spec": {"fairSharing": {"preemptionStrategies": ["Random"]}}}
     with pytest.raises(config.ConfigError, match=r"WhatIfSettings s: spec.fairSharing.preemptionStrategies"):
         config.load_documents([("f.yaml", 0, settings)])
+
+
+def test_the_preemptor_order_setting_reaches_the_scheduler(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``prioritizePreemptors`` (the dispatcher's ``preemption.prioritize_preemptors``) orders the replay's passes."""
+    settings = {"apiVersion": "whatif.mkd.dev/v1", "kind": "WhatIfSettings", "metadata": {"name": "s"},
+                "spec": {"prioritizePreemptors": False}}
+    cfg = demo_config(cluster("w1", 1, "8"), extra=[settings])
+    assert cfg.settings.prioritize_preemptors is False
+    assert cfg.settings.as_dict()["prioritizePreemptors"] is False
+    seen: list[bool] = []
+    real = Queues
+
+    def spy(*args: Any, **kwargs: Any) -> Queues:
+        q = real(*args, **kwargs)
+        seen.append(q.prioritize_preemptors)
+        return q
+    monkeypatch.setattr(sim, "Queues", spy)
+    sim.simulate(jobs(job("one", "default", 0, 10, ("w", 1, "1"), queue="default")), cfg)
+    assert seen == [False]
+    bad = {**settings, "spec": {"prioritizePreemptors": "no"}}
+    with pytest.raises(config.ConfigError, match=r"WhatIfSettings s: spec.prioritizePreemptors: 'no' is not true"):
+        config.load_documents([("f.yaml", 0, bad)])
 
 
 def test_the_benchmark_trace_replays_at_a_small_scale(capsys: pytest.CaptureFixture[str],
