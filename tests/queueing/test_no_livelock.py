@@ -8,6 +8,10 @@ sharing). A Job is never evicted twice for the same preemptor unless something n
 back to be evicted again for the same want (the livelock of a pending Job reclaiming, again and again,
 room that a borrowing Job took back). Every victim of another ClusterQueue came from one above its nominal
 quota at that moment (counting what the pass admitted before), and a victim in the preemptor's own ClusterQueue had a lower priority.
+A preemptor is always of A: B and C have Kueue's default policy (``withinClusterQueue`` and
+``reclaimWithinCohort`` Never, no ``borrowWithinCohort``), so nothing is ever evicted for a Workload of theirs,
+whatever they admit. All of this with mkd's default order (Kueue's ``PrioritizePreemptorWorkloads`` gate on):
+with the gate off Kueue itself loops (``test_kueue_streams.py``).
 """
 
 from __future__ import annotations
@@ -63,6 +67,7 @@ def check(steps: list[Step], jobs: list[Job]) -> None:
             assert news, f"{s.job} evicted for {s.preemptor} at {before} and again at {s.at}, nothing new in between"
         last_evicted[(s.job, s.preemptor)] = s.at
         preemptor = by_name[s.preemptor]
+        assert preemptor.queue == "qa", f"{s}: {s.preemptor}'s ClusterQueue never preempts"
         victim_cq = cq_of[s.job]
         if s.reason == "InClusterQueue":
             assert victim_cq == "a" and PRIORITIES[j.priority] < PRIORITIES[preemptor.priority], s
