@@ -517,3 +517,32 @@ async def test_a_refused_worker_status_is_logged_and_the_conditions_still_go(kub
                    and "status.completionTime" in r.getMessage() for r in caplog.records)
     finally:
         task.cancel()
+
+
+async def test_a_workload_waiting_for_quota_never_shows_admitted_beside_quota_reserved_false(kube: Kube) -> None:
+    """Kueue sets ``QuotaReserved=False`` only through ``UnsetQuotaReservationWithCondition``, which flips a True
+    ``Admitted`` to False (``NoReservation``) with it: a Job whose Workload waits for quota never reads
+    ``Admitted=True`` beside ``QuotaReserved=False``, even when what it got after its admission is only the
+    wait (its eviction's write refused or lost)."""
+    from dispatcher.mirror import conditions as jc
+    key, writer, task = await job_and_writer(kube, "stale", workers=1, condition_linger=0)
+
+    async def conds() -> dict[str, tuple[str, str]]:
+        await writer.wait_idle()
+        st = (await kube.get(PYTORCHJOBS, "stale", "default")).get("status") or {}
+        return {c["type"]: (c["status"], c["reason"]) for c in st.get("conditions") or []}
+    try:
+        for c in jc.admitted(jc.quota_text("a", None), jc.admitted_text("worker-1"), T0):
+            writer.condition(key, c)
+        got = await conds()
+        assert got[labels.CONDITION_QUOTA_RESERVED] == ("True", "QuotaReserved")
+        assert got[labels.CONDITION_ADMITTED] == ("True", "Admitted")
+        waits = ("couldn't assign flavors to pod set main: insufficient unused quota for cpu in flavor default, "
+                 "1 more needed")
+        for c in jc.waiting("QuotaNotReserved", waits, T0 + timedelta(minutes=1), step="queue"):
+            writer.condition(key, c)
+        got = await conds()
+        assert got[labels.CONDITION_QUOTA_RESERVED] == ("False", "Pending")
+        assert got[labels.CONDITION_ADMITTED] == ("False", "NoReservation")
+    finally:
+        task.cancel()
