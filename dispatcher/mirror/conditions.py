@@ -35,10 +35,14 @@ NO_RESERVATION = "The workload has no reservation"
 
 def waiting(word: str, message: str, now: datetime, *, step: Literal["queue", "placement"]) -> Conditions:
     """The Workload waits in its queue: why (QuotaReserved=False for the queue and quota steps, as Kueue's
-    scheduler writes it, or MultiClusterDispatched=False when no cluster takes it), and MultiClusterPending."""
-    detail = (condition(CONDITION_DISPATCHED, False, word, message, now) if step == "placement"
-              else condition(CONDITION_QUOTA_RESERVED, False, "Pending", message, now))
-    return [detail, condition(CONDITION_PENDING, True, word, message, now)]
+    scheduler writes it, a True Admitted set False with it as ``UnsetQuotaReservationWithCondition`` does; or
+    MultiClusterDispatched=False when no cluster takes it), and MultiClusterPending."""
+    if step == "placement":
+        return [condition(CONDITION_DISPATCHED, False, word, message, now),
+                condition(CONDITION_PENDING, True, word, message, now)]
+    return [condition(CONDITION_QUOTA_RESERVED, False, "Pending", message, now),
+            reset(CONDITION_ADMITTED, "NoReservation", NO_RESERVATION, now),
+            condition(CONDITION_PENDING, True, word, message, now)]
 
 
 def requeued(word: str, message: str, now: datetime) -> Conditions:
