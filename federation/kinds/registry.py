@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from federation.errors import Invalid
+from federation.kinds.appwrapper import APPWRAPPER
 from federation.kinds.base import JobKind
 from federation.kinds.batchjob import BATCH_JOB
 from federation.kinds.jax import JAXJOB
@@ -28,6 +29,7 @@ KINDS: tuple[JobKind, ...] = (
     JOBSET,
     RAYJOB,
     RAYCLUSTER,
+    APPWRAPPER,
 )
 
 _BY_NAME = {kind.name: kind for kind in KINDS}

@@ -1,4 +1,5 @@
-"""kubesim's simulated cluster components: scheduler, kubelet, Job and TTL-after-finished controllers, KubeRay.
+"""kubesim's simulated cluster components: scheduler, kubelet, Job and TTL-after-finished controllers, KubeRay,
+the AppWrapper operator.
 
 ``start(store, spec, loop)`` wires them to one cluster's ``Store`` (call it on the cluster's loop thread);
 they react to committed changes through ``Store.subscribe``, never write from inside the callback (work is
@@ -12,7 +13,8 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from kubesim.sim import kuberay
+from kubesim.sim import appwrapper, kuberay
+from kubesim.sim.appwrapper import AppWrapperOperator
 from kubesim.sim.common import StoreLike, log
 from kubesim.sim.jobs import JobController
 from kubesim.sim.kubelet import Kubelet
@@ -21,7 +23,7 @@ from kubesim.sim.scheduler import Scheduler
 
 __all__ = ["Simulation", "start"]
 
-RESOURCES = frozenset({"pods", "nodes", "jobs.batch", *kuberay.RESOURCES})
+RESOURCES = frozenset({"pods", "nodes", "jobs.batch", *kuberay.RESOURCES, *appwrapper.RESOURCES})
 """What the simulated components react to (``Simulation._dispatch``); other commits are not parsed for them."""
 
 
@@ -36,6 +38,7 @@ class Simulation:
         self.kubelet = Kubelet(store, loop, self.scheduler, getattr(spec, "kubelet", None))
         self.jobs = JobController(store, loop)
         self.kuberay = KubeRay(store, loop)
+        self.appwrappers = AppWrapperOperator(store, loop)
         self._unsubscribe: Callable[[], None] | None = None
         self.stopped = False
 
@@ -43,7 +46,7 @@ class Simulation:
         # Subscribing and replaying what the store already holds happen in one loop step, so no
         # change falls between them. Nodes first (capacity), then Jobs (owners), then pods.
         self._unsubscribe = self.store.subscribe(self._on_change, RESOURCES)
-        for res in ("nodes", "jobs.batch", "pods", *sorted(kuberay.RESOURCES)):
+        for res in ("nodes", "jobs.batch", "pods", *sorted(kuberay.RESOURCES), *sorted(appwrapper.RESOURCES)):
             try:
                 objects = self.store.list(res)
             except Exception as exc:
@@ -68,6 +71,7 @@ class Simulation:
             self.kubelet.on_pod(event, obj)
             self.jobs.on_pod(event, obj)
             self.kuberay.on_change(event, res, obj)
+            self.appwrappers.on_change(event, res, obj)
         elif res == "nodes":
             self.scheduler.on_node(event, obj)
         elif res == "jobs.batch":
@@ -75,6 +79,8 @@ class Simulation:
             self.kuberay.on_change(event, res, obj)
         elif res in kuberay.RESOURCES:
             self.kuberay.on_change(event, res, obj)
+        elif res in appwrapper.RESOURCES:
+            self.appwrappers.on_change(event, res, obj)
 
     async def stop(self) -> None:
         self.stopped = True
@@ -85,6 +91,7 @@ class Simulation:
         self.kubelet.stop()
         self.jobs.stop()
         self.kuberay.stop()
+        self.appwrappers.stop()
 
 
 def start(store: StoreLike, spec: Any, loop: asyncio.AbstractEventLoop) -> Simulation:

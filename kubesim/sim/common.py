@@ -33,6 +33,7 @@ class StoreLike(Protocol):
 
     rng: Any
     spec: Any
+    catalogue: Any
 
     def get(self, res: str, namespace: str | None, name: str) -> dict[str, Any] | None: ...
     def list(self, res: str, namespace: str | None = None, label_selector: str | None = None,
