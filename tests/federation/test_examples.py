@@ -36,6 +36,7 @@ PODSETS = {
     "batch/job.yaml": [("main", 2)],
     "jobset/jobset.yaml": [("driver", 1), ("workers", 4)],
     "ray/rayjob.yaml": [("head", 1), ("workers", 2), ("submitter", 1)],
+    "appwrapper/appwrapper.yaml": [("appwrapper-pi-0", 2)],
     "special/too-large.yaml": [("master", 1), ("worker", 1)],
     "special/other-controller.yaml": [("master", 1)],
 }
@@ -52,6 +53,7 @@ TEMPLATE = {
     "batch/job.yaml": "spec.template",
     "jobset/jobset.yaml": "spec.replicatedJobs[1].template.spec.template",
     "ray/rayjob.yaml": "spec.rayClusterSpec.workerGroupSpecs[0].template",
+    "appwrapper/appwrapper.yaml": "spec.components[0].template.spec.template",
     "special/too-large.yaml": "spec.pytorchReplicaSpecs.Master.template",
     "special/other-controller.yaml": "spec.pytorchReplicaSpecs.Master.template",
 }
