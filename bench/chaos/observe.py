@@ -1,7 +1,7 @@
 """Counting from the outside: what the clusters and the database say, never mkd's own counters.
 
 :class:`Observer` watches, through the official Kubernetes client (``federation.kube.Kube``), the jobs of the
-mix (PyTorchJobs, RayJobs) on the manager and on every worker, and the pods on every worker, for the whole run. It keeps, per job: when
+mix (PyTorchJobs, RayJobs, AppWrappers) on the manager and on every worker, and the pods on every worker, for the whole run. It keeps, per job: when
 it was created, when the manager first showed it Succeeded, and which worker clusters hold a **live** copy
 (exists, not Succeeded/Failed, not suspended) or **running** pods right now. The moment a job is live on two
 clusters in the watch streams, or in the periodic list of every worker (``sample_seconds``), the overlap is
@@ -30,10 +30,12 @@ log = logging.getLogger("chaos")
 
 PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
 RAYJOBS = Resource("ray.io", "v1", "rayjobs", "RayJob")
-JOB_RESOURCES = (PYTORCHJOBS, RAYJOBS)
+APPWRAPPERS = Resource("workload.codeflare.dev", "v1beta2", "appwrappers", "AppWrapper")
+JOB_RESOURCES = (PYTORCHJOBS, RAYJOBS, APPWRAPPERS)
 """The kinds of the mix; job names are unique across them."""
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 RAY_CLUSTER_LABEL = "ray.io/cluster"
+APPWRAPPER_LABEL = "workload.codeflare.dev/appwrapper"
 BATCH_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
 
 
@@ -78,13 +80,15 @@ def running_pod(pod: dict[str, Any]) -> bool:
 
 
 def pod_job(pod: dict[str, Any]) -> str | None:
-    """The job a pod runs for: a PyTorchJob's by its label, a RayJob's by its RayCluster (``<job>-xxxxx``)
-    or its submitter Job (named as the RayJob)."""
+    """The job a pod runs for: a PyTorchJob's by its label, an AppWrapper's by the operator's label, a RayJob's
+    by its RayCluster (``<job>-xxxxx``) or its submitter Job (named as the RayJob)."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     name = labels.get(JOB_NAME_LABEL)
     if name:
         return str(name)
+    if labels.get(APPWRAPPER_LABEL):
+        return str(labels[APPWRAPPER_LABEL])
     cluster = labels.get(RAY_CLUSTER_LABEL)
     if cluster:
         return str(cluster).rsplit("-", 1)[0]

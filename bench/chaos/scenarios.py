@@ -1,7 +1,8 @@
-"""The scenarios: a stream of jobs (PyTorchJobs and RayJobs) through a World while faults hit processes by PID.
+"""The scenarios: a stream of jobs (PyTorchJobs, RayJobs, AppWrappers) through a World while faults hit processes by PID.
 
 Every scenario submits ``jobs`` jobs, every :data:`RAY_EVERY`-th a RayJob run by the workers' KubeRay (head, one
-worker, a submitter whose run is the Ray job's), the others PyTorchJobs (1 Master + 1 Worker); 100m CPU per pod,
+worker, a submitter whose run is the Ray job's), every fourth from :data:`APPWRAPPER_AT` an AppWrapper run by the
+workers' AppWrapper operator (a batch Job of two pods), the others PyTorchJobs (1 Master + 1 Worker); 100m CPU per pod,
 runs of ``run_seconds`` that exit 0. They go to the manager at ``rate`` per second, runs its fault script while the stream flows, then waits up
 to ``deadline`` seconds after the last fault for every job to be Succeeded on the manager, and counts with
 :class:`bench.chaos.observe.Observer`.
@@ -20,13 +21,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench.chaos.observe import PYTORCHJOBS, RAYJOBS, Figures, Observer
+from bench.chaos.observe import APPWRAPPERS, PYTORCHJOBS, RAYJOBS, Figures, Observer
 from bench.chaos.procs import Service, missing_binaries
 from bench.chaos.world import NAMESPACE, WORKERS, World, WorldOptions
 
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 RAY_EVERY = 4
 """Every fourth job of a stream is a RayJob: the agents create, mirror and delete it, KubeRay runs it."""
+APPWRAPPER_AT = 1
+"""And every fourth, offset by this, an AppWrapper wrapping a batch Job, run by the workers' AppWrapper operator."""
 
 
 @dataclass
@@ -342,6 +345,19 @@ def ray_manifest(name: str, run_seconds: float) -> dict[str, Any]:
                                                               "template": pod("ray-worker")}]}}}
 
 
+def appwrapper_manifest(name: str, run_seconds: float) -> dict[str, Any]:
+    """An AppWrapper wrapping a batch Job of two pods (parallelism 2) that run ``run_seconds`` and exit 0."""
+    pod = {"metadata": {"annotations": {"kubesim.mkd.dev/run-seconds": f"{run_seconds:g}"}},
+           "spec": {"restartPolicy": "Never", "containers": [{
+               "name": "main", "image": "docker.io/library/busybox:1.36",
+               "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+           "spec": {"parallelism": 2, "completions": 2, "template": pod}}
+    return {"apiVersion": "workload.codeflare.dev/v1beta2", "kind": "AppWrapper",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"managedBy": MULTIKUEUE, "components": [{"template": job}]}}
+
+
 async def submit(obs: Observer, run: Run, prefix: str, run_seconds: float) -> None:
     """Create the jobs at the size's rate; a failed create is retried (the manager API is not faulted)."""
     kube = obs.kubes["manager"]
@@ -355,6 +371,8 @@ async def submit(obs: Observer, run: Run, prefix: str, run_seconds: float) -> No
                 try:
                     if i % RAY_EVERY == RAY_EVERY - 1:
                         await kube.create(RAYJOBS, ray_manifest(name, run_seconds), NAMESPACE)
+                    elif i % RAY_EVERY == APPWRAPPER_AT:
+                        await kube.create(APPWRAPPERS, appwrapper_manifest(name, run_seconds), NAMESPACE)
                     else:
                         await kube.create(PYTORCHJOBS, manifest(name, run_seconds), NAMESPACE)
                     break
