@@ -32,7 +32,7 @@ from federation.kinds.base import (
     true_condition,
     validate_bool,
     validate_count,
-    validate_dns1035,
+    validate_dns1123,
     validate_managed_by,
     validate_pod_template,
 )
@@ -44,7 +44,8 @@ CONTROLLER = "workload.codeflare.dev/appwrapper-controller"
 MAX_PODSETS = 8
 """Kueue's ``jobframework.MaxPodSets``."""
 MAX_NAME = 61
-"""Kueue names the PodSets ``<name>-<index>``; with up to 8 PodSets the name leaves room for ``-7``."""
+"""Kueue names the PodSets ``<name>-<index>``, DNS-1123 labels of at most 63 characters: the name leaves room for
+``-7``."""
 ROOT = "template"
 
 _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]")
@@ -228,7 +229,11 @@ class AppWrapperKind(BaseKind):
     """AppWrapper; see the module docstring."""
 
     def validate(self, job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> list[Invalid]:
-        errors = validate_dns1035(get_path(job, ("metadata", "name")), max_length=MAX_NAME)
+        name = get_path(job, ("metadata", "name"))
+        errors = validate_dns1123(name, "metadata.name")
+        if not errors and len(name) > MAX_NAME:
+            errors.append(Invalid("metadata.name", f"must be no more than {MAX_NAME} characters (Kueue names the "
+                                  "PodSets <name>-<index>)", fix=f"shorten it to {MAX_NAME} characters"))
         errors += validate_managed_by(self, job)
         errors += validate_bool(job, ("spec", "suspend"))
         components = get_path(job, ("spec", "components"))

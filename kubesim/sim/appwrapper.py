@@ -157,7 +157,7 @@ class AppWrapperOperator:
             return
         if spec.get("suspend") is True:
             if phase in ("Resuming", "Running"):
-                self._undeploy(aw)
+                self._undeploy(aw, status)
                 set_condition(conditions, "ResourcesDeployed", "False", "Suspended", "Suspend is true")
                 set_condition(conditions, "QuotaReserved", "False", "Suspended", "Suspend is true")
             status["phase"] = "Suspended"
@@ -190,17 +190,19 @@ class AppWrapperOperator:
                     tmeta = template.setdefault("metadata", {})
                     tmeta["labels"] = {**(tmeta.get("labels") or {}), LABEL: meta["name"]}
             res = self._resource(obj)
-            if self.store.get(res, meta["namespace"], obj_meta.get("name", "")) is None:
+            have = status["componentStatus"][index].get("name") or ""
+            if not have or self.store.get(res, meta["namespace"], have) is None:
                 created = self.store.create(res, obj)
                 status["componentStatus"][index]["name"] = created["metadata"]["name"]
                 set_condition(status["componentStatus"][index].setdefault("conditions", []), "ResourcesDeployed",
                               "True", "ComponentCreatedSuccessfully", "")
 
-    def _undeploy(self, aw: Mapping[str, Any]) -> None:
+    def _undeploy(self, aw: Mapping[str, Any], status: Mapping[str, Any]) -> None:
         meta = aw["metadata"]
-        for component in (aw.get("spec") or {}).get("components") or []:
+        deployed = status.get("componentStatus") or []
+        for index, component in enumerate((aw.get("spec") or {}).get("components") or []):
             template = component.get("template") or {}
-            name = (template.get("metadata") or {}).get("name")
+            name = deployed[index].get("name") if index < len(deployed) else None
             res = self._resource(template)
             if name and self.store.get(res, meta["namespace"], name) is not None:
                 self.store.delete(res, meta["namespace"], name)
@@ -218,7 +220,7 @@ class AppWrapperOperator:
         pending, running, succeeded, failed = (counts[p] for p in ("Pending", "Running", "Succeeded", "Failed"))
         if failed > 0:
             set_condition(conditions, "Unhealthy", "True", "FoundFailedPods", "")
-            self._undeploy(aw)
+            self._undeploy(aw, status)
             message = f"{failed} pods failed"
             set_condition(conditions, "ResourcesDeployed", "False", "Failed", message)
             set_condition(conditions, "QuotaReserved", "False", "Failed", "No resources deployed")

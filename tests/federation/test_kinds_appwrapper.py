@@ -92,6 +92,7 @@ def first(obj: dict[str, Any]) -> Invalid:
     (aw(*[job() for _ in range(9)]), "spec.components", "at most 8"),
     ({**aw(job()), "spec": {**aw(job())["spec"], "managedBy": "someone/else"}}, "spec.managedBy", "unsupported"),
     (aw(job(), name="x" * 62), "metadata.name", "61"),
+    (aw(job(), name="a.b"), "metadata.name", "RFC 1123"),
 ])
 def test_refusals_name_the_field_and_the_fix(obj: dict[str, Any], field: str, words: str) -> None:
     error = first(obj)

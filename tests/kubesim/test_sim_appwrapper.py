@@ -99,3 +99,17 @@ def test_suspended_or_managed_elsewhere_deploys_nothing(tmp_path: Path) -> None:
         objs.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "held", {"spec": {"suspend": True}})
         phase(api, "held", "Suspended")
         eventually(lambda: not client.BatchV1Api(api).list_namespaced_job(NS).items or None, what="Job deleted")
+
+
+def test_a_component_with_generate_name_is_tracked_by_the_name_it_got(tmp_path: Path) -> None:
+    with cluster(tmp_path) as api:
+        obj = appwrapper("gen", {"kubesim.mkd.dev/run-seconds": "60"})
+        obj["spec"]["components"][0]["template"]["metadata"] = {"generateName": "gen-job-"}
+        client.CustomObjectsApi(api).create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, obj)
+        running = phase(api, "gen", "Running")
+        name = running["componentStatus"][0]["name"]
+        assert name.startswith("gen-job-") and len(client.BatchV1Api(api).list_namespaced_job(NS).items) == 1
+        client.CustomObjectsApi(api).patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "gen",
+                                                                    {"spec": {"suspend": True}})
+        phase(api, "gen", "Suspended")
+        eventually(lambda: not client.BatchV1Api(api).list_namespaced_job(NS).items or None, what="Job deleted")
