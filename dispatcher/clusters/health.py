@@ -16,13 +16,14 @@ Inventory without the Job brings the Place again, to the cluster that was chosen
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import cast
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher.db.queries import clusters as cluster_q
 from dispatcher.db.queries import placements as placement_q
 from dispatcher.db.queries import workloads as workload_q
-from dispatcher.engine.batch import Batch, ReportIn
+from dispatcher.engine.batch import Batch, PlacementRow, ReportIn, WorkloadRow
 from dispatcher.engine.core import EngineCore
 from dispatcher.states import P
 from federation import messages
@@ -87,8 +88,8 @@ class ClusterHealth(EngineCore):
                 rows = await workload_q.load_workloads(s, [p.workload_uid])
                 if p.workload_uid not in rows or rows[p.workload_uid].attempt != p.attempt:
                     continue
-                row = b.w.setdefault(p.workload_uid, dict(rows[p.workload_uid]._mapping))
-                b.p.setdefault(key, dict(p._mapping))
+                row = b.w.setdefault(p.workload_uid, cast(WorkloadRow, dict(rows[p.workload_uid]._mapping)))
+                b.p.setdefault(key, cast(PlacementRow, dict(p._mapping)))
                 if b.p[key]["state"] not in states:
                     continue
                 why = (f"cluster {name} was lost and its lease is over" if p.state != P.SENT

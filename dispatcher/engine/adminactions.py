@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher.db.models import clusters, workloads
 from dispatcher.db.queries import placements as placement_q
-from dispatcher.engine.batch import Batch, job_key
+from dispatcher.engine.batch import Batch, WorkloadRow, job_key
 from dispatcher.engine.core import EngineCore
 from dispatcher.mirror import conditions as jc
 from dispatcher.states import W
@@ -192,14 +192,14 @@ class AdminActions(EngineCore):
         self._take_off(b, row, f"requeued from {cluster}{by}", "requeued")
         return f"{name} taken off {cluster} and queued again"
 
-    def _take_off(self, b: Batch, row: dict[str, Any], reason: str, type_: str) -> None:
+    def _take_off(self, b: Batch, row: WorkloadRow, reason: str, type_: str) -> None:
         """The normal way off a Cluster: Delete for the current attempt, placement ``deleted``, back to
         pending (an admin's move does not count against ``max_placement_attempts``)."""
         uid = row["uid"]
         cluster = row.get("cluster")
         self._send_delete(b, row, reason)
         b.set_w(uid, state=W.PENDING, reason=reason, cluster=None, updated_at=b.now)
-        row.update(state=W.PENDING, cluster=None)
+        row.update({"state": W.PENDING, "cluster": None})
         b.event(uid, type_, cluster=cluster, reason=type_.capitalize(), message=reason)
         key = job_key(row)
         conds = jc.requeued(type_.capitalize(), reason, b.now)

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher.db.queries import placements as placement_q
-from dispatcher.engine.batch import Batch, ReportIn, job_key
+from dispatcher.engine.batch import Batch, PlacementRow, ReportIn, WorkloadRow, job_key
 from dispatcher.engine.core import EngineCore
 from dispatcher.mirror import conditions as jc
 from dispatcher.states import P, W
@@ -59,13 +59,13 @@ class Answers(EngineCore):
             else:
                 self._status(b, row, p, r, current)
 
-    def _accepted(self, b: Batch, row: dict[str, Any], p: dict[str, Any], r: messages.Accepted,
+    def _accepted(self, b: Batch, row: WorkloadRow, p: PlacementRow, r: messages.Accepted,
                   current: bool) -> None:
         if not current or p["state"] != P.SENT:
             return
         self._mark_accepted(b, row, p, r.cluster)
 
-    def _rejected(self, b: Batch, row: dict[str, Any], p: dict[str, Any], r: messages.Rejected,
+    def _rejected(self, b: Batch, row: WorkloadRow, p: PlacementRow, r: messages.Rejected,
                   current: bool) -> None:
         if not current or p["state"] not in placement_q.ACTIVE_PLACEMENT:
             return
@@ -97,7 +97,7 @@ class Answers(EngineCore):
         excluded = list(row["excluded"]) + ([r.cluster] if r.permanent and r.cluster not in row["excluded"] else [])
         self._requeue(b, row, f"rejected by {r.cluster}: {text}", excluded=excluded)
 
-    def _command_refused(self, b: Batch, row: dict[str, Any], p: dict[str, Any], r: messages.Rejected,
+    def _command_refused(self, b: Batch, row: WorkloadRow, p: PlacementRow, r: messages.Rejected,
                          text: str) -> None:
         """The agent accepted this placement earlier, so a copy exists and runs: a Rejected now is about
         a later Command (a suspend, a resume, an edit it could not apply). Placing the Workload again
@@ -115,7 +115,7 @@ class Answers(EngineCore):
             pkey = (uid, p["attempt"])
             b.after.append(lambda: self._edit_retry.__setitem__(pkey, due))
 
-    def _status(self, b: Batch, row: dict[str, Any], p: dict[str, Any], r: messages.Status, current: bool) -> None:
+    def _status(self, b: Batch, row: WorkloadRow, p: PlacementRow, r: messages.Status, current: bool) -> None:
         uid = row["uid"]
         if not current or r.seq <= p["last_status_seq"] or p["state"] in _GIVEN_UP:
             self.stale_dropped += 1  # a copy mkd gave up on no longer speaks for the Job

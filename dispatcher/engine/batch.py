@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from dispatcher.intake.jobcache import pack, unpack
 from dispatcher.mirror.kubewriter import JobKey
@@ -110,12 +110,65 @@ def engine_inbox() -> asyncio.Queue[Item]:
     return _Inbox()
 
 
+class WorkloadRow(TypedDict, total=False):
+    """A ``workloads`` row as the engine holds it in a batch (the light columns; ``requests`` and ``podsets``
+    only when a decision needs them). ``state`` is a :class:`~dispatcher.states.WorkloadState` value, changed
+    only through :meth:`Batch.set_w`."""
+
+    uid: str
+    namespace: str
+    name: str
+    kind: str
+    api_version: str
+    queue: str
+    priority: int
+    state: str
+    reason: str
+    spec_version: int
+    generation: int
+    suspended: bool
+    requests: dict[str, str]
+    podsets: list[dict[str, Any]]
+    attempt: int
+    cluster: str | None
+    excluded: list[str]
+    created_at: datetime
+    updated_at: datetime
+    labels: dict[str, str]
+    pinned: str | None
+    queued_at: datetime | None
+    queue_seq: int
+    priority_source: str
+    cluster_queue: str | None
+    flavors: dict[str, Any] | None
+    usage: dict[str, str] | None
+    reserved_at: datetime | None
+
+
+class PlacementRow(TypedDict, total=False):
+    """A ``placements`` row (one attempt) as the engine holds it in a batch. ``state`` is a
+    :class:`~dispatcher.states.PlacementState` value, changed only through :meth:`Batch.set_p`."""
+
+    id: int
+    workload_uid: str
+    attempt: int
+    cluster: str
+    epoch: int
+    state: str
+    reason: str
+    spec_version: int
+    last_status_seq: int
+    created_at: datetime
+    accepted_at: datetime | None
+    finished_at: datetime | None
+
+
 @dataclass
 class Batch:
     now: datetime
-    w: dict[str, dict[str, Any]] = field(default_factory=dict)           # workload rows, mutable copies
+    w: dict[str, WorkloadRow] = field(default_factory=dict)           # workload rows, mutable copies
     w_updates: dict[str, dict[str, Any]] = field(default_factory=dict)
-    p: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
+    p: dict[tuple[str, int], PlacementRow] = field(default_factory=dict)
     p_updates: dict[tuple[str, int], dict[str, Any]] = field(default_factory=dict)
     events: list[dict[str, Any]] = field(default_factory=list)
     outbox: list[dict[str, Any]] = field(default_factory=list)
@@ -131,13 +184,13 @@ class Batch:
     def set_w(self, uid: str, **values: Any) -> None:
         if "state" in values:  # every state change passes the one table (dispatcher.states)
             values["state"] = transition(self.w[uid]["state"], member(WorkloadState, values["state"])).value
-        self.w[uid].update(values)
+        self.w[uid].update(cast(WorkloadRow, values))
         self.w_updates.setdefault(uid, {}).update(values)
 
     def set_p(self, key: tuple[str, int], **values: Any) -> None:
         if "state" in values:
             values["state"] = transition(self.p[key]["state"], member(PlacementState, values["state"])).value
-        self.p[key].update(values)
+        self.p[key].update(cast(PlacementRow, values))
         self.p_updates.setdefault(key, {}).update(values)
 
     def event(self, uid: str | None, type_: str, *, cluster: str | None = None, reason: str = "",

@@ -15,7 +15,7 @@ import logging
 import sys
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import orjson
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -27,7 +27,7 @@ from dispatcher.db.queries import clusters as cluster_q
 from dispatcher.db.queries import outbox as outbox_q
 from dispatcher.db.queries import placements as placement_q
 from dispatcher.db.queries import workloads as workload_q
-from dispatcher.engine.batch import Batch, Item, JobsOf, engine_inbox, job_key
+from dispatcher.engine.batch import Batch, Item, JobsOf, PlacementRow, WorkloadRow, engine_inbox, job_key
 from dispatcher.intake.jobcache import JobCache
 from dispatcher.mirror import conditions as jc
 from dispatcher.mirror.kubewriter import KubeWriter
@@ -229,11 +229,11 @@ class EngineCore:
         rows, current = await workload_q.load_current(s, missing)
         names = workload_q.LIGHT_NAMES
         for uid, r in rows.items():
-            b.w[uid] = dict(zip(names, r, strict=False))  # the Workload columns (then the placement's, p__)
+            b.w[uid] = cast(WorkloadRow, dict(zip(names, r, strict=False)))  # the Workload columns (then the placement's, p__)
         for key, p in current.items():
-            b.p.setdefault(key, p)
+            b.p.setdefault(key, cast(PlacementRow, p))
 
-    def _send_delete(self, b: Batch, row: dict[str, Any], reason: str) -> None:
+    def _send_delete(self, b: Batch, row: WorkloadRow, reason: str) -> None:
         cluster = row.get("cluster")
         if not cluster or not row.get("attempt"):
             return
@@ -269,7 +269,7 @@ class EngineCore:
         b.outbox.append({"id": row_id, "cluster": cluster, "topic": topic, "payload": body, "workload_uid": uid,
                          "created_at": b.now})
 
-    def _reject(self, b: Batch, row: dict[str, Any], problems: list[Invalid], *, record: bool = True,
+    def _reject(self, b: Batch, row: WorkloadRow, problems: list[Invalid], *, record: bool = True,
                 reason: str = "InvalidJob") -> None:
         text = wl.problem_text(problems)
         if record:
@@ -285,7 +285,7 @@ class EngineCore:
                 self.writer.event(key, "Warning", reason, p.message)
         b.after.append(write)
 
-    def _mark_accepted(self, b: Batch, row: dict[str, Any], p: dict[str, Any], cluster: str) -> None:
+    def _mark_accepted(self, b: Batch, row: WorkloadRow, p: PlacementRow, cluster: str) -> None:
         uid = row["uid"]
         b.set_p((uid, p["attempt"]), state=P.SUSPENDED if row["suspended"] else P.ACCEPTED, accepted_at=b.now)
         if row["state"] == W.PLACED:
@@ -297,7 +297,7 @@ class EngineCore:
         b.after.append(lambda: self.book.accepted(uid, now))
         b.after.append(lambda: self._write(key, conds, status_follows=True))  # shares its first write
 
-    def _lose(self, b: Batch, row: dict[str, Any], attempt: int, why: str, *, fence: bool,
+    def _lose(self, b: Batch, row: WorkloadRow, attempt: int, why: str, *, fence: bool,
               requeue_reason: str | None = None) -> None:
         """A placement is lost: its worker copy, or its whole cluster, vanished. The one place that says so:
         the placement ends ``lost`` with ``why``; when the copy may still exist on a cluster that went silent
@@ -308,7 +308,7 @@ class EngineCore:
             self._send_delete(b, row, why)
         self._requeue(b, row, requeue_reason or why)
 
-    def _requeue(self, b: Batch, row: dict[str, Any], reason: str, *, excluded: list[str] | None = None) -> None:
+    def _requeue(self, b: Batch, row: WorkloadRow, reason: str, *, excluded: list[str] | None = None) -> None:
         uid = row["uid"]
         if excluded is not None:
             b.set_w(uid, excluded=excluded)

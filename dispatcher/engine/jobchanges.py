@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher import workload as wl
 from dispatcher.db.queries import workloads as workload_q
-from dispatcher.engine.batch import Batch, JobChange, job_key
+from dispatcher.engine.batch import Batch, JobChange, WorkloadRow, job_key
 from dispatcher.engine.core import EDIT_REFUSED, SUSPENDED_REASON, EngineCore, unsendable_problem
 from dispatcher.handover.safety import REASON as STARTED_ELSEWHERE
 from dispatcher.handover.safety import started_elsewhere
@@ -96,17 +96,17 @@ class JobChanges(EngineCore):
             self.namespace_of[uid] = sys.intern(cols["namespace"])
             self.cache.put(uid, ch.obj, ch.packed)
             b.jobs[uid] = ch.obj  # queued and placed in this batch: not decoded from the cache again
-            b.w[uid] = cols
+            b.w[uid] = cast(WorkloadRow, cols)
             b.event(uid, "claimed", message=f"{ch.kind.name} {cols['namespace']}/{cols['name']} claimed")
             if d.problems:
-                self._reject(b, cols, d.problems, record=False,
+                self._reject(b, b.w[uid], d.problems, record=False,
                              reason=STARTED_ELSEWHERE if uid in started else "InvalidJob")
             else:
                 assert d.need is not None
                 self.needs[uid] = d.need
                 b.placement_due = True
 
-    def _change(self, b: Batch, row: dict[str, Any], ch: JobChange, d: wl.Described | None) -> None:
+    def _change(self, b: Batch, row: WorkloadRow, ch: JobChange, d: wl.Described | None) -> None:
         uid = row["uid"]
         if row["state"] == W.DELETED:
             return
@@ -175,7 +175,7 @@ class JobChanges(EngineCore):
                 cond = wl.condition(labels.CONDITION_REJECTED, False, "Corrected", "the edit was sent", b.now)
                 b.after.append(lambda: self.writer.condition(key, cond))
 
-    def _edit_refused(self, b: Batch, row: dict[str, Any], problem: Invalid, was_suspended: bool, *,
+    def _edit_refused(self, b: Batch, row: WorkloadRow, problem: Invalid, was_suspended: bool, *,
                       reason: str = "SpecTooLarge") -> None:
         """A placed Job's edit cannot be sent (too large): the worker keeps the last spec it got; the
         Workload's reason, a history row, a condition and a Warning Event say why and how to fix it."""
@@ -188,10 +188,10 @@ class JobChanges(EngineCore):
         b.after.append(lambda: self.writer.condition(key, cond))
         b.after.append(lambda: self.writer.event(key, "Warning", reason, text))
 
-    def _suspension(self, b: Batch, row: dict[str, Any], suspended: bool) -> None:
+    def _suspension(self, b: Batch, row: WorkloadRow, suspended: bool) -> None:
         """A placed Job was suspended or resumed: its Workload and current placement say so, and a
         suspended copy (no pods) holds no capacity (see ``dispatcher.states``)."""
-        uid, cluster = row["uid"], row["cluster"]
+        uid, cluster = row["uid"], cast(str, row["cluster"])  # called for a placed Job: it has a cluster
         key = (uid, row["attempt"])
         p = b.p.get(key)
         if suspended:
@@ -213,7 +213,7 @@ class JobChanges(EngineCore):
                 self.book.accepted(uid, now)
         b.after.append(reserve)
 
-    def _delete(self, b: Batch, row: dict[str, Any], reason: str) -> None:
+    def _delete(self, b: Batch, row: WorkloadRow, reason: str) -> None:
         uid = row["uid"]
         self._send_delete(b, row, reason)
         b.set_w(uid, state=W.DELETED, reason=reason, updated_at=b.now)

@@ -16,14 +16,14 @@ import asyncio
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher.clusters.policycheck import reason as policy_reason
 from dispatcher.db.queries import placements as placement_q
 from dispatcher.db.queries import workloads as workload_q
-from dispatcher.engine.batch import Batch, job_key
+from dispatcher.engine.batch import Batch, WorkloadRow, job_key
 from dispatcher.engine.core import EngineCore, oversize_problem
 from dispatcher.mirror import conditions as jc
 from dispatcher.placement import eligible
@@ -74,7 +74,7 @@ class PlacementRound(EngineCore):
         for uid, priority, source in qs.reprice():  # claimed before the priority classes were listed
             b.w_updates.setdefault(uid, {}).update(priority=priority, priority_source=source[:253])
             if uid in b.w:
-                b.w[uid].update(priority=priority, priority_source=source[:253])
+                b.w[uid].update({"priority": priority, "priority_source": source[:253]})
         # clusters that would refuse (the batch's Jobs as decoded already)
         self.policies.apply(qs.queues.entries, self.cache, self.book.heartbeats, b.jobs)
         result = qs.schedule(views, now=b.now, timeout=self.settings.heartbeat_timeout_seconds)
@@ -105,7 +105,8 @@ class PlacementRound(EngineCore):
             row = b.w[uid]
             attempt = won[uid]
             before = {c: row.get(c) for c in (*workload_q.HELD_COLUMNS, "reserved_at")}
-            row.update(state=transition(row["state"], W.PLACED), attempt=attempt, cluster=a.cluster, reason="", **held_by[uid], reserved_at=b.now)
+            row.update(cast(WorkloadRow, {"state": transition(row["state"], W.PLACED), "attempt": attempt, "cluster": a.cluster,
+                                          "reason": "", **held_by[uid], "reserved_at": b.now}))
             kind = by_name(row["kind"])
             job = b.jobs.get(uid)  # claimed in this batch: decoded already
             try:
@@ -114,7 +115,7 @@ class PlacementRound(EngineCore):
             except messages.MessageRefused as exc:  # e.g. above the payload limit: cannot be sent anywhere
                 # No placement row (a `sent` one would be expected on the cluster forever) and the
                 # attempt is given back: nothing was placed, and no quota is held.
-                row.update(attempt=attempt - 1, cluster=None)
+                row.update({"attempt": attempt - 1, "cluster": None})
                 b.set_w(uid, cluster=None, attempt=attempt - 1, **before)  # what it held before (mark_placed wrote it)
                 qs.queues.release(uid)
                 if isinstance(exc, NoKey):  # unregistered while the round ran: another cluster next round
@@ -161,7 +162,7 @@ class PlacementRound(EngineCore):
         b.after.append(write)
         b.placement_due = True
 
-    def _admitted(self, b: Batch, row: dict[str, Any], a: Admission, cq: str | None) -> None:
+    def _admitted(self, b: Batch, row: WorkloadRow, a: Admission, cq: str | None) -> None:
         """QuotaReserved and Admitted on the Job, and the admission decision in the history."""
         if cq is None:
             return  # open mode: no quota, MultiClusterDispatched says it all
