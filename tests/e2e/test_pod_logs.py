@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+import shutil
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -104,6 +108,15 @@ async def test_pods_and_logs_of_a_placed_job_from_the_manager(federation: Topolo
         assert table.exit_code == 0 and pod["name"] in table.stdout and "Running" in table.stdout, table.output
         refused = await asyncio.to_thread(CliRunner().invoke, app, ["logs", f"{NS}/train", "-c", "x", *server])
         assert refused.exit_code == 2 and "its containers: main" in refused.output
+        # kubectl's plugin: `kubectl mkd logs` (kubectl-mkd next to mkctl, found on PATH)
+        bin_dir = str(Path(sys.executable).parent)
+        kubectl = shutil.which("kubectl")
+        argv = [kubectl, "mkd"] if kubectl else [str(Path(bin_dir) / "kubectl-mkd")]
+        proc = await asyncio.create_subprocess_exec(
+            *argv, "logs", f"{NS}/train", "--tail", "1", *server, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env={**os.environ, "PATH": f"{bin_dir}:{os.environ.get('PATH', '')}"})
+        out, err = await proc.communicate()
+        assert proc.returncode == 0 and out.decode() == f"{SECRET_LINE}\n", err.decode()
     assert seen, "no answer frame crossed the broker"
     assert not [p for p in seen if b"hunter2" in p or b"epoch 1" in p], "a log line crossed the broker readable"
 
