@@ -303,7 +303,7 @@ class Answerer:
         default = ((pod.get("metadata") or {}).get("annotations") or {}).get("kubectl.kubernetes.io/default-container")
         return pod, default if default in containers else containers[0]
 
-    async def _ended(self, namespace: str, pod: str, container: str) -> bool:
+    async def _ended(self, namespace: str, pod: str, container: str) -> str:
         return await _container_ended(self.kube, namespace, pod, container)
 
     async def _stream(self, cmd: Ask, namespace: str, pod: Mapping[str, Any], container: str, send: Any) -> str:
@@ -325,8 +325,8 @@ class Answerer:
                 try:
                     chunk = await asyncio.wait_for(anext(reader), cmd.idle_seconds)
                 except StopAsyncIteration:
-                    ended = not cmd.follow or await self._ended(namespace, name, container)
-                    chunk, reason = b"", "completed" if ended else "stopped"
+                    chunk, reason = b"", "completed" if not cmd.follow else await self._ended(namespace, name,
+                                                                                               container)
                 except TimeoutError:
                     chunk, reason = b"", "idle"
                 else:
@@ -355,19 +355,22 @@ class Answerer:
                 await close()
 
 
-async def _container_ended(kube: Kube, namespace: str, pod: str, container: str) -> bool:
-    """Whether a followed log ended because its container did (not because the connection closed)."""
+async def _container_ended(kube: Kube, namespace: str, pod: str, container: str) -> str:
+    """Why a followed log ended: ``completed`` (its container did), ``pod_gone`` (the pod was deleted) or
+    ``stopped`` (the connection closed while the container runs)."""
     try:
         got = await kube.get(PODS, pod, namespace)
     except NotFound:
-        return True
+        return "pod_gone"
     except FederationError:
-        return False
+        return "stopped"
+    if (got.get("metadata") or {}).get("deletionTimestamp"):
+        return "pod_gone"
     status = got.get("status") or {}
     for cs in list(status.get("containerStatuses") or ()) + list(status.get("initContainerStatuses") or ()):
         if cs.get("name") == container:
-            return "running" not in (cs.get("state") or {})
-    return True
+            return "stopped" if "running" in (cs.get("state") or {}) else "completed"
+    return "completed"
 
 
 def _owned_by(obj: Mapping[str, Any], owners: set[str]) -> bool:

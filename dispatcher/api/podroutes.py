@@ -37,6 +37,7 @@ ENDINGS = {
     "idle": "\nmkd: no new line for {idle}s: the follow ended (follow again to go on)\n",
     "stopped": "\nmkd: the agent of cluster {cluster} ended the stream (it is stopping or restarting); "
                "follow again in a moment\n",
+    "pod_gone": "\nmkd: pod {pod} was deleted on cluster {cluster}: its log ends here\n",
 }
 """What a stream's reader is told when it ended for another reason than the container's end."""
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
@@ -194,7 +195,7 @@ async def get_logs(
                 if frame.data:
                     yield frame.data
                 if frame.kind == "end" and frame.fields.get("reason") in ENDINGS:
-                    yield ENDINGS[str(frame.fields["reason"])].format(cluster=where.cluster,
+                    yield ENDINGS[str(frame.fields["reason"])].format(cluster=where.cluster, pod=headers["X-Mkd-Pod"],
                                                                      idle=f"{ask.idle_seconds:g}").encode()
         except StreamError as exc:
             yield f"\nmkd: {exc.message}\n".encode()

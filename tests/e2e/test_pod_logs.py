@@ -24,7 +24,7 @@ from typer.testing import CliRunner
 
 from federation import labels
 from federation.errors import AlreadyExists
-from federation.kube import EVENTS, JOBS, NAMESPACES, Resource
+from federation.kube import EVENTS, JOBS, NAMESPACES, PODS, Resource
 from mkctl.main import app
 from mkctl.topology import Topology
 from tests.e2e.conftest import NotYet, wait_for
@@ -270,3 +270,19 @@ async def test_why_and_a_warning_event_name_the_worker_side_cause(limited: Topol
                  if e["involvedObject"].get("name") == "crashing" and e.get("reason") in CRASH_REASONS]
         assert len(again) == 1  # one cause told; the next waits a minute (the rate limit)
 
+
+
+async def test_a_follow_says_when_its_pod_was_deleted(federation: Topology) -> None:
+    api = await setup(federation)
+    async with api:
+        await federation.manager.create(JOBS, job("doomed", run="120", log="tick", interval="0.2"), NS)
+        listed = await running(federation, api, "doomed")
+        cluster, name = listed["cluster"], listed["pods"][0]["name"]
+        text, deleted = b"", False
+        async with api.stream("GET", f"/api/v1/workloads/{NS}/doomed/logs", params={"follow": "true"}) as got:
+            async for chunk in got.aiter_bytes():
+                text += chunk
+                if not deleted and b"tick" in text:
+                    deleted = True
+                    await federation.kubes[cluster].delete(PODS, name, NS)
+        assert f"mkd: pod {name} was deleted on cluster {cluster}: its log ends here".encode() in text, text[-200:]
