@@ -40,7 +40,8 @@ class ClusterHealth(EngineCore):
             b.placement_due = True
         lost = hb.cluster in self.lost
         granted = self.leases_granted.get(hb.cluster)
-        if hb.online and (granted is None or granted < hb.sent_at):
+        grants = hb.online and (granted is None or granted < hb.sent_at)
+        if grants:
             # fencing: every heartbeat renews the agent's lease (worker_agent.lease); the lease desk
             # (dispatcher/clusters/leases.py) claimed it when it came in unless the cluster has no lease yet
             self._queue(b, hb.cluster, "", messages.Lease(cluster=hb.cluster, epoch=self.epoch,
@@ -57,12 +58,22 @@ class ClusterHealth(EngineCore):
         elif not hb.online and (old is None or old.online):
             self.lost.setdefault(hb.cluster, item.received_at)
             b.event(None, "cluster_lost", cluster=hb.cluster, reason="Offline", message="the agent went offline")
-        await cluster_q.upsert_cluster(s, {
+        row = {
             "name": hb.cluster, "labels": dict(hb.labels), "capacity": hb.capacity.model_dump(),
             "kinds": sorted({*hb.kinds_reconciled, *hb.kinds_delegated}), "online": hb.online,
             "agent_version": hb.agent_version[:64], "interval_seconds": hb.interval_seconds,
             "last_heartbeat": item.received_at, "lost_since": self.lost.get(hb.cluster), "updated_at": b.now,
-            "lease_until": self.lease_until.get(hb.cluster)})
+            "lease_until": self.lease_until.get(hb.cluster)}
+        # A heartbeat that changes nothing but its time is written at most every third of the timeout: the
+        # lease desk writes every grant's lease_until itself, and a restarted dispatcher reading a
+        # last_heartbeat that old still hears the cluster again before it would call it lost.
+        content = {k: v for k, v in row.items() if k not in ("last_heartbeat", "updated_at", "lease_until")}
+        written = self.cluster_rows.get(hb.cluster)
+        refresh = timedelta(seconds=self.settings.heartbeat_timeout_seconds / 3)
+        if not grants and written is not None and written[0] == content and b.now - written[1] < refresh:
+            return
+        await cluster_q.upsert_cluster(s, row)
+        self.cluster_rows[hb.cluster] = (content, b.now)
 
     async def _check_clusters(self, s: AsyncSession, b: Batch) -> None:
         timeout = timedelta(seconds=self.settings.heartbeat_timeout_seconds)
@@ -74,6 +85,7 @@ class ClusterHealth(EngineCore):
                 b.event(None, "cluster_lost", cluster=name, reason="HeartbeatTimeout",
                         message=f"no heartbeat for {self.settings.heartbeat_timeout_seconds:g}s")
                 await cluster_q.mark_cluster_lost(s, name, b.now)
+                self.cluster_rows.pop(name, None)  # its row changed: the next heartbeat writes it whole
         for name, since in list(self.lost.items()):
             if b.now < self._lease_end(name, b):
                 continue  # its agent may still run anything it got, answered or not

@@ -245,7 +245,8 @@ async def test_the_engine_and_the_lease_desk_lock_cluster_rows_in_one_order(
         monkeypatch.setattr(cluster_q, "extend_lease", extending)
         monkeypatch.setattr(cluster_q, "upsert_cluster", upserting)
         now = datetime.now(UTC)
-        beats = [ReportIn(messages.Heartbeat(cluster=name, online=True, capacity=capacity(), agent_version="fake"),
+        # room changed since the agents' heartbeats: the engine writes the rows (an unchanged one may wait)
+        beats = [ReportIn(messages.Heartbeat(cluster=name, online=True, capacity=capacity(cpu="63"), agent_version="fake"),
                           now) for name in ("worker-2", "worker-1")]
         await desk.grant(beats)
         assert order == ["worker-1", "worker-2"], "the lease desk"
