@@ -57,7 +57,7 @@ async def register(db_url: str, keys: dict[str, str]) -> None:
 
     from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
 
-    from dispatcher.db import queries as q
+    from dispatcher.db.queries import clusters as q
     engine = create_async_engine(db_url)
     try:
         async with async_sessionmaker(engine)() as s, s.begin():

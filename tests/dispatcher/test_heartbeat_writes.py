@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from dispatcher.db import models as m
-from dispatcher.db import queries as q
+from dispatcher.db.queries import clusters as cluster_q
 from federation.kube import Kube
 from tests.dispatcher.harness import FakeAgent, capacity, eventually, running, settings
 from tests.dispatcher.test_flow import rows
@@ -20,12 +20,12 @@ async def test_unchanged_heartbeats_renew_the_lease_without_rewriting_the_cluste
         manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str,
         monkeypatch: pytest.MonkeyPatch) -> None:
     written: list[dict[str, Any]] = []
-    upsert = q.upsert_cluster
+    upsert = cluster_q.upsert_cluster
 
     async def upserting(session: Any, row: dict[str, Any]) -> None:
         written.append(dict(row))
         await upsert(session, row)
-    monkeypatch.setattr(q, "upsert_cluster", upserting)
+    monkeypatch.setattr(cluster_q, "upsert_cluster", upserting)
     s = settings(manager, db_url, mqtt_url, topic_root, heartbeat_timeout_seconds=30.0)
     async with FakeAgent("worker-1", mqtt_url, topic_root, cap=capacity(cpu="64")) as agent, running(s):
         for _ in range(6):
