@@ -64,12 +64,13 @@ class ClusterHealth(EngineCore):
             "agent_version": hb.agent_version[:64], "interval_seconds": hb.interval_seconds,
             "last_heartbeat": item.received_at, "lost_since": self.lost.get(hb.cluster), "updated_at": b.now,
             "lease_until": self.lease_until.get(hb.cluster)}
-        # A heartbeat that changes nothing but its time is written at most every third of the timeout: the
-        # lease desk writes every grant's lease_until itself, and a restarted dispatcher reading a
-        # last_heartbeat that old still hears the cluster again before it would call it lost.
+        # A heartbeat that changes nothing but its time is written at most every half of the timeout (with
+        # the default 10 s heartbeats and 30 s timeout: every other one): the lease desk writes every
+        # grant's lease_until itself, and a dispatcher restarted within the other half reads a
+        # last_heartbeat recent enough to hear the cluster again before it would call it lost.
         content = {k: v for k, v in row.items() if k not in ("last_heartbeat", "updated_at", "lease_until")}
         written = self.cluster_rows.get(hb.cluster)
-        refresh = timedelta(seconds=self.settings.heartbeat_timeout_seconds / 3)
+        refresh = timedelta(seconds=self.settings.heartbeat_timeout_seconds / 2)
         if not grants and written is not None and written[0] == content and b.now - written[1] < refresh:
             return
         await cluster_q.upsert_cluster(s, row)

@@ -1,6 +1,6 @@
 """A heartbeat that changes nothing but its time is not written to the cluster's row every time: with 1,000
 clusters beating every 10 s that was 100 row writes a second of idle work; the lease desk still writes
-every grant, and the row is written again when anything in it changes or a third of the timeout passed."""
+every grant, and the row is written again when anything in it changes or half the timeout passed."""
 
 from __future__ import annotations
 
