@@ -196,10 +196,22 @@ class Run:
 
     # --- phases -----------------------------------------------------------------------------
     def setup(self) -> None:
-        self.broker = PrivateMosquitto(self.tmp, self.tmp)
-        # many connections: one per simulated cluster (Mosquitto's default has no limit but the fd limit)
+        self.broker = PrivateMosquitto(self.tmp / "core", self.tmp)
         asyncio.run(self.broker.start())
-        self.mqtt_url = self.broker.url
+        self.mqtt_url = self.agents_url = self.broker.url
+        if self.args.bridge:  # the agents on a broker of their own, bridged to the dispatcher's (docs/SCALING.md)
+            self.site = PrivateMosquitto(self.tmp / "site", self.tmp)
+            self.site.service.name = "mosquitto-site"
+            conf = self.tmp / "site" / "mosquitto" / "mosquitto.conf"
+            top = self.root
+            conf.write_text(conf.read_text() + "\n".join([
+                "connection mkd-core", f"address 127.0.0.1:{self.broker.port}",
+                "bridge_protocol_version mqttv311", "cleansession false",
+                f"remote_clientid fleet-site-{uuid.uuid4().hex[:6]}", "local_clientid fleet-site-bridge",
+                "try_private true", "bridge_outgoing_retain true", "restart_timeout 1 10",
+                f"topic {top}/+/reports out 1", f"topic {top}/+/presence out 1", f"topic {top}/+/commands in 1", ""]))
+            asyncio.run(self.site.start())
+            self.agents_url = self.site.url
         self.db_url, self.pg_name = asyncio.run(fresh_postgres())
         db.upgrade(self.db_url)
         asyncio.run(register(self.db_url, {n: k[1] for n, k in self.keys.items()}))
@@ -219,7 +231,7 @@ class Run:
             mine = {n: self.keys[n][0] for n in self.names[p::procs]}
             parent, child = self.ctx.Pipe()
             proc = self.ctx.Process(target=fleet_main, daemon=True, args=(
-                self.mqtt_url, self.root, mine, self.dkey[1], self.args.interval,
+                self.agents_url, self.root, mine, self.dkey[1], self.args.interval,
                 (self.args.run_min, self.args.run_max), p, child))
             proc.start()
             self.fleets.append((proc, parent))
@@ -268,6 +280,11 @@ class Run:
         c0, m0, r0 = cpu(self.dispatcher.pid), cpu(self.broker.service.pid or 0), pg_rows(self.pg_name)
         t0 = time.time()
         go.set()
+        if self.args.broker_restart:  # halfway through the Jobs, the agents' broker stops (SIGTERM) for 2 s
+            time.sleep(n / max(rate, 1) / 2)
+            broker = self.site if self.args.bridge else self.broker
+            say(f"restarting the agents' broker ({broker.service.name}), 2 s down")
+            asyncio.run(broker.restart(down_seconds=2.0))
         created, tc0, tc1 = results.get(True, n / max(rate, 1) + 300)
         uids = {u for u, _ in created}
 
@@ -286,6 +303,8 @@ class Run:
             "jobs": n, "rate_asked": rate, "created_rate": n / max(1e-9, tc1 - tc0),
             "placed": len(uids & set(f["placed"])), "lost": len(uids - set(f["placed"])),
             "placed_twice": sum(1 for u in uids if len({c for c, _ in f["placed"].get(u, [])}) > 1),
+            "place_repeats": sum(len(f["placed"].get(u, [])) - len({c for c, _ in f["placed"].get(u, [])})
+                                 for u in uids),
             "placed_rate": len(uids & set(f["placed"])) / max(1e-9, wall),
             "last_placed_after_last_created_s": t_all - (tc1 - t0) if t_all == t_all else float("nan"),
             "e2e_p50_ms": 1000 * pct(lat, 0.5), "e2e_p99_ms": 1000 * pct(lat, 0.99),
@@ -298,7 +317,7 @@ class Run:
         }
         self.results.update(res)
         say(f"jobs: {n} created at {res['created_rate']:.0f}/s (asked {rate:g}/s), {res['placed']} placed, "
-            f"{res['lost']} lost, {res['placed_twice']} on two clusters; {res['placed_rate']:.0f} placed/s over "
+            f"{res['lost']} lost, {res['placed_twice']} on two clusters, {res['place_repeats']} Places received again; {res['placed_rate']:.0f} placed/s over "
             f"{wall:.0f}s; creation->Place at the agent p50 {res['e2e_p50_ms']:.0f} ms p99 {res['e2e_p99_ms']:.0f} ms; "
             f"claim->Place sent (mkd_admission_latency_seconds) p50 {res['admit_p50_ms']:.0f} ms p99 "
             f"{res['admit_p99_ms']:.0f} ms; dispatcher {res['jobs_cpu_ms_per_job']:.1f} CPU-ms/Job "
@@ -368,6 +387,8 @@ class Run:
         with contextlib.suppress(Exception):
             self.broker.stop()
         with contextlib.suppress(Exception):
+            self.site.stop()
+        with contextlib.suppress(Exception):
             asyncio.run(drop_postgres(self.pg_name))
 
 
@@ -387,6 +408,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lost-timeout", type=float, default=30.0,
                    help="worker_lost_timeout_seconds: a lost cluster's accepted Jobs are placed again after this")
     p.add_argument("--skip", default="", help="phases to skip, comma separated: jobs,silent,restart")
+    p.add_argument("--bridge", action="store_true",
+                   help="the simulated clusters on a Mosquitto of their own, bridged (QoS 1) to the dispatcher's")
+    p.add_argument("--broker-restart", action="store_true",
+                   help="restart the agents' broker (SIGTERM, 2 s down) halfway through the Jobs")
     p.add_argument("--profile", type=Path, help="py-spy record the idle dispatcher into this file (raw, folded)")
     p.add_argument("--json", type=Path, help="append the figures as one JSON line to this file")
     args = p.parse_args(argv)
