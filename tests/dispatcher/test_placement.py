@@ -150,6 +150,17 @@ def test_a_placement_says_why_its_cluster_won() -> None:
                         "also fit: worker-1, worker-3; no room: worker-4 (lacks 6 cpu)")
 
 
+def test_a_placement_reason_names_a_few_clusters_however_many_there_are() -> None:
+    """The reason is kept in the Placement row and an Event: with 1,000 clusters it listed every other one
+    that fit (about 7 KB per Workload, written and held for each); it names the first few and counts the rest."""
+    clusters = [view(f"c{i:04d}", free_cpu=20 + i % 7) for i in range(1000)]
+    clusters += [view(f"full{i:03d}", free_cpu=1) for i in range(50)]
+    d = choose(need({"cpu": 4}), clusters, now=NOW, timeout=30)
+    assert d.cluster is not None and len(d.reason) < 600, len(d.reason)
+    assert "also fit: c0000, c0001, c0002, c0003, c0004 and 994 more" in d.reason
+    assert "no room: full000 (lacks 7 cpu), full001 (lacks 7 cpu)" in d.reason and "and 45 more" in d.reason
+
+
 def test_a_pod_no_node_could_ever_hold_is_told_before_the_clusters_totals() -> None:
     """2 pods x 16 GPUs on clusters of 4-GPU nodes: the first answer said "needs 32 nvidia.com/gpu in one
     cluster; most free: ..." (waiting), where no node could ever hold one pod (never)."""
