@@ -359,12 +359,23 @@ def _why(best: tuple[tuple[Decimal, Decimal], str], fit: Sequence[str], no_room:
     text = f"roomiest fit: {name} keeps {max(scarcest, ZERO) * 100:.0f}% of its scarcest requested resource free"
     others = [c for c in fit if c != name]
     if others:
-        text += f"; also fit: {', '.join(others)}"
+        text += f"; also fit: {_some(others)}"
     if no_room:
-        text += f"; no room: {', '.join(no_room)}"
+        text += f"; no room: {_some(no_room)}"
     if skipped:
-        text += f"; not considered: {', '.join(sorted(skipped))}"
+        text += f"; not considered: {_some(sorted(skipped))}"
     return text
+
+
+REASON_NAMES = 5
+"""Clusters a placement's reason names per list; the rest are counted (the reason is stored per Placement
+and in an Event, so it must not grow with the number of clusters)."""
+
+
+def _some(names: Sequence[str]) -> str:
+    if len(names) <= REASON_NAMES:
+        return ", ".join(names)
+    return f"{', '.join(names[:REASON_NAMES])} and {len(names) - REASON_NAMES} more"
 
 
 def _never_on_a_node(need: Need, cluster: ClusterView) -> tuple[str, str, Decimal, Decimal] | None:
