@@ -184,3 +184,15 @@ def test_a_pod_no_node_could_ever_hold_is_told_before_the_clusters_totals() -> N
                  "nvidia.com/gpu": D(4)}),), (PodSetDemand("master", 2, {"cpu": D(1), "nvidia.com/gpu": D(4)}),))
     d = choose(small, [gpu_cluster("worker-3", 2, 3)], now=NOW, timeout=30)
     assert d.cluster is None and not d.reason.startswith("can never"), d.reason
+
+
+def test_heartbeat_quantities_are_parsed_once_per_text_in_a_bounded_memo() -> None:
+    from dispatcher import placement
+
+    placement._quantities.clear()
+    assert placement._parse({"cpu": "64", "memory": "256Gi", "bad": "lots"}, "free") == \
+        {"cpu": D(64), "memory": D(256 * 2**30)}
+    assert set(placement._quantities) == {"64", "256Gi"}  # a bad figure is skipped, never remembered
+    for i in range(placement.QUANTITY_MEMO_SIZE + 10):
+        assert placement._parse({"cpu": f"{i}m"}, "free") == {"cpu": D(i) / 1000}
+    assert len(placement._quantities) <= placement.QUANTITY_MEMO_SIZE
