@@ -279,6 +279,10 @@ class Run:
         before = set(self.merged()["placed"])
         c0, m0, r0 = cpu(self.dispatcher.pid), cpu(self.broker.service.pid or 0), pg_rows(self.pg_name)
         t0 = time.time()
+        if self.args.profile_jobs:  # py-spy samples the dispatcher while the Jobs arrive and some time after
+            subprocess.Popen([str(Path(sys.executable).parent / "py-spy"), "record", "-p", str(self.dispatcher.pid),
+                              "-d", str(int(n / max(rate, 1)) + 30), "-f", "raw", "-r", "50",
+                              "-o", str(self.args.profile_jobs)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         go.set()
         if self.args.broker_restart:  # halfway through the Jobs, the agents' broker stops (SIGTERM) for 2 s
             time.sleep(n / max(rate, 1) / 2)
@@ -412,6 +416,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="the simulated clusters on a Mosquitto of their own, bridged (QoS 1) to the dispatcher's")
     p.add_argument("--broker-restart", action="store_true",
                    help="restart the agents' broker (SIGTERM, 2 s down) halfway through the Jobs")
+    p.add_argument("--profile-jobs", type=Path, help="py-spy record the dispatcher during the Jobs phase (raw)")
     p.add_argument("--profile", type=Path, help="py-spy record the idle dispatcher into this file (raw, folded)")
     p.add_argument("--json", type=Path, help="append the figures as one JSON line to this file")
     args = p.parse_args(argv)
