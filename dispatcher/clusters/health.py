@@ -1,6 +1,7 @@
 """Cluster health: heartbeats in, lost clusters out, and what happens to a lost cluster's Workloads.
 
-Every heartbeat upserts the ``clusters`` row and feeds the capacity book. A cluster whose heartbeat
+Every heartbeat feeds the capacity book and upserts the ``clusters`` row (one that changes nothing but
+its time at most every half of ``heartbeat_timeout_seconds``; the lease desk writes every grant). A cluster whose heartbeat
 is older than ``heartbeat_timeout_seconds`` (or that sent its will, ``online=False``) is lost: nothing
 new is placed there. Its placements become ``lost`` and their Workloads are placed again only once
 the agent has surely stopped every copy it holds (the lease granted with its last heartbeat, or a

@@ -16,7 +16,7 @@ from dispatcher.db.queries.sql import built, insert_for
 
 
 async def upsert_cluster(session: AsyncSession, row: Mapping[str, Any]) -> None:
-    """Insert or update a cluster row (every heartbeat); ``lease_until`` is never shortened."""
+    """Insert or update a cluster row (from heartbeats); ``lease_until`` is never shortened."""
     cols = tuple(row)
 
     def build(pg: bool) -> Any:
