@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher.db.models import clusters, workloads
 from dispatcher.db.queries import placements as placement_q
+from dispatcher.engine import transitions
 from dispatcher.engine.batch import Batch, WorkloadRow, job_key
 from dispatcher.engine.core import EngineCore
 from dispatcher.mirror import conditions as jc
@@ -198,8 +199,7 @@ class AdminActions(EngineCore):
         uid = row["uid"]
         cluster = row.get("cluster")
         self._send_delete(b, row, reason)
-        b.set_w(uid, state=W.PENDING, reason=reason, cluster=None, updated_at=b.now)
-        row.update({"state": W.PENDING, "cluster": None})
+        transitions.taken_off(b, row, reason)
         b.event(uid, type_, cluster=cluster, reason=type_.capitalize(), message=reason)
         key = job_key(row)
         conds = jc.requeued(type_.capitalize(), reason, b.now)

@@ -16,6 +16,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher.db.queries import placements as placement_q
+from dispatcher.engine import transitions
 from dispatcher.engine.batch import Batch, PlacementRow, ReportIn, WorkloadRow, job_key
 from dispatcher.engine.core import EngineCore
 from dispatcher.mirror import conditions as jc
@@ -136,7 +137,7 @@ class Answers(EngineCore):
             succeeded = r.finished == "Succeeded"
             outcome = "finished" if succeeded else "failed"  # the history row's type
             b.set_p(pkey, state=P.FINISHED if succeeded else P.FAILED, finished_at=b.now)
-            b.set_w(uid, state=W.FINISHED if succeeded else W.FAILED, reason=r.finished, updated_at=b.now)
+            transitions.ended(b, uid, r.finished)
             b.event(uid, outcome, cluster=r.cluster, reason=r.finished, message=_last_condition(r.status))
             b.after.append(lambda: self.book.release(uid))
             b.placement_due = True

@@ -27,6 +27,7 @@ from dispatcher.db.queries import clusters as cluster_q
 from dispatcher.db.queries import outbox as outbox_q
 from dispatcher.db.queries import placements as placement_q
 from dispatcher.db.queries import workloads as workload_q
+from dispatcher.engine import transitions
 from dispatcher.engine.batch import Batch, Item, JobsOf, PlacementRow, WorkloadRow, engine_inbox, job_key
 from dispatcher.intake.jobcache import JobCache
 from dispatcher.mirror import conditions as jc
@@ -34,7 +35,7 @@ from dispatcher.mirror.kubewriter import KubeWriter
 from dispatcher.placement import CapacityBook, Need
 from dispatcher.queueing.state import QueueingState
 from dispatcher.settings import DispatcherSettings
-from dispatcher.states import P, W
+from dispatcher.states import P
 from dispatcher.wire.freshrows import FreshRows
 from dispatcher.wire.streams import StreamBook
 from federation import chunks, labels, messages, topics
@@ -51,7 +52,6 @@ GAVE_UP = "gave up after "
 """How such a Workload's reason begins (what dispatcher/engine/heal.py reads it by)."""
 EDIT_REFUSED = "the latest edit was not sent"
 log = logging.getLogger("dispatcher.engine")  # the engine's parts log as the engine (one logger to tune)
-SUSPENDED_REASON = "suspended on the manager cluster; placed once resumed"
 
 
 def _size(value: Any) -> int:
@@ -275,7 +275,7 @@ class EngineCore:
                 reason: str = "InvalidJob") -> None:
         text = wl.problem_text(problems)
         if record:
-            b.set_w(row["uid"], state=W.REJECTED, reason=text, updated_at=b.now)
+            transitions.rejected(b, row["uid"], text)
         b.event(row["uid"], "invalid", reason=reason, message=text)
         key = job_key(row)
         conds = jc.refused(reason, text, b.now)
@@ -290,8 +290,7 @@ class EngineCore:
     def _mark_accepted(self, b: Batch, row: WorkloadRow, p: PlacementRow, cluster: str) -> None:
         uid = row["uid"]
         b.set_p((uid, p["attempt"]), state=P.SUSPENDED if row["suspended"] else P.ACCEPTED, accepted_at=b.now)
-        if row["state"] == W.PLACED:
-            b.set_w(uid, state=W.RUNNING, reason="", updated_at=b.now)
+        transitions.accepted(b, row)
         b.event(uid, "accepted", cluster=cluster, message=f"attempt {p['attempt']} accepted by {cluster}")
         key = job_key(row)
         conds = jc.accepted(jc.accepted_text(cluster, p["attempt"]), b.now)
@@ -318,15 +317,12 @@ class EngineCore:
         key = job_key(row)
         if row["attempt"] >= self.settings.max_placement_attempts:
             text = f"{GAVE_UP}{row['attempt']} placement attempts; last: {reason}"
-            b.set_w(uid, state=W.FAILED, reason=text, cluster=None, updated_at=b.now)
+            transitions.gave_up(b, uid, text)
             b.event(uid, "failed", reason=EXHAUSTED, message=text)
             now = b.now
             b.after.append(lambda: self._write_gave_up(key, text, now))
             return
-        if row["suspended"]:  # placed again once resumed
-            b.set_w(uid, state=W.SUSPENDED, reason=f"{reason}; {SUSPENDED_REASON}", cluster=None, updated_at=b.now)
-        else:
-            b.set_w(uid, state=W.PENDING, reason=reason, cluster=None, updated_at=b.now)
+        transitions.requeued(b, row, reason)
         b.event(uid, "requeued", message=reason)
         conds = jc.requeued("Requeued", reason, b.now)
         b.after.append(lambda: self._write(key, conds, clear=True))

@@ -16,12 +16,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher import workload as wl
 from dispatcher.db.queries import workloads as workload_q
+from dispatcher.engine import transitions
 from dispatcher.engine.batch import Batch, JobChange, WorkloadRow, job_key
-from dispatcher.engine.core import EDIT_REFUSED, SUSPENDED_REASON, EngineCore, unsendable_problem
+from dispatcher.engine.core import EDIT_REFUSED, EngineCore, unsendable_problem
 from dispatcher.handover.safety import REASON as STARTED_ELSEWHERE
 from dispatcher.handover.safety import started_elsewhere
 from dispatcher.mirror import conditions as jc
-from dispatcher.states import P, W, initial
+from dispatcher.states import P, W
 from federation import labels, messages
 from federation.errors import Invalid, NotFound
 from federation.sealing import NoKey
@@ -78,12 +79,9 @@ class JobChanges(EngineCore):
             if foreign is not None:
                 d = described[uid] = wl.Described(d.columns, None, [foreign])
                 started.add(uid)
-            cols = {**d.columns, "created_at": b.now, "updated_at": b.now, "state": initial(W.PENDING)}
+            cols = {**d.columns, "created_at": b.now, "updated_at": b.now}
+            transitions.claimed(cols, wl.problem_text(d.problems) if d.problems else None)
             cols.update(self.queueing.claim_columns(ch.obj, cols, b.now))
-            if d.problems:
-                cols.update(state=initial(W.REJECTED), reason=wl.problem_text(d.problems))
-            elif cols["suspended"]:
-                cols.update(state=initial(W.SUSPENDED), reason=SUSPENDED_REASON)
             claims.append(cols)
         won = await workload_q.claim(s, claims)
         for cols in claims:
@@ -124,8 +122,7 @@ class JobChanges(EngineCore):
                               "mkd claimed the Job; mkd stopped managing it",
                               fix="managedBy is immutable: delete the Job and create it again")
             self._send_delete(b, row, "managedBy changed on the manager cluster")
-            b.set_w(uid, state=W.REJECTED, reason=f"managedBy changed to {managed_by!r}", cluster=None,
-                    updated_at=b.now)
+            transitions.rejected(b, uid, f"managedBy changed to {managed_by!r}", off_cluster=True)
             b.event(uid, "rejected", reason="ManagedByChanged", message=problem.message)
             key = job_key(row)
             conds = jc.refused("ManagedByChanged", problem.message, b.now)
@@ -145,8 +142,8 @@ class JobChanges(EngineCore):
                 if row["state"] != W.REJECTED or row["reason"] != wl.problem_text(d.problems):
                     self._reject(b, row, d.problems)
                 return
-            b.set_w(uid, state=W.SUSPENDED if suspended else W.PENDING, requests=d.columns["requests"],
-                    podsets=d.columns["podsets"], reason=SUSPENDED_REASON if suspended else "")
+            transitions.described(b, uid, suspended=suspended, requests=d.columns["requests"],
+                                  podsets=d.columns["podsets"])
             if row["state"] == W.REJECTED:
                 key = job_key(row)
                 cond = wl.condition(labels.CONDITION_REJECTED, False, "Corrected", "the Job is valid now", b.now)
@@ -195,13 +192,13 @@ class JobChanges(EngineCore):
         key = (uid, row["attempt"])
         p = b.p.get(key)
         if suspended:
-            b.set_w(uid, state=W.SUSPENDED, reason="suspended on the manager cluster", updated_at=b.now)
+            transitions.suspended(b, uid)
             if p is not None and p["state"] in (P.ACCEPTED, P.RUNNING):
                 b.set_p(key, state=P.SUSPENDED)
             b.after.append(lambda: self.book.release(uid))
             return
         answered = p is not None and p["state"] != P.SENT
-        b.set_w(uid, state=W.RUNNING if answered else W.PLACED, reason="", updated_at=b.now)
+        transitions.resumed(b, uid, answered=answered)
         if p is not None and p["state"] == P.SUSPENDED:
             b.set_p(key, state=P.ACCEPTED)
         need = self.needs.get(uid) or wl.need_of(row["kind"], row["podsets"])
@@ -216,7 +213,7 @@ class JobChanges(EngineCore):
     def _delete(self, b: Batch, row: WorkloadRow, reason: str) -> None:
         uid = row["uid"]
         self._send_delete(b, row, reason)
-        b.set_w(uid, state=W.DELETED, reason=reason, updated_at=b.now)
+        transitions.deleted(b, uid, reason)
         b.event(uid, "deleted", cluster=row.get("cluster"), message=reason)
 
         def forget() -> None:

@@ -16,20 +16,21 @@ import asyncio
 import re
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, cast
+from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher.clusters.policycheck import reason as policy_reason
 from dispatcher.db.queries import placements as placement_q
 from dispatcher.db.queries import workloads as workload_q
+from dispatcher.engine import transitions
 from dispatcher.engine.batch import Batch, WorkloadRow, job_key
 from dispatcher.engine.core import EngineCore, oversize_problem
 from dispatcher.mirror import conditions as jc
 from dispatcher.placement import eligible
 from dispatcher.queueing.scheduler import Admission, Entry, Eviction
 from dispatcher.queueing.state import usage_to_json
-from dispatcher.states import P, W, initial, transition
+from dispatcher.states import P, W, initial
 from federation import messages
 from federation.kinds.registry import by_name
 from federation.sealing import NoKey
@@ -105,8 +106,7 @@ class PlacementRound(EngineCore):
             row = b.w[uid]
             attempt = won[uid]
             before = {c: row.get(c) for c in (*workload_q.HELD_COLUMNS, "reserved_at")}
-            row.update(cast(WorkloadRow, {"state": transition(row["state"], W.PLACED), "attempt": attempt, "cluster": a.cluster,
-                                          "reason": "", **held_by[uid], "reserved_at": b.now}))
+            transitions.placed(b, row, attempt=attempt, cluster=a.cluster, held=held_by[uid])
             kind = by_name(row["kind"])
             job = b.jobs.get(uid)  # claimed in this batch: decoded already
             try:
@@ -135,7 +135,7 @@ class PlacementRound(EngineCore):
             self._waiting(b, e)
         for uid, cq in qs.routed():  # the ClusterQueue of each pending row: positions readable from SQL
             if uid in b.w:
-                if b.w[uid].get("state") == "pending":
+                if b.w[uid].get("state") == W.PENDING:
                     b.set_w(uid, cluster_queue=cq)
             else:
                 b.w_updates.setdefault(uid, {})["cluster_queue"] = cq
@@ -151,7 +151,7 @@ class PlacementRound(EngineCore):
         cluster = row.get("cluster")  # the history row names the cluster it leaves (_send_delete clears it)
         self._send_delete(b, row, f"preempted: {v.message}")
         # its queue time stays its creationTimestamp: Kueue orders a preempted Workload where it was
-        b.set_w(uid, state=W.PENDING, reason=v.message, cluster=None, usage=None, updated_at=b.now)
+        transitions.taken_off(b, row, v.message, usage_cleared=True)
         b.event(uid, "evicted", cluster=cluster, reason="Preempted", message=v.message)
         key = job_key(row)
         conds = jc.preempted(v.reason, v.message, b.now)

@@ -118,6 +118,7 @@ DISPATCHER_LAYERS: tuple[tuple[str, ...], ...] = (
      "dispatcher.clusters.identity", "dispatcher.clusters.policycheck", "dispatcher.replica",
      "dispatcher.wire.outbox"),
     ("dispatcher.engine.batch", "dispatcher.handover.policy", "dispatcher.whatif"),
+    ("dispatcher.engine.transitions",),
     ("dispatcher.engine.core", "dispatcher.mirror.jobevents", "dispatcher.handover.book",
      "dispatcher.handover.webhook"),
     # the engine's parts: each decides one kind of inbox item, none imports another
@@ -221,3 +222,42 @@ def test_a_layer_violation_is_reported(rel: str, source: str, expected: str, tmp
     found = layer_violations(tmp_path)
     assert any(expected in v for v in found), found
     assert not any("engine/rounds.py" in v or "engine/loop.py" in v for v in found)
+
+
+WORKLOAD_STATE_OWNER = "dispatcher/engine/transitions.py"
+"""The one module that writes a Workload's state in the engine (one function per transition)."""
+
+
+def workload_state_writes(root: Path) -> list[str]:
+    """Where a dispatcher module other than the owner writes ``workloads.state`` in the engine's rows: a
+    ``set_w(state=...)``, or a ``WorkloadState`` member passed to ``initial`` / ``transition``."""
+    found = []
+    for path in sorted((root / "dispatcher").rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel == WORKLOAD_STATE_OWNER:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), filename=str(path))):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else \
+                node.func.id if isinstance(node.func, ast.Name) else ""
+            if name == "set_w" and any(k.arg == "state" for k in node.keywords):
+                found.append(f"{rel}:{node.lineno} set_w(state=...)")
+            elif name in ("initial", "transition") and any(
+                    isinstance(a, ast.Attribute) and isinstance(a.value, ast.Name)
+                    and a.value.id in ("W", "WorkloadState") for a in node.args):
+                found.append(f"{rel}:{node.lineno} {name}(W...)")
+    return found
+
+
+def test_only_the_transitions_module_writes_a_workload_state() -> None:
+    assert workload_state_writes(ROOT) == []
+
+
+@pytest.mark.parametrize("source", ["b.set_w(uid, state=W.PENDING)\n", "row['state'] = transition(s, W.PLACED)\n",
+                                    "cols = {'state': initial(WorkloadState.PENDING)}\n"])
+def test_a_workload_state_written_elsewhere_is_reported(source: str, tmp_path: Path) -> None:
+    (tmp_path / "dispatcher" / "engine").mkdir(parents=True)
+    (tmp_path / WORKLOAD_STATE_OWNER).write_text(source)
+    (tmp_path / "dispatcher/engine/rounds.py").write_text(source)
+    assert [v.split(":")[0] for v in workload_state_writes(tmp_path)] == ["dispatcher/engine/rounds.py"]
