@@ -81,7 +81,8 @@ def gave_up(b: Batch, uid: str, text: str) -> None:
 
 def ended(b: Batch, uid: str, outcome: str) -> None:
     """Its worker Job ended: ``finished`` if ``outcome`` is ``Succeeded``, else ``failed``."""
-    b.set_w(uid, state=W.FINISHED if outcome == "Succeeded" else W.FAILED, reason=outcome, updated_at=b.now)
+    state = W.FINISHED if outcome == "Succeeded" else W.FAILED
+    b.set_w(uid, state=state, reason=outcome, updated_at=b.now)
 
 
 def rejected(b: Batch, uid: str, reason: str, *, off_cluster: bool = False) -> None:
