@@ -75,7 +75,8 @@ class ClusterHealth(EngineCore):
         if not grants and written is not None and written[0] == content and b.now - written[1] < refresh:
             return
         await cluster_q.upsert_cluster(s, row)
-        self.cluster_rows[hb.cluster] = (content, b.now)
+        now = b.now  # remembered only once the batch commits: a held batch's retry must write it again
+        b.after.append(lambda: self.cluster_rows.__setitem__(hb.cluster, (content, now)))
 
     async def _check_clusters(self, s: AsyncSession, b: Batch) -> None:
         timeout = timedelta(seconds=self.settings.heartbeat_timeout_seconds)
