@@ -1,7 +1,8 @@
 """JobSet (jobset.x-k8s.io/v1alpha2): one PodSet per replicatedJob, managedBy at spec.managedBy.
 
 A replicatedJob runs ``replicas`` (default 1) copies of a batch Job template, so its PodSet count
-is replicas x parallelism (parallelism default 1). Finished comes from the JobSet's Completed /
+is replicas x the pods one Job runs at once (parallelism, default 1, capped by completions: Kueue's
+``PodsCountPerReplica``). Finished comes from the JobSet's Completed /
 Failed conditions. Replicated job names become part of Job and pod names, so they are checked as
 DNS-1035 labels and must be unique, as the JobSet webhook requires.
 """
@@ -28,10 +29,18 @@ from federation.kinds.base import (
     validate_dns1035,
     validate_managed_by,
 )
-from federation.kinds.batchjob import validate_job_spec
+from federation.kinds.batchjob import job_pod_count, validate_job_spec
 from federation.podset import PodSet
 
 GROUP = "jobset.x-k8s.io"
+DEFAULT_REPLICAS = 1
+"""A replicatedJob without ``replicas`` runs one Job (the JobSet webhook's default)."""
+
+
+def replicated_job_pods(rjob: Mapping[str, Any]) -> int:
+    """Pods a replicatedJob runs at once: its replicas times its Job's :func:`job_pod_count`."""
+    job_spec = as_map(get_path(rjob, ("template", "spec")))
+    return int_or(rjob.get("replicas"), DEFAULT_REPLICAS) * job_pod_count(job_spec)
 
 
 def replicated_jobs(jobset_spec: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -76,11 +85,11 @@ def validate_replicated_jobs(jobset_spec: Any, field: str) -> list[Invalid]:
 
 
 def replicated_job_podsets(rjobs: Sequence[Mapping[str, Any]], field: str) -> list[PodSet]:
-    """One PodSet per replicatedJob: count = replicas x parallelism; zero-pod ones are left out."""
+    """One PodSet per replicatedJob (:func:`replicated_job_pods`); zero-pod ones are left out."""
     out = []
     for index, rjob in enumerate(rjobs):
         job_spec = as_map(get_path(rjob, ("template", "spec")))
-        count = int_or(rjob.get("replicas"), 1) * int_or(job_spec.get("parallelism"), 1)
+        count = replicated_job_pods(rjob)
         if count > 0:
             template = as_map(job_spec.get("template"))
             out.append(

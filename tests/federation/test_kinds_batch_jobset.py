@@ -148,6 +148,14 @@ def test_jobset_replicas_default_to_one_and_zero_is_left_out() -> None:
     assert [p.name for p in JOBSET.podsets(js)] == ["driver"]
 
 
+def test_jobset_pods_per_replica_are_parallelism_capped_by_completions() -> None:
+    """Kueue's ``PodsCountPerReplica``: a replicated Job runs min(parallelism, completions) pods at once."""
+    js = load("jobset/jobset.yaml")
+    workers = js["spec"]["replicatedJobs"][1]
+    workers["template"]["spec"].update(parallelism=4, completions=1)
+    assert [p.count for p in JOBSET.podsets(js)] == [1, 2]
+
+
 def test_jobset_pod_restart_policy_may_be_left_to_its_webhook() -> None:
     js = load("jobset/jobset.yaml")
     del js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]["restartPolicy"]

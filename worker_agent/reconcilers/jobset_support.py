@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from federation import labels as mkd_labels
+from federation.kinds.jobset import DEFAULT_REPLICAS
 from worker_agent.reconcilers.conditions import rfc3339
 
 _COPIED_LABELS = (mkd_labels.ORIGIN,)
@@ -56,7 +57,7 @@ def with_defaults(js: Mapping[str, Any]) -> dict[str, Any]:
     spec["successPolicy"].setdefault("operator", "All")
     spec.setdefault("replicatedJobs", [])
     for rjob in spec["replicatedJobs"]:
-        rjob.setdefault("replicas", 1)
+        rjob.setdefault("replicas", DEFAULT_REPLICAS)
         template = rjob.setdefault("template", {})
         job_spec = template.setdefault("spec", {})
         if not job_spec.get("completionMode"):
