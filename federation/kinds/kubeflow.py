@@ -80,6 +80,13 @@ class KubeflowV1Kind(BaseKind):
     operator_name: str = ""
     """The training-operator's controller for the kind (``pytorchjob-controller``): the value of the
     ``training.kubeflow.org/operator-name`` label on the Pods and Services it creates."""
+    port_name: str = ""
+    """The main container's port the operator adds when missing (``pytorchjob-port``); its per-index Services
+    expose it and the env rules read it."""
+    default_port: int = 0
+    """``containerPort`` of :attr:`port_name` when the operator adds it."""
+    default_restart_policy: str = "Never"
+    """The restartPolicy of a replica spec that sets none (the operator's ``SetDefaults_<Kind>``)."""
     single_types: tuple[str, ...] = ("Master",)
     """Replica types whose replicas must be exactly 1."""
     required_types: tuple[str, ...] = ()

@@ -8,5 +8,6 @@ from __future__ import annotations
 from federation.kinds.kubeflow import v1_kind
 
 PADDLEJOB = v1_kind(
-    "PaddleJob", "paddlejobs", "paddleReplicaSpecs", ("Master", "Worker"), "paddle", single_types=()
+    "PaddleJob", "paddlejobs", "paddleReplicaSpecs", ("Master", "Worker"), "paddle", single_types=(),
+    port_name="master", default_port=36543,
 )

@@ -113,6 +113,9 @@ PYTORCHJOB = PyTorchJobKind(
     replica_types=("Master", "Worker"),
     container_name=CONTAINER,
     operator_name="pytorchjob-controller",
+    port_name="pytorchjob-port",
+    default_port=23456,
+    default_restart_policy="OnFailure",
     min_replicas=1,
     single_replicas_explicit=True,
 )

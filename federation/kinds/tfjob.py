@@ -15,4 +15,6 @@ TFJOB = v1_kind(
     "tensorflow",
     single_types=("Chief", "Master"),
     at_most_one_of=("Chief", "Master"),
+    port_name="tfjob-port",
+    default_port=2222,
 )

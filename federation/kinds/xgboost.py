@@ -12,4 +12,6 @@ XGBOOSTJOB = v1_kind(
     "xgboost",
     required_types=("Master",),
     single_replicas_explicit=True,
+    port_name="xgboostjob-port",
+    default_port=9999,
 )

@@ -1,7 +1,7 @@
 """The other Kubeflow v1 members (TFJob, XGBoostJob, PaddleJob, JAXJob): a few lines each on the shared base.
 
-Each member's kind facts (names, spec field, main container, replica types, operator name) come from its
-``federation.kinds`` JobKind; labels, selectors, per-index headless Services, restart handling and conditions
+Each member's kind facts (names, spec field, main container, replica types, operator name, port and restart
+defaults) come from its ``federation.kinds`` JobKind; labels, selectors, per-index headless Services, restart handling and conditions
 from ``kubeflow.KubeflowV1Reconciler``. The env rules here are the well-known core of each upstream
 controller (TF_CONFIG; MASTER_*/WORKER_*; PADDLE_*; JAX coordinator), not every knob: see the module's
 members for what each sets.
@@ -34,9 +34,6 @@ def _namespace(job: Mapping[str, Any]) -> str:
 
 class TFJobReconciler(KubeflowV1Reconciler):
     job_kind = TFJOB
-    port_name = "tfjob-port"
-    default_port = 2222
-    default_restart = "Never"
 
     def leader(self, specs: Mapping[str, ReplicaSpec]) -> str | None:
         return "Chief" if "Chief" in specs else "Master" if "Master" in specs else None
@@ -63,9 +60,6 @@ class TFJobReconciler(KubeflowV1Reconciler):
 
 class XGBoostJobReconciler(KubeflowV1Reconciler):
     job_kind = XGBOOSTJOB
-    port_name = "xgboostjob-port"
-    default_port = 9999
-    default_restart = "Never"
 
     def pod_env(self, job: Mapping[str, Any], specs: Mapping[str, ReplicaSpec], rtype: str,
                 index: int) -> list[dict[str, Any]]:
@@ -86,9 +80,6 @@ class XGBoostJobReconciler(KubeflowV1Reconciler):
 
 class PaddleJobReconciler(KubeflowV1Reconciler):
     job_kind = PADDLEJOB
-    port_name = "master"
-    default_port = 36543
-    default_restart = "Never"
 
     def pod_env(self, job: Mapping[str, Any], specs: Mapping[str, ReplicaSpec], rtype: str,
                 index: int) -> list[dict[str, Any]]:
@@ -103,9 +94,6 @@ class PaddleJobReconciler(KubeflowV1Reconciler):
 
 class JAXJobReconciler(KubeflowV1Reconciler):
     job_kind = JAXJOB
-    port_name = "jaxjob-port"
-    default_port = 6666
-    default_restart = "OnFailure"
 
     def pod_env(self, job: Mapping[str, Any], specs: Mapping[str, ReplicaSpec], rtype: str,
                 index: int) -> list[dict[str, Any]]:

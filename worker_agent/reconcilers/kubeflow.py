@@ -92,12 +92,9 @@ def _drop_zeros(status: dict[str, Any]) -> None:
 
 class KubeflowV1Reconciler(Reconciler):
     """Base of the v1 family; a member names its :class:`KubeflowV1Kind` (names, spec field, main container,
-    replica types, operator name), sets the port and restart defaults and overrides the hooks."""
+    replica types, operator name, port and restart defaults) and overrides the hooks."""
 
     job_kind: KubeflowV1Kind
-    port_name = ""
-    default_port = 0
-    default_restart = "Never"
     children: tuple[Resource, ...] = (PODS, SERVICES)
     _canonical: dict[tuple[str, ...], dict[str, str]] = {}
     """Replica types by their lower-case spelling, per ``replica_types`` (``defaulted_specs``)."""
@@ -122,6 +119,18 @@ class KubeflowV1Reconciler(Reconciler):
     @property
     def operator_name(self) -> str:
         return self.job_kind.operator_name
+
+    @property
+    def port_name(self) -> str:
+        return self.job_kind.port_name
+
+    @property
+    def default_port(self) -> int:
+        return self.job_kind.default_port
+
+    @property
+    def default_restart(self) -> str:
+        return self.job_kind.default_restart_policy
 
     @property
     def replica_types(self) -> tuple[str, ...]:

@@ -70,7 +70,7 @@ def validate(job: dict[str, Any]) -> list[str]:
     for rtype, rspec in specs.items():
         if rspec is None:
             continue
-        if rspec.get("restartPolicy") not in ("Never", "OnFailure"):
+        if rspec.get("restartPolicy") not in mpijob.RESTART_POLICIES:
             errors.append(f"spec.mpiReplicaSpecs[{rtype}].restartPolicy: Unsupported value: "
                           f"{rspec.get('restartPolicy')!r}")
         if not (((rspec.get("template") or {}).get("spec") or {}).get("containers")):

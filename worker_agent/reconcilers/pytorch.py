@@ -37,9 +37,6 @@ def _env(name: str, value: object) -> dict[str, Any]:
 
 class PyTorchJobReconciler(KubeflowV1Reconciler):
     job_kind = PYTORCHJOB
-    port_name = "pytorchjob-port"
-    default_port = 23456
-    default_restart = "OnFailure"
 
     def __init__(self, *, init_image: str = INIT_IMAGE, init_max_tries: int = INIT_MAX_TRIES) -> None:
         self.init_image = init_image

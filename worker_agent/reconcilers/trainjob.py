@@ -167,7 +167,7 @@ class _Pass:
         snap, error = self._snapshot()
         if snap is not None or error:
             return snap, f"getting runtime snapshot: {error}" if error else "", False
-        extra = getattr(self.observed, "extra", None)
+        extra = self.observed.extra
         name, _, kind = runtime_ref(self.job)
         res = RUNTIMES[kind]
         if isinstance(extra, Mapping) and ("runtime" in extra or "runtime_error" in extra):
