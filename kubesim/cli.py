@@ -36,7 +36,8 @@ def specs_from_topology(data: dict[str, Any]) -> list[ClusterSpec]:
         out.append(ClusterSpec(name=c["name"], nodes=nodes, seed=int(c.get("seed", 0)),
                                kubelet=KubeletSpec(**{k: kl[k] for k in ("start_seconds", "run_seconds", "exit_code")
                                                       if k in kl}),
-                               authorize=bool(c.get("authorize", False)), tls=bool(c.get("tls", False))))
+                               authorize=bool(c.get("authorize", False)), tls=bool(c.get("tls", False)),
+                               without=tuple(str(w) for w in c.get("without") or ())))
     return out
 
 

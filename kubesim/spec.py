@@ -38,6 +38,9 @@ class ClusterSpec:
     nodes: list[NodeSpec] = field(default_factory=list)
     seed: int = 0
     kubelet: KubeletSpec = field(default_factory=KubeletSpec)
+    without: tuple[str, ...] = ()
+    """Operator stand-ins this cluster does not run (``"leaderworkerset"``: a manager cluster, where LWS's controller,
+    which has no managedBy to tell it off, must not run what mkd dispatches)."""
     authorize: bool = False
     """Authenticate and authorize every request as kube-apiserver with RBAC does (kubesim/authz.py);
     off, every request is served (the kubeconfig's admin may do everything either way)."""

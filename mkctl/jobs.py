@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
@@ -25,9 +25,12 @@ from federation import labels
 
 log = logging.getLogger(__name__)
 
-Expect = Literal["Succeeded", "Failed", "Pending", "Untouched"]
+Expect = str
+"""Succeeded, Failed, Pending, Untouched, or, for a kind that serves until deleted, the condition of its own it
+reaches and keeps (a LeaderWorkerSet's ``Available``)."""
+ENDS = ("Succeeded", "Failed", "Pending", "Untouched")
 EXPECT_ANNOTATION = "mkd.dev/demo-expect"
-"""An example may state its expected end explicitly (Succeeded, Failed, Pending, Untouched)."""
+"""An example may state its expected end explicitly: one of :data:`ENDS` or a serving condition."""
 
 RUNTIME_KINDS = ("TrainingRuntime", "ClusterTrainingRuntime")
 DEMO_SETS = ("**",)
@@ -99,8 +102,8 @@ def expectation(manifest: Mapping[str, Any], source: Path | None = None) -> Expe
     """What a sample should end as; explicit annotation first, then managedBy and the file's name."""
     meta = manifest.get("metadata", {}) or {}
     explicit = (meta.get("annotations") or {}).get(EXPECT_ANNOTATION)
-    if explicit in ("Succeeded", "Failed", "Pending", "Untouched"):
-        return explicit  # type: ignore[no-any-return]
+    if isinstance(explicit, str) and explicit:
+        return explicit
     kind = _kind_of(manifest)
     if kind is None or kind.managed_by(manifest) != labels.MULTIKUEUE:
         return "Untouched"
@@ -232,6 +235,9 @@ def observe(sample: Sample, job: Mapping[str, Any] | None) -> Observation:
         obs.state, obs.reason = "Pending", str(pending.get("message") or pending.get("reason") or "")
     elif dispatched is not None and dispatched.get("status") == "False":
         obs.state, obs.reason = "Pending", str(dispatched.get("message") or dispatched.get("reason") or "")
+    elif dispatched is not None and sample.expect not in ENDS and (
+            (serving := condition(job, sample.expect)) is not None and serving.get("status") == "True"):
+        obs.state, obs.reason = sample.expect, str(serving.get("reason") or "")
     elif dispatched is not None:
         last = _last_condition(job, exclude=(labels.CONDITION_DISPATCHED,))
         obs.state = last or "Placed"

@@ -25,10 +25,11 @@ def kinds(
     """List the job kinds mkd dispatches: apiVersion, plural, where managedBy and suspend live, who runs the
     worker copy (mkd's agent, or the worker's own controller)."""
     if not update:
-        typer.echo(f"{'KIND':<12} {'APIVERSION':<30} {'PLURAL':<16} {'MANAGEDBY':<26} {'SUSPEND':<22} RUN BY")
-        for k in KINDS:
-            typer.echo(f"{k.name:<12} {k.api_version:<30} {k.plural:<16} {dotted(k.managed_by_path):<26} "
-                       f"{dotted(k.suspend_path):<22} {k.run_by}")
+        rows = [("KIND", "APIVERSION", "PLURAL", "MANAGEDBY", "SUSPEND", "RUN BY")]
+        rows += [(k.name, k.api_version, k.plural, k.managed_by_field, dotted(k.suspend_path), k.run_by) for k in KINDS]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+        for row in rows:
+            typer.echo(" ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]]))
         return
     if not (root / "deploy").is_dir():
         raise CommandFailed(f"--update: {root} has no deploy/ (run it in mkd's source tree or give --root)",

@@ -75,7 +75,9 @@ def default_workers() -> list[Any]:
 
 def manager_spec() -> Any:
     ks = _kubesim()
-    return ks.ClusterSpec(MANAGER, nodes=[ks.NodeSpec("manager-node-1", cpu="4", memory="16Gi")], seed=0)
+    # the manager runs no LWS controller: an LWS has no managedBy, so one there would run it too
+    return ks.ClusterSpec(MANAGER, nodes=[ks.NodeSpec("manager-node-1", cpu="4", memory="16Gi")], seed=0,
+                          without=("leaderworkerset",))
 
 
 DISPATCHER_KEY = "mkd-dispatcher"

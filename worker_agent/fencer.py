@@ -52,13 +52,14 @@ def _controller_uid(obj: dict[str, Any]) -> str | None:
     return None
 
 
-def _suspend_patch(path: tuple[str, ...], *, fenced: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {path[-1]: True}
-    for key in reversed(path[:-1]):
-        out = {key: out}
-    if fenced:
-        out["metadata"] = {"annotations": {labels.FENCED_ANNOTATION: "true"}}
-    return out
+CHILD_SUSPEND: dict[str, Any] = {"spec": {"suspend": True}}
+"""How a child the agent made (a batch Job, a JobSet) is suspended."""
+
+
+def _fenced(patch: dict[str, Any]) -> dict[str, Any]:
+    """A copy's suspend patch (``JobKind.suspend_patch``) with the fenced mark."""
+    patch.setdefault("metadata", {}).setdefault("annotations", {})[labels.FENCED_ANNOTATION] = "true"
+    return patch
 
 
 KINDS_RECHECK_SECONDS = 60.0
@@ -78,8 +79,9 @@ class Fencer:
     ``sweep_seconds`` while the record stays out of date:
 
     - every placed copy of the agent's origin that is not finished is suspended the way its kind allows
-      (``JobKind.suspend_path``: Kubeflow ``runPolicy.suspend``, ``spec.suspend`` of a batch Job, JobSet,
-      TrainJob) and marked ``mkd.dev/fenced``, so the agent resumes it only once a Resync lists it again;
+      (``JobKind.suspend_patch``: Kubeflow ``runPolicy.suspend``, ``spec.suspend`` of a batch Job, JobSet,
+      TrainJob; a LeaderWorkerSet scaled to zero groups) and marked ``mkd.dev/fenced``, so the agent resumes it
+      only once a Resync lists it again;
     - what the (hung) agent's own reconcilers made under a copy, known by its ``mkd.dev/created-by``
       annotation (``worker_agent.foreign``), is stopped too: its pods are deleted, its batch Jobs suspended
       (the Job controller then removes their pods), its JobSets suspended and their Jobs too. Children made
@@ -180,7 +182,8 @@ class Fencer:
         copies, errors = await self._copies(swept)
         self._kinds_listed = self.clock.monotonic()
         self.kinds_error = f"cannot list {', '.join(errors)}" if errors else None
-        await self._all(self._suspend(kind_resource(kind), job, kind.suspend_path, swept, fenced=True)  # type: ignore[attr-defined]
+        await self._all(self._suspend(kind_resource(kind), job, _fenced(kind.suspend_patch(job, True)), swept,
+                                      fenced=True)
                         for kind, job in copies if not kind.is_suspended(job))
         for ns in sorted({str(job["metadata"].get("namespace")) for _, job in copies}):
             roots = {str(job["metadata"]["uid"]) for _, job in copies if job["metadata"].get("namespace") == ns}
@@ -234,7 +237,7 @@ class Fencer:
                         todo.append(self._delete_pod(obj, swept))
                     continue
                 if not spec.get("suspend"):
-                    todo.append(self._suspend(res, obj, ("spec", "suspend"), swept, fenced=False))
+                    todo.append(self._suspend(res, obj, CHILD_SUSPEND, swept, fenced=False))
                 if res is JOBSETS and str(meta.get("uid")) not in seen:  # its Jobs: the JobSet's controller is the agent
                     seen.add(str(meta.get("uid")))
                     frontier.append(str(meta.get("uid")))
@@ -246,11 +249,11 @@ class Fencer:
                 await call
         await asyncio.gather(*(limited(c) for c in calls))
 
-    async def _suspend(self, res: Resource, obj: dict[str, Any], path: tuple[str, ...], swept: Swept, *,
+    async def _suspend(self, res: Resource, obj: dict[str, Any], patch: dict[str, Any], swept: Swept, *,
                        fenced: bool) -> None:
         meta = obj.get("metadata") or {}
         try:
-            await self.kube.patch(res, str(meta.get("name")), _suspend_patch(path, fenced=fenced), meta.get("namespace"))
+            await self.kube.patch(res, str(meta.get("name")), patch, meta.get("namespace"))
         except NotFound:
             return
         except FederationError as exc:  # keep going: every other Job must still stop

@@ -34,11 +34,12 @@ from worker_agent.reports import placement_of
 log = logging.getLogger(__name__)
 
 
-def _nested(path: tuple[str, ...], value: Any) -> dict[str, Any]:
-    out: dict[str, Any] = {path[-1]: value}
-    for key in reversed(path[:-1]):
-        out = {key: out}
-    return out
+def _fence_patch(kind: JobKind, job: Mapping[str, Any], fenced: bool) -> dict[str, Any]:
+    """The kind's suspend (or resume) merge patch with the fenced mark set (or removed)."""
+    patch = kind.suspend_patch(job, fenced)
+    metadata = patch.setdefault("metadata", {})
+    metadata.setdefault("annotations", {})[labels.FENCED_ANNOTATION] = "true" if fenced else None
+    return patch
 
 
 class LeaseKeeper:
@@ -252,8 +253,7 @@ class LeaseKeeper:
             if self.holds():  # renewed while sweeping: the rest keep running (a Resync resumes the fenced)
                 log.warning("lease renewed during the fencing sweep (%d suspended): the rest keep running", done)
                 break
-            patch = {"metadata": {"annotations": {labels.FENCED_ANNOTATION: "true"}},
-                     **_nested(kind.suspend_path, True)}  # type: ignore[attr-defined]
+            patch = _fence_patch(kind, job, True)
             try:
                 await self._patch(kind, meta, patch)
                 done += 1
@@ -327,8 +327,7 @@ class LeaseKeeper:
             if not self.holds() or not self.recorded_now():
                 self.resume_failed = True  # the next renewal asks for a Resync as well
                 continue  # kept: resumed once renewed and recorded
-            patch = {"metadata": {"annotations": {labels.FENCED_ANNOTATION: None}},
-                     **_nested(kind.suspend_path, False)}  # type: ignore[attr-defined]
+            patch = _fence_patch(kind, job, False)
             try:
                 await self._patch(kind, meta, patch)
                 done += 1

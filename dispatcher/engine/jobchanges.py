@@ -117,7 +117,7 @@ class JobChanges(EngineCore):
         if managed_by != labels.MULTIKUEUE:
             if row["state"] == W.REJECTED and row["reason"].startswith("managedBy"):
                 return
-            field_path = ".".join(ch.kind.managed_by_path)
+            field_path = ch.kind.managed_by_field
             problem = Invalid(field_path, f"managedBy changed from {labels.MULTIKUEUE!r} to {managed_by!r} after "
                               "mkd claimed the Job; mkd stopped managing it",
                               fix="managedBy is immutable: delete the Job and create it again")

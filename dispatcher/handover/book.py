@@ -120,7 +120,8 @@ class HandoverBook:
         managed_by = kind.managed_by(obj)  # (read once: intake shows the book every event of every Job)
         controller = managed_by if managed_by else f"{kind.controller} (default)"  # as controller_of says
         self.jobs[sys.intern(uid)] = self._group((str(md.get("namespace") or ""), kind.name, controller))
-        if managed_by != labels.MULTIKUEUE and self.policies and uid not in self._recorded:
+        if (managed_by != labels.MULTIKUEUE and self.policies and uid not in self._recorded
+                and kind.name in self.kinds):  # (a kind without managedBy is handed over by its queue label)
             self._todo[uid] = (kind, dict(obj))
 
     def counts(self) -> Counter[tuple[str, str, str]]:

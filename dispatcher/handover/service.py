@@ -15,6 +15,7 @@ from typing import Any
 from dispatcher.handover.book import HandoverBook
 from dispatcher.handover.policy import Decision
 from federation.errors import Invalid
+from federation.kinds.manifests import handed_over
 from federation.tasks import Supervisor
 
 log = logging.getLogger(__name__)
@@ -26,10 +27,11 @@ class HandoverService:
         h = s.handover
         engine = dispatcher.engine
         self.settings = h
-        self.book = HandoverBook(dispatcher.kube, sessions, dispatcher.clock, kinds=dispatcher.kinds,
+        kinds = tuple(handed_over(dispatcher.kinds))  # a kind without managedBy is handed over by its queue label
+        self.book = HandoverBook(dispatcher.kube, sessions, dispatcher.clock, kinds=kinds,
                                  views=lambda: engine.book.views(), heartbeat_timeout=s.heartbeat_timeout_seconds,
                                  extra_controllers=h.extra_controllers, flush_seconds=h.flush_seconds)
-        self.kinds = dispatcher.kinds
+        self.kinds = kinds
         self.routed: Counter[tuple[str, str]] = Counter()  # (kind, policy) → Jobs the webhook routed
         self.port: int | None = None
         self.started = asyncio.Event()

@@ -15,7 +15,6 @@ from typing import Any
 
 from federation import labels
 from federation.errors import FederationError, NotFound
-from federation.kinds.base import dotted
 from federation.kinds.registry import KINDS
 
 NOT_MANAGED_REASON = "NotManagedByMultiKueue"
@@ -29,7 +28,7 @@ def queued_but_unmanaged(kind: Any, job: Mapping[str, Any]) -> str | None:
     queue = (md.get("labels") or {}).get(labels.QUEUE_NAME)
     if not queue or kind.managed_by(job):
         return None
-    where = dotted(kind.managed_by_path)
+    where = kind.managed_by_field
     return (f"has {labels.QUEUE_NAME}={queue} but {where} is unset, so mkd does not queue or dispatch it and "
             f"{kind.controller} runs it here; to have mkd queue it and run it on a worker cluster, create it with "
             f"{where}: {labels.MULTIKUEUE} ({where} cannot be changed once set)")
@@ -47,7 +46,7 @@ async def explain(kube: Any, namespace: str, name: str) -> str | None:
         except FederationError:
             continue
         managed_by = kind.managed_by(job)
-        where = dotted(kind.managed_by_path)
+        where = kind.managed_by_field
         if managed_by == labels.MULTIKUEUE:
             return (f"{namespace}/{name} ({kind.name}) has {where}: {labels.MULTIKUEUE} but no Workload yet: "
                     "the dispatcher has not claimed it (is it running and watching this namespace?)")

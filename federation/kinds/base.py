@@ -100,12 +100,16 @@ class JobKind(Protocol):
     @property
     def reads(self) -> tuple[tuple[str, str], ...]: ...  # (group, plural) also read (get) for this kind
 
+    @property
+    def managed_by_field(self) -> str: ...  # what a user writes to hand a Job to mkd, for messages
+
     def managed_by(self, job: Mapping[str, Any]) -> str | None: ...
     def validate(self, job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> list[Invalid]: ...
     def podsets(self, job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> list[PodSet]: ...
     def runtime_ref(self, job: Mapping[str, Any]) -> RuntimeRef | None: ...
     def is_suspended(self, job: Mapping[str, Any]) -> bool: ...
     def with_suspended(self, job: Mapping[str, Any], value: bool) -> dict[str, Any]: ...
+    def suspend_patch(self, job: Mapping[str, Any], value: bool) -> dict[str, Any]: ...
     def finished(self, job: Mapping[str, Any]) -> Finished | None: ...
     def prepare_for_worker(
         self, job: Mapping[str, Any], *, stamp: Mapping[str, str], managed_by: str | None
@@ -401,8 +405,18 @@ class BaseKind:
     def api_version(self) -> str:
         return f"{self.group}/{self.version}" if self.group else self.version
 
+    @property
+    def managed_by_field(self) -> str:
+        """The managedBy field, or for a kind without one the Kueue queue label that hands it to mkd."""
+        return dotted(self.managed_by_path) if self.managed_by_path else f"metadata.labels[{labels.QUEUE_NAME}]"
+
     def managed_by(self, job: Mapping[str, Any]) -> str | None:
-        """The managedBy value as written (None when absent; no default is invented)."""
+        """The managedBy value as written (None when absent; no default is invented). A kind without a managedBy
+        field (``managed_by_path`` empty: LeaderWorkerSet) is handed to mkd by naming a Kueue queue, as Kueue
+        decides for it: such a Job reads as managed by MultiKueue while it carries ``kueue.x-k8s.io/queue-name``."""
+        if not self.managed_by_path:
+            queue = get_path(job, ("metadata", "labels", labels.QUEUE_NAME))
+            return labels.MULTIKUEUE if isinstance(queue, str) and queue else None
         value = get_path(job, self.managed_by_path)
         return value if isinstance(value, str) else None
 
@@ -426,6 +440,14 @@ class BaseKind:
         set_path(out, self.suspend_path, value)
         return out
 
+    def suspend_patch(self, job: Mapping[str, Any], value: bool) -> dict[str, Any]:
+        """The merge patch that suspends (``value`` True) or resumes a worker copy the way its kind allows: its
+        suspend field (the lease watchdog and the fencer stop copies with it)."""
+        out: dict[str, Any] = {self.suspend_path[-1]: value}
+        for key in reversed(self.suspend_path[:-1]):
+            out = {key: out}
+        return out
+
     def prepare_for_worker(
         self, job: Mapping[str, Any], *, stamp: Mapping[str, str], managed_by: str | None
     ) -> dict[str, Any]:
@@ -445,7 +467,9 @@ class BaseKind:
             metadata.pop("annotations", None)
         metadata["labels"] = {**as_map(metadata.get("labels")), **stamp}
         out["metadata"] = metadata
-        if managed_by is None:
+        if not self.managed_by_path:
+            pass  # no managedBy field: the worker's controller runs every copy
+        elif managed_by is None:
             del_path(out, self.managed_by_path)
         else:
             set_path(out, self.managed_by_path, managed_by)

@@ -118,9 +118,15 @@ def fencer_write_rules(kinds: Sequence[JobKind]) -> list[str]:
     return lines
 
 
+def handed_over(kinds: Sequence[JobKind]) -> list[JobKind]:
+    """The kinds with a managedBy field: the ones a HandoverPolicy can hand to mkd and whose managedBy the
+    admission policies keep (a kind without one, LeaderWorkerSet, is handed over by its queue label)."""
+    return [k for k in kinds if k.managed_by_path]
+
+
 def webhook_rules(kinds: Sequence[JobKind]) -> list[str]:
     lines: list[str] = []
-    for group, members in _groups(kinds).items():
+    for group, members in _groups(handed_over(kinds)).items():
         lines.append('- operations: ["CREATE"]')
         lines.append(f"  apiGroups: {_flow([group], 13)}")
         lines.append(f"  apiVersions: {_flow(_versions(group, members), 15)}")
@@ -140,7 +146,7 @@ def _cel_value(obj: str, path: Sequence[str]) -> list[str]:
 
 def admission_policies(kinds: Sequence[JobKind]) -> list[str]:
     by_path: dict[tuple[str, ...], list[JobKind]] = {}
-    for kind in kinds:
+    for kind in handed_over(kinds):
         by_path.setdefault(tuple(kind.managed_by_path), []).append(kind)
     lines: list[str] = []
     for path, members in by_path.items():
@@ -169,7 +175,7 @@ def admission_policies(kinds: Sequence[JobKind]) -> list[str]:
 
 
 def kinds_enum(kinds: Sequence[JobKind]) -> list[str]:
-    return [f"enum: {_flow([k.name for k in kinds], 6)}".replace('"', "")]
+    return [f"enum: {_flow([k.name for k in handed_over(kinds)], 6)}".replace('"', "")]
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from federation.kinds.base import JobKind
 from federation.kinds.batchjob import BATCH_JOB
 from federation.kinds.jax import JAXJOB
 from federation.kinds.jobset import JOBSET
+from federation.kinds.leaderworkerset import LEADERWORKERSET
 from federation.kinds.mpijob import MPIJOB
 from federation.kinds.paddle import PADDLEJOB
 from federation.kinds.pytorch import PYTORCHJOB
@@ -30,6 +31,7 @@ KINDS: tuple[JobKind, ...] = (
     RAYJOB,
     RAYCLUSTER,
     APPWRAPPER,
+    LEADERWORKERSET,
 )
 
 _BY_NAME = {kind.name: kind for kind in KINDS}

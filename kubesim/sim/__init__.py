@@ -1,5 +1,5 @@
 """kubesim's simulated cluster components: scheduler, kubelet, Job and TTL-after-finished controllers, KubeRay,
-the AppWrapper operator.
+the AppWrapper operator, the LeaderWorkerSet controller (not where ``ClusterSpec.without`` names it).
 
 ``start(store, spec, loop)`` wires them to one cluster's ``Store`` (call it on the cluster's loop thread);
 they react to committed changes through ``Store.subscribe``, never write from inside the callback (work is
@@ -13,17 +13,18 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from kubesim.sim import appwrapper, kuberay
+from kubesim.sim import appwrapper, kuberay, lws
 from kubesim.sim.appwrapper import AppWrapperOperator
 from kubesim.sim.common import StoreLike, log
 from kubesim.sim.jobs import JobController
 from kubesim.sim.kubelet import Kubelet
 from kubesim.sim.kuberay import KubeRay
+from kubesim.sim.lws import LeaderWorkerSetController
 from kubesim.sim.scheduler import Scheduler
 
 __all__ = ["Simulation", "start"]
 
-RESOURCES = frozenset({"pods", "nodes", "jobs.batch", *kuberay.RESOURCES, *appwrapper.RESOURCES})
+RESOURCES = frozenset({"pods", "nodes", "jobs.batch", *kuberay.RESOURCES, *appwrapper.RESOURCES, *lws.RESOURCES})
 """What the simulated components react to (``Simulation._dispatch``); other commits are not parsed for them."""
 
 
@@ -39,6 +40,7 @@ class Simulation:
         self.jobs = JobController(store, loop)
         self.kuberay = KubeRay(store, loop)
         self.appwrappers = AppWrapperOperator(store, loop)
+        self.lws = None if "leaderworkerset" in getattr(spec, "without", ()) else LeaderWorkerSetController(store, loop)
         self._unsubscribe: Callable[[], None] | None = None
         self.stopped = False
 
@@ -46,7 +48,8 @@ class Simulation:
         # Subscribing and replaying what the store already holds happen in one loop step, so no
         # change falls between them. Nodes first (capacity), then Jobs (owners), then pods.
         self._unsubscribe = self.store.subscribe(self._on_change, RESOURCES)
-        for res in ("nodes", "jobs.batch", "pods", *sorted(kuberay.RESOURCES), *sorted(appwrapper.RESOURCES)):
+        for res in ("nodes", "jobs.batch", "pods", *sorted(kuberay.RESOURCES), *sorted(appwrapper.RESOURCES),
+                    *sorted(lws.RESOURCES)):
             try:
                 objects = self.store.list(res)
             except Exception as exc:
@@ -72,6 +75,8 @@ class Simulation:
             self.jobs.on_pod(event, obj)
             self.kuberay.on_change(event, res, obj)
             self.appwrappers.on_change(event, res, obj)
+            if self.lws is not None:
+                self.lws.on_change(event, res, obj)
         elif res == "nodes":
             self.scheduler.on_node(event, obj)
         elif res == "jobs.batch":
@@ -81,6 +86,8 @@ class Simulation:
             self.kuberay.on_change(event, res, obj)
         elif res in appwrapper.RESOURCES:
             self.appwrappers.on_change(event, res, obj)
+        elif res in lws.RESOURCES and self.lws is not None:
+            self.lws.on_change(event, res, obj)
 
     async def stop(self) -> None:
         self.stopped = True
@@ -92,6 +99,8 @@ class Simulation:
         self.jobs.stop()
         self.kuberay.stop()
         self.appwrappers.stop()
+        if self.lws is not None:
+            self.lws.stop()
 
 
 def start(store: StoreLike, spec: Any, loop: asyncio.AbstractEventLoop) -> Simulation:

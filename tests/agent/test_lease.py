@@ -8,6 +8,8 @@ from datetime import datetime
 from typing import Any
 
 from federation import labels
+from federation.kinds.leaderworkerset import LEADERWORKERSET, SUSPENDED_REPLICAS
+from federation.kube import resource_for
 from federation.messages import Heartbeat, Lease, Resync
 from tests.agent.conftest import CLUSTER, PYTORCHJOBS, AgentHarness, place
 from tests.agent.test_agent_inbox import forever
@@ -317,3 +319,41 @@ async def test_a_resync_from_before_the_lease_ran_out_again_resumes_nothing(harn
         assert suspended(await harness.get(PYTORCHJOBS, "wl-e1", "team-a"))
     finally:
         loop.cancel()
+
+
+async def test_a_leaderworkerset_is_fenced_by_scaling_it_to_zero_groups_and_scaled_back(
+        harness: AgentHarness) -> None:
+    """LWS has no suspend: without renewals its copy goes to zero groups (the count kept), and the Resync that
+    lists it again brings the groups back; a kind with a suspend field is unaffected."""
+    await harness.stop_agent()
+    await harness.start_agent(lease_startup_grace_seconds=4.0, lease_stop_before_seconds=1.0,
+                              heartbeat_interval_seconds=0.5)
+    worker = {"spec": {"containers": [{"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}]}}
+    lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+           "metadata": {"name": "serve", "labels": {labels.QUEUE_NAME: "default"}},
+           "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 2, "workerTemplate": worker}}}
+    cmd = place(lws, uid="wl-lws")
+    await harness.send(cmd)
+    await harness.wait_report(lambda r: r.type == "accepted" and r.placement == cmd.placement)
+    res = resource_for(LEADERWORKERSET)
+
+    async def scaled_to_zero() -> dict[str, Any] | None:
+        job = await harness.kube.get(res, "serve", "team-a")
+        return job if job["spec"]["replicas"] == 0 else None
+
+    job = await eventually(scaled_to_zero, what="the LWS scaled to zero groups once the grace ran out")
+    assert job["metadata"]["annotations"][labels.FENCED_ANNOTATION] == "true"
+    assert job["metadata"]["annotations"][SUSPENDED_REPLICAS] == "2"
+    hb = harness.heartbeats()[-1]
+    n = len(harness.reports)
+    await harness.send(Lease(cluster=CLUSTER, epoch=1, heartbeat_sent_at=hb.sent_at, seconds=60))
+    await harness.wait_report(lambda r: r.type == "inventory", after=n)
+    await harness.send(Resync(cluster=CLUSTER, epoch=1, expected=[cmd.placement]))
+
+    async def scaled_back() -> dict[str, Any] | None:
+        job = await harness.kube.get(res, "serve", "team-a")
+        return job if job["spec"]["replicas"] == 2 else None
+
+    job = await eventually(scaled_back, what="the LWS's two groups back")
+    notes = job["metadata"].get("annotations") or {}
+    assert labels.FENCED_ANNOTATION not in notes and SUSPENDED_REPLICAS not in notes
