@@ -14,6 +14,7 @@ from federation.kinds.paddle import PADDLEJOB
 from federation.kinds.pytorch import PYTORCHJOB
 from federation.kinds.raycluster import RAYCLUSTER
 from federation.kinds.rayjob import RAYJOB
+from federation.kinds.rayservice import RAYSERVICE
 from federation.kinds.tfjob import TFJOB
 from federation.kinds.trainjob import TRAINJOB
 from federation.kinds.xgboost import XGBOOSTJOB
@@ -30,6 +31,7 @@ KINDS: tuple[JobKind, ...] = (
     JOBSET,
     RAYJOB,
     RAYCLUSTER,
+    RAYSERVICE,
     APPWRAPPER,
     LEADERWORKERSET,
 )

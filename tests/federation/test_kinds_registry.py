@@ -45,6 +45,7 @@ EXPECTED = {
     "JobSet": ("jobset.x-k8s.io/v1alpha2", "jobsets", labels.JOBSET_CONTROLLER, ("spec", "managedBy")),
     "RayJob": ("ray.io/v1", "rayjobs", "ray.io/kuberay-operator", ("spec", "managedBy")),
     "RayCluster": ("ray.io/v1", "rayclusters", "ray.io/kuberay-operator", ("spec", "managedBy")),
+    "RayService": ("ray.io/v1", "rayservices", "ray.io/kuberay-operator", ("spec", "managedBy")),
     "AppWrapper": ("workload.codeflare.dev/v1beta2", "appwrappers", "workload.codeflare.dev/appwrapper-controller",
                    ("spec", "managedBy")),
     "LeaderWorkerSet": ("leaderworkerset.x-k8s.io/v1", "leaderworkersets", "lws-controller-manager", ()),
