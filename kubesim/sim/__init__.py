@@ -1,5 +1,6 @@
-"""kubesim's simulated cluster components: scheduler, kubelet, Job and TTL-after-finished controllers, KubeRay,
-the AppWrapper operator, the LeaderWorkerSet controller (not where ``ClusterSpec.without`` names it).
+"""kubesim's simulated cluster components: scheduler, kubelet, Job and TTL-after-finished controllers, KubeRay
+(RayCluster, RayJob, RayService), the AppWrapper operator, the LeaderWorkerSet controller (not where
+``ClusterSpec.without`` names it).
 
 ``start(store, spec, loop)`` wires them to one cluster's ``Store`` (call it on the cluster's loop thread);
 they react to committed changes through ``Store.subscribe``, never write from inside the callback (work is
@@ -13,18 +14,20 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from kubesim.sim import appwrapper, kuberay, lws
+from kubesim.sim import appwrapper, kuberay, lws, rayservice
 from kubesim.sim.appwrapper import AppWrapperOperator
 from kubesim.sim.common import StoreLike, log
 from kubesim.sim.jobs import JobController
 from kubesim.sim.kubelet import Kubelet
 from kubesim.sim.kuberay import KubeRay
 from kubesim.sim.lws import LeaderWorkerSetController
+from kubesim.sim.rayservice import RayServiceController
 from kubesim.sim.scheduler import Scheduler
 
 __all__ = ["Simulation", "start"]
 
-RESOURCES = frozenset({"pods", "nodes", "jobs.batch", *kuberay.RESOURCES, *appwrapper.RESOURCES, *lws.RESOURCES})
+RESOURCES = frozenset({"pods", "nodes", "jobs.batch", *kuberay.RESOURCES, *appwrapper.RESOURCES, *lws.RESOURCES,
+                       *rayservice.RESOURCES})
 """What the simulated components react to (``Simulation._dispatch``); other commits are not parsed for them."""
 
 
@@ -39,6 +42,7 @@ class Simulation:
         self.kubelet = Kubelet(store, loop, self.scheduler, getattr(spec, "kubelet", None))
         self.jobs = JobController(store, loop)
         self.kuberay = KubeRay(store, loop)
+        self.rayservices = RayServiceController(store, loop)
         self.appwrappers = AppWrapperOperator(store, loop)
         self.lws = None if "leaderworkerset" in getattr(spec, "without", ()) else LeaderWorkerSetController(store, loop)
         self._unsubscribe: Callable[[], None] | None = None
@@ -49,7 +53,7 @@ class Simulation:
         # change falls between them. Nodes first (capacity), then Jobs (owners), then pods.
         self._unsubscribe = self.store.subscribe(self._on_change, RESOURCES)
         for res in ("nodes", "jobs.batch", "pods", *sorted(kuberay.RESOURCES), *sorted(appwrapper.RESOURCES),
-                    *sorted(lws.RESOURCES)):
+                    *sorted(lws.RESOURCES), *sorted(rayservice.RESOURCES)):
             try:
                 objects = self.store.list(res)
             except Exception as exc:
@@ -84,6 +88,9 @@ class Simulation:
             self.kuberay.on_change(event, res, obj)
         elif res in kuberay.RESOURCES:
             self.kuberay.on_change(event, res, obj)
+            self.rayservices.on_change(event, res, obj)
+        elif res in rayservice.RESOURCES:
+            self.rayservices.on_change(event, res, obj)
         elif res in appwrapper.RESOURCES:
             self.appwrappers.on_change(event, res, obj)
         elif res in lws.RESOURCES and self.lws is not None:
@@ -98,6 +105,7 @@ class Simulation:
         self.kubelet.stop()
         self.jobs.stop()
         self.kuberay.stop()
+        self.rayservices.stop()
         self.appwrappers.stop()
         if self.lws is not None:
             self.lws.stop()

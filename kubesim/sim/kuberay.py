@@ -17,7 +17,7 @@ ends, with ``startTime``, ``endTime``, ``jobId``, ``rayClusterName``, ``rayClust
 the cluster and the submitter (``Suspended``). What the real operator does and this does not: no head
 Service, no Ray dashboard (the job's state is the submitter Job's), no HTTPMode, InteractiveMode or
 SidecarMode submission (such RayJobs stay Initializing), no autoscaling, retries (``backoffLimit``),
-``activeDeadlineSeconds`` or RayService.
+``activeDeadlineSeconds``. RayService: ``rayservice.py``.
 """
 
 from __future__ import annotations

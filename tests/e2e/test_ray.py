@@ -1,4 +1,4 @@
-"""RayJob and RayCluster end to end: claimed, queued by their PodSets as Kueue counts them, placed, created on
+"""RayJob, RayCluster and RayService end to end: claimed, queued by their PodSets as Kueue counts them, placed, created on
 a worker without managedBy (the worker's KubeRay, kubesim's stand-in here, runs them), their status mirrored
 onto the manager object, and the copy deleted from the worker when the manager's object is deleted."""
 
@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from federation import labels
 from federation.kinds.raycluster import RAYCLUSTER
 from federation.kinds.rayjob import RAYJOB
+from federation.kinds.rayservice import RAYSERVICE
 from federation.kube import resource_for
 from mkctl import jobs
 from mkctl.demo import read_job, submit
@@ -108,3 +109,49 @@ async def test_a_raycluster_is_placed_its_readiness_mirrored_and_its_copy_delete
         return True if sample.name not in names else NotYet(f"still on {cluster}: {names}")
 
     await wait_for(copy_removed, f"the RayCluster's copy removed from {cluster}", top=federation)
+
+
+async def test_a_rayservice_is_placed_served_mirrored_updated_and_its_copy_deleted(federation: Topology) -> None:
+    """A RayService never finishes: mkd queues it by its RayCluster's PodSets, the worker's KubeRay serves it
+    (Ready, serviceStatus Running, the applications) and that shows on the manager's object; a new
+    serveConfigV2 reaches the copy; deleting it on the manager removes the copy."""
+    examples = jobs.load_examples()
+    sample = next(s for s in examples.samples if s.kind == "RayService")
+    assert sample.expect == "Ready"
+    await submit(federation, jobs.Examples(samples=[sample], namespaces={sample.namespace}))
+    res = resource_for(RAYSERVICE)
+
+    async def ready() -> dict[str, Any] | NotYet:
+        job = await read_job(federation.manager, sample)
+        seen = jobs.observe(sample, job)
+        return job if job and jobs.reached(sample, seen) else NotYet(f"{seen.state}: {(job or {}).get('status')}")
+
+    job = await wait_for(ready, "the RayService Ready on its worker, mirrored", within=90, top=federation)
+    status = job["status"]
+    # what kubectl get rayservices prints on the manager: service status, num serve endpoints
+    assert (status["serviceStatus"], status["numServeEndpoints"]) == ("Running", 2), status
+    assert status["activeServiceStatus"]["applicationStatuses"]["fruit_app"]["status"] == "RUNNING"
+    assert RAYSERVICE.finished(job) is None
+    cluster = jobs.cluster_from(jobs.condition(job, labels.CONDITION_DISPATCHED))
+    worker = federation.kubes[cluster]
+    copy = await worker.get(res, sample.name, sample.namespace)
+    assert "managedBy" not in copy["spec"]  # the worker's KubeRay (any version) runs it, once
+    shown = await asyncio.to_thread(workload_json, federation.database_url, sample.key)
+    assert [(p["name"], p["count"]) for p in shown["podsets"]] == [("head", 1), ("workers", 1)]
+
+    # a new Serve config on the manager reaches the copy (as MultiKueue syncs serveConfigV2)
+    config = job["spec"]["serveConfigV2"].replace("num_replicas: 1", "num_replicas: 2")
+    await federation.manager.patch(res, sample.name, {"spec": {"serveConfigV2": config}}, sample.namespace)
+
+    async def edited() -> bool | NotYet:
+        now = await worker.get(res, sample.name, sample.namespace)
+        return True if now["spec"]["serveConfigV2"] == config else NotYet("the copy has the old serveConfigV2")
+
+    await wait_for(edited, f"the new serveConfigV2 on {cluster}", top=federation)
+    await federation.manager.delete(res, sample.name, sample.namespace)
+
+    async def copy_removed() -> bool | NotYet:
+        names = [j["metadata"]["name"] for j in (await worker.list(res, sample.namespace)).items]
+        return True if sample.name not in names else NotYet(f"still on {cluster}: {names}")
+
+    await wait_for(copy_removed, f"the RayService's copy removed from {cluster}", top=federation)

@@ -36,13 +36,14 @@ PODSETS = {
     "batch/job.yaml": [("main", 2)],
     "jobset/jobset.yaml": [("driver", 1), ("workers", 4)],
     "ray/rayjob.yaml": [("head", 1), ("workers", 2), ("submitter", 1)],
+    "ray/rayservice.yaml": [("head", 1), ("workers", 1)],
     "appwrapper/appwrapper.yaml": [("appwrapper-pi-0", 2)],
     "lws/leaderworkerset.yaml": [("leader", 2), ("worker", 4)],
     "special/too-large.yaml": [("master", 1), ("worker", 1)],
     "special/other-controller.yaml": [("master", 1)],
 }
 """The documented PodSets (examples/README.md)."""
-SERVING = ("LeaderWorkerSet",)
+SERVING = ("LeaderWorkerSet", "RayService")
 """Kinds whose examples serve until deleted: no run time of their own."""
 
 TEMPLATE = {
@@ -56,6 +57,7 @@ TEMPLATE = {
     "batch/job.yaml": "spec.template",
     "jobset/jobset.yaml": "spec.replicatedJobs[1].template.spec.template",
     "ray/rayjob.yaml": "spec.rayClusterSpec.workerGroupSpecs[0].template",
+    "ray/rayservice.yaml": "spec.rayClusterConfig.workerGroupSpecs[0].template",
     "appwrapper/appwrapper.yaml": "spec.components[0].template.spec.template",
     "lws/leaderworkerset.yaml": "spec.leaderWorkerTemplate.workerTemplate",
     "special/too-large.yaml": "spec.pytorchReplicaSpecs.Master.template",

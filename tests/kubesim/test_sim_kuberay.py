@@ -15,6 +15,7 @@ import kubesim
 from federation.kinds.crds import load_crds
 from kubesim import ClusterSpec, KubeletSpec, NodeSpec
 from kubesim.testing import eventually
+from tests.kubesim.test_api_printing import get_table
 
 pytestmark = pytest.mark.kubesim_only("drives kubesim's stand-in for KubeRay (kubesim.mkd.dev/* annotations)")
 
@@ -106,3 +107,57 @@ def test_rayjob_managed_elsewhere_or_suspended_is_left_alone(tmp_path: Path) -> 
         assert not held.get("rayClusterName")
         assert "status" not in get(api, "rayjobs", "mk")
         assert objs.list_namespaced_custom_object("ray.io", "v1", NS, "rayclusters")["items"] == []
+
+
+def rayservice(name: str, **spec: Any) -> dict[str, Any]:
+    config = "applications:\n- name: fruit\n  import_path: fruit.app\n  deployments:\n  - name: MangoStand\n"
+    return {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": name},
+            "spec": {"serveConfigV2": config, "rayClusterConfig": ray_spec(), **spec}}
+
+
+def test_a_rayservice_serves_on_its_cluster_with_kuberays_status(tmp_path: Path) -> None:
+    with cluster(tmp_path) as api:
+        crs = client.CustomObjectsApi(api)
+        crs.create_namespaced_custom_object("ray.io", "v1", NS, "rayservices", rayservice("serve"))
+
+        def ready() -> dict[str, Any] | None:
+            obj: dict[str, Any] = crs.get_namespaced_custom_object("ray.io", "v1", NS, "rayservices", "serve")
+            return obj if (obj.get("status") or {}).get("serviceStatus") == "Running" else None
+
+        status = eventually(ready, timeout=10)["status"]
+        active = status["activeServiceStatus"]
+        assert active["rayClusterName"].startswith("serve-") and status["pendingServiceStatus"] == {}
+        assert active["applicationStatuses"] == {
+            "fruit": {"status": "RUNNING", "serveDeploymentStatuses": {"MangoStand": {"status": "HEALTHY"}}}}
+        assert active["rayClusterStatus"]["state"] == "ready"
+        assert status["numServeEndpoints"] == 3  # the head and two workers
+        conditions = {c["type"]: (c["status"], c["reason"]) for c in status["conditions"]}
+        assert conditions == {"Ready": ("True", "NonZeroServeEndpoints"),
+                              "UpgradeInProgress": ("False", "NoPendingCluster")}
+        table = get_table(api, f"/apis/ray.io/v1/namespaces/{NS}/rayservices")  # kubectl get rayservices
+        assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "service status", "num serve endpoints"]
+        assert table["rows"][0]["cells"][:2] == ["serve", "Running"]
+        owned = crs.get_namespaced_custom_object("ray.io", "v1", NS, "rayclusters", active["rayClusterName"])
+        assert owned["metadata"]["labels"]["ray.io/originated-from-crd"] == "RayService"
+
+        # Kueue suspends a RayService in its cluster config: the pods go, the endpoints drop to zero
+        crs.patch_namespaced_custom_object("ray.io", "v1", NS, "rayservices", "serve",
+                                           {"spec": {"rayClusterConfig": {"suspend": True}}})
+
+        def stopped() -> dict[str, Any] | None:
+            obj: dict[str, Any] = crs.get_namespaced_custom_object("ray.io", "v1", NS, "rayservices", "serve")
+            return obj if obj["status"].get("numServeEndpoints") == 0 else None
+
+        status = eventually(stopped, timeout=10)["status"]
+        assert "serviceStatus" not in status
+        assert {c["type"]: c["reason"] for c in status["conditions"]}["Ready"] == "ZeroServeEndpoints"
+
+
+def test_a_rayservice_managed_by_multikueue_is_left_alone(tmp_path: Path) -> None:
+    with cluster(tmp_path) as api:
+        crs = client.CustomObjectsApi(api)
+        crs.create_namespaced_custom_object("ray.io", "v1", NS, "rayservices",
+                                            rayservice("elsewhere", managedBy="kueue.x-k8s.io/multikueue"))
+        with pytest.raises(AssertionError):
+            eventually(lambda: crs.list_namespaced_custom_object("ray.io", "v1", NS, "rayclusters")["items"] or None,
+                       timeout=1)
