@@ -483,16 +483,20 @@ class CapacityBook:
     settle_seconds: float = 5.0
     heartbeats: dict[str, messages.Heartbeat] = field(default_factory=dict)
     received: dict[str, datetime] = field(default_factory=dict)
+    capacities: dict[str, messages.Capacity] = field(default_factory=dict)
+    """Cluster -> the first of its heartbeats' capacities equal to the last one's: the same object as long as
+    the capacity does not change, so a heartbeat's quantities are parsed (``views``) and its cluster row
+    compared (dispatcher/clusters/health.py) once per change, not once per heartbeat."""
     reservations: dict[str, _Reservation] = field(default_factory=dict)  # by workload uid
     version: int = 0
     """Bumped whenever room may have grown (a heartbeat that changed, a reservation released)."""
     _held: dict[str, tuple[int, Resources]] = field(default_factory=dict, repr=False)
     """Cluster -> (how many reservations, their summed totals): kept as reservations come and go, so a
     round's views need not add up every reservation again."""
-    _parsed: dict[str, tuple[messages.Heartbeat, Resources, Resources, Resources, list[NodeView]]] = field(
+    _parsed: dict[str, tuple[messages.Capacity, Resources, Resources, Resources, list[NodeView]]] = field(
         default_factory=dict, repr=False)
-    """Cluster -> its heartbeat with the quantities parsed (allocatable, free, largest node free, nodes):
-    parsed once per heartbeat, not once per round."""
+    """Cluster -> its capacity (``capacities``) with the quantities parsed (allocatable, free, largest node
+    free, nodes): parsed once per change, not once per round."""
     _settling: dict[str, list[tuple[datetime, str]]] = field(default_factory=dict, repr=False)
     """Cluster -> heap of (accepted_at, uid) of its accepted reservations: a heartbeat drops the settled
     ones without walking every reservation of every cluster (entries of a reservation replaced or
@@ -511,13 +515,17 @@ class CapacityBook:
             if res is not None and res.cluster == hb.cluster and res.accepted_at == at:
                 del self.reservations[uid]
                 self._hold(res, -1)
-        changed = old is None or old.online != hb.online or old.capacity != hb.capacity
+        same = old is not None and (old.capacity is hb.capacity or old.capacity == hb.capacity)
+        if not same or hb.cluster not in self.capacities:
+            self.capacities[hb.cluster] = hb.capacity
+        changed = not same or old is None or old.online != hb.online
         if changed:
             self.version += 1
         return changed
 
     def forget_cluster(self, name: str) -> None:
         self.heartbeats.pop(name, None)
+        self.capacities.pop(name, None)
         self.received.pop(name, None)
         self._parsed.pop(name, None)
 
@@ -557,13 +565,14 @@ class CapacityBook:
         out = []
         for name, hb in self.heartbeats.items():
             parsed = self._parsed.get(name)
-            if parsed is None or parsed[0] is not hb:
+            cap = self.capacities.get(name, hb.capacity)
+            if parsed is None or parsed[0] is not cap:
                 nodes = [NodeView(n.name, n.labels, tuple((t.key, t.value, t.effect) for t in n.taints),
                                   _parse(n.free, "nodes.free"), _parse(n.allocatable, "nodes.allocatable"))
-                         for n in hb.capacity.nodes]
-                parsed = self._parsed[name] = (hb, _parse(hb.capacity.allocatable, "allocatable"),
-                                               _parse(hb.capacity.free, "free"),
-                                               _parse(hb.capacity.largest_node_free, "largest_node_free"), nodes)
+                         for n in cap.nodes]
+                parsed = self._parsed[name] = (cap, _parse(cap.allocatable, "allocatable"),
+                                               _parse(cap.free, "free"),
+                                               _parse(cap.largest_node_free, "largest_node_free"), nodes)
             _, allocatable, free, largest, nodes = parsed
             held = self._held.get(name)
             if held is not None:

@@ -1,7 +1,8 @@
 """Cluster health: heartbeats in, lost clusters out, and what happens to a lost cluster's Workloads.
 
-Every heartbeat feeds the capacity book and upserts the ``clusters`` row (one that changes nothing but
-its time at most every half of ``heartbeat_timeout_seconds``; the lease desk writes every grant). A cluster whose heartbeat
+Every heartbeat feeds the capacity book and upserts the ``clusters`` row when anything but its time
+changed (the lease desk writes every grant's ``lease_until`` and ``last_heartbeat``); a batch writes the
+rows of all its heartbeats in one statement. A cluster whose heartbeat
 is older than ``heartbeat_timeout_seconds`` (or that sent its will, ``online=False``) is lost: nothing
 new is placed there. Its placements become ``lost`` and their Workloads are placed again only once
 the agent has surely stopped every copy it holds (the lease granted with its last heartbeat, or a
@@ -17,7 +18,7 @@ Inventory without the Job brings the Place again, to the cluster that was chosen
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import cast
+from typing import Any, cast
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -33,7 +34,9 @@ from federation import messages
 class ClusterHealth(EngineCore):
     """The engine's part that follows clusters (see the module docstring)."""
 
-    async def _heartbeat(self, s: AsyncSession, b: Batch, item: ReportIn) -> None:
+    def _heartbeat(self, b: Batch, item: ReportIn) -> dict[str, Any] | None:
+        """Take a heartbeat into the book; returns its cluster row when that is to be written (the batch
+        writes the rows of all its heartbeats in one statement, ``clusters.upsert_clusters``)."""
         hb = item.report
         assert isinstance(hb, messages.Heartbeat)
         old = self.book.heartbeats.get(hb.cluster)
@@ -59,24 +62,24 @@ class ClusterHealth(EngineCore):
         elif not hb.online and (old is None or old.online):
             self.lost.setdefault(hb.cluster, item.received_at)
             b.event(None, "cluster_lost", cluster=hb.cluster, reason="Offline", message="the agent went offline")
+        # A heartbeat that changes nothing but its time is not written: the lease desk writes every grant's
+        # lease_until and last_heartbeat itself (dispatcher/clusters/leases.py). The capacity compares by
+        # identity: the book keeps one object while it is equal (CapacityBook.capacities).
+        capacity = self.book.capacities.get(hb.cluster, hb.capacity)
+        kinds = sorted({*hb.kinds_reconciled, *hb.kinds_delegated})
+        content = (hb.labels, kinds, hb.online, hb.agent_version[:64], hb.interval_seconds,
+                   self.lost.get(hb.cluster))
+        written = self.cluster_rows.get(hb.cluster)
+        if not grants and written is not None and written[0] is capacity and written[1] == content:
+            return None
         row = {
-            "name": hb.cluster, "labels": dict(hb.labels), "capacity": hb.capacity.model_dump(),
-            "kinds": sorted({*hb.kinds_reconciled, *hb.kinds_delegated}), "online": hb.online,
-            "agent_version": hb.agent_version[:64], "interval_seconds": hb.interval_seconds,
+            "name": hb.cluster, "labels": dict(hb.labels), "capacity": capacity.model_dump(), "kinds": kinds,
+            "online": hb.online, "agent_version": hb.agent_version[:64], "interval_seconds": hb.interval_seconds,
             "last_heartbeat": item.received_at, "lost_since": self.lost.get(hb.cluster), "updated_at": b.now,
             "lease_until": self.lease_until.get(hb.cluster)}
-        # A heartbeat that changes nothing but its time is written at most every half of the timeout (with
-        # the default 10 s heartbeats and 30 s timeout: every other one): the lease desk writes every
-        # grant's lease_until itself, and a dispatcher restarted within the other half reads a
-        # last_heartbeat recent enough to hear the cluster again before it would call it lost.
-        content = {k: v for k, v in row.items() if k not in ("last_heartbeat", "updated_at", "lease_until")}
-        written = self.cluster_rows.get(hb.cluster)
-        refresh = timedelta(seconds=self.settings.heartbeat_timeout_seconds / 2)
-        if not grants and written is not None and written[0] == content and b.now - written[1] < refresh:
-            return
-        await cluster_q.upsert_cluster(s, row)
-        now = b.now  # remembered only once the batch commits: a held batch's retry must write it again
-        b.after.append(lambda: self.cluster_rows.__setitem__(hb.cluster, (content, now)))
+        # remembered only once the batch commits: a held batch's retry must write it again
+        b.after.append(lambda: self.cluster_rows.__setitem__(hb.cluster, (capacity, content)))
+        return row
 
     async def _check_clusters(self, s: AsyncSession, b: Batch) -> None:
         timeout = timedelta(seconds=self.settings.heartbeat_timeout_seconds)

@@ -1,9 +1,10 @@
 """The lease desk: an agent's heartbeat answered with a Lease without waiting behind the engine.
 
 Every heartbeat the report subscriber takes is also offered here (``offer``, never blocks). The desk's one
-task (``run``, under the dispatcher's Supervisor) takes what came in since its last turn, keeps the latest
-heartbeat per cluster, writes each cluster's ``lease_until`` in one small transaction (never moved back:
-:func:`dispatcher.db.queries.clusters.extend_lease`), and only after that commit publishes each signed Lease straight
+task (``run``, under the dispatcher's Supervisor) waits ``lease_linger_seconds`` once woken, takes what
+came in since its last turn, keeps the latest heartbeat per cluster, writes their ``lease_until`` in one
+statement with the time each heartbeat was received (``last_heartbeat``; neither ever moved back:
+:func:`dispatcher.db.queries.clusters.extend_leases`), and only after that commit publishes each signed Lease straight
 on the outbox publisher's MQTT link (QoS 1). So a grant never outlives what a restarted or standby dispatcher
 reads from ``clusters.lease_until``, and a Place batch in the engine (seconds on a loaded machine) no longer
 delays it. Only the active dispatcher grants (``Leadership.active``).
@@ -47,6 +48,7 @@ class LeaseDesk:
         self.pending: dict[str, ReportIn] = {}
         self.wake = asyncio.Event()
         self.grants = 0
+        self.linger = engine.settings.lease_linger_seconds
 
     def offer(self, item: ReportIn) -> None:
         """Take ``item`` (claimed at once, see :class:`LeaseDesk`) when the desk is to answer it."""
@@ -67,6 +69,10 @@ class LeaseDesk:
         backoff = Backoff(0.1, 5.0)
         while True:
             await self.wake.wait()
+            if self.linger:
+                # real time on purpose, as the engine's batch linger: heartbeats arriving together share one
+                # transaction (a lease runs for lease_seconds; a fraction of a second later costs nothing)
+                await asyncio.sleep(self.linger)
             self.wake.clear()
             taken, self.pending = self.pending, {}
             if not taken or not self.active():
@@ -97,10 +103,11 @@ class LeaseDesk:
         could not be answered now (no cluster row, or the publish failed)."""
         e, seconds = self.engine, self.engine.settings.lease_seconds
         ends = {it.report.cluster: it.received_at + timedelta(seconds=seconds) for it in items}  # type: ignore[union-attr]
+        heard = {it.report.cluster: it.received_at for it in items}  # type: ignore[union-attr]
         async with e.sessions.begin() as s:
-            # by name, as the engine writes the rows of the heartbeats it takes: two transactions locking
-            # the same rows in two orders deadlock (PostgreSQL fails one of them)
-            known = {name for name, end in sorted(ends.items()) if await cluster_q.extend_lease(s, name, end)}
+            # one statement for the turn, rows locked by name as the engine locks the rows of the heartbeats
+            # it takes: two transactions locking the same rows in two orders deadlock (PostgreSQL fails one)
+            known = await cluster_q.extend_leases(s, {name: (end, heard[name]) for name, end in ends.items()})
         out: list[tuple[ReportIn, str, bytes]] = []
         left: list[ReportIn] = []
         for item in items:

@@ -111,8 +111,9 @@ class EngineCore:
         """Of those due, the clusters with a real hole in their stream (logged as a WARNING)."""
         self._last_resync: dict[str, float] = {}
         self.lost: dict[str, datetime] = {}
-        self.cluster_rows: dict[str, tuple[dict[str, Any], datetime]] = {}
-        """Per cluster, what its heartbeats last wrote to its row and when (``ClusterHealth._heartbeat``)."""
+        self.cluster_rows: dict[str, tuple[messages.Capacity, tuple[Any, ...]]] = {}
+        """Per cluster, what its heartbeats last wrote to its row: the capacity (compared by identity) and
+        the other fields (``ClusterHealth._heartbeat``)."""
         self.epoch = 0
         self.outbox_ids = outbox_q.OutboxIds(0)
         self.outbox_wake = asyncio.Event()

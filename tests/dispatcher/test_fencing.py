@@ -213,43 +213,49 @@ async def test_a_heartbeat_is_answered_with_one_lease_even_when_the_engine_handl
     assert len(by_engine) + sum(lease.heartbeat_sent_at == beat.sent_at for lease in by_desk) == 1
 
 
-async def test_the_engine_and_the_lease_desk_lock_cluster_rows_in_one_order(
-        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str,
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Both write ``clusters`` rows for the heartbeats they take, each in its own transaction; in arrival
-    order, one could lock worker-2 then worker-1 while the other locked worker-1 then worker-2, and
-    PostgreSQL broke the deadlock by failing one of them (seen at start-up, when every agent beats at once).
-    Both go by the cluster's name."""
+@pytest.mark.parametrize("writer", ["lease desk", "engine"])
+async def test_the_engine_and_the_lease_desk_lock_cluster_rows_in_one_order(db_url: str, writer: str) -> None:
+    """Both write ``clusters`` rows for the heartbeats they take, each in its own transaction and one
+    statement for all of them; in arrival order, one could lock worker-2 then worker-1 while the other
+    locked worker-1 then worker-2, and PostgreSQL broke the deadlock by failing one of them (seen at
+    start-up, when every agent beats at once). Both go by the cluster's name: while another transaction
+    holds worker-1, a write of (worker-2, worker-1) waits for it holding nothing, so worker-2 stays free."""
     from datetime import UTC, datetime
 
+    from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+
     from dispatcher.db.queries import clusters as cluster_q
-    from dispatcher.engine.batch import ReportIn
 
-    s = settings(manager, db_url, mqtt_url, topic_root)
-    async with FakeAgent("worker-1", mqtt_url, topic_root) as one, \
-            FakeAgent("worker-2", mqtt_url, topic_root) as two, running(s) as d:
-        for agent in (one, two):
-            await eventually(lambda a=agent: a.leases, what=f"a Lease for {agent.name}")  # type: ignore[misc]
-        engine, desk = d.engine, d.leases
-        assert engine is not None and desk is not None
-        order: list[str] = []
-        extend, upsert = cluster_q.extend_lease, cluster_q.upsert_cluster
+    if not db_url.startswith("postgresql"):
+        pytest.skip("row locks: PostgreSQL (SQLite locks the whole database)")
+    engine = create_async_engine(db_url)
+    sessions = async_sessionmaker(engine)
+    now = datetime.now(UTC)
+    try:
+        async with sessions.begin() as s:
+            for name in ("worker-1", "worker-2"):
+                await cluster_q.register_cluster(s, name, "key", now)
+        async with sessions() as holder:
+            await holder.begin()
+            await holder.execute(sa.text("SELECT name FROM clusters WHERE name = 'worker-1' FOR UPDATE"))
 
-        async def extending(session: object, name: str, until: datetime) -> bool:
-            order.append(name)
-            return await extend(session, name, until)  # type: ignore[arg-type]
-
-        async def upserting(session: object, row: dict[str, object]) -> None:
-            order.append(str(row["name"]))
-            await upsert(session, row)  # type: ignore[arg-type]
-        monkeypatch.setattr(cluster_q, "extend_lease", extending)
-        monkeypatch.setattr(cluster_q, "upsert_cluster", upserting)
-        now = datetime.now(UTC)
-        # room changed since the agents' heartbeats: the engine writes the rows (an unchanged one may wait)
-        beats = [ReportIn(messages.Heartbeat(cluster=name, online=True, capacity=capacity(cpu="63"), agent_version="fake"),
-                          now) for name in ("worker-2", "worker-1")]
-        await desk.grant(beats)
-        assert order == ["worker-1", "worker-2"], "the lease desk"
-        order.clear()
-        await engine._handle(beats)  # type: ignore[arg-type]
-        assert order == ["worker-1", "worker-2"], "the engine"
+            async def write() -> None:
+                async with sessions.begin() as s:
+                    if writer == "lease desk":
+                        await cluster_q.extend_leases(s, {"worker-2": (now, now), "worker-1": (now, now)})
+                    else:
+                        await cluster_q.upsert_clusters(s, [
+                            {"name": n, "labels": {}, "capacity": {}, "kinds": [], "online": True,
+                             "updated_at": now, "lease_until": now} for n in ("worker-2", "worker-1")])
+            task = asyncio.create_task(write())
+            await asyncio.sleep(0.5)
+            assert not task.done(), "the write waits for worker-1"
+            await holder.execute(sa.text("SET LOCAL lock_timeout = '1s'"))
+            await holder.execute(sa.text("SELECT name FROM clusters WHERE name = 'worker-2' FOR UPDATE"))
+            await holder.commit()
+        await asyncio.wait_for(task, 10)
+        async with sessions() as s:
+            leases = (await s.execute(sa.select(m.clusters.c.name, m.clusters.c.lease_until))).all()
+        assert sorted(n for n, until in leases if until is not None) == ["worker-1", "worker-2"]
+    finally:
+        await engine.dispose()
