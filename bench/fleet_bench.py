@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 
 import psutil  # noqa: E402
 
-from bench.chaos.procs import PrivateMosquitto, free_port  # noqa: E402
+from bench.chaos.procs import PrivateMosquitto, bridge_to, free_port  # noqa: E402
 from bench.chaos.world import settings_flags  # noqa: E402
 from bench.dispatch_bench import creator_main, drop_postgres, fresh_postgres, setup_manager  # noqa: E402
 from bench.fleet_sim import fleet_main  # noqa: E402
@@ -201,15 +201,7 @@ class Run:
         self.mqtt_url = self.agents_url = self.broker.url
         if self.args.bridge:  # the agents on a broker of their own, bridged to the dispatcher's (docs/SCALING.md)
             self.site = PrivateMosquitto(self.tmp / "site", self.tmp)
-            self.site.service.name = "mosquitto-site"
-            conf = self.tmp / "site" / "mosquitto" / "mosquitto.conf"
-            top = self.root
-            conf.write_text(conf.read_text() + "\n".join([
-                "connection mkd-core", f"address 127.0.0.1:{self.broker.port}",
-                "bridge_protocol_version mqttv311", "cleansession false",
-                f"remote_clientid fleet-site-{uuid.uuid4().hex[:6]}", "local_clientid fleet-site-bridge",
-                "try_private true", "bridge_outgoing_retain true", "restart_timeout 1 10",
-                f"topic {top}/+/reports out 1", f"topic {top}/+/presence out 1", f"topic {top}/+/commands in 1", ""]))
+            bridge_to(self.site, self.broker.port, self.root, f"fleet-site-{uuid.uuid4().hex[:6]}")
             asyncio.run(self.site.start())
             self.agents_url = self.site.url
         self.db_url, self.pg_name = asyncio.run(fresh_postgres())

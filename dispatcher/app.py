@@ -20,6 +20,7 @@ from typing import Any
 from dispatcher import db
 from dispatcher.clusters.identity import OutboxSealing
 from dispatcher.clusters.leases import LeaseDesk
+from dispatcher.db.history import HistoryPruner
 from dispatcher.db.queries.listing import list_clusters, list_placements, show_workload
 from dispatcher.engine.loop import Engine, Tick
 from dispatcher.intake.jobcache import JobCache
@@ -184,6 +185,8 @@ class Dispatcher:
                                   self.clock)
             sup.start("worker-causes", causes.run, side=True)
         sup.start("cluster-keys", self._cluster_keys, restart=True)
+        pruner = HistoryPruner(self._sessions, self.clock, self.settings.history_retention_seconds)
+        sup.start("history", pruner.run, side=True)  # deleted Jobs' Workloads past the retention (dispatcher/db/history.py)
         engine, writer = self.engine, self.writer
 
         def waiting() -> int:  # the work a burst leaves in memory (see trim_memory)

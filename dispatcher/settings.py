@@ -192,6 +192,12 @@ class DispatcherSettings(BaseSettings):
     outbox_retention_seconds: float = Field(default=3600.0, ge=0)
     """Sent outbox rows are deleted after this long; they only serve debugging."""
 
+    history_retention_seconds: float | None = Field(default=30 * 86_400.0, ge=0)
+    """The rows of a Workload whose manager Job was deleted (its history: placements, events) are removed
+    this long after the deletion, and cluster events (lost, back online) this long after they happened, so
+    the database holds what the fleet ran within this time, not everything it ever ran. A Workload whose
+    Job still exists keeps its history as long as the Job does. 30 days by default; None: keep everything."""
+
     report_gap_grace_seconds: float = Field(default=5.0, gt=0)
     """How long a hole in an agent's numbered report stream may stay open before the Reports in it
     count as lost and the cluster is sent a Resync (every expected placement is reported again).

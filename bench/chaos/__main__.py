@@ -124,6 +124,9 @@ def main() -> int:
                         help="seconds after the last fault by which every job must be Succeeded")
     parser.add_argument("--dispatcher-set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override a dispatcher setting in every scenario (e.g. lease_seconds=20)")
+    parser.add_argument("--bridge", action="store_true",
+                        help="the agents on a Mosquitto of their own, bridged (QoS 1) to the dispatchers' "
+                             "(docs/SCALING.md); a broker restart alternates between the two")
     parser.add_argument("--root", type=Path, help="where the federations live (default: a temp dir, kept)")
     parser.add_argument("--write-results", action="store_true", help="write the figures into bench/RESULTS.md")
     parser.add_argument("--label", default="latest", help="section of RESULTS.md to write (e.g. before, after)")
@@ -141,11 +144,13 @@ def main() -> int:
     logging.getLogger("federation.kube").setLevel(logging.ERROR)
     root = args.root or Path(tempfile.mkdtemp(prefix="mkd-chaos-"))
     size = Size(jobs=args.jobs, rate=args.rate, run_seconds=args.run_seconds, kills=args.kills, outage=args.outage,
-                outages=args.outages, failover_down=args.failover_down, deadline=args.deadline)
+                outages=args.outages, failover_down=args.failover_down, deadline=args.deadline,
+                bridge=args.bridge)
     header = [f"Date {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; machine {machine()}; "
               f"load average at start {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}; "
               f"measured: {commit()}; {args.jobs} jobs per scenario at {args.rate:g}/s, pods run "
-              f"{args.run_seconds:g}s, deadline {args.deadline:.0f}s after the last fault."]
+              f"{args.run_seconds:g}s, deadline {args.deadline:.0f}s after the last fault"
+              f"{'; agents on a Mosquitto bridged to the dispatchers' if args.bridge else ''}."]
     print(header[0], flush=True)
     rows: list[tuple[Figures, Size]] = []
     details: list[str] = []

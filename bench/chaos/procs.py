@@ -298,6 +298,20 @@ class PrivateMosquitto:
         self.service.terminate()
 
 
+def bridge_to(site: PrivateMosquitto, core_port: int, topic_root: str, name: str) -> None:
+    """Configure ``site`` (not started yet) as an agents' broker bridged to the Mosquitto on ``core_port``,
+    with the settings docs/SCALING.md gives: QoS 1 both ways, a persistent bridge session, retained
+    presence carried to the core."""
+    conf = site.root / "mosquitto" / "mosquitto.conf"
+    conf.write_text(conf.read_text() + "\n".join([
+        "connection mkd-core", f"address 127.0.0.1:{core_port}", "bridge_protocol_version mqttv311",
+        "cleansession false", f"remote_clientid {name}", f"local_clientid {name}-bridge", "try_private true",
+        "bridge_outgoing_retain true", "restart_timeout 1 10",
+        f"topic {topic_root}/+/reports out 1", f"topic {topic_root}/+/presence out 1",
+        f"topic {topic_root}/+/commands in 1", ""]))
+    site.service.name = "mosquitto-site"
+
+
 class PrivatePostgres:
     """``initdb`` a cluster in the run's directory and run ``postgres`` on a free loopback port.
 

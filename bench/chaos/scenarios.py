@@ -49,6 +49,8 @@ class Size:
     """Seconds after the last fault by which every job must be Succeeded on the manager."""
     small: bool = False
     """Test size: one kubesim process for all clusters, shorter waits."""
+    bridge: bool = False
+    """The agents on a Mosquitto of their own, bridged to the dispatchers' (``WorldOptions.bridge``)."""
 
 
 @dataclass
@@ -388,7 +390,7 @@ async def submit(obs: Observer, run: Run, prefix: str, run_seconds: float) -> No
 
 def world_options(scenario: Scenario, size: Size, root: Path) -> WorldOptions:
     return WorldOptions(root=root, dispatchers=scenario.dispatchers, kubesim_per_cluster=not size.small,
-                        dispatcher=scenario.dispatcher_for(size))
+                        dispatcher=scenario.dispatcher_for(size), bridge=size.bridge)
 
 
 async def run_scenario(scenario: Scenario, size: Size, root: Path) -> Figures:

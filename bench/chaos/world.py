@@ -26,6 +26,7 @@ from bench.chaos.procs import (
     PrivateMosquitto,
     PrivatePostgres,
     Service,
+    bridge_to,
     free_port,
     missing_binaries,
     port_open,
@@ -54,6 +55,9 @@ class WorldOptions:
     dispatcher: dict[str, Any] = field(default_factory=dict)
     """Dispatcher settings (field name -> value; nested groups as dicts)."""
     agent: dict[str, Any] = field(default_factory=dict)
+    bridge: bool = False
+    """The agents on a Mosquitto of their own, bridged (QoS 1, persistent session, retained presence) to the
+    dispatchers' Mosquitto as docs/SCALING.md sets it up; a broker restart alternates between the two."""
     proxies: bool = True
     """Each agent reaches the broker through a relay process of its own (``bench.chaos.proxy``) that
     can cut the link silently: the network partition scenario."""
@@ -94,6 +98,9 @@ class World:
         self.tag = f"chaos-{uuid.uuid4().hex[:6]}"
         self.topic_root = f"{self.tag}/v1"
         self.mosquitto: PrivateMosquitto | None = None
+        self.site: PrivateMosquitto | None = None
+        """The agents' broker when bridged (``WorldOptions.bridge``)."""
+        self.restarts = 0
         self.broker: Service | None = None
         self.broker_port = 0
         self.postgres: PrivatePostgres | None = None
@@ -129,9 +136,10 @@ class World:
         if self.broker is not None:
             services.append(self.broker)
         await asyncio.gather(*(asyncio.to_thread(s.terminate, 10) for s in services), return_exceptions=True)
-        if self.mosquitto is not None:
-            with contextlib.suppress(Exception):
-                self.mosquitto.stop()
+        for broker in (self.mosquitto, self.site):
+            if broker is not None:
+                with contextlib.suppress(Exception):
+                    broker.stop()
         if self.postgres is not None:
             with contextlib.suppress(Exception):
                 self.postgres.stop()
@@ -155,7 +163,14 @@ class World:
             self.mosquitto = PrivateMosquitto(self.root, self.logs)
             await self.mosquitto.start()
             self.broker_port = self.mosquitto.port
+            if self.o.bridge:
+                self.site = PrivateMosquitto(self.root / "site", self.logs)
+                bridge_to(self.site, self.broker_port, self.topic_root, f"{self.tag}-site")
+                await self.site.start()
+                self.notes.append("brokers: the agents on their own Mosquitto, bridged to the dispatchers'")
             return
+        if self.o.bridge:
+            raise RuntimeError("a bridged world needs Mosquitto installed")
         self.notes.append("broker: embedded amqtt in its own process (Mosquitto not installed; no persistence)")
         self.broker_port = free_port()
         self.broker = python_service("broker", ["-m", "bench.chaos.broker", "--port", str(self.broker_port)],
@@ -167,11 +182,16 @@ class World:
     def mqtt_url(self) -> str:
         return f"mqtt://127.0.0.1:{self.broker_port}"
 
+    @property
+    def agents_port(self) -> int:
+        """The port of the broker the agents use (the site broker when bridged)."""
+        return self.site.port if self.site is not None else self.broker_port
+
     async def _start_proxies(self) -> None:
         for w in WORKERS:
             port = free_port()
             s = python_service(f"proxy-{w}", ["-m", "bench.chaos.proxy", "--port", str(port),
-                                              "--upstream-port", str(self.broker_port)], self.logs)
+                                              "--upstream-port", str(self.agents_port)], self.logs)
             s.start()
             self.proxies[w] = (s, port)
         for w, (s, port) in self.proxies.items():
@@ -180,11 +200,14 @@ class World:
     def agent_mqtt_url(self, cluster: str) -> str:
         if cluster in self.proxies:
             return f"mqtt://127.0.0.1:{self.proxies[cluster][1]}"
-        return self.mqtt_url
+        return f"mqtt://127.0.0.1:{self.agents_port}"
 
     async def restart_broker(self, *, kill: bool = False, down_seconds: float = 0.0) -> None:
         if self.mosquitto is not None:
-            await self.mosquitto.restart(kill=kill, down_seconds=down_seconds)
+            # bridged: the agents' broker, then the dispatchers', in turn
+            broker = self.site if self.site is not None and self.restarts % 2 == 0 else self.mosquitto
+            self.restarts += 1
+            await broker.restart(kill=kill, down_seconds=down_seconds)
             return
         assert self.broker is not None
         if kill:
