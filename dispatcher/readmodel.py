@@ -104,9 +104,9 @@ def cluster_item(row: Mapping[str, Any], running: int, now: datetime) -> dict[st
 async def clusters(session: AsyncSession, now: datetime | None = None) -> list[dict[str, Any]]:
     """Every registered cluster, then senders refused for having no registered key (never clusters)."""
     now = now or datetime.now(UTC)
-    rows = await queries.list_clusters(session)
+    rows = await queries.list_cluster_summaries(session)  # no node lists: megabytes of JSON at 1,000 clusters
     running = await dbadmin.holding_per_cluster(session)
-    out = [cluster_item(_row(r), running.get(r.name, 0), now) for r in rows]
+    out = [cluster_item(_row(r), running.get(r["name"], 0), now) for r in rows]
     known = {c["name"] for c in out}
     for r in await queries.list_refusals(session):
         if r.name not in known:

@@ -132,7 +132,9 @@ async def list_workloads(session: AsyncSession, f: WorkloadFilter = WorkloadFilt
 
 
 async def count_workloads(session: AsyncSession, f: WorkloadFilter = WorkloadFilter()) -> int:
-    stmt = sa.select(sa.func.count()).select_from(workloads.outerjoin(placements, _CURRENT))
+    # the placement joined only when it filters (by cluster): a count of 1,000,000 rows joined costs seconds
+    source = workloads.outerjoin(placements, _CURRENT) if f.cluster else workloads
+    stmt = sa.select(sa.func.count()).select_from(source)
     return int((await session.execute(_where(stmt, f))).scalar_one())
 
 

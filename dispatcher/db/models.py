@@ -138,6 +138,7 @@ workloads = sa.Table(
     sa.Column("reserved_at", UtcDateTime(), nullable=True),
     sa.Index(None, "state", "priority", "queued_at", "queue_seq"),
     sa.Index(None, "namespace", "name"),
+    sa.Index(None, "created_at", "namespace", "name", "uid"),  # the admin list's order (migration 0008)
 )
 
 placements = sa.Table(

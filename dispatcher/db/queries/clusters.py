@@ -136,4 +136,21 @@ async def record_refusals(session: AsyncSession, refusals: Mapping[str, tuple[st
 
 
 async def load_clusters(session: AsyncSession) -> list[Any]:
+    """Every cluster row, whole: the capacity with every node (a heartbeat's worth of JSON each)."""
     return list((await session.execute(sa.select(clusters).order_by(clusters.c.name))).all())
+
+
+async def cluster_summaries(session: AsyncSession) -> list[Any]:
+    """Every cluster row without its node list: ``capacity`` holds only the cluster's ``allocatable`` and
+    ``free``. What lists of clusters show; the node lists of 1,000 clusters are megabytes of JSON to decode."""
+    cap = clusters.c.capacity
+    cols = [c for c in clusters.c if c.name != "capacity"]
+    return list((await session.execute(sa.select(*cols, cap["allocatable"].label("allocatable"),
+                                                 cap["free"].label("free")).order_by(clusters.c.name))).all())
+
+
+async def cluster_times(session: AsyncSession) -> list[Any]:
+    """Each cluster's name, ``lost_since``, ``last_heartbeat`` and ``lease_until``: what a dispatcher that
+    starts reads of them."""
+    return list((await session.execute(sa.select(clusters.c.name, clusters.c.lost_since, clusters.c.last_heartbeat,
+                                                 clusters.c.lease_until))).all())

@@ -9,7 +9,7 @@ import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from dispatcher.db.models import cluster_refusals, events, placements, workloads
-from dispatcher.db.queries.clusters import load_clusters
+from dispatcher.db.queries.clusters import cluster_summaries, load_clusters
 
 
 async def list_refusals(session: AsyncSession) -> list[Any]:
@@ -27,6 +27,17 @@ class WorkloadHistory:
 async def list_clusters(session: AsyncSession) -> list[Any]:
     """Every Cluster ever heard of, by name: labels, capacity, online, last heartbeat, agent version."""
     return await load_clusters(session)
+
+
+async def list_cluster_summaries(session: AsyncSession) -> list[dict[str, Any]]:
+    """Every Cluster ever heard of, by name, as :func:`list_clusters` but with only the cluster's totals in
+    ``capacity`` (``allocatable`` and ``free``, no node list)."""
+    out = []
+    for r in await cluster_summaries(session):
+        row = dict(r._mapping)
+        row["capacity"] = {"allocatable": row.pop("allocatable") or {}, "free": row.pop("free") or {}}
+        out.append(row)
+    return out
 
 
 async def list_placements(session: AsyncSession, *, cluster: str | None = None, state: str | None = None,
