@@ -11,6 +11,7 @@ tests and the benchmark that want to look inside (engine counters, the writer's 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
 import sys
@@ -35,6 +36,7 @@ from dispatcher.wire.podstreams import PodStreams
 from dispatcher.wire.reports import ReportSubscriber
 from dispatcher.wire.workercauses import WorkerCauses
 from federation.clock import Clock, SystemClock
+from federation.kinds import registry
 from federation.kinds.base import JobKind
 from federation.kinds.registry import KINDS
 from federation.kube import Kube
@@ -54,10 +56,13 @@ class Dispatcher:
     """One dispatcher instance; ``async with Dispatcher(settings) as d: await d.run(stop)``."""
 
     def __init__(self, settings: DispatcherSettings, *, clock: Clock | None = None,
-                 kinds: tuple[JobKind, ...] = KINDS, check_schema: bool = True) -> None:
+                 kinds: tuple[JobKind, ...] | None = None, check_schema: bool = True) -> None:
         self.settings = settings
         self.clock = clock or SystemClock()
-        self.kinds = kinds
+        self.declared = settings.declared_kinds()
+        """The kinds ``kinds_file`` declares: known to every lookup while the dispatcher runs."""
+        self.kinds = kinds if kinds is not None else (*KINDS, *self.declared)
+        self._declared_scope = contextlib.ExitStack()
         self.check_schema = check_schema
         self.kube: Kube | None = None
         self.engine: Engine | None = None
@@ -83,6 +88,7 @@ class Dispatcher:
         self._switch_interval = sys.getswitchinterval()
         if s.gil_switch_interval_seconds is not None:
             sys.setswitchinterval(s.gil_switch_interval_seconds)
+        self._declared_scope.enter_context(registry.declared(self.declared))
         _ensure_sqlite_dir(s.database_url)
         self._engine_sql = db.make_engine(s.database_url)
         sessions = db.sessionmaker(self._engine_sql)
@@ -127,6 +133,7 @@ class Dispatcher:
 
     async def __aexit__(self, *exc: object) -> None:
         sys.setswitchinterval(self._switch_interval)
+        self._declared_scope.close()
         if self.kube is not None:
             await self.kube.__aexit__(None, None, None)
         if self._engine_sql is not None:

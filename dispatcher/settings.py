@@ -11,7 +11,15 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from federation.settings import KubeSettings, MqttSettings, SigningSettings
+from federation.kinds.base import JobKind
+from federation.settings import (
+    KINDS_FILE_DOC,
+    KubeSettings,
+    MqttSettings,
+    SigningSettings,
+    check_kinds_file,
+    declared_kinds,
+)
 
 
 class FairSharingSettings(BaseModel):
@@ -120,6 +128,17 @@ class DispatcherSettings(BaseSettings):
 
     namespaces: list[str] = Field(default_factory=list)
     """Namespaces of the manager cluster to watch; empty: all namespaces."""
+
+    kinds_file: Path | None = Field(default=None, description=KINDS_FILE_DOC)
+
+    @field_validator("kinds_file")
+    @classmethod
+    def _kinds_file(cls, value: Path | None) -> Path | None:
+        return check_kinds_file(value)
+
+    def declared_kinds(self) -> tuple[JobKind, ...]:
+        """The kinds ``kinds_file`` declares."""
+        return declared_kinds(self.kinds_file)
 
     heartbeat_timeout_seconds: float = Field(default=30.0, gt=0)
     """A Cluster whose last heartbeat is older than this is lost: nothing new is placed on it.

@@ -8,6 +8,7 @@ passed explicitly, and no module globals.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
@@ -136,3 +137,30 @@ class KubeSettings(BaseModel):
 
     watch_timeout: int = Field(default=300, ge=10)
     """``timeoutSeconds`` of each watch request; the informer re-watches from the last resourceVersion."""
+
+
+KINDS_FILE_DOC = """YAML file declaring job kinds mkd has no module for (``externalFrameworks: [...]``, see "Kinds from
+configuration" in docs/CONFIGURATION.md), in Kubernetes the ConfigMap ``mkd-kinds`` mounted as a file. The
+dispatcher, every agent and every fencer read the same declarations; an invalid one stops the service at start,
+naming the field and the fix. None: mkd's own kinds only."""
+
+
+def check_kinds_file(path: Path | None) -> Path | None:
+    """The settings check of ``kinds_file``: every declaration in it valid (ValueError listing the problems)."""
+    from federation.kinds.declared import DeclarationsInvalid
+
+    try:
+        declared_kinds(path)
+    except DeclarationsInvalid as exc:
+        raise ValueError(str(exc)) from None
+    return path
+
+
+def declared_kinds(path: Path | None) -> tuple[Any, ...]:
+    """The :class:`~federation.kinds.declared.DeclaredKind` s of ``kinds_file`` (none without one)."""
+    if path is None:
+        return ()
+    from federation.kinds.declared import load
+    from federation.kinds.registry import KINDS
+
+    return load(path, KINDS)

@@ -332,12 +332,19 @@ class DemoOptions:
     queues: bool = True
     """Install ``demo/queues/`` (ClusterQueues, LocalQueues, priority classes and its jobs) with the
     default examples; False: open mode, every Job admitted without quota."""
+    kinds_file: Path | None = None
+    """The examples' declarations file (examples/trainingrun/kinds.yaml): every service reads it."""
+    crds: list[dict[str, Any]] = field(default_factory=list)
+    """The CRDs of the kinds it declares, installed into every cluster."""
 
 
 def demo_examples(opts: DemoOptions) -> Examples:
     """The jobs and queue objects the demo submits: ``--examples`` (default examples/) and, with the
     default examples and queues on, demo/queues/."""
-    examples = samples_mod.load_examples(opts.examples)
+    examples = samples_mod.load_examples(opts.examples, declared=True)
+    if len(examples.kinds_files) > 1:
+        raise CommandFailed(f"examples: {len(examples.kinds_files)} declarations files "
+                            f"({', '.join(map(str, examples.kinds_files))}); the services read one: merge them")
     if not examples.samples:
         raise CommandFailed(f"examples: no job manifests found under {opts.examples or samples_mod.examples_dir()}; "
                             "pass --examples DIR")
@@ -354,6 +361,8 @@ def demo_examples(opts: DemoOptions) -> Examples:
 async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
     """Run the demo; return the problems (empty: every job ended as expected)."""
     examples = demo_examples(opts)
+    opts.kinds_file = examples.kinds_files[0] if examples.kinds_files else None
+    opts.crds = examples.crds
     # kubesim keeps its clusters in memory, so every demo starts with empty ones; the SQLite file
     # of a previous run would describe jobs that no longer exist, so it goes too.
     reset_state(opts.state_dir, own_database=opts.database_url is None)
@@ -398,7 +407,8 @@ def topology_options(opts: DemoOptions, topic_root: str) -> TopologyOptions:
     """The demo's federation: the topology of deploy/, a fencer next to each worker's agent and the
     handover webhook included."""
     return TopologyOptions(state_dir=opts.state_dir, mqtt_url=opts.mqtt_url, database_url=opts.database_url,
-                           topic_root=topic_root, fencers=True, handover_webhook=True)
+                           topic_root=topic_root, fencers=True, handover_webhook=True, kinds_file=opts.kinds_file,
+                           crds=opts.crds)
 
 
 async def follow(top: Topology, progress: Progress, reader: PlacementReader, view: View,

@@ -13,6 +13,7 @@ namespace, made a ClusterRoleBinding (what the manifest's comment tells an opera
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ from typing import Any
 import yaml
 
 from federation.errors import AlreadyExists
+from federation.kinds import manifests
+from federation.kinds.base import JobKind
 from federation.kube import NAMESPACES, SERVICEACCOUNTS, Kube, Resource
 
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
@@ -59,7 +62,23 @@ def available(deploy: Path = DEPLOY) -> bool:
 def documents(service: str, namespaces: list[str] | None = None, *, deploy: Path = DEPLOY) -> list[dict[str, Any]]:
     """The RBAC objects of ``service``'s manifest; its ``*-workloads`` RoleBinding is bound in each of
     ``namespaces`` (where placed jobs land), or cluster-wide when that list is empty."""
-    text = (deploy / SERVICES[service].manifest).read_text()
+    return _bound(service, (deploy / SERVICES[service].manifest).read_text(), namespaces)
+
+
+def declared_documents(service: str, kinds: Sequence[JobKind], namespaces: list[str] | None = None
+                       ) -> list[dict[str, Any]]:
+    """What ``mkctl kinds --manifests`` writes for declared ``kinds``, the part bound to ``service``'s account,
+    bound like :func:`documents` (the agent's writes in each of ``namespaces``, or cluster-wide)."""
+    rendered = manifests.declared_manifests(kinds, ["mkd-jobs"])
+    text = rendered["manager" if service == "dispatcher" else "worker"]
+    account = SERVICES[service].account
+    docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict)]
+    names = {d["roleRef"]["name"] for d in docs if d.get("roleRef") and d["subjects"][0]["name"] == account}
+    mine = [d for d in docs if d["metadata"]["name"] in names]
+    return _bound(service, yaml.safe_dump_all(mine), namespaces)
+
+
+def _bound(service: str, text: str, namespaces: list[str] | None) -> list[dict[str, Any]]:
     docs = [d for d in yaml.safe_load_all(text) if isinstance(d, dict) and d.get("kind") in KINDS]
     out: list[dict[str, Any]] = []
     for doc in docs:

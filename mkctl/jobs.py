@@ -1,8 +1,9 @@
 """The sample jobs: loading them from ``examples/``, what each is expected to end as, and how far it got.
 
 Shared by the demo and the end-to-end tests. :func:`load_examples` reads YAML files into
-:class:`Sample` objects (job kinds the registry knows), runtimes (``TrainingRuntime`` /
-``ClusterTrainingRuntime``, installed into every cluster) and namespaces. :func:`expectation` says
+:class:`Sample` objects (job kinds the registry knows, and with ``declared`` those an examples file declares),
+runtimes (``TrainingRuntime`` / ``ClusterTrainingRuntime``, installed into every cluster), CRDs, declarations
+files (``externalFrameworks``) and namespaces. :func:`expectation` says
 what a sample should end as: ``Succeeded`` for a job handed to mkd, ``Pending`` (with a reason) for one
 that fits no cluster, ``Untouched`` for one managed by another controller. :func:`observe` reads a
 manager Job as the dispatcher left it and says where it stands, in the words of the demo's table.
@@ -82,6 +83,12 @@ class Examples:
     skipped: list[str] = field(default_factory=list)
     queue_objects: list[dict[str, Any]] = field(default_factory=list)
     """Kueue objects (ResourceFlavor, ClusterQueue, LocalQueue, ...) the demo installs on the manager."""
+    crds: list[dict[str, Any]] = field(default_factory=list)
+    """CustomResourceDefinitions of declared kinds, installed into every cluster (with ``declared``)."""
+    kinds_files: list[Path] = field(default_factory=list)
+    """Declarations files (``externalFrameworks``; the services' ``kinds_file``), with ``declared``."""
+    declared: tuple[Any, ...] = ()
+    """The kinds those files declare."""
 
     def add(self, other: Examples) -> None:
         """Another set's samples, runtimes, namespaces and queue objects after these."""
@@ -90,21 +97,26 @@ class Examples:
         self.namespaces |= other.namespaces
         self.skipped += other.skipped
         self.queue_objects += other.queue_objects
+        self.crds += other.crds
+        self.kinds_files += other.kinds_files
+        self.declared += other.declared
 
 
-def _kind_of(manifest: Mapping[str, Any]) -> Any:
+def _kind_of(manifest: Mapping[str, Any], declared: Iterable[Any] = ()) -> Any:
     from federation.kinds.registry import by_api
 
-    return by_api(str(manifest.get("apiVersion", "")), str(manifest.get("kind", "")))
+    api_version, kind = str(manifest.get("apiVersion", "")), str(manifest.get("kind", ""))
+    return by_api(api_version, kind) or next(
+        (k for k in declared if (k.api_version, k.name) == (api_version, kind)), None)
 
 
-def expectation(manifest: Mapping[str, Any], source: Path | None = None) -> Expect:
+def expectation(manifest: Mapping[str, Any], source: Path | None = None, declared: Iterable[Any] = ()) -> Expect:
     """What a sample should end as; explicit annotation first, then managedBy and the file's name."""
     meta = manifest.get("metadata", {}) or {}
     explicit = (meta.get("annotations") or {}).get(EXPECT_ANNOTATION)
     if isinstance(explicit, str) and explicit:
         return explicit
-    kind = _kind_of(manifest)
+    kind = _kind_of(manifest, declared)
     if kind is None or kind.managed_by(manifest) != labels.MULTIKUEUE:
         return "Untouched"
     name = f"{source.stem if source else ''} {meta.get('name', '')}"
@@ -113,31 +125,50 @@ def expectation(manifest: Mapping[str, Any], source: Path | None = None) -> Expe
     return "Succeeded"
 
 
-def load_examples(root: Path | None = None, sets: Iterable[str] = DEMO_SETS) -> Examples:
-    """Every document of ``*.yaml`` in the chosen folders of ``examples/``, sorted into samples and runtimes."""
+def load_examples(root: Path | None = None, sets: Iterable[str] = DEMO_SETS, *, declared: bool = False) -> Examples:
+    """Every document of ``*.yaml`` in the chosen folders of ``examples/``, sorted into samples and runtimes.
+
+    ``declared``: also the jobs of kinds a declarations file among them declares, with those files and the CRDs
+    (whoever submits them runs the services with that ``kinds_file`` and installs the CRDs); without it, those
+    jobs are skipped like any kind mkd does not know."""
+    from federation.kinds.declared import ROOT, parse
+    from federation.kinds.registry import KINDS
+
     root = root or examples_dir()
     found = Examples()
     paths = sorted({p for sub in sets for pattern in ("*.yaml", "*.yml")
                     for p in root.glob(f"{sub}/{pattern}" if sub else pattern)})
+    read: list[tuple[Path, dict[str, Any]]] = []
     for path in paths:
         with path.open() as fh:
-            docs = [d for d in yaml.safe_load_all(fh) if isinstance(d, dict)]
-        for doc in docs:
-            kind = str(doc.get("kind", ""))
-            if kind in RUNTIME_KINDS:
-                found.runtimes.append(doc)
-            elif str(doc.get("apiVersion", "")).startswith("kueue.x-k8s.io/"):
-                found.queue_objects.append(doc)
-                if doc.get("metadata", {}).get("namespace"):
-                    found.namespaces.add(str(doc["metadata"]["namespace"]))
-            elif kind == "Namespace":
-                found.namespaces.add(str(doc["metadata"]["name"]))
-            elif _kind_of(doc) is not None:
-                sample = Sample(doc, path, expectation(doc, path))
-                found.samples.append(sample)
-                found.namespaces.add(sample.namespace)
-            else:
-                found.skipped.append(f"{path.name}: {doc.get('apiVersion')}/{kind}")
+            read += [(path, d) for d in yaml.safe_load_all(fh) if isinstance(d, dict)]
+    if declared:
+        for path, doc in read:
+            if ROOT in doc:
+                found.kinds_files.append(path)
+                found.declared += parse(doc, str(path), KINDS)
+    for path, doc in read:
+        kind = str(doc.get("kind", ""))
+        if ROOT in doc:
+            continue
+        if kind == "CustomResourceDefinition":
+            if declared:
+                found.crds.append(doc)
+            continue
+        if kind in RUNTIME_KINDS:
+            found.runtimes.append(doc)
+        elif str(doc.get("apiVersion", "")).startswith("kueue.x-k8s.io/"):
+            found.queue_objects.append(doc)
+            if doc.get("metadata", {}).get("namespace"):
+                found.namespaces.add(str(doc["metadata"]["namespace"]))
+        elif kind == "Namespace":
+            found.namespaces.add(str(doc["metadata"]["name"]))
+        elif _kind_of(doc, found.declared) is not None:
+            sample = Sample(doc, path, expectation(doc, path, found.declared))
+            found.samples.append(sample)
+            found.namespaces.add(sample.namespace)
+        else:
+            found.skipped.append(f"{path.name}: {doc.get('apiVersion')}/{kind}")
     for runtime in found.runtimes:
         ns = runtime.get("metadata", {}).get("namespace")
         if runtime.get("kind") == "TrainingRuntime":

@@ -118,6 +118,12 @@ class TopologyOptions:
     made for 127.0.0.1) and register it in the manager as ``deploy/components/handover-webhook`` does:
     called on CREATE in namespaces labelled ``handover.mkd.dev/enabled=true``. kubesim only (a real API
     server cannot reach this machine's loopback); ``mkctl demo`` turns it on."""
+    kinds_file: Path | None = None
+    """A declarations file (``externalFrameworks``) every service reads (their ``kinds_file``); with ``rbac`` the
+    roles ``mkctl kinds --manifests`` writes for its kinds are applied too, and on kubesim workers the generic
+    stand-in operator is configured to run them (its ConfigMap, ``kubesim/sim/generic.py``)."""
+    crds: list[dict[str, Any]] = field(default_factory=list)
+    """More CRDs installed into every cluster with mkd's (those of the declared kinds)."""
     fencers: bool = False
     """Start a fencer per worker (``mkctl fencer``; deploy/worker/fencer.yaml), each serving /healthz,
     /readyz and /metrics on a free local port. Off for the tests that stop agents on purpose to see what
@@ -288,8 +294,11 @@ class Topology:
         services = ["dispatcher"] if cluster == MANAGER else ["agent", "fencer"]
         allowed = list((self.options.agent_overrides.get("policy") or {}).get("allowed_namespaces") or [])
         applied = self._applied.setdefault(cluster, [])
+        declared = self.declared_kinds()
         for service in services:
             docs = deployrbac.documents(service, allowed if service != "dispatcher" else None)
+            if declared:  # what `mkctl kinds --manifests` writes for them, as an admin applies it
+                docs += deployrbac.declared_documents(service, declared, allowed if service != "dispatcher" else None)
             applied += await deployrbac.apply(kube, docs)
         for service in services:
             out = self.options.state_dir / "kubeconfigs" / f"{service}-{cluster}.kubeconfig"
@@ -308,6 +317,11 @@ class Topology:
                     await self.kubes[cluster].delete(res, name, ns)
                 except FederationError as exc:
                     log.warning("could not remove %s %s from %s: %s", res.kind, name, cluster, exc)
+
+    def declared_kinds(self) -> tuple[Any, ...]:
+        from federation.settings import declared_kinds
+
+        return declared_kinds(self.options.kinds_file)
 
     def credentials(self, service: str, cluster: str) -> Path:
         """The kubeconfig ``service`` runs with on ``cluster``: its token's, or the admin's without ``rbac``."""
@@ -335,7 +349,7 @@ class Topology:
         from federation.kube import CRDS
 
         kube = self.kubes[cluster]
-        crds = load_crds()
+        crds = [*load_crds(), *self.options.crds]
         if cluster == MANAGER:  # the HandoverPolicy CRD is the manager's only
             from dispatcher.handover.crds import load_crd
 
@@ -343,6 +357,21 @@ class Topology:
         for crd in crds:
             with contextlib.suppress(AlreadyExists):
                 await kube.create(CRDS, crd)
+        if cluster != MANAGER and self.options.kinds_file is not None and self.options.kubeconfigs is None:
+            await self._configure_generic_operator(kube)
+
+    async def _configure_generic_operator(self, kube: Any) -> None:
+        """kubesim's generic stand-in runs the declared kinds on this worker (as their operators would)."""
+        from federation.errors import AlreadyExists
+        from federation.kube import CONFIGMAPS
+        from kubesim.sim import generic
+
+        assert self.options.kinds_file is not None
+        body = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": generic.CONFIG_NAME, "namespace": generic.CONFIG_NAMESPACE},
+                "data": {generic.CONFIG_KEY: self.options.kinds_file.read_text(encoding="utf-8")}}
+        with contextlib.suppress(AlreadyExists):
+            await kube.create(CONFIGMAPS, body, generic.CONFIG_NAMESPACE)
 
     # --- the handover webhook ------------------------------------------------------------------------
     def _webhook_pki(self) -> None:
@@ -405,6 +434,8 @@ class Topology:
             "placement_retry_seconds": 2.0,
             "capacity_settle_seconds": 1.0,
         }
+        if self.options.kinds_file is not None:
+            values["kinds_file"] = self.options.kinds_file
         if self.api_port is not None:
             values.update(api_port=self.api_port, api_host="127.0.0.1", api_token=self.api_token)
         if self.webhook_port is not None:
@@ -429,6 +460,7 @@ class Topology:
             "capacity_debounce_seconds": 0.2,
             "metrics_port": self.agent_ports.setdefault(cluster, _free_port()),  # /readyz says what degraded
             "metrics_host": "127.0.0.1",
+            **({"kinds_file": self.options.kinds_file} if self.options.kinds_file is not None else {}),
         }
         values.update(self.options.agent_overrides)
         return build_settings(AgentSettings, values)
@@ -455,7 +487,8 @@ class Topology:
         port = self.fencer_ports.setdefault(cluster, _free_port())
         return build_settings(FencerSettings, {
             "cluster_name": cluster, "kubeconfig": self.credentials("fencer", cluster), "origin": self.options.origin,
-            "metrics_port": port, "metrics_host": "127.0.0.1"})
+            "metrics_port": port, "metrics_host": "127.0.0.1",
+            **({"kinds_file": self.options.kinds_file} if self.options.kinds_file is not None else {})})
 
     def start_fencer(self, cluster: str) -> None:
         """Start the fencer of ``cluster`` (``mkctl fencer``), a task apart from its agent."""

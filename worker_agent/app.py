@@ -22,6 +22,7 @@ from typing import Any
 from federation import __version__, topics
 from federation.clock import Clock, SystemClock
 from federation.errors import Transport
+from federation.kinds import registry
 from federation.kinds.base import JobKind
 from federation.kinds.registry import KINDS
 from federation.kube import CONFIGMAPS, NODES, PODS, SECRETS, Kube, Resource
@@ -70,9 +71,12 @@ class Agent:
         self.side = SideWork(self.clock)
         """Faults of the side work (Events, the metrics port): /readyz and /metrics show them."""
         kube.side = self.side
-        self.kinds: dict[str, JobKind] = {k.name: k for k in KINDS}
+        self.declared = settings.declared_kinds()
+        """The kinds ``kinds_file`` declares (run by their own operators here): known to every lookup while the
+        agent runs."""
+        self.kinds: dict[str, JobKind] = {k.name: k for k in (*KINDS, *self.declared)}
         self.delegated = {k: v for k, v in settings.delegate.items() if k in self.kinds}
-        recs = all_reconcilers()
+        recs = all_reconcilers(tuple(self.kinds.values()))
         self.reconcilers: dict[str, Reconciler] = {
             name: r for name, r in recs.items() if name in self.kinds and name not in self.delegated}
         self.job_resources: dict[str, Resource] = {}
@@ -497,6 +501,10 @@ class Agent:
                 await asyncio.wait_for(self.inbox.resynced.wait(), REGAIN_WAIT)
 
     async def run(self, stop: asyncio.Event) -> None:
+        with registry.declared(self.declared):
+            await self._run(stop)
+
+    async def _run(self, stop: asyncio.Event) -> None:
         epoch = await take_epoch(self.kube, self.settings.namespace, self.settings.cluster_name, self.clock)
         self.reporter.seq = Sequencer(epoch)
         log.info("report epoch %d: this run numbers its Reports from %d", epoch, epoch << SHIFT | 1)

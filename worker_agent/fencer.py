@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,8 +93,11 @@ class Fencer:
     """
 
     def __init__(self, kube: Kube, *, cluster: str, namespace: str, origin: str, clock: Clock | None = None,
-                 poll_seconds: float = 2.0, sweep_seconds: float = 10.0, concurrency: int = 8) -> None:
+                 poll_seconds: float = 2.0, sweep_seconds: float = 10.0, concurrency: int = 8,
+                 kinds: Sequence[JobKind] = KINDS) -> None:
         self.kube = kube
+        self.kinds = tuple(kinds)
+        """What it fences: mkd's kinds and those its ``kinds_file`` declares."""
         self.cluster = cluster
         self.namespace = namespace
         self.origin = origin
@@ -194,7 +197,7 @@ class Fencer:
         """The origin's placed copies that are not finished, and the kinds that could not be listed."""
         copies: list[tuple[JobKind, dict[str, Any]]] = []
         errors: list[str] = []
-        for kind in KINDS:
+        for kind in self.kinds:
             try:
                 listed = await self.kube.list(kind_resource(kind), label_selector=labels.origin_selector(self.origin))
             except NotFound:
@@ -288,7 +291,7 @@ async def run(settings: FencerSettings, *, stop: asyncio.Event, clock: Clock | N
     async with Kube.from_settings(settings.kube_settings(), clock=clock, user_agent="mkd-fencer") as kube:
         fencer = Fencer(kube, cluster=settings.cluster_name, namespace=settings.namespace, origin=settings.origin,
                         clock=clock, poll_seconds=settings.poll_seconds, sweep_seconds=settings.sweep_seconds,
-                        concurrency=settings.concurrency)
+                        concurrency=settings.concurrency, kinds=(*KINDS, *settings.declared_kinds()))
         async with Supervisor() as sup:
             kube.side = sup.side  # failed Events degrade, counted and on /readyz
             sup.start("fencer", fencer.run, restart=True)

@@ -23,7 +23,7 @@ from typing import Any
 from federation import labels, topics
 from federation.clock import Clock
 from federation.errors import FederationError, Invalid, NotFound, Transport
-from federation.kinds.registry import KINDS
+from federation.kinds import registry
 from federation.kube import EVENTS, JOBS, PODS, Kube, Resource
 from federation.messages import Ask
 from federation.mqtt import LinkHealth, MqttLink
@@ -223,7 +223,7 @@ class Answerer:
                 await send("error", reason="worker_api", message=str(exc))
 
     async def _copy(self, cmd: Ask) -> dict[str, Any]:
-        kind = next((k for k in KINDS if k.name == cmd.job.kind), None)
+        kind = next((k for k in registry.kinds() if k.name == cmd.job.kind), None)
         if kind is None:
             raise AskRefused("unknown_kind", f"this agent does not know the kind {cmd.job.kind}")
         try:

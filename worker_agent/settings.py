@@ -4,10 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from federation.settings import KubeSettings, MqttSettings, SigningSettings
+from federation.kinds.base import JobKind
+from federation.settings import (
+    KINDS_FILE_DOC,
+    KubeSettings,
+    MqttSettings,
+    SigningSettings,
+    check_kinds_file,
+    declared_kinds,
+)
 from worker_agent.policy import PolicySettings
 
 
@@ -59,6 +67,17 @@ class AgentSettings(BaseSettings):
     """JobKind name -> managedBy value of an operator installed in this cluster (e.g.
     ``{"MPIJob": "kubeflow.org/mpi-operator"}``). Delegated kinds are created with that value and
     only mirrored; the agent runs no reconciler for them."""
+
+    kinds_file: Path | None = Field(default=None, description=KINDS_FILE_DOC)
+
+    @field_validator("kinds_file")
+    @classmethod
+    def _kinds_file(cls, value: Path | None) -> Path | None:
+        return check_kinds_file(value)
+
+    def declared_kinds(self) -> tuple[JobKind, ...]:
+        """The kinds ``kinds_file`` declares."""
+        return declared_kinds(self.kinds_file)
 
     namespace: str = Field(default="mkd-system", min_length=1, max_length=63)
     """The agent's own namespace: it keeps its report epoch there (ConfigMap ``mkd-agent-<cluster>-epoch``,
@@ -155,6 +174,17 @@ class FencerSettings(BaseSettings):
 
     concurrency: int = Field(default=8, ge=1, le=64)
     """API calls at once while sweeping: hundreds of Jobs stop within seconds without flooding the server."""
+
+    kinds_file: Path | None = Field(default=None, description=KINDS_FILE_DOC)
+
+    @field_validator("kinds_file")
+    @classmethod
+    def _kinds_file(cls, value: Path | None) -> Path | None:
+        return check_kinds_file(value)
+
+    def declared_kinds(self) -> tuple[JobKind, ...]:
+        """The kinds ``kinds_file`` declares."""
+        return declared_kinds(self.kinds_file)
 
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     """Port of the fencer's ``/metrics``, ``/healthz`` and ``/readyz`` (deploy/ sets 9090;

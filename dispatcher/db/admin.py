@@ -47,9 +47,9 @@ def parse_kind(value: str | None, *, field_name: str = "--kind") -> str | None:
     """A JobKind name in any case (``pytorchjob``) to the registry's spelling; refuses unknown kinds."""
     if value is None or value == "":
         return None
-    from federation.kinds.registry import KINDS
+    from federation.kinds import registry
 
-    names = {k.name.lower(): k.name for k in KINDS}
+    names = {k.name.lower(): k.name for k in registry.kinds()}
     found = names.get(value.strip().lower())
     if found is None:
         raise Invalid(field_name, f"{value!r} is not a job kind mkd manages",

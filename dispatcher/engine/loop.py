@@ -35,8 +35,8 @@ from dispatcher.engine.rounds import PlacementRound
 from dispatcher.mirror import jobevents
 from federation import messages
 from federation.errors import Temporary
+from federation.kinds import registry
 from federation.kinds.base import JobKind
-from federation.kinds.registry import KINDS
 
 __all__ = ["Engine", "Heal", "Item", "JobChange", "ReportIn", "ResyncDue", "Tick", "supported_kinds"]
 log = logging.getLogger("dispatcher.engine")
@@ -233,4 +233,4 @@ class Engine(JobChanges, Answers, ClusterHealth, AdminActions, PlacementRound, F
 
 
 def supported_kinds() -> tuple[JobKind, ...]:
-    return KINDS
+    return registry.kinds()

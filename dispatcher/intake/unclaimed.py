@@ -15,7 +15,7 @@ from typing import Any
 
 from federation import labels
 from federation.errors import FederationError, NotFound
-from federation.kinds.registry import KINDS
+from federation.kinds import registry
 
 NOT_MANAGED_REASON = "NotManagedByMultiKueue"
 """The Warning Event on a Job that names a Kueue queue but not mkd's managedBy."""
@@ -38,7 +38,7 @@ async def explain(kube: Any, namespace: str, name: str) -> str | None:
     """One sentence about the Job ``namespace/name`` mkd did not claim, or None when no kind has it."""
     from federation.kube import resource_for
 
-    for kind in KINDS:
+    for kind in registry.kinds():
         try:
             job = await kube.get(resource_for(kind), name, namespace)  # type: ignore[arg-type]
         except NotFound:

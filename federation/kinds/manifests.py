@@ -239,3 +239,45 @@ def update(root: Path, kinds: Sequence[JobKind]) -> list[str]:
     for path in changed:
         (root / path).write_text(rendered[path], encoding="utf-8")
     return changed
+
+
+# --- declared kinds: the same rules, as manifests of their own --------------------------------------
+
+DECLARED = "declared-kinds"
+"""In the names of the roles and bindings :func:`declared_manifests` writes (``mkd-agent-declared-kinds``), beside
+deploy/'s, never over them."""
+
+
+def _role(name: str, rules: list[str]) -> list[str]:
+    return ["apiVersion: rbac.authorization.k8s.io/v1", "kind: ClusterRole", "metadata:", f"  name: {name}",
+            "rules:", *(f"  {line}" for line in rules)]
+
+
+def _binding(kind: str, name: str, role: str, account: str, namespace: str | None = None) -> list[str]:
+    meta = ["metadata:", f"  name: {name}", *([f"  namespace: {namespace}"] if namespace else [])]
+    return ["apiVersion: rbac.authorization.k8s.io/v1", f"kind: {kind}", *meta, "roleRef:",
+            "  apiGroup: rbac.authorization.k8s.io", "  kind: ClusterRole", f"  name: {role}", "subjects:",
+            "  - kind: ServiceAccount", f"    name: {account}", "    namespace: mkd-system"]
+
+
+def declared_manifests(kinds: Sequence[JobKind], job_namespaces: Sequence[str]) -> dict[str, str]:
+    """What deploy/ grants and enforces for mkd's kinds, for ``kinds`` (declared ones), as three YAML streams:
+    ``manager`` (the dispatcher's ClusterRole and binding; apply in the manager cluster), ``worker`` (the
+    agent's and the fencer's, its writes bound in each of ``job_namespaces`` as deploy/worker binds
+    mkd-agent-workloads; apply in every worker cluster) and ``admission`` (managedBy immutable; apply where
+    deploy/admission is)."""
+    p = DECLARED
+    manager = [*_role(f"mkd-dispatcher-{p}", dispatcher_rules(kinds)), "---",
+               *_binding("ClusterRoleBinding", f"mkd-dispatcher-{p}", f"mkd-dispatcher-{p}", "mkd-dispatcher")]
+    worker = [*_role(f"mkd-agent-{p}", agent_read_rules(kinds)), "---",
+              *_binding("ClusterRoleBinding", f"mkd-agent-{p}", f"mkd-agent-{p}", "mkd-agent"), "---",
+              *_role(f"mkd-agent-{p}-workloads", agent_write_rules(kinds))]
+    for namespace in job_namespaces:
+        worker += ["---", *_binding("RoleBinding", f"mkd-agent-{p}-workloads", f"mkd-agent-{p}-workloads",
+                                    "mkd-agent", namespace)]
+    worker += ["---", *_role(f"mkd-fencer-{p}", [*fencer_read_rules(kinds), *fencer_write_rules(kinds)]), "---",
+               *_binding("ClusterRoleBinding", f"mkd-fencer-{p}", f"mkd-fencer-{p}", "mkd-fencer")]
+    admission = [line.replace("ame: mkd-managedby-immutable-", "ame: mkd-managedby-immutable-declared-")
+                 for line in admission_policies(kinds)]  # (n)ame and policyN(ame)
+    return {"manager": "\n".join(manager) + "\n", "worker": "\n".join(worker) + "\n",
+            "admission": "\n".join(admission) + "\n" if admission else ""}

@@ -1,6 +1,6 @@
 """kubesim's simulated cluster components: scheduler, kubelet, Job and TTL-after-finished controllers, KubeRay
 (RayCluster, RayJob, RayService), the AppWrapper operator, the LeaderWorkerSet controller (not where
-``ClusterSpec.without`` names it).
+``ClusterSpec.without`` names it), a generic operator for kinds declared in configuration (``generic.py``).
 
 ``start(store, spec, loop)`` wires them to one cluster's ``Store`` (call it on the cluster's loop thread);
 they react to committed changes through ``Store.subscribe``, never write from inside the callback (work is
@@ -17,6 +17,7 @@ from typing import Any
 from kubesim.sim import appwrapper, kuberay, lws, rayservice
 from kubesim.sim.appwrapper import AppWrapperOperator
 from kubesim.sim.common import StoreLike, log
+from kubesim.sim.generic import GenericOperator
 from kubesim.sim.jobs import JobController
 from kubesim.sim.kubelet import Kubelet
 from kubesim.sim.kuberay import KubeRay
@@ -45,6 +46,7 @@ class Simulation:
         self.rayservices = RayServiceController(store, loop)
         self.appwrappers = AppWrapperOperator(store, loop)
         self.lws = None if "leaderworkerset" in getattr(spec, "without", ()) else LeaderWorkerSetController(store, loop)
+        self.generic = GenericOperator(store, loop)
         self._unsubscribe: Callable[[], None] | None = None
         self.stopped = False
 
@@ -63,6 +65,7 @@ class Simulation:
                                         o.get("metadata", {}).get("name") or ""))
             for obj in objects:
                 self._on_change("ADDED", res, obj)
+        self.generic.start()  # its own subscriptions: the kinds it runs come from a ConfigMap
 
     def _on_change(self, event: str, res: str, obj: dict[str, Any]) -> None:
         if self.stopped:
@@ -109,6 +112,7 @@ class Simulation:
         self.appwrappers.stop()
         if self.lws is not None:
             self.lws.stop()
+        self.generic.stop()
 
 
 def start(store: StoreLike, spec: Any, loop: asyncio.AbstractEventLoop) -> Simulation:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import functools
 import os
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,9 @@ from hypothesis import strategies as st
 
 from federation import labels
 from federation.errors import Invalid
-from federation.kinds.registry import by_api
+from federation.kinds import registry
+from federation.kinds.declared import load
+from federation.kinds.registry import KINDS, by_api
 from federation.kinds.trainjob import RUNTIME_PLURALS
 from federation.podset import total_requests
 
@@ -41,6 +44,7 @@ PODSETS = {
     "lws/leaderworkerset.yaml": [("leader", 2), ("worker", 4)],
     "special/too-large.yaml": [("master", 1), ("worker", 1)],
     "special/other-controller.yaml": [("master", 1)],
+    "trainingrun/trainingrun.yaml": [("launcher", 1), ("workers", 2)],
 }
 """The documented PodSets (examples/README.md)."""
 SERVING = ("LeaderWorkerSet", "RayService")
@@ -62,6 +66,7 @@ TEMPLATE = {
     "lws/leaderworkerset.yaml": "spec.leaderWorkerTemplate.workerTemplate",
     "special/too-large.yaml": "spec.pytorchReplicaSpecs.Master.template",
     "special/other-controller.yaml": "spec.pytorchReplicaSpecs.Master.template",
+    "trainingrun/trainingrun.yaml": "spec.workers.template",
 }
 """A pod template of each example (its field path; ``runtime.`` = in the TrainJob's runtime)."""
 
@@ -81,11 +86,20 @@ def documents() -> list[tuple[str, Obj]]:
 
 
 def runtimes() -> dict[tuple[str, str], Obj]:
-    return {(d["kind"], d["metadata"]["name"]): d for _, d in documents() if d["kind"] in RUNTIME_PLURALS}
+    return {(d["kind"], d["metadata"]["name"]): d for _, d in documents() if d.get("kind") in RUNTIME_PLURALS}
 
 
 def jobs() -> dict[str, Obj]:
-    return {name: d for name, d in documents() if d["kind"] not in RUNTIME_PLURALS}
+    """The job manifests: not the runtimes, nor a declared kind's CRD and declarations file."""
+    return {name: d for name, d in documents()
+            if d.get("kind") not in (*RUNTIME_PLURALS, "CustomResourceDefinition", None)}
+
+
+@pytest.fixture(autouse=True)
+def declared_example_kinds() -> Iterator[None]:
+    """The kinds examples/trainingrun/kinds.yaml declares, known while a test runs (as to the demo's services)."""
+    with registry.declared(load(EXAMPLES / "trainingrun" / "kinds.yaml", KINDS)):
+        yield
 
 
 def runtime_for(job: Obj) -> Obj | None:
@@ -105,7 +119,8 @@ def resolve(obj: Obj, dotted: str) -> Any:
 def test_every_example_is_listed_here_and_in_the_readme() -> None:
     assert set(jobs()) == set(PODSETS)
     readme = (EXAMPLES / "README.md").read_text()
-    for name in [*PODSETS, "trainjob/torch-distributed-runtime.yaml"]:
+    for name in [*PODSETS, "trainjob/torch-distributed-runtime.yaml", "trainingrun/crd.yaml",
+                 "trainingrun/kinds.yaml"]:
         assert f"`{name}`" in readme
 
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from federation.kinds.base import JobKind
 from federation.kinds.registry import KINDS
 from worker_agent.reconcilers.base import Reconciler
 from worker_agent.reconcilers.family import (
@@ -17,9 +20,9 @@ from worker_agent.reconcilers.pytorch import PyTorchJobReconciler
 from worker_agent.reconcilers.trainjob import TrainJobReconciler
 
 
-def reconcilers() -> dict[str, Reconciler]:
-    """A fresh reconciler per kind the agent can run itself, and a pass-through per kind the worker cluster's
-    own controller runs (the kind's ``run_by``)."""
+def reconcilers(kinds: Sequence[JobKind] = KINDS) -> dict[str, Reconciler]:
+    """A fresh reconciler per kind the agent can run itself, and a pass-through per kind of ``kinds`` the worker
+    cluster's own controller runs (the kind's ``run_by``: declared kinds always)."""
     found: list[Reconciler] = [
         PyTorchJobReconciler(),
         TFJobReconciler(),
@@ -30,5 +33,5 @@ def reconcilers() -> dict[str, Reconciler]:
         TrainJobReconciler(),
         JobSetReconciler(),
     ]
-    found += [PassThrough(kind.name) for kind in KINDS if kind.run_by == "operator"]
+    found += [PassThrough(kind.name) for kind in kinds if kind.run_by == "operator"]
     return {r.kind: r for r in found}
