@@ -246,3 +246,41 @@ def test_a_service_with_an_invalid_kinds_file_refuses_to_start(tmp_path: Path) -
             make()
     good = DispatcherSettings(kinds_file=EXAMPLE / "kinds.yaml")
     assert [k.name for k in good.declared_kinds()] == ["TrainingRun"]
+
+
+def test_mkctl_kinds_lists_checks_and_writes_the_manifests_of_declared_kinds(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from mkctl.main import app
+
+    runner = CliRunner()
+    listed = runner.invoke(app, ["kinds", "--kinds-file", str(EXAMPLE / "kinds.yaml")])
+    assert listed.exit_code == 0, listed.output
+    assert "TrainingRun  example.com/v1" in listed.output and "operator (declared)" in listed.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("externalFrameworks: [{name: TrainingRun}]\n")
+    refused = runner.invoke(app, ["kinds", "--kinds-file", str(bad)])
+    assert refused.exit_code == 2
+    assert "externalFrameworks[0].name: 'TrainingRun' is not Kind.version.group" in refused.output
+    out = tmp_path / "manifests"
+    wrote = runner.invoke(app, ["kinds", "--kinds-file", str(EXAMPLE / "kinds.yaml"), "--manifests", str(out),
+                                "--namespace", "team-a", "--namespace", "team-b"])
+    assert wrote.exit_code == 0, wrote.output
+    docs = {name: list(yaml.safe_load_all((out / f"{name}.yaml").read_text()))
+            for name in ("manager", "worker", "admission")}
+    roles = {d["metadata"]["name"]: d for ds in docs.values() for d in ds if d["kind"] == "ClusterRole"}
+    assert {"apiGroups": ["example.com"], "resources": ["trainingruns/status"], "verbs": ["patch"]} in \
+        roles["mkd-dispatcher-declared-kinds"]["rules"]
+    assert {"apiGroups": ["example.com"], "resources": ["trainingruns"],
+            "verbs": ["create", "update", "patch", "delete"]} in roles["mkd-agent-declared-kinds-workloads"]["rules"]
+    assert {"apiGroups": ["example.com"], "resources": ["trainingruns"], "verbs": ["patch"]} in \
+        roles["mkd-fencer-declared-kinds"]["rules"]
+    bound = sorted((d["metadata"].get("namespace"), d["subjects"][0]["name"]) for d in docs["worker"]
+                   if d["kind"] == "RoleBinding")
+    assert bound == [("team-a", "mkd-agent"), ("team-b", "mkd-agent")]
+    policies = [d for d in docs["admission"] if d["kind"].startswith("ValidatingAdmissionPolicy")]
+    assert {d["metadata"]["name"] for d in policies} == {"mkd-managedby-immutable-declared-spec"}
+    assert [d["spec"]["policyName"] for d in policies if d["kind"].endswith("Binding")] == \
+        ["mkd-managedby-immutable-declared-spec"]
+    shipped = (Path(__file__).resolve().parents[2] / "deploy" / "admission" / "managedby-immutable.yaml").read_text()
+    assert "mkd-managedby-immutable-declared" not in shipped  # beside deploy/'s policies, never over them
