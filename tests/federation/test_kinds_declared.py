@@ -256,7 +256,9 @@ def test_mkctl_kinds_lists_checks_and_writes_the_manifests_of_declared_kinds(tmp
     runner = CliRunner()
     listed = runner.invoke(app, ["kinds", "--kinds-file", str(EXAMPLE / "kinds.yaml")])
     assert listed.exit_code == 0, listed.output
-    assert "TrainingRun  example.com/v1" in listed.output and "operator (declared)" in listed.output
+    row = next(line.split() for line in listed.output.splitlines() if line.startswith("TrainingRun "))
+    assert row == ["TrainingRun", "example.com/v1", "trainingruns", "spec.managedBy", "spec.suspend", "operator",
+                   "(declared)"]
     bad = tmp_path / "bad.yaml"
     bad.write_text("externalFrameworks: [{name: TrainingRun}]\n")
     refused = runner.invoke(app, ["kinds", "--kinds-file", str(bad)])
