@@ -2,7 +2,8 @@
 
 An Ask names a placement; the agent answers only about the copy it runs for it (the worker Job whose
 workload-uid and attempt labels match), so no Ask reaches pods of anything else. The copy's pods are found by
-ownership (pods owned by the copy, or by a batch Job or JobSet it owns, as the kinds' controllers make them),
+ownership (pods owned by the copy, or by a batch Job, JobSet or RayCluster it owns, as the kinds' controllers
+make them),
 each with its role and index from the labels the controllers set. A log is read through the worker's API
 (``GET pods/{name}/log``, the agent's one extra permission) and sent in frames of at most
 ``podstream.MAX_DATA`` bytes on the cluster's streams topic, over a connection of its own so that Reports never
@@ -24,6 +25,7 @@ from federation import labels, topics
 from federation.clock import Clock
 from federation.errors import FederationError, Invalid, NotFound, Transport
 from federation.kinds import registry
+from federation.kinds.raycluster import RAYCLUSTER
 from federation.kube import EVENTS, JOBS, PODS, Kube, Resource
 from federation.messages import Ask
 from federation.mqtt import LinkHealth, MqttLink
@@ -37,26 +39,51 @@ from worker_agent.settings import AgentSettings
 log = logging.getLogger(__name__)
 
 JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
-LEAD_ROLES = ("master", "launcher", "head", "chief", "driver", "coordinator")
-"""Roles whose first pod is the one a log is read from by default, in this order (then any role, index 0)."""
+RAYCLUSTERS = kind_resource(RAYCLUSTER)
+LEAD_ROLES = ("submitter", "master", "launcher", "head", "leader", "chief", "driver", "coordinator")
+"""Roles whose first pod is the one a log is read from by default, in this order (then any role, index 0): a
+RayJob's submitter prints the Ray job's log."""
 LINK_WAIT = 10.0
 """Seconds an answer waits for the streams connection before it gives up."""
+RAY_NODE_TYPE, RAY_GROUP, RAY_ORIGIN = "ray.io/node-type", "ray.io/group", "ray.io/originated-from-crd"
+LWS_WORKER_INDEX, LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/worker-index", "leaderworkerset.sigs.k8s.io/group-index"
+LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
+
+
+def _int(value: Any, default: int = 0) -> int:
+    try:
+        return int(value) if value is not None else default
+    except (TypeError, ValueError):
+        return default
 
 
 def pod_role(pod: Mapping[str, Any]) -> tuple[str, int]:
-    """A pod's role (its PodSet) and index, from the labels its controller sets."""
-    lab = (pod.get("metadata") or {}).get("labels") or {}
+    """A pod's role (its PodSet) and index, from the labels its controller sets.
+
+    KubeRay's pods: ``head``, or their worker group's name lower-cased (Kueue's PodSet names; KubeRay numbers no
+    pod, so each has index 0), and a RayJob's submitter; LWS's: ``leader`` (index: the group) and ``worker``
+    (numbered across the groups)."""
+    meta = pod.get("metadata") or {}
+    lab = meta.get("labels") or {}
+    ray_type = lab.get(RAY_NODE_TYPE)
+    if ray_type:
+        return ("head" if ray_type == "head" else str(lab.get(RAY_GROUP) or "worker").lower()), 0
+    if lab.get(RAY_ORIGIN) == "RayJob":  # the submitter Job's pod (its template carries the label)
+        return "submitter", _int(lab.get("batch.kubernetes.io/job-completion-index"))
+    worker = lab.get(LWS_WORKER_INDEX)
+    if worker is not None:
+        group, index = _int(lab.get(LWS_GROUP_INDEX)), _int(worker)
+        if index == 0:
+            return "leader", group
+        size = _int((meta.get("annotations") or {}).get(LWS_SIZE), 2)
+        return "worker", group * max(size - 1, 1) + index - 1
     role = (lab.get("training.kubeflow.org/replica-type") or lab.get("training.kubeflow.org/job-role")
             or lab.get("jobset.sigs.k8s.io/replicatedjob-name") or "main")
     raw = (lab.get("training.kubeflow.org/replica-index") or lab.get("batch.kubernetes.io/job-completion-index"))
     job_index = lab.get("jobset.sigs.k8s.io/job-index")
     if job_index not in (None, "0") and not lab.get("training.kubeflow.org/replica-index"):
         raw = job_index
-    try:
-        index = int(raw) if raw is not None else 0
-    except ValueError:
-        index = 0
-    return str(role).lower(), index
+    return str(role).lower(), _int(raw)
 
 
 def lead_order(pod: Mapping[str, Any]) -> tuple[int, str, int, str]:
@@ -239,15 +266,16 @@ class Answerer:
         return copy
 
     async def _pods(self, copy: Mapping[str, Any]) -> tuple[list[dict[str, Any]], set[str]]:
-        """The copy's pods (owned by it or by a batch Job / JobSet it owns, at any depth) and the owners' uids."""
+        """The copy's pods (owned by it or by a batch Job, JobSet or RayCluster it owns, at any depth: a RayJob's
+        and a RayService's Ray pods are their RayCluster's) and the owners' uids."""
         ns = str((copy.get("metadata") or {}).get("namespace"))
         owners = {str((copy.get("metadata") or {}).get("uid"))}
         middles: list[dict[str, Any]] = []
-        for res in (JOBSETS, JOBS):
+        for res in (JOBSETS, JOBS, RAYCLUSTERS):
             try:
                 middles += (await self.kube.list(res, ns)).items
             except (NotFound, Invalid):
-                continue  # the JobSet CRD is not installed
+                continue  # the JobSet or RayCluster CRD is not installed
         grew = True
         while grew:
             grew = False

@@ -2,7 +2,7 @@
 
 A RayCluster whose managedBy is unset or ``ray.io/kuberay-operator`` and that is not suspended gets a head
 pod ``<cluster>-head-<5>`` and, per worker group, ``replicas`` × ``numOfHosts`` pods
-``<cluster>-<group>-worker-<5>``, labelled ``ray.io/cluster``, ``ray.io/node-type``, ``ray.io/group`` and
+``<cluster>-<group>-worker-<5>`` (lower-cased, as KubeRay names them), labelled ``ray.io/cluster``, ``ray.io/node-type``, ``ray.io/group`` and
 ``ray.io/is-ray-node`` and owned by the cluster; they run until deleted (``ray start --block``). Its status
 carries KubeRay's fields: ``state`` ``ready`` once every pod runs (``suspended`` when suspended), the
 desired/ready/available worker counts, ``desiredCPU`` / ``desiredMemory`` / ``desiredGPU`` / ``desiredTPU``,
@@ -142,9 +142,10 @@ class KubeRay:
     def _create_pod(self, cluster: Mapping[str, Any], group: str, node_type: str,
                     template: Mapping[str, Any]) -> dict[str, Any]:
         meta = cluster["metadata"]
-        suffix = "head" if node_type == "head" else f"{group}-worker"
+        prefix = meta["name"] if node_type == "head" else f"{meta['name']}-{group}"
         pod_meta = copy.deepcopy(template.get("metadata") or {})
-        pod_meta.update(name=f"{meta['name']}-{suffix}-{self._random()}", namespace=meta["namespace"],
+        # KubeRay's utils.PodName: the prefix cut to 50 characters, lower-cased
+        pod_meta.update(name=f"{prefix[:50]}-{node_type}-{self._random()}".lower(), namespace=meta["namespace"],
                         ownerReferences=[_owner(cluster, "RayCluster")])
         pod_meta["labels"] = {**(pod_meta.get("labels") or {}), CLUSTER_LABEL: meta["name"], NODE_TYPE: node_type,
                               GROUP_LABEL: group, "ray.io/is-ray-node": "yes",
@@ -270,6 +271,7 @@ class KubeRay:
         sim = {k: v for k, v in (meta.get("annotations") or {}).items() if k.startswith("kubesim.mkd.dev/")}
         tmeta = template.setdefault("metadata", {})
         tmeta["annotations"] = {**sim, **(tmeta.get("annotations") or {})}
+        tmeta["labels"] = {**(tmeta.get("labels") or {}), ORIGIN_KIND: "RayJob", ORIGIN_NAME: meta["name"]}
         return self.store.create("jobs.batch", {
             "apiVersion": "batch/v1", "kind": "Job",
             "metadata": {"name": meta["name"], "namespace": meta["namespace"], "ownerReferences": [_owner(job, "RayJob")],

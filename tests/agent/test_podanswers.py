@@ -63,3 +63,15 @@ def test_why_a_pod_waits_or_ended() -> None:
     creating = pod("p", {}, {"phase": "Pending", "containerStatuses": [{"name": "pytorch", "ready": False,
                              "state": {"waiting": {"reason": "ContainerCreating"}}}]})
     assert pod_summary(creating)["reason"] == ""  # starting is not a problem
+
+
+def test_ray_and_lws_pods_have_their_podsets_roles() -> None:
+    head = pod("c-head-x", {"ray.io/node-type": "head", "ray.io/group": "headgroup", "ray.io/cluster": "c"})
+    worker = pod("c-gpu-worker-y", {"ray.io/node-type": "worker", "ray.io/group": "GPU", "ray.io/cluster": "c"})
+    submitter = pod("rj-abc", {"ray.io/originated-from-crd": "RayJob", "batch.kubernetes.io/job-completion-index": "0"})
+    assert [pod_role(p) for p in (head, worker, submitter)] == [("head", 0), ("gpu", 0), ("submitter", 0)]
+    assert sorted([worker, head, submitter], key=lead_order)[0] is submitter  # it prints the Ray job's log
+    leader = pod("lw-1", {"leaderworkerset.sigs.k8s.io/worker-index": "0", "leaderworkerset.sigs.k8s.io/group-index": "1"})
+    member = pod("lw-1-2", {"leaderworkerset.sigs.k8s.io/worker-index": "2", "leaderworkerset.sigs.k8s.io/group-index": "1"})
+    member["metadata"]["annotations"] = {"leaderworkerset.sigs.k8s.io/size": "3"}
+    assert (pod_role(leader), pod_role(member)) == (("leader", 1), ("worker", 3))

@@ -286,3 +286,42 @@ async def test_a_follow_says_when_its_pod_was_deleted(federation: Topology) -> N
                     deleted = True
                     await federation.kubes[cluster].delete(PODS, name, NS)
         assert f"mkd: pod {name} was deleted on cluster {cluster}: its log ends here".encode() in text, text[-200:]
+
+
+async def test_the_pods_of_a_rayjob_and_an_lws_carry_their_podsets_roles(federation: Topology) -> None:
+    """A RayJob's pods are its RayCluster's (owned by the cluster, which the RayJob owns) and its submitter's:
+    they are listed with the roles of the RayJob's PodSets (head, the worker group, submitter), the submitter
+    first, whose log is the Ray job's; an LWS's are its groups' leaders and workers."""
+    api = await setup(federation)
+    ray = {"spec": {"containers": [{"name": "ray", "image": "rayproject/ray:2.46.0",
+                                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}
+    rayjob = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": "rj", "namespace": NS},
+              "spec": {"managedBy": labels.MULTIKUEUE, "entrypoint": "python -c 'print(1)'",
+                       "shutdownAfterJobFinishes": True,
+                       "submitterPodTemplate": {"metadata": {"annotations": {"kubesim.mkd.dev/run-seconds": "60"}},
+                                                "spec": {"restartPolicy": "Never", "containers": [{
+                                                    "name": "ray-job-submitter", "image": "rayproject/ray:2.46.0",
+                                                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}},
+                       "rayClusterSpec": {"headGroupSpec": {"rayStartParams": {}, "template": ray},
+                                          "workerGroupSpecs": [{"groupName": "Workers", "replicas": 2,
+                                                                "template": ray}]}}}
+    lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+           "metadata": {"name": "lw", "namespace": NS, "labels": {labels.QUEUE_NAME: "default"}},
+           "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 2, "leaderTemplate": ray, "workerTemplate": ray}}}
+    async with api:
+        await federation.manager.create(Resource("ray.io", "v1", "rayjobs", "RayJob"), rayjob, NS)
+        await federation.manager.create(Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets",
+                                                 "LeaderWorkerSet"), lws, NS)
+
+        async def roles(name: str, want: int) -> list[tuple[str, int]] | NotYet:
+            got = await api.get(f"/api/v1/workloads/{NS}/{name}/pods")
+            if got.status_code != 200:
+                return NotYet(f"{got.status_code} {got.text}")
+            pods = got.json()["pods"]
+            return [(p["role"], p["index"]) for p in pods] if len(pods) == want else NotYet(str(pods))
+
+        ray_roles = await wait_for(lambda: roles("rj", 4), "the RayJob's four pods seen from the manager",
+                                   top=federation)
+        assert ray_roles == [("submitter", 0), ("head", 0), ("workers", 0), ("workers", 0)]
+        lws_roles = await wait_for(lambda: roles("lw", 4), "the LWS's four pods seen from the manager", top=federation)
+        assert lws_roles == [("leader", 0), ("leader", 1), ("worker", 0), ("worker", 1)]
