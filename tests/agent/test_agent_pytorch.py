@@ -408,10 +408,25 @@ async def three_running(harness: AgentHarness, prefix: str) -> list[Any]:
     return cmds
 
 
-async def test_the_echo_of_a_status_write_is_taken_undecoded_and_changes_nothing(harness: AgentHarness) -> None:
+async def test_the_echo_of_a_status_write_is_taken_undecoded_and_changes_nothing(
+        harness: AgentHarness, monkeypatch: pytest.MonkeyPatch) -> None:
     """The job watch's echo of the apply loop's own status write is recognised by its resourceVersion
     before decoding (as children's echoes are) and handled as the decoded one was: no Report of its own, no pass
-    that renders nothing. Three jobs: an echo that beats its write's answer is decoded as before."""
+    that renders nothing. The job watch's lines reach the agent only while no status write waits for its answer, so
+    every echo comes after its answer (on a loaded machine most would beat it, and an echo that beats its answer is
+    decoded as before, which the other tests here cover)."""
+    import federation.kube
+
+    hand_over = federation.kube._WatchStream._hand_over
+
+    def after_answers(stream: Any) -> None:
+        agent = harness.agent
+        if "pytorchjobs" in stream.path and agent is not None and agent.apply is not None and agent.apply._writing:
+            asyncio.get_running_loop().call_later(0.01, after_answers, stream)
+        else:
+            hand_over(stream)
+
+    monkeypatch.setattr(federation.kube._WatchStream, "_hand_over", after_answers)
     cmds = await three_running(harness, "echo")
     assert harness.agent is not None and harness.agent.apply is not None and harness.agent.inbox is not None
     assert not harness.agent.inbox.created  # each copy's create echo taken, or decoded before its answer came
@@ -433,19 +448,21 @@ async def test_the_echo_of_the_copy_the_inbox_created_is_taken_undecoded_and_sta
     """The job watch's ADDED echo of the copy the inbox just created (no status, not fenced) is recognised
     by its resourceVersion before decoding, as the apply loop's own writes are, and does what the decoded one did:
     the job gets its first pass (its pods are created and it runs) and the inbox, the Reporter and the owner index
-    know it. The job watch's lines reach the agent 0.3 s late here, so that every create's answer comes first (an
-    echo that beats its answer is decoded as before, which the first test of this file and the others cover)."""
+    know it. The job watch's lines reach the agent only once all three creates have their answers, so that every
+    create's answer comes first (an echo that beats its answer is decoded as before, which the others cover)."""
     import federation.kube
 
     hand_over = federation.kube._WatchStream._hand_over
 
-    def late(stream: Any) -> None:
-        if "pytorchjobs" in stream.path:
-            asyncio.get_running_loop().call_later(0.3, hand_over, stream)
+    def after_answers(stream: Any) -> None:
+        agent = harness.agent
+        answered = 0 if agent is None or agent.inbox is None else len(agent.inbox.created) + agent.copy_echoes_handled
+        if "pytorchjobs" in stream.path and answered < 3:
+            asyncio.get_running_loop().call_later(0.01, after_answers, stream)
         else:
             hand_over(stream)
 
-    monkeypatch.setattr(federation.kube._WatchStream, "_hand_over", late)
+    monkeypatch.setattr(federation.kube._WatchStream, "_hand_over", after_answers)
     cmds = await three_running(harness, "copy-echo")
     agent = harness.agent
     assert agent is not None and agent.inbox is not None

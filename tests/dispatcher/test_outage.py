@@ -71,8 +71,15 @@ async def test_a_database_outage_holds_everything_and_catches_up_within_seconds(
         before = await kube.create(PYTORCHJOBS, pytorchjob("before"), "default")
         await eventually(lambda: len(agent.places()) == 1, what="the first Job placed")
         outage.down = True
-        # during the outage: new Jobs, a finished Job's Status, a deletion
-        during = [await kube.create(PYTORCHJOBS, pytorchjob(f"during-{i}"), "default") for i in range(6)]
+        # during the outage: new Jobs, a finished Job's Status, a deletion. The engine holds the batch it was
+        # deciding when the outage began and retries that very batch; what comes later waits in its inbox, where a
+        # deletion supersedes its Job's creation. So the first Job must be held before the rest come: on a loaded
+        # machine the engine's first batch could otherwise gather everything up to the doomed Job's creation.
+        assert d.engine is not None
+        engine = d.engine
+        during = [await kube.create(PYTORCHJOBS, pytorchjob("during-0"), "default")]
+        await eventually(lambda: engine.outage_since is not None, what="the first batch of the outage held")
+        during += [await kube.create(PYTORCHJOBS, pytorchjob(f"during-{i}"), "default") for i in range(1, 6)]
         await agent.status(agent.places()[0], {"startTime": "2026-01-01T00:00:00Z", "conditions": [
             {"type": "Succeeded", "status": "True", "reason": "Done"}]}, finished="Succeeded")
         doomed = await kube.create(PYTORCHJOBS, pytorchjob("doomed"), "default")

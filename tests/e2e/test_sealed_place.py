@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from federation import labels, sealing
+from federation import labels, messages, sealing
 from federation.errors import AlreadyExists
 from federation.kube import JOBS, NAMESPACES
 from mkctl.topology import Topology
@@ -53,6 +53,8 @@ async def test_a_place_with_a_secret_env_value_runs_and_no_broker_subscriber_rea
     assert len(copies) == 1
     env = copies[0]["spec"]["template"]["spec"]["containers"][0]["env"]
     assert env == [{"name": "API_TOKEN", "value": SECRET}]
-    places = [p for p in seen if sealing.is_sealed(p[:p.rfind(b',"seal":')] + b"}")]
-    assert places, f"no sealed Place seen among {len(seen)} commands"
+    # a message is one Command or a batch of them (a Place may share one with a Lease or Resync); signed either way
+    items = [item for p in seen for item in messages.split_commands(p[:p.rfind(b',"seal":')] + b"}")]
+    places = [item for item in items if sealing.is_sealed(item)]
+    assert places, f"no sealed Place seen among {len(items)} commands: {[item[:40] for item in items]}"
     assert not [p for p in seen if SECRET.encode() in p or b"API_TOKEN" in p]
