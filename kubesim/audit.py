@@ -4,10 +4,12 @@ A real API server authorizes every request as (user, verb, API group, resource, 
 namespace) and can write the same tuple to its audit log. kubesim keeps that tuple for every request,
 keyed by the client's User-Agent (mkd's services name themselves there: ``mkd-dispatcher/<version>``,
 ``mkd-agent/<version>``), so a test can compare what a service really called with the ClusterRole
-that ``deploy/`` grants it. Verbs follow the authorizer: GET on a name is ``get``, on a collection
-``list``, with ``watch=true`` ``watch``; POST ``create``; PUT ``update``; PATCH ``patch``; DELETE on a
-name ``delete``, on a collection ``deletecollection``. Discovery and non-resource paths are kept with
-the path as their resource and group ``""``, under the verb ``get``.
+that ``deploy/`` grants it. The tuple is the one the authorizer judges (``kubesim.authz.request_attributes``,
+the apiserver's RequestInfo): GET on a name is ``get``, on a collection ``list``, or ``watch`` when the
+``watch`` parameter is neither ``0`` nor ``false`` or the path begins with ``watch/``; POST ``create``; PUT
+``update``; PATCH ``patch``; DELETE on a name ``delete``, on a collection ``deletecollection``; a namespace's
+own requests (``/api/v1/namespaces/<ns>``, its ``status`` and ``finalize``) are in that namespace. Discovery and
+non-resource paths are kept with the path as their resource and group ``""``, under the lowercased method.
 """
 
 from __future__ import annotations
@@ -15,8 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from kubesim.authz import ANONYMOUS, UserInfo, request_attributes
+
 if TYPE_CHECKING:
     from kubesim.httpserver import Request
+
+_NOBODY = UserInfo(ANONYMOUS)
 
 
 @dataclass(frozen=True)
@@ -30,33 +36,14 @@ class Access:
     namespace: str
 
 
-def classify(method: str, path: str, watch: bool) -> tuple[str, str, str, str]:
-    """(verb, group, resource[/subresource], namespace) for one request path."""
-    parts = [p for p in path.split("/") if p]
-    if parts[:1] == ["api"] and len(parts) >= 2:
-        group, rest = "", parts[2:]
-    elif parts[:1] == ["apis"] and len(parts) >= 3:
-        group, rest = parts[1], parts[3:]
-    else:
-        return "get", "", path, ""
-    if not rest:
-        return "get", "", path, ""
-    namespace = ""
-    if rest[0] == "namespaces" and len(rest) >= 3:
-        namespace, rest = rest[1], rest[2:]
-    resource, name, sub = rest[0], rest[1] if len(rest) > 1 else "", rest[2] if len(rest) > 2 else ""
-    if rest[0] == "namespaces" and len(rest) <= 2:
-        resource, name = "namespaces", rest[1] if len(rest) > 1 else ""
-    if sub:
-        resource = f"{resource}/{sub}"
-    if method == "GET":
-        verb = "watch" if watch else ("get" if name else "list")
-    else:
-        verb = {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, "")
-        if method == "DELETE":
-            verb = "delete" if name else "deletecollection"
-        verb = verb or method.lower()
-    return verb, group, resource, namespace
+def classify(method: str, path: str, watch: str | None) -> tuple[str, str, str, str]:
+    """(verb, group, resource[/subresource], namespace) for one request: its method, path and the value of its
+    ``watch`` query parameter (None without one)."""
+    attrs = request_attributes(_NOBODY, method, path, {} if watch is None else {"watch": watch})
+    if not attrs.resource_request:
+        return attrs.verb, "", path, ""
+    resource = f"{attrs.resource}/{attrs.subresource}" if attrs.subresource else attrs.resource
+    return attrs.verb, attrs.group, resource, attrs.namespace
 
 
 class AuditLog:
@@ -68,7 +55,7 @@ class AuditLog:
 
     def __init__(self, limit: int = 200_000) -> None:
         self.limit = limit
-        self._raw: list[tuple[str, str, str, bool]] = []
+        self._raw: list[tuple[str, str, str, str | None]] = []
 
     @property
     def records(self) -> list[Access]:
@@ -79,7 +66,7 @@ class AuditLog:
         if len(self._raw) >= self.limit:
             del self._raw[: self.limit // 10]
         self._raw.append((request.headers.get("User-Agent", ""), request.method, request.path,
-                          request.query.get("watch", "") in ("1", "true")))
+                          request.query.get("watch")))
 
     def by(self, user_agent_prefix: str) -> set[tuple[str, str, str]]:
         """The (verb, group, resource) triples that clients whose User-Agent starts with the prefix used."""

@@ -75,9 +75,9 @@ def request_attributes(user: UserInfo, method: str, path: str, query: Mapping[st
         group, version, rest = parts[1], parts[2], parts[3:]
     else:
         return Attributes(user, method.lower(), False, path=path)
-    watch = False
-    if rest[0] == "watch":
-        watch, rest = True, rest[1:]
+    special = ""
+    if rest[0] in ("watch", "proxy") and len(rest) > 1:  # the special verbs: /api/v1/watch/..., .../proxy/...
+        special, rest = rest[0], rest[1:]
     namespace = ""
     if rest and rest[0] == "namespaces" and len(rest) > 1:
         namespace = rest[1]
@@ -87,11 +87,12 @@ def request_attributes(user: UserInfo, method: str, path: str, query: Mapping[st
         return Attributes(user, method.lower(), False, path=path)
     resource = rest[0]
     name = rest[1] if len(rest) > 1 else ""
-    sub = rest[2] if len(rest) > 2 else ""
-    if watch:
-        verb = "watch"
-    elif not name and verb == "get":
-        verb = "watch" if query.get("watch", "") in ("1", "true") else "list"
+    sub = rest[2] if len(rest) > 2 and special != "proxy" else ""
+    if special:
+        verb = special
+    elif not name and verb == "get":  # a watch parameter that is neither 0 nor false is true (ListOptions)
+        watch = query.get("watch")
+        verb = "watch" if watch is not None and watch.lower() not in ("0", "false") else "list"
     elif not name and verb == "delete":
         verb = "deletecollection"
     if verb in ("list", "watch") and not name:
@@ -136,7 +137,9 @@ def token_request_target(method: str, path: str) -> tuple[str, str] | None:
     return None
 
 
-UNAUTHORIZED = ApiError(401, "Unauthorized", "Unauthorized")
+def unauthorized() -> ApiError:
+    """The 401 for a token nobody issued (a new error each time: a raised error keeps the frames it passed)."""
+    return ApiError(401, "Unauthorized", "Unauthorized")
 
 
 @dataclass
@@ -214,7 +217,7 @@ class Access:
             return UserInfo(ANONYMOUS, "", (UNAUTHENTICATED,))
         user = self.authenticate(token.strip()) if scheme.lower() == "bearer" else None
         if user is None:
-            raise UNAUTHORIZED
+            raise unauthorized()
         return user
 
     def token_request(self, namespace: str, name: str, body: Mapping[str, Any]) -> dict[str, Any]:

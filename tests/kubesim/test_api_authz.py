@@ -270,3 +270,24 @@ def test_a_token_request_is_refused_below_ten_minutes_and_dies_with_its_service_
         assert code == 401
     finally:
         api.close()
+
+
+@pytest.mark.kubesim_only("kubesim's authenticator itself")
+def test_each_401_is_an_error_of_its_own_that_holds_no_earlier_request() -> None:
+    """A refused token raises a fresh error each time: one error object raised again and again gathers every
+    refused request's frames in its traceback (and keeps them, with their requests, alive)."""
+    from kubesim.authz import Access
+    from kubesim.errors import ApiError
+
+    access = Access(store=None)
+    depths = []
+    for _ in range(3):
+        with pytest.raises(ApiError) as caught:
+            access.user_of("Bearer not-a-token-anyone-issued")
+        assert caught.value.status() == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                                         "message": "Unauthorized", "reason": "Unauthorized", "code": 401}
+        tb, depth = caught.value.__traceback__, 0
+        while tb is not None:
+            tb, depth = tb.tb_next, depth + 1
+        depths.append(depth)
+    assert depths[0] == depths[1] == depths[2]
