@@ -1,7 +1,7 @@
 """Counting from the outside: what the clusters and the database say, never mkd's own counters.
 
 :class:`Observer` watches, through the official Kubernetes client (``federation.kube.Kube``), the jobs of the
-mix (PyTorchJobs, RayJobs, AppWrappers) on the manager and on every worker, and the pods on every worker, for the whole run. It keeps, per job: when
+mix (PyTorchJobs, RayJobs, AppWrappers, TrainingRuns: a kind from configuration) on the manager and on every worker, and the pods on every worker, for the whole run. It keeps, per job: when
 it was created, when the manager first showed it Succeeded, and which worker clusters hold a **live** copy
 (exists, not Succeeded/Failed, not suspended) or **running** pods right now. The moment a job is live on two
 clusters in the watch streams, or in the periodic list of every worker (``sample_seconds``), the overlap is
@@ -20,10 +20,11 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from bench.chaos.world import MANAGER, NAMESPACE, WORKERS, World
+from bench.chaos.world import KINDS_FILE, MANAGER, NAMESPACE, WORKERS, World
 from federation.errors import FederationError, NotFound
 from federation.kinds.base import JobKind
-from federation.kinds.registry import by_api
+from federation.kinds.declared import load
+from federation.kinds.registry import KINDS, by_api
 from federation.kube import PODS, Kube, Resource
 
 log = logging.getLogger("chaos")
@@ -31,16 +32,22 @@ log = logging.getLogger("chaos")
 PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
 RAYJOBS = Resource("ray.io", "v1", "rayjobs", "RayJob")
 APPWRAPPERS = Resource("workload.codeflare.dev", "v1beta2", "appwrappers", "AppWrapper")
-JOB_RESOURCES = (PYTORCHJOBS, RAYJOBS, APPWRAPPERS)
+TRAININGRUNS = Resource("example.com", "v1", "trainingruns", "TrainingRun")
+JOB_RESOURCES = (PYTORCHJOBS, RAYJOBS, APPWRAPPERS, TRAININGRUNS)
 """The kinds of the mix; job names are unique across them."""
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 RAY_CLUSTER_LABEL = "ray.io/cluster"
 APPWRAPPER_LABEL = "workload.codeflare.dev/appwrapper"
 BATCH_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"
+GENERIC_OWNER_LABEL = "kubesim.mkd.dev/generic-owner"
+"""kubesim's generic operator labels a declared kind's pods with their owner's name."""
+DECLARED: dict[tuple[str, str], JobKind] = {(k.api_version, k.name): k for k in load(KINDS_FILE, KINDS)}
+"""The mix's kinds from configuration, as the services read them (the observer is no service: it reads them too)."""
 
 
 def _kind(obj: dict[str, Any]) -> JobKind | None:
-    return by_api(str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
+    key = (str(obj.get("apiVersion") or ""), str(obj.get("kind") or ""))
+    return by_api(*key) or DECLARED.get(key)
 
 
 def condition(obj: dict[str, Any], kind: str) -> bool:
@@ -89,6 +96,8 @@ def pod_job(pod: dict[str, Any]) -> str | None:
         return str(name)
     if labels.get(APPWRAPPER_LABEL):
         return str(labels[APPWRAPPER_LABEL])
+    if labels.get(GENERIC_OWNER_LABEL):
+        return str(labels[GENERIC_OWNER_LABEL])
     cluster = labels.get(RAY_CLUSTER_LABEL)
     if cluster:
         return str(cluster).rsplit("-", 1)[0]

@@ -1,8 +1,11 @@
-"""The scenarios: a stream of jobs (PyTorchJobs, RayJobs, AppWrappers) through a World while faults hit processes by PID.
+"""The scenarios: a stream of jobs (PyTorchJobs, RayJobs, AppWrappers, TrainingRuns) through a World while faults hit
+processes by PID.
 
 Every scenario submits ``jobs`` jobs, every :data:`RAY_EVERY`-th a RayJob run by the workers' KubeRay (head, one
 worker, a submitter whose run is the Ray job's), every fourth from :data:`APPWRAPPER_AT` an AppWrapper run by the
-workers' AppWrapper operator (a batch Job of two pods), the others PyTorchJobs (1 Master + 1 Worker); 100m CPU per pod,
+workers' AppWrapper operator (a batch Job of two pods), every fourth from :data:`DECLARED_AT` a TrainingRun, the kind
+from configuration of examples/trainingrun (launcher and one worker, run by kubesim's generic operator), the others
+PyTorchJobs (1 Master + 1 Worker); 100m CPU per pod,
 runs of ``run_seconds`` that exit 0. They go to the manager at ``rate`` per second, runs its fault script while the stream flows, then waits up
 to ``deadline`` seconds after the last fault for every job to be Succeeded on the manager, and counts with
 :class:`bench.chaos.observe.Observer`.
@@ -21,7 +24,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench.chaos.observe import APPWRAPPERS, PYTORCHJOBS, RAYJOBS, Figures, Observer
+from bench.chaos.observe import APPWRAPPERS, PYTORCHJOBS, RAYJOBS, TRAININGRUNS, Figures, Observer
 from bench.chaos.procs import Service, missing_binaries
 from bench.chaos.world import NAMESPACE, WORKERS, World, WorldOptions
 
@@ -30,6 +33,8 @@ RAY_EVERY = 4
 """Every fourth job of a stream is a RayJob: the agents create, mirror and delete it, KubeRay runs it."""
 APPWRAPPER_AT = 1
 """And every fourth, offset by this, an AppWrapper wrapping a batch Job, run by the workers' AppWrapper operator."""
+DECLARED_AT = 2
+"""And every fourth, offset by this, a TrainingRun (a kind from configuration), run by the workers' own operator."""
 
 
 @dataclass
@@ -360,6 +365,18 @@ def appwrapper_manifest(name: str, run_seconds: float) -> dict[str, Any]:
             "spec": {"managedBy": MULTIKUEUE, "components": [{"template": job}]}}
 
 
+def trainingrun_manifest(name: str, run_seconds: float) -> dict[str, Any]:
+    """A TrainingRun (examples/trainingrun): a launcher and one worker that run ``run_seconds`` and exit 0."""
+    def template(container: str) -> dict[str, Any]:
+        return {"metadata": {"annotations": {"kubesim.mkd.dev/run-seconds": f"{run_seconds:g}"}},
+                "spec": {"containers": [{"name": container, "image": "docker.io/library/python:3.11-slim",
+                                         "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}
+
+    return {"apiVersion": "example.com/v1", "kind": "TrainingRun", "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"managedBy": MULTIKUEUE, "launcher": {"template": template("launcher")},
+                     "workers": {"replicas": 1, "template": template("worker")}}}
+
+
 async def submit(obs: Observer, run: Run, prefix: str, run_seconds: float) -> None:
     """Create the jobs at the size's rate; a failed create is retried (the manager API is not faulted)."""
     kube = obs.kubes["manager"]
@@ -375,6 +392,8 @@ async def submit(obs: Observer, run: Run, prefix: str, run_seconds: float) -> No
                         await kube.create(RAYJOBS, ray_manifest(name, run_seconds), NAMESPACE)
                     elif i % RAY_EVERY == APPWRAPPER_AT:
                         await kube.create(APPWRAPPERS, appwrapper_manifest(name, run_seconds), NAMESPACE)
+                    elif i % RAY_EVERY == DECLARED_AT:
+                        await kube.create(TRAININGRUNS, trainingrun_manifest(name, run_seconds), NAMESPACE)
                     else:
                         await kube.create(PYTORCHJOBS, manifest(name, run_seconds), NAMESPACE)
                     break

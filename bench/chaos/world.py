@@ -38,6 +38,9 @@ MANAGER = "manager"
 WORKERS = ("worker-1", "worker-2", "worker-3")
 NAMESPACE = "chaos"
 ORIGIN = "chaos"
+DECLARED = Path(__file__).resolve().parents[2] / "examples" / "trainingrun"
+"""A kind from configuration in the mix: its CRD and declarations file (every service's ``kinds_file``)."""
+KINDS_FILE = DECLARED / "kinds.yaml"
 
 
 @dataclass
@@ -249,15 +252,24 @@ class World:
             self.kubeconfigs[name] = sim_dir / f"{name}.kubeconfig"
 
     async def _prepare_clusters(self) -> None:
+        import yaml
+
         from federation.errors import AlreadyExists
         from federation.kinds.crds import load_crds
-        from federation.kube import CRDS, NAMESPACES, Kube
+        from federation.kube import CONFIGMAPS, CRDS, NAMESPACES, Kube
 
-        for path in self.kubeconfigs.values():
+        declared_crd = yaml.safe_load((DECLARED / "crd.yaml").read_text(encoding="utf-8"))
+        for name, path in self.kubeconfigs.items():
             async with Kube(path) as kube:
-                for crd in load_crds():
+                for crd in [*load_crds(), declared_crd]:
                     with contextlib.suppress(AlreadyExists):
                         await kube.create(CRDS, crd)
+                if name != MANAGER:  # kubesim's generic operator runs the declared kind there, as its operator would
+                    with contextlib.suppress(AlreadyExists):
+                        await kube.create(CONFIGMAPS, {
+                            "apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": "kubesim-generic-operator", "namespace": "kube-system"},
+                            "data": {"kinds.yaml": KINDS_FILE.read_text(encoding="utf-8")}}, "kube-system")
                 with contextlib.suppress(AlreadyExists):
                     await kube.create(NAMESPACES, {"apiVersion": "v1", "kind": "Namespace",
                                                    "metadata": {"name": NAMESPACE}})
@@ -285,6 +297,7 @@ class World:
             "place_resend_seconds": 10.0,
             "signing": {"private_key": self.keys["dispatcher"][0]},
             "cluster_public_keys": json.dumps({w: self.keys[w][1] for w in WORKERS}),  # a map flag: JSON
+            "kinds_file": str(KINDS_FILE),
         }
         for k, v in self.o.dispatcher.items():
             if isinstance(v, dict) and isinstance(values.get(k), dict):
@@ -342,6 +355,7 @@ class World:
             "capacity_debounce_seconds": 0.5,
             "signing": {"private_key": self.keys[cluster][0]},
             "dispatcher_public_keys": json.dumps([self.keys["dispatcher"][1]]),
+            "kinds_file": str(KINDS_FILE),
         }
         for k, v in self.o.agent.items():
             if isinstance(v, dict) and isinstance(values.get(k), dict):
@@ -364,7 +378,8 @@ class World:
                 self.notes.append(note)
             return None
         values: dict[str, Any] = {"cluster_name": cluster, "kubeconfig": str(self.kubeconfigs[cluster]),
-                                  "origin": ORIGIN, "poll_seconds": 1.0, "sweep_seconds": 3.0, "concurrency": 16}
+                                  "origin": ORIGIN, "poll_seconds": 1.0, "sweep_seconds": 3.0, "concurrency": 16,
+                                  "kinds_file": str(KINDS_FILE)}
         s = python_service(f"fencer-{cluster}", ["-m", "mkctl.main", "fencer",
                                                  *self._flags(FencerSettings, values, "fencer")], self.logs)
         s.start()
