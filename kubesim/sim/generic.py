@@ -80,7 +80,7 @@ class Rule:
                        for c in _get(obj, ("status", "conditions")) or () if isinstance(c, Mapping))
         return _get(obj, self.field) in self.values
 
-    def write(self, status: dict[str, Any], obj: Mapping[str, Any], reason: str, message: str) -> None:
+    def write(self, status: dict[str, Any], reason: str, message: str) -> None:
         if self.conditions:
             set_condition(status.setdefault("conditions", []), self.conditions[0], "True", reason, message)
         elif self.field[:1] == ("status",) and self.values:
@@ -229,9 +229,9 @@ class GenericOperator:
         phases = [(p.get("status") or {}).get("phase") for p in pods]
         status = copy.deepcopy(obj.get("status") or {})
         if "Failed" in phases:
-            declared.failure.write(status, obj, "PodFailed", f"{phases.count('Failed')} pods failed")
+            declared.failure.write(status, "PodFailed", f"{phases.count('Failed')} pods failed")
         elif expected and phases.count("Succeeded") >= expected:
-            declared.success.write(status, obj, "PodsSucceeded", f"{expected} pods succeeded")
+            declared.success.write(status, "PodsSucceeded", f"{expected} pods succeeded")
         if status != (obj.get("status") or {}):
             try:
                 self.store.update(resource, {**obj, "status": status}, subresource="status")
