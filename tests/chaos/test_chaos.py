@@ -21,9 +21,17 @@ import pytest
 import pytest_asyncio
 
 from bench.chaos.__main__ import figure_lines
-from bench.chaos.observe import APPWRAPPERS, PYTORCHJOBS, RAYJOBS, Observer
+from bench.chaos.observe import APPWRAPPERS, PYTORCHJOBS, RAYJOBS, TRAININGRUNS, Observer
 from bench.chaos.procs import missing_binaries
-from bench.chaos.scenarios import SCENARIOS, Size, appwrapper_manifest, manifest, ray_manifest, run_in
+from bench.chaos.scenarios import (
+    SCENARIOS,
+    Size,
+    appwrapper_manifest,
+    manifest,
+    ray_manifest,
+    run_in,
+    trainingrun_manifest,
+)
 from bench.chaos.world import MANAGER, NAMESPACE, World, WorldOptions
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
@@ -73,14 +81,15 @@ async def eventually(probe: object, what: str, within: float = 20.0) -> None:
     pytest.fail(f"not within {within:.0f}s: {what}")
 
 
-@pytest.mark.parametrize("kind", ["PyTorchJob", "RayJob", "AppWrapper"])
+@pytest.mark.parametrize("kind", ["PyTorchJob", "RayJob", "AppWrapper", "TrainingRun"])
 async def test_a_job_live_on_two_workers_counts_as_run_twice(shared: Shared, kind: str) -> None:
     """The counter of the main guarantee can fail: copies made by hand on two workers are caught, for every
     kind of the mix."""
     name = f"selfcheck-twice-{kind.lower()}"
-    res = {"PyTorchJob": PYTORCHJOBS, "RayJob": RAYJOBS, "AppWrapper": APPWRAPPERS}[kind]
+    res = {"PyTorchJob": PYTORCHJOBS, "RayJob": RAYJOBS, "AppWrapper": APPWRAPPERS, "TrainingRun": TRAININGRUNS}[kind]
     # managedBy multikueue: no controller in a worker cluster touches them
-    copy = {"PyTorchJob": manifest, "RayJob": ray_manifest, "AppWrapper": appwrapper_manifest}[kind](name, 60)
+    copy = {"PyTorchJob": manifest, "RayJob": ray_manifest, "AppWrapper": appwrapper_manifest,
+            "TrainingRun": trainingrun_manifest}[kind](name, 60)
     for w in ("worker-1", "worker-2"):
         await shared.obs.kubes[w].create(res, copy, NAMESPACE)
     try:
