@@ -84,6 +84,13 @@ class Dispatcher:
         """Faults of the side work (queue status, Events, handover records): /readyz and the metrics show them."""
 
     async def __aenter__(self) -> Dispatcher:
+        try:
+            return await self._enter()
+        except BaseException:
+            self._declared_scope.close()  # the declared kinds are known only while a dispatcher runs
+            raise
+
+    async def _enter(self) -> Dispatcher:
         s = self.settings
         self._switch_interval = sys.getswitchinterval()
         if s.gil_switch_interval_seconds is not None:

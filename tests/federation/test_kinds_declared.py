@@ -286,3 +286,16 @@ def test_mkctl_kinds_lists_checks_and_writes_the_manifests_of_declared_kinds(tmp
         ["mkd-managedby-immutable-declared-spec"]
     shipped = (Path(__file__).resolve().parents[2] / "deploy" / "admission" / "managedby-immutable.yaml").read_text()
     assert "mkd-managedby-immutable-declared" not in shipped  # beside deploy/'s policies, never over them
+
+
+async def test_a_dispatcher_knows_its_declared_kinds_only_while_it_runs(tmp_path: Path) -> None:
+    from dispatcher.app import Dispatcher
+    from dispatcher.settings import DispatcherSettings
+
+    broken = DispatcherSettings(kinds_file=EXAMPLE / "kinds.yaml", database_url="postgresql+nope://x/y",
+                                kube={"kubeconfig": tmp_path / "missing.kubeconfig"})
+    dispatcher = Dispatcher(broken)
+    assert [k.name for k in dispatcher.kinds if k.name == "TrainingRun"] == ["TrainingRun"]
+    with pytest.raises(Exception):  # noqa: B017 - whatever stops it starting, the scope is left
+        await dispatcher.__aenter__()
+    assert registry.by_api("example.com/v1", "TrainingRun") is None
