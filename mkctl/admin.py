@@ -14,8 +14,10 @@ through the API only: the dispatcher decides, mkctl asks.
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -119,8 +121,14 @@ def source(database_url: str | None, server: str | None, token: str | None,
 def workload_filter(*, namespace: str | None = None, kind: str | None = None, queue: str | None = None,
                     cluster: str | None = None, state: str | None = None, label: str | None = None) -> Any:
     from dispatcher.db import admin as dbadmin
+    from federation.kinds import registry
+    from federation.settings import declared_kinds
 
-    return dbadmin.WorkloadFilter(namespace=namespace, kind=dbadmin.parse_kind(kind), queue=queue, cluster=cluster,
+    # the dispatcher's declared kinds too, found as its database is (MKD_DISPATCHER_KINDS_FILE)
+    declared = os.environ.get("MKD_DISPATCHER_KINDS_FILE")
+    with registry.declared(declared_kinds(Path(declared)) if declared else ()):
+        parsed = dbadmin.parse_kind(kind)
+    return dbadmin.WorkloadFilter(namespace=namespace, kind=parsed, queue=queue, cluster=cluster,
                                   state=dbadmin.parse_state(state), labels=dbadmin.parse_labels(label))
 
 

@@ -53,7 +53,8 @@ def parse_kind(value: str | None, *, field_name: str = "--kind") -> str | None:
     found = names.get(value.strip().lower())
     if found is None:
         raise Invalid(field_name, f"{value!r} is not a job kind mkd manages",
-                      fix=f"use one of: {', '.join(sorted(names.values()))}")
+                      fix=f"use one of: {', '.join(sorted(names.values()))} (or a kind the dispatcher's kinds_file "
+                          "declares: MKD_DISPATCHER_KINDS_FILE names it for mkctl)")
     return found
 
 

@@ -299,3 +299,14 @@ async def test_a_dispatcher_knows_its_declared_kinds_only_while_it_runs(tmp_path
     with pytest.raises(Exception):  # noqa: B017 - whatever stops it starting, the scope is left
         await dispatcher.__aenter__()
     assert registry.by_api("example.com/v1", "TrainingRun") is None
+
+
+def test_the_admin_commands_filter_by_a_declared_kind_with_the_dispatchers_kinds_file(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from mkctl.admin import workload_filter
+
+    with pytest.raises(Invalid, match="MKD_DISPATCHER_KINDS_FILE names it"):
+        workload_filter(kind="trainingrun")
+    monkeypatch.setenv("MKD_DISPATCHER_KINDS_FILE", str(EXAMPLE / "kinds.yaml"))
+    assert workload_filter(kind="trainingrun").kind == "TrainingRun"
+    assert registry.by_api("example.com/v1", "TrainingRun") is None  # known for the parse only
