@@ -20,14 +20,25 @@ from __future__ import annotations
 
 import hashlib
 import re
+import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
 from federation import labels
 from federation.errors import Invalid
-from federation.kinds.base import Finished, as_map, get_path, podset_for, validate_pod_template
+from federation.kinds.base import (
+    LAST_APPLIED,
+    SERVER_SET_METADATA,
+    BaseKind,
+    Finished,
+    as_map,
+    get_path,
+    podset_for,
+    validate_pod_template,
+)
 from federation.podset import PodSet
 
 ADMISSION_GATE = "kueue.x-k8s.io/admission"
@@ -262,8 +273,6 @@ def _condition(status: Mapping[str, Any], kind: str) -> Mapping[str, Any] | None
 def worker_pod(pod: Mapping[str, Any], stamp: Mapping[str, str]) -> dict[str, Any]:
     """The worker's copy of a manager pod: its metadata without what the manager's server set (uid, owner,
     node), ``stamp`` added to its labels, Kueue's admission gate removed (the worker copy runs), no status."""
-    from federation.kinds.base import LAST_APPLIED, SERVER_SET_METADATA
-
     meta = {k: v for k, v in as_map(pod.get("metadata")).items() if k not in SERVER_SET_METADATA}
     annotations = {k: v for k, v in as_map(meta.get("annotations")).items() if k != LAST_APPLIED}
     if annotations:
@@ -279,3 +288,154 @@ def worker_pod(pod: Mapping[str, Any], stamp: Mapping[str, str]) -> dict[str, An
         spec.pop("schedulingGates", None)
     spec.pop("nodeName", None)
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+# --- the JobKind: a pod group as one Job ----------------------------------------------------------------------
+
+MEMBERS_ANNOTATION = f"{labels.PREFIX}/pod-group"
+"""On a worker's lead pod: the group's pods as the manager has them (JSON), from which the agent creates the rest."""
+MAX_MEMBERS_BYTES = 200 * 1024
+"""The group's pods must fit in one annotation of the lead pod (a pod's annotations hold 256 KiB at most)."""
+
+
+def group_object(members: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The one Job mkd queues for a single Pod or a complete pod group: named and labelled as its first pod by
+    name (the lead pod, whose Events the group's are), ``spec.pods`` the members as the manager has them,
+    ``status.pods`` their statuses by name. A single Pod keeps its uid; a group's is derived from its members'
+    uids, so the same pods are the same group after a restart and a group made again is a new one."""
+    ordered = sorted(members, key=lambda p: str(get_path(p, ("metadata", "name")) or ""))
+    lead = ordered[0]
+    meta = as_map(lead.get("metadata"))
+    uids = sorted(str(get_path(p, ("metadata", "uid")) or "") for p in ordered)
+    uid = uids[0] if len(ordered) == 1 and group_name(lead) is None else str(
+        uuid.uuid5(uuid.NAMESPACE_OID, "mkd.dev/pod-group/" + ",".join(uids)))
+    return {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": meta.get("name"), "namespace": meta.get("namespace"), "uid": uid, "generation": 1,
+                     "creationTimestamp": meta.get("creationTimestamp"),
+                     "labels": dict(as_map(meta.get("labels"))), "annotations": dict(as_map(meta.get("annotations"))),
+                     **({"deletionTimestamp": meta["deletionTimestamp"]} if meta.get("deletionTimestamp") else {})},
+        "spec": {"pods": [_member(p) for p in ordered]},
+        "status": {"pods": {str(get_path(p, ("metadata", "name"))): dict(as_map(p.get("status"))) for p in ordered}},
+    }
+
+
+def _member(pod: Mapping[str, Any]) -> dict[str, Any]:
+    meta = as_map(pod.get("metadata"))
+    out_meta = {k: meta[k] for k in ("name", "uid", "labels", "annotations") if k in meta}
+    return {"metadata": out_meta, "spec": dict(as_map(pod.get("spec")))}
+
+
+def members_of(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The group's pods: ``spec.pods`` of a group object, the lead pod's annotation on a worker, else the pod."""
+    listed = get_path(obj, ("spec", "pods"))
+    if isinstance(listed, list):
+        return [as_map(p) for p in listed]
+    carried = as_map(get_path(obj, ("metadata", "annotations"))).get(MEMBERS_ANNOTATION)
+    if isinstance(carried, str):
+        try:
+            decoded = orjson.loads(carried)
+        except orjson.JSONDecodeError:
+            decoded = None
+        if isinstance(decoded, list):
+            return [as_map(p) for p in decoded]
+    return [obj]
+
+
+def pod_statuses(status: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """A group status's pods by name (``status.pods``)."""
+    pods = status.get("pods")
+    return {str(k): dict(as_map(v)) for k, v in pods.items()} if isinstance(pods, Mapping) else {}
+
+
+@dataclass(frozen=True)
+class PodKind(BaseKind):
+    """v1 Pod, one Job per single Pod or pod group (module docstring). No managedBy: a Pod is headed for
+    MultiKueue by its queue label and Kueue's admission gate, and is never suspended (the gate holds it)."""
+
+    def managed_by(self, job: Mapping[str, Any]) -> str | None:
+        members = members_of(job)
+        return labels.MULTIKUEUE if members and all(headed_for_multikueue(p) for p in members) else None
+
+    def validate(self, job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> list[Invalid]:
+        members = members_of(job)
+        if not members:
+            return [Invalid("spec.pods", "lists no pod", fix="create the group's pods")]
+        errors: list[Invalid] = []
+        for pod in members:
+            name = get_path(pod, ("metadata", "name"))
+            where = f" (pod {name})" if len(members) > 1 else ""
+            errors += [Invalid(e.field + where, e.detail, fix=e.fix) for e in validate_pod(pod)]
+        if group_name(members[0]) is not None:
+            errors += validate_group(members)
+            size = len(orjson.dumps([_member(p) for p in members]))
+            if size > MAX_MEMBERS_BYTES:
+                errors.append(Invalid(GROUP_NAME_FIELD, f"the group's {len(members)} pods take {size // 1024} KiB, "
+                                                        f"more than the {MAX_MEMBERS_BYTES // 1024} KiB mkd carries",
+                                      fix="split the group, or run its pods as a Job or JobSet"))
+        return errors
+
+    def podsets(self, job: Mapping[str, Any], runtime: Mapping[str, Any] | None = None) -> list[PodSet]:
+        members = members_of(job)
+        if not members:
+            raise Invalid("spec.pods", "lists no pod", fix="create the group's pods")
+        if group_name(members[0]) is None:
+            return single_podsets(members[0])
+        return group_podsets(members)
+
+    def is_suspended(self, job: Mapping[str, Any]) -> bool:
+        return False
+
+    def with_suspended(self, job: Mapping[str, Any], value: bool) -> dict[str, Any]:
+        return dict(job)
+
+    def finished(self, job: Mapping[str, Any]) -> Finished | None:
+        """From ``status.pods`` (a group's status as the agent reports it): every pod listed there has ended. A
+        pod on its own (a single Pod, or one pod of a group as the manager shows it) ends with its phase; a
+        worker's lead pod of a group of several ends only with the group."""
+        status = as_map(job.get("status"))
+        pods = pod_statuses(status)
+        if pods:
+            if len(pods) == 1 and all(group_name(p) is None for p in members_of(job)):
+                return single_finished({"status": next(iter(pods.values()))})
+            listed = [{"status": s} for s in pods.values()]
+            return group_finished(listed, len(listed))
+        if "phase" in status and len(members_of(job)) == 1:
+            return single_finished(job)
+        return None
+
+    def prepare_for_worker(self, job: Mapping[str, Any], *, stamp: Mapping[str, str],
+                           managed_by: str | None) -> dict[str, Any]:
+        """The lead pod as the worker gets it, carrying the whole group (:data:`MEMBERS_ANNOTATION`)."""
+        members = members_of(job) or [job]
+        lead = worker_pod(members[0], stamp)
+        carried = [_member({**p, "metadata": {k: v for k, v in as_map(p.get("metadata")).items() if k != "uid"}})
+                   for p in members]
+        annotations = {k: v for k, v in as_map(as_map(job.get("metadata")).get("annotations")).items()
+                       if k != MEMBERS_ANNOTATION}
+        annotations.update(as_map(lead["metadata"].get("annotations")))
+        annotations[MEMBERS_ANNOTATION] = orjson.dumps(carried).decode()
+        lead["metadata"]["annotations"] = annotations
+        return lead
+
+    def update_for_worker(self, existing: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any]:
+        """A pod's spec does not change: only its labels and annotations follow (the epoch label)."""
+        out = {k: v for k, v in existing.items() if k != "status"}
+        metadata = dict(as_map(existing.get("metadata")))
+        wanted = as_map(desired.get("metadata"))
+        for key in ("labels", "annotations"):
+            metadata[key] = dict(as_map(wanted.get(key)))
+        out["metadata"] = metadata
+        return out
+
+
+POD = PodKind(
+    name="Pod",
+    group="",
+    version="v1",
+    plural="pods",
+    controller=ADMISSION_GATE,  # what holds a Pod on the manager: Kueue's admission gate, not a managedBy
+    managed_by_path=(),
+    suspend_path=(),
+    run_by="agent",  # the agent creates the group's other pods from the lead pod (worker_agent/reconcilers/pods.py)
+)

@@ -20,6 +20,7 @@ from federation.kinds.jobset import JOBSET
 from federation.kinds.leaderworkerset import LEADERWORKERSET
 from federation.kinds.mpijob import MPIJOB
 from federation.kinds.paddle import PADDLEJOB
+from federation.kinds.pod import POD
 from federation.kinds.pytorch import PYTORCHJOB
 from federation.kinds.raycluster import RAYCLUSTER
 from federation.kinds.rayjob import RAYJOB
@@ -43,6 +44,7 @@ KINDS: tuple[JobKind, ...] = (
     RAYSERVICE,
     APPWRAPPER,
     LEADERWORKERSET,
+    POD,
 )
 
 _BY_NAME = {kind.name: kind for kind in KINDS}

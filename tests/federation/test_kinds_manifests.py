@@ -57,6 +57,24 @@ def test_a_new_kind_reaches_rbac_webhook_policies_and_enum(tmp_path: Path) -> No
     assert manifests.stale(tmp_path, (*KINDS, extra)) == []
 
 
+def test_pods_have_rbac_but_no_handover_or_managedby_policy() -> None:
+    """A Pod has no managedBy (its queue label and Kueue's admission gate opt it in): the dispatcher reads Pods and
+    writes their status, but no HandoverPolicy routes them and no managedBy-immutable policy matches them."""
+    rendered = manifests.render(ROOT, KINDS)
+    rules = next(d for d in yaml.safe_load_all(rendered["deploy/manager/dispatcher.yaml"])
+                 if d and d["kind"] == "ClusterRole")["rules"]
+    assert {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch"]} in rules
+    hook = next(d for d in yaml.safe_load_all(rendered["deploy/components/handover-webhook/webhook.yaml"])
+                if d["kind"] == "MutatingWebhookConfiguration")
+    assert all("pods" not in r["resources"] for r in hook["webhooks"][0]["rules"])
+    policies = [d for d in yaml.safe_load_all(rendered["deploy/admission/managedby-immutable.yaml"])
+                if d["kind"] == "ValidatingAdmissionPolicy"]
+    assert all("pods" not in r["resources"] for p in policies for r in p["spec"]["matchConstraints"]["resourceRules"])
+    crd = yaml.safe_load(rendered["dispatcher/handover/crds/handoverpolicies.handover.mkd.dev.yaml"])
+    enum = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["kinds"]
+    assert "Pod" not in enum["items"]["enum"]
+
+
 def test_mkctl_kinds_lists_every_kind_and_who_runs_it() -> None:
     from typer.testing import CliRunner
 

@@ -144,3 +144,61 @@ def test_worker_copy_is_ungated_and_stamped() -> None:
     assert copy["metadata"]["labels"][labels.ORIGIN] == "mkd"
     assert copy["metadata"]["labels"][pods.GROUP_NAME_LABEL] == "sample-group"
     assert manager["spec"]["schedulingGates"][0]["name"] == pods.ADMISSION_GATE  # the input is left as it was
+
+
+def with_uid(pod: dict[str, Any]) -> dict[str, Any]:
+    pod["metadata"]["uid"] = f"uid-{pod['metadata']['name']}"
+    return pod
+
+
+def test_a_group_is_one_job_named_by_its_lead_pod_with_a_uid_of_its_members() -> None:
+    group = [with_uid(make_pod(n)) for n in ("w-1", "driver", "w-0")]
+    obj = pods.group_object(group)
+    assert obj["metadata"]["name"] == "driver" and [p["metadata"]["name"] for p in obj["spec"]["pods"]] == [
+        "driver", "w-0", "w-1"]
+    assert obj["metadata"]["uid"] == pods.group_object(list(reversed(group)))["metadata"]["uid"]
+    again = [*group[:2], with_uid(make_pod("w-0"))]
+    again[2]["metadata"]["uid"] = "uid-w-0-made-again"
+    assert pods.group_object(again)["metadata"]["uid"] != obj["metadata"]["uid"]
+    single = with_uid(make_pod("alone", group=None, count=None))
+    assert pods.group_object([single])["metadata"]["uid"] == "uid-alone"
+    assert pods.POD.managed_by(obj) == labels.MULTIKUEUE
+    group[1]["spec"].pop("schedulingGates")
+    assert pods.POD.managed_by(pods.group_object(group)) is None  # one pod would run on the manager
+
+
+def test_the_worker_gets_the_lead_pod_carrying_the_group() -> None:
+    obj = pods.group_object([with_uid(make_pod(n)) for n in ("driver", "w-0", "w-1")])
+    lead = pods.POD.prepare_for_worker(obj, stamp={labels.ORIGIN: "mkd"}, managed_by=None)
+    assert lead["metadata"]["name"] == "driver" and "schedulingGates" not in lead["spec"]
+    assert lead["metadata"]["labels"][labels.ORIGIN] == "mkd"
+    members = pods.members_of(lead)
+    assert [m["metadata"]["name"] for m in members] == ["driver", "w-0", "w-1"]
+    assert all("uid" not in m["metadata"] for m in members)  # the manager's uids mean nothing on a worker
+    # the same on the worker's side: validated and prepared again from the lead pod alone
+    assert pods.POD.validate(lead) == []
+    assert pods.members_of(pods.POD.prepare_for_worker(lead, stamp={}, managed_by=None)) == members
+    assert [(p.count) for p in pods.POD.podsets(lead)] == [3]
+
+
+def test_the_group_status_finishes_when_every_pod_ended() -> None:
+    obj = pods.group_object([with_uid(make_pod(n)) for n in ("a", "b")])
+    ended = {"status": {"pods": {"a": {"phase": "Succeeded"}, "b": {"phase": "Running"}}}}
+    assert pods.POD.finished(ended) is None
+    ended["status"]["pods"]["b"] = {"phase": "Failed"}
+    assert pods.POD.finished(ended) == ("Failed", "PodFailed", "Pods succeeded: 1/2.")
+    # the worker's lead pod of a group does not end the group with its own phase
+    lead = pods.POD.prepare_for_worker(obj, stamp={}, managed_by=None)
+    assert pods.POD.finished({**lead, "status": {"phase": "Succeeded"}}) is None
+    # a pod on its own (a single Pod, or one pod of a group as the manager shows it) ends with its phase
+    assert pods.POD.finished(make_pod(phase="Succeeded")) == ("Succeeded", "Succeeded", "")
+
+
+def test_an_empty_or_oversized_group_is_refused() -> None:
+    (empty,) = pods.POD.validate({"spec": {"pods": []}})
+    assert empty.field == "spec.pods"
+    big = [with_uid(make_pod(f"p-{i}", count="40")) for i in range(40)]
+    for pod in big:
+        pod["metadata"]["annotations"]["note"] = "x" * 6000
+    problems = pods.POD.validate(pods.group_object(big))
+    assert any(p.field == pods.GROUP_NAME_FIELD and "KiB" in p.detail for p in problems)
