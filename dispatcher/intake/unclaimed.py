@@ -24,6 +24,10 @@ NOT_MANAGED_REASON = "NotManagedByMultiKueue"
 def queued_but_unmanaged(kind: Any, job: Mapping[str, Any]) -> str | None:
     """The feedback for a Job that carries ``kueue.x-k8s.io/queue-name`` but no managedBy at all: the user
     meant it to be queued, and mkd leaves it to the kind's own controller. None for every other Job."""
+    if kind.name == "Pod":  # the queue label and Kueue's admission gate opt a Pod in
+        from dispatcher.intake.podgroups import not_gated
+
+        return not_gated(job)
     md = job.get("metadata") or {}
     queue = (md.get("labels") or {}).get(labels.QUEUE_NAME)
     if not queue or kind.managed_by(job):
@@ -47,6 +51,13 @@ async def explain(kube: Any, namespace: str, name: str) -> str | None:
             continue
         managed_by = kind.managed_by(job)
         where = kind.managed_by_field
+        if kind.name == "Pod":
+            queued = queued_but_unmanaged(kind, job)
+            if managed_by == labels.MULTIKUEUE:
+                return (f"{namespace}/{name} (Pod) names a queue and is gated but has no Workload yet: a pod of a "
+                        "group waits for the group's pod-group-total-count pods, or the dispatcher has not claimed it")
+            return f"{namespace}/{name} (Pod) is not managed by mkd: it " + (
+                queued or f"names no queue ({labels.QUEUE_NAME}) and no {kind.controller} scheduling gate")
         if managed_by == labels.MULTIKUEUE:
             return (f"{namespace}/{name} ({kind.name}) has {where}: {labels.MULTIKUEUE} but no Workload yet: "
                     "the dispatcher has not claimed it (is it running and watching this namespace?)")

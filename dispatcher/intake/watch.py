@@ -26,10 +26,13 @@ from typing import Any
 
 from dispatcher import workload as wl
 from dispatcher.engine.loop import Engine, Heal, JobChange
+from dispatcher.intake.podgroups import SELECTOR as POD_SELECTOR
+from dispatcher.intake.podgroups import PodGroups, not_gated
 from federation import labels
 from federation.clock import Clock
 from federation.errors import Temporary
 from federation.kinds.base import JobKind
+from federation.kinds.pod import POD
 from federation.kube import Kube, resource_for
 
 log = logging.getLogger(__name__)
@@ -141,21 +144,35 @@ class Intake:
         # no second copy of each.
         # the echoes of mkd's own status writes are told undecoded (KubeWriter.echo_line): intake has nothing to do
         # with them, and the handover book has seen each such Job as it is (its status aside) already
+        # Pods: only those naming a queue, each event turned into its group's (dispatcher/intake/podgroups.py)
+        groups = PodGroups() if kind.name == POD.name else None
         async for event in self.kube.informer(res, namespace, compact=True, listed=listed,
-                                              echoes=self.engine.writer.echo_line):
-            deleted = event.type == "DELETED"
-            if present is not None and not deleted:
-                present.append(wl.uid_of(event.object))
-                if not self.ready.is_set():  # the start's lists: what the Jobs show, for the heal pass
-                    self.engine.note_listed(event.object)
-            if self.observe is not None:
-                self.observe(kind, event.object, deleted)
-            if self._followed_only(namespace, event.object):
+                                              echoes=self.engine.writer.echo_line,
+                                              label_selector=POD_SELECTOR if groups is not None else None):
+            if groups is None:
+                self._event(kind, namespace, event.object, event.type == "DELETED", present)
                 continue
-            if not deleted:
+            if event.type != "DELETED":
                 self._tell_unmanaged(kind, event.object)
-            if relevant(kind, self.engine, event.object, deleted):
-                self.engine.inbox.put_nowait(JobChange(kind, event.object, deleted=deleted))
+            for obj, deleted in groups.feed(event.object, event.type == "DELETED"):
+                self._event(kind, namespace, obj, deleted, present, told=True)
+
+    def _event(self, kind: JobKind, namespace: str | None, obj: dict[str, Any], deleted: bool,
+               present: list[str] | None, *, told: bool = False) -> None:
+        """One Job's watch event: listed, shown to the handover book, told why it is not claimed, and handed to
+        the engine when it matters (``relevant``)."""
+        if present is not None and not deleted:
+            present.append(wl.uid_of(obj))
+            if not self.ready.is_set():  # the start's lists: what the Jobs show, for the heal pass
+                self.engine.note_listed(obj)
+        if self.observe is not None and kind.name != POD.name:  # (no HandoverPolicy routes Pods)
+            self.observe(kind, obj, deleted)
+        if self._followed_only(namespace, obj):
+            return
+        if not deleted and not told:
+            self._tell_unmanaged(kind, obj)
+        if relevant(kind, self.engine, obj, deleted):
+            self.engine.inbox.put_nowait(JobChange(kind, obj, deleted=deleted))
 
     def _tell_unmanaged(self, kind: JobKind, obj: Mapping[str, Any]) -> None:
         """A Job that names a Kueue queue but no managedBy gets a Warning Event saying mkd leaves it alone and
@@ -165,7 +182,7 @@ class Intake:
         uid = wl.uid_of(obj)
         if uid in self._told or uid in self.engine.known:
             return
-        message = queued_but_unmanaged(kind, obj)
+        message = not_gated(obj) if kind.name == POD.name else queued_but_unmanaged(kind, obj)
         if message is None:
             return
         self._told[uid] = None

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dispatcher.intake.jobcache import JobCache, pack, unpack
+from dispatcher.mirror import podstatus
 from dispatcher.workload import (
     IF_TRUE,
     MKD_CONDITIONS,
@@ -29,6 +30,8 @@ from dispatcher.workload import (
 )
 from federation.clock import Clock
 from federation.errors import FederationError, Invalid, NotFound, Temporary
+from federation.kinds.base import JobKind
+from federation.kinds.pod import POD
 from federation.kinds.registry import by_name
 from federation.retry import capped
 
@@ -420,35 +423,57 @@ class KubeWriter:
                 if old is not None and old.get("status") == cond["status"]:
                     cond = {**cond, "lastTransitionTime": old.get("lastTransitionTime", cond["lastTransitionTime"])}
                 mkd[type_] = cond
-            # no new worker status: the worker's part of what the manager Job has stays (merge_status)
-            target = merge_status(todo.status, mkd, current, kind.max_conditions)
-            started = (current or {}).get("startTime")
-            if started and not target.get("startTime") and kind.api_version == "batch/v1" \
-                    and not self._suspended(key.uid):
-                # the API server refuses to remove a batch Job's startTime while it is not suspended (the copy
-                # evicted, or a new one placed that has not started yet): the Job keeps the time it started
-                target["startTime"] = started
-            patch = merge_patch(current, target)
-            if current is not None and not patch:
-                self.unchanged += 1  # e.g. a status re-reported after a Resync: nothing to write
+            if kind.name == POD.name:  # a single Pod or pod group: each of its Pods written (mirror/podstatus.py)
+                await self._pods(key, res, todo, mkd, current)
             else:
-                self._patching.add(key.uid)
-                version: Any = None
-                try:
-                    result = await self.kube.patch(res, key.name, {"status": patch}, key.namespace,
-                                                   subresource="status")
-                    version = _version(result) if isinstance(result, dict) else None
-                finally:
-                    self._patching.discard(key.uid)
-                    self.wrote(key.uid, version if isinstance(version, str) else None, key)
-                self.writes += 1
-                written = result.get("status") if isinstance(result, dict) else None
-                self.cache.set_written(key.uid, pack(written if isinstance(written, dict) else target))
+                await self._job(key, res, kind, todo, mkd, current)
+        involved_uid = key.uid
+        if kind.name == POD.name:
+            involved_uid = podstatus.lead_uid(self.cache.get(key.uid)) or key.uid
         for type_, reason, message in todo.events:
             involved = {"apiVersion": kind.api_version, "kind": kind.name,
-                        "metadata": {"namespace": key.namespace, "name": key.name, "uid": key.uid}}
+                        "metadata": {"namespace": key.namespace, "name": key.name, "uid": involved_uid}}
             await self.kube.event(involved, type=type_, reason=reason, message=message, component=COMPONENT)
         todo.events.clear()
+
+    async def _pods(self, key: JobKey, res: Any, todo: _Todo, mkd: dict[str, dict[str, Any]],
+                    current: dict[str, Any] | None) -> None:
+        changes = podstatus.targets(todo.status, mkd, current, podstatus.names_of(self.cache.get(key.uid), current))
+        self._patching.add(key.uid)
+        try:
+            written = await podstatus.write(self.kube, res, key.namespace, changes)
+        finally:
+            self._patching.discard(key.uid)
+            self.wrote(key.uid, None)  # each Pod's echo comes back to intake as a change it passes over
+        self.writes += 1
+        self.cache.set_written(key.uid, pack(written))
+
+    async def _job(self, key: JobKey, res: Any, kind: JobKind, todo: _Todo, mkd: dict[str, dict[str, Any]],
+                   current: dict[str, Any] | None) -> None:
+        # no new worker status: the worker's part of what the manager Job has stays (merge_status)
+        target = merge_status(todo.status, mkd, current, kind.max_conditions)
+        started = (current or {}).get("startTime")
+        if started and not target.get("startTime") and kind.api_version == "batch/v1" \
+                and not self._suspended(key.uid):
+            # the API server refuses to remove a batch Job's startTime while it is not suspended (the copy
+            # evicted, or a new one placed that has not started yet): the Job keeps the time it started
+            target["startTime"] = started
+        patch = merge_patch(current, target)
+        if current is not None and not patch:
+            self.unchanged += 1  # e.g. a status re-reported after a Resync: nothing to write
+        else:
+            self._patching.add(key.uid)
+            version: Any = None
+            try:
+                result = await self.kube.patch(res, key.name, {"status": patch}, key.namespace,
+                                               subresource="status")
+                version = _version(result) if isinstance(result, dict) else None
+            finally:
+                self._patching.discard(key.uid)
+                self.wrote(key.uid, version if isinstance(version, str) else None, key)
+            self.writes += 1
+            written = result.get("status") if isinstance(result, dict) else None
+            self.cache.set_written(key.uid, pack(written if isinstance(written, dict) else target))
 
 
 def _version(obj: Mapping[str, Any]) -> str | None:

@@ -110,10 +110,12 @@ def test_a_violation_is_reported(source: str, rel: str, expected: str, tmp_path:
 # module is its room). A module may import its own room and the rooms of lower layers, never a room of its
 # own layer (those are independent) nor one above. A new module belongs to a room here before it lands.
 DISPATCHER_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("dispatcher.intake.podgroups",),
     ("dispatcher.states", "dispatcher.settings", "dispatcher.placement", "dispatcher.intake.jobcache",
      "dispatcher.intake.unclaimed", "dispatcher.wire.freshrows", "dispatcher.wire.streams",
      "dispatcher.handover.safety", "dispatcher.wire.podstreams"),
     ("dispatcher.db", "dispatcher.workload"),
+    ("dispatcher.mirror.podstatus",),
     ("dispatcher.queueing", "dispatcher.mirror.conditions", "dispatcher.mirror.kubewriter",
      "dispatcher.clusters.identity", "dispatcher.clusters.policycheck", "dispatcher.replica",
      "dispatcher.wire.outbox"),
