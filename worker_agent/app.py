@@ -41,7 +41,7 @@ from worker_agent.podanswers import Answerer
 from worker_agent.policy import CheckedPolicy
 from worker_agent.reconcilers.base import Reconciler
 from worker_agent.reconcilers.registry import reconcilers as all_reconcilers
-from worker_agent.reports import CapacityMeter, Outbox, Reporter, heartbeat, sleep_or
+from worker_agent.reports import CapacityMeter, Outbox, Reporter, heartbeat, placement_of, sleep_or
 from worker_agent.seq import SHIFT, Sequencer, take_epoch
 from worker_agent.settings import AgentSettings
 
@@ -146,6 +146,7 @@ class Agent:
                                  on_regained=self._lease_regained,
                                  record_in=(self.settings.namespace, self.settings.cluster_name))
         self.inbox.lease = self.lease
+        self.inbox.report_again = self._report_again
         self.inbox.admission = self._admission
         self.apply.may_start = self.lease.holds
         await self.adopt_served()
@@ -212,6 +213,22 @@ class Agent:
     def _own_status(self, kind: str, job: dict[str, Any]) -> None:
         self.reporter.job_changed(self.kinds[kind], job)
 
+    def _reports_by_pass(self, kind: str) -> bool:
+        reconciler = self.reconcilers.get(kind)
+        return reconciler is not None and reconciler.reports_status
+
+    def _report_again(self, kind: JobKind, job: dict[str, Any]) -> None:
+        """A Resync's "report it again": the job's status as watched, or a pass for a kind whose reconciler
+        reports (its report then goes even if unchanged)."""
+        if not self._reports_by_pass(kind.name) or self.apply is None:
+            self.reporter.job_changed(kind, job, force=True)
+            return
+        placement = placement_of(job)
+        if placement is not None:
+            self.reporter.forget_status(placement.workload_uid)
+        ns, name = key_of(job)
+        self.apply.enqueue((kind.name, ns, name))
+
     # --- watchers ---------------------------------------------------------------------------
     async def follow_jobs(self, name: str) -> None:
         res = self.job_resources[name]
@@ -251,7 +268,8 @@ class Agent:
             self.inbox.job_seen(name, obj)
             if self.lease is not None:
                 self.lease.job_seen(res.plural, obj)  # a copy marked fenced is resumed once a Resync lists it
-            self.reporter.job_changed(kind, obj)
+            if not self._reports_by_pass(name):
+                self.reporter.job_changed(kind, obj)
             cache.upsert(obj, watched=True)  # shrinks obj to its header: read it before
             if echo is not StatusEcho.EARLY_SETTLED:  # that status write's pass needs no other
                 self.apply.enqueue((name, ns, job_name))

@@ -455,6 +455,8 @@ class ApplyLoop:
             retry = 1.0
         elif plan.status is not None or key in self._held_status:
             retry = await self._status(key, job_res, job, plan.status)
+        if plan.report is not None and self.on_status is not None:
+            self.on_status(kind, {**job, "status": plan.report})
         for etype, reason, message in plan.events:
             if not self._fresh_event(key, reason, message):
                 continue  # the same warning every pass (too many Services, say) is recorded once a minute

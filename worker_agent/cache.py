@@ -24,6 +24,7 @@ import orjson
 
 from federation.kinds.base import JobKind
 from federation.kinds.kubeflow import KubeflowV1Kind
+from federation.kinds.pod import MEMBERS_ANNOTATION
 from federation.kinds.registry import KINDS
 from federation.kube import Resource
 
@@ -56,7 +57,7 @@ def rv_of(obj: Mapping[str, Any] | None) -> int:
 
 
 _POD_STATUS_KEEP = ("phase", "reason", "message", "conditions", "containerStatuses",
-                    "initContainerStatuses")
+                    "initContainerStatuses", "startTime")
 _CONTAINER_STATUS_KEEP = ("name", "ready", "restartCount", "state", "lastState")
 _CONTAINER_KEEP = ("name", "resources", "restartPolicy")
 _SLIM_META = ("name", "namespace", "uid", "resourceVersion", "labels", "ownerReferences", "deletionTimestamp",
@@ -119,6 +120,9 @@ def _trim_pod(obj: dict[str, Any], meta: Any) -> None:
                 if r.get("controller"):
                     controllers.append({"uid": r.get("uid"), "controller": True})
             slim["ownerReferences"] = controllers
+        annotations = meta.get("annotations")
+        if annotations and MEMBERS_ANNOTATION in annotations:  # a pod group's lead: the pods it makes
+            slim["annotations"] = {MEMBERS_ANNOTATION: annotations[MEMBERS_ANNOTATION]}
         obj["metadata"] = slim
     spec = obj.get("spec")
     if isinstance(spec, dict):

@@ -14,6 +14,7 @@ from federation import labels
 from federation.clock import Clock, SystemClock
 from federation.errors import FederationError, NotFound
 from federation.kinds.base import JobKind
+from federation.kinds.pod import POD
 from federation.kinds.registry import KINDS
 from federation.kube import JOBS, PODS, Kube, Resource
 from federation.tasks import Supervisor
@@ -187,7 +188,9 @@ class Fencer:
         self.kinds_error = f"cannot list {', '.join(errors)}" if errors else None
         await self._all(self._suspend(kind_resource(kind), job, _fenced(kind.suspend_patch(job, True)), swept,
                                       fenced=True)
-                        for kind, job in copies if not kind.is_suspended(job))
+                        for kind, job in copies if kind.name != POD.name and not kind.is_suspended(job))
+        # a Pod cannot be suspended: a placed pod group's lead pod is deleted (its other pods are its children)
+        await self._all(self._delete_pod(job, swept) for kind, job in copies if kind.name == POD.name)
         for ns in sorted({str(job["metadata"].get("namespace")) for _, job in copies}):
             roots = {str(job["metadata"]["uid"]) for _, job in copies if job["metadata"].get("namespace") == ns}
             await self._stop_children(ns, roots, swept)

@@ -138,6 +138,8 @@ class Inbox:
         """Around creating a new Job of a kind (by name): waits while the agent is behind on the Jobs it has
         (``ApplyLoop.admission``); None: never waits."""
         self.lease: LeaseKeeper | None = None
+        self.report_again: Callable[[JobKind, dict[str, Any]], None] | None = None
+        """How a Resync has an expected job's status reported again (the agent's; None: the watched status)."""
         """Fencing (worker_agent.lease): set by the agent; None in tests that do not fence."""
         self.asks: Callable[[Ask], None] | None = None
         """Where Asks go (worker_agent.podanswers); None: they are ignored."""
@@ -533,7 +535,10 @@ class Inbox:
                 if placement is None:
                     continue
                 if (placement.workload_uid, placement.attempt) in expected:
-                    self.reporter.job_changed(kind, job, force=True)
+                    if self.report_again is not None:
+                        self.report_again(kind, job)
+                    else:
+                        self.reporter.job_changed(kind, job, force=True)
                     continue
                 if self.place_arrival.get(placement.workload_uid, 0) > arrival:
                     continue  # placed after this Resync was built

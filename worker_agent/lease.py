@@ -24,6 +24,7 @@ from federation import labels
 from federation.clock import Clock
 from federation.errors import FederationError, NotFound
 from federation.kinds.base import JobKind
+from federation.kinds.pod import POD
 from federation.kube import Kube
 from federation.messages import Heartbeat, Lease
 from federation.retry import capped
@@ -253,9 +254,12 @@ class LeaseKeeper:
             if self.holds():  # renewed while sweeping: the rest keep running (a Resync resumes the fenced)
                 log.warning("lease renewed during the fencing sweep (%d suspended): the rest keep running", done)
                 break
-            patch = _fence_patch(kind, job, True)
             try:
-                await self._patch(kind, meta, patch)
+                if kind.name == POD.name:  # a Pod cannot be suspended: the pod group's pods are deleted
+                    await self._delete_group(kind, meta)
+                    done += 1
+                    continue
+                await self._patch(kind, meta, _fence_patch(kind, job, True))
                 done += 1
             except NotFound:
                 continue
@@ -263,6 +267,23 @@ class LeaseKeeper:
                 log.error("could not suspend %s %s/%s: %s", kind.name, meta.get("namespace"), meta.get("name"), exc)
         self.fenced_jobs += done
         return done
+
+    async def _delete_group(self, kind: JobKind, meta: Mapping[str, Any]) -> None:
+        """Stop a placed pod group: its other pods (the lead's children), then the lead pod. The dispatcher places
+        the group again, elsewhere or here, once the lease has run out (nothing of it is left to resume)."""
+        res = kind_resource(kind)
+        ns = str(meta.get("namespace") or "")
+        cache = self.caches.get(res.plural)
+        children = cache.select(ns, f"{labels.OWNER_UID}={meta.get('uid')}") if cache is not None else []
+        for child in children:
+            try:
+                await self.kube.delete(res, str((child.get("metadata") or {}).get("name")), ns)
+            except NotFound:
+                pass
+        try:
+            await self.kube.delete(res, str(meta.get("name")), ns)
+        except NotFound:
+            pass
 
     async def _patch(self, kind: JobKind, meta: Mapping[str, Any], patch: dict[str, Any]) -> None:
         """Patch a Job and keep the answer in the cache at once: the informer may lag behind this write, and

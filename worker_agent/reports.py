@@ -470,6 +470,10 @@ class Reporter:
         self._last_status[uid] = (*fingerprint, outcome is not None)
         self.status(placement, status, outcome)
 
+    def forget_status(self, workload_uid: str) -> None:
+        """The next status of the job goes even if it is the one sent last (a Resync asked for it again)."""
+        self._last_status.pop(workload_uid, None)
+
     def new_copy_seen(self, placement: PlacementKey) -> bool:
         """``job_changed`` for a copy with no status, without the copy (``Inbox.created_echo``): it reports nothing
         and counts the job as running, unless a Status of this attempt was sent last (then the empty status is a

@@ -19,13 +19,15 @@ from worker_agent.app import Agent
 
 
 class LateList(Kube):
-    """A Kube whose lists of ``late`` wait for ``gate``: an API server slow to answer them at start."""
+    """A Kube whose lists of ``late`` wait for ``gate``: an API server slow to answer them at start. Only the
+    whole list (the capacity cache's) is late: the agent's own placed Pods, listed by their origin label for its
+    Inventory, are not what a heartbeat's capacity is measured from."""
 
     late: Resource = NODES
     gate: asyncio.Event
 
     async def list(self, res: Resource, namespace: str | None = None, **kw: Any) -> ListResult:
-        if res.plural == self.late.plural:
+        if res.plural == self.late.plural and not kw.get("label_selector"):
             await self.gate.wait()
         return await super().list(res, namespace, **kw)
 

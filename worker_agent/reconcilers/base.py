@@ -50,6 +50,9 @@ class Plan:
     """Seconds until a deadline or TTL falls due."""
     delete_job: bool = False
     """TTL expired: delete the job itself (children go by GC)."""
+    report: dict[str, Any] | None = None
+    """A status to report to the dispatcher without writing it (a pod group's: its pods' statuses, which are their
+    kubelets' to write); the reporter sends it only when it changed."""
 
 
 class Reconciler(Protocol):
@@ -66,6 +69,10 @@ class Reconciler(Protocol):
 
     children: tuple[Resource, ...]
     """Resources the reconciler creates; the apply loop lists these by ``child_selector``."""
+
+    reports_status: bool = False
+    """The status reported for the job is the reconciler's ``Plan.report`` (a pod group's), not the job's own
+    ``.status`` as the watch shows it; a report asked for again (a Resync) is a pass."""
 
     def child_selector(self, job: Mapping[str, Any]) -> str:
         """Label selector listing the job's children."""

@@ -16,6 +16,7 @@ from worker_agent.reconcilers.family import (
 from worker_agent.reconcilers.jobset import JobSetReconciler
 from worker_agent.reconcilers.mpi import MPIJobReconciler
 from worker_agent.reconcilers.passthrough import PassThrough
+from worker_agent.reconcilers.pods import PodGroupReconciler
 from worker_agent.reconcilers.pytorch import PyTorchJobReconciler
 from worker_agent.reconcilers.trainjob import TrainJobReconciler
 
@@ -32,6 +33,7 @@ def reconcilers(kinds: Sequence[JobKind] = KINDS) -> dict[str, Reconciler]:
         MPIJobReconciler(),
         TrainJobReconciler(),
         JobSetReconciler(),
+        PodGroupReconciler(),
     ]
     found += [PassThrough(kind.name) for kind in kinds if kind.run_by == "operator"]
     return {r.kind: r for r in found}
