@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from federation import labels
 from federation.errors import Invalid
+from federation.kinds import pod as pods
 from federation.kinds import registry
 from federation.kinds.declared import load
 from federation.kinds.registry import KINDS, by_api
@@ -45,8 +46,10 @@ PODSETS = {
     "special/too-large.yaml": [("master", 1), ("worker", 1)],
     "special/other-controller.yaml": [("master", 1)],
     "trainingrun/trainingrun.yaml": [("launcher", 1), ("workers", 2)],
+    "pods/pod-group.yaml": [("driver", 1), ("worker", 2)],
 }
-"""The documented PodSets (examples/README.md)."""
+"""The documented PodSets (examples/README.md); a pod group's PodSets are named by role hashes, listed here by the
+name of the role's first container."""
 SERVING = ("LeaderWorkerSet", "RayService")
 """Kinds whose examples serve until deleted: no run time of their own."""
 
@@ -67,6 +70,7 @@ TEMPLATE = {
     "special/too-large.yaml": "spec.pytorchReplicaSpecs.Master.template",
     "special/other-controller.yaml": "spec.pytorchReplicaSpecs.Master.template",
     "trainingrun/trainingrun.yaml": "spec.workers.template",
+    "pods/pod-group.yaml": "spec.pods[1]",
 }
 """A pod template of each example (its field path; ``runtime.`` = in the TrainJob's runtime)."""
 
@@ -90,9 +94,26 @@ def runtimes() -> dict[tuple[str, str], Obj]:
 
 
 def jobs() -> dict[str, Obj]:
-    """The job manifests: not the runtimes, nor a declared kind's CRD and declarations file."""
-    return {name: d for name, d in documents()
-            if d.get("kind") not in (*RUNTIME_PLURALS, "CustomResourceDefinition", None)}
+    """The job manifests: not the runtimes, nor a declared kind's CRD and declarations file. The Pods of a file
+    are one pod group, as intake makes it (its group object)."""
+    out: dict[str, Obj] = {}
+    group: dict[str, list[Obj]] = {}
+    for name, d in documents():
+        if d.get("kind") == "Pod":
+            d["metadata"]["uid"] = f"uid-{d['metadata']['name']}"
+            group.setdefault(name, []).append(d)
+        elif d.get("kind") not in (*RUNTIME_PLURALS, "CustomResourceDefinition", None):
+            out[name] = d
+    for name, members in group.items():
+        out[name] = pods.group_object(members)
+    return out
+
+
+def podset_names(job: Obj, podsets: list[Any]) -> list[str]:
+    """PodSet names as documented: a pod group's roles by their first container's name."""
+    if job["kind"] != "Pod":
+        return [p.name for p in podsets]
+    return [p.template["spec"]["containers"][0]["name"] for p in podsets]
 
 
 @pytest.fixture(autouse=True)
@@ -132,9 +153,12 @@ def test_example_validates_and_has_its_podsets(name: str) -> None:
     runtime = runtime_for(job)
     assert kind.validate(job, runtime) == []
     podsets = kind.podsets(job, runtime)
-    assert [(p.name, p.count) for p in podsets] == PODSETS[name]
+    assert sorted(zip(podset_names(job, podsets), [p.count for p in podsets], strict=True)) == sorted(PODSETS[name])
     for podset in podsets:
         annotations = podset.template.get("metadata", {}).get("annotations", {})
+        if job["kind"] == "Pod":  # a pod's own annotations, not a template's
+            annotations = next(p["metadata"]["annotations"] for p in job["spec"]["pods"]
+                               if p["spec"] == podset.template["spec"])
         if job["kind"] not in SERVING and (job["kind"] != "RayJob" or podset.name == "submitter"):
             # (Ray's nodes serve until the job ends, a serving kind's pods until it is deleted)
             assert annotations.get("kubesim.mkd.dev/run-seconds") == "3", podset.name
@@ -173,12 +197,17 @@ def test_broken_variant_names_the_field(name: str, how: str) -> None:
     assert holder is not None
     template = resolve(holder, template_path.removeprefix("runtime."))
     container = template["spec"]["containers"][0]
+    # a pod of a group names its own fields, and which pod it is
+    prefix, suffix = (template_path, "") if job["kind"] != "Pod" else ("", f" (pod {template['metadata']['name']})")
     if how == "no image":
         del container["image"]
-        field = f"{template_path}.spec.containers[0].image"
+        field = f"{prefix}.spec.containers[0].image".lstrip(".") + suffix
     elif how == "bad cpu":
         container.setdefault("resources", {}).setdefault("requests", {})["cpu"] = "one"
-        field = f"{template_path}.spec.containers[0].resources.requests.cpu"
+        field = f"{prefix}.spec.containers[0].resources.requests.cpu".lstrip(".") + suffix
+    elif how in ("bad managedBy", "bad name") and job["kind"] == "Pod":  # a Pod: its group's metadata
+        template["metadata"]["annotations"][pods.GROUP_TOTAL_COUNT] = "two"
+        field = pods.TOTAL_COUNT_FIELD + suffix
     elif how == "bad managedBy" and not kind.managed_by_path:
         pytest.skip(f"{kind.name} has no managedBy field (it is handed to mkd by its queue label)")
     elif how == "bad managedBy":
