@@ -1,7 +1,10 @@
 """Counting from the outside: what the clusters and the database say, never mkd's own counters.
 
 :class:`Observer` watches, through the official Kubernetes client (``federation.kube.Kube``), the jobs of the
-mix (PyTorchJobs, RayJobs, AppWrappers, TrainingRuns: a kind from configuration) on the manager and on every worker, and the pods on every worker, for the whole run. It keeps, per job: when
+mix (PyTorchJobs, RayJobs, AppWrappers, TrainingRuns: a kind from configuration, pod groups) on the manager and on
+every worker, and the pods on every worker, for the whole run; a pod group is its pods with one
+``kueue.x-k8s.io/pod-group-name``, read as one job (``federation.kinds.pod.group_object``) wherever they are. It
+keeps, per job: when
 it was created, when the manager first showed it Succeeded, and which worker clusters hold a **live** copy
 (exists, not Succeeded/Failed, not suspended) or **running** pods right now. The moment a job is live on two
 clusters in the watch streams, or in the periodic list of every worker (``sample_seconds``), the overlap is
@@ -22,6 +25,7 @@ from typing import Any
 
 from bench.chaos.world import KINDS_FILE, MANAGER, NAMESPACE, WORKERS, World
 from federation.errors import FederationError, NotFound
+from federation.kinds import pod as podkind
 from federation.kinds.base import JobKind
 from federation.kinds.declared import load
 from federation.kinds.registry import KINDS, by_api
@@ -88,10 +92,10 @@ def running_pod(pod: dict[str, Any]) -> bool:
 
 def pod_job(pod: dict[str, Any]) -> str | None:
     """The job a pod runs for: a PyTorchJob's by its label, an AppWrapper's by the operator's label, a RayJob's
-    by its RayCluster (``<job>-xxxxx``) or its submitter Job (named as the RayJob)."""
+    by its RayCluster (``<job>-xxxxx``) or its submitter Job (named as the RayJob), a pod group's by its label."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
-    name = labels.get(JOB_NAME_LABEL)
+    name = labels.get(JOB_NAME_LABEL) or labels.get(podkind.GROUP_NAME_LABEL)
     if name:
         return str(name)
     if labels.get(APPWRAPPER_LABEL):
@@ -107,6 +111,16 @@ def pod_job(pod: dict[str, Any]) -> str | None:
         if ref.get("kind") == "PyTorchJob":
             return str(ref.get("name"))
     return None
+
+
+def groups_of(pods: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The pod groups among ``pods``, each as one job (its group object), by group name."""
+    members: dict[str, list[dict[str, Any]]] = {}
+    for pod in pods:
+        group = podkind.group_name(pod)
+        if group is not None:
+            members.setdefault(group, []).append(pod)
+    return {group: podkind.group_object(found) for group, found in members.items()}
 
 
 @dataclass
@@ -189,6 +203,8 @@ class Observer:
         self.samples = 0
         self.completions: list[tuple[float, str]] = []
         self.errors: Counter[str] = Counter()
+        self.group_pods: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
+        """cluster -> pod group -> pod name -> pod, as the watches show them."""
 
     def track(self, name: str) -> Track:
         t = self.jobs.get(name)
@@ -204,7 +220,8 @@ class Observer:
         for name in (MANAGER, *WORKERS):
             self.kubes[name] = await self._stack.enter_async_context(
                 Kube(self.world.kubeconfigs[name], settings=settings))
-        streams = [(MANAGER, r) for r in JOB_RESOURCES] + [(w, r) for w in WORKERS for r in (*JOB_RESOURCES, PODS)]
+        streams = [(MANAGER, r) for r in (*JOB_RESOURCES, PODS)] + [(w, r) for w in WORKERS
+                                                                      for r in (*JOB_RESOURCES, PODS)]
         for cluster, res in streams:
             ready = self.listed[f"{cluster}/{res.plural}"] = asyncio.Event()
             self._tasks.append(asyncio.create_task(self._follow(cluster, res, ready)))
@@ -227,8 +244,11 @@ class Observer:
         ready.set()
         async for event in self.kubes[cluster].informer(res, NAMESPACE):
             try:
+                if res is PODS:
+                    self._on_group_pod(cluster, event.type, event.object)
                 if cluster == MANAGER:
-                    self._on_manager(event.type, event.object)
+                    if res is not PODS:
+                        self._on_manager(event.type, event.object)
                 elif res is PODS:
                     self._on_pod(cluster, event.type, event.object)
                 else:
@@ -242,8 +262,27 @@ class Observer:
             t.done = time.monotonic()
             self.completions.append((t.done, t.name))
 
-    def _on_copy(self, cluster: str, kind: str, obj: dict[str, Any]) -> None:
-        t = self.track(obj["metadata"]["name"])
+    def _on_group_pod(self, cluster: str, kind: str, pod: dict[str, Any]) -> None:
+        """A pod of a pod group: its group, read as one job, is what the manager shows done or a worker holds."""
+        group = podkind.group_name(pod)
+        if group is None:
+            return
+        found = self.group_pods.setdefault(cluster, {}).setdefault(group, {})
+        if kind == "DELETED":
+            found.pop(pod["metadata"]["name"], None)
+        else:
+            found[pod["metadata"]["name"]] = pod
+        obj = podkind.group_object(list(found.values())) if found else None
+        if cluster == MANAGER:
+            t = self.track(group)
+            if obj is not None and t.done is None and succeeded(obj):
+                t.done = time.monotonic()
+                self.completions.append((t.done, t.name))
+            return
+        self._on_copy(cluster, "DELETED" if obj is None else kind, obj or {"metadata": {"name": group}}, name=group)
+
+    def _on_copy(self, cluster: str, kind: str, obj: dict[str, Any], *, name: str | None = None) -> None:
+        t = self.track(name or obj["metadata"]["name"])
         t.ever.add(cluster)
         if kind != "DELETED" and succeeded(obj):
             t.finished_on.add(cluster)
@@ -286,6 +325,9 @@ class Observer:
                     except NotFound:
                         pass
                 listed = await self.kubes[w].list(PODS, NAMESPACE)
+                group = groups_of(listed.items).get(t.name)
+                if group is not None and live_copy(group):
+                    copies.append(w)
                 if any(running_pod(p) and pod_job(p) == t.name for p in listed.items):
                     pods.append(w)
             if len(copies) >= 2 or len(pods) >= 2:
@@ -309,17 +351,18 @@ class Observer:
             await asyncio.sleep(self.sample_seconds)
             try:
                 lists = await asyncio.gather(*(self.kubes[w].list(res, NAMESPACE) for w in WORKERS
-                                               for res in JOB_RESOURCES))
+                                               for res in (*JOB_RESOURCES, PODS)))
             except FederationError as exc:
                 self.errors[f"sample: {exc}"] += 1
                 continue
             self.samples += 1
             where: dict[str, list[str]] = {}
-            owners = [w for w in WORKERS for _ in JOB_RESOURCES]
-            for w, listed in zip(owners, lists, strict=True):
-                for obj in listed.items:
+            owners = [(w, res) for w in WORKERS for res in (*JOB_RESOURCES, PODS)]
+            for (w, res), listed in zip(owners, lists, strict=True):
+                named = groups_of(listed.items) if res is PODS else {o["metadata"]["name"]: o for o in listed.items}
+                for name, obj in named.items():
                     if live_copy(obj):
-                        where.setdefault(obj["metadata"]["name"], []).append(w)
+                        where.setdefault(name, []).append(w)
             for name, clusters in where.items():
                 t = self.track(name)
                 if len(clusters) >= 2 and not t.twice and name not in self._confirming:
@@ -340,8 +383,11 @@ class Observer:
                     started: float, notes: list[str], crashes: int = 0) -> Figures:
         manager = {o["metadata"]["name"]: o for res in JOB_RESOURCES
                    for o in (await self.kubes[MANAGER].list(res, NAMESPACE)).items}
+        manager.update(groups_of((await self.kubes[MANAGER].list(PODS, NAMESPACE)).items))
         workers = {w: {o["metadata"]["name"]: o for res in JOB_RESOURCES
                        for o in (await self.kubes[w].list(res, NAMESPACE)).items} for w in WORKERS}
+        for w in WORKERS:
+            workers[w].update(groups_of((await self.kubes[w].list(PODS, NAMESPACE)).items))
         rows = await self._workload_rows()
         categories: Counter[str] = Counter()
         examples: dict[str, list[str]] = {}

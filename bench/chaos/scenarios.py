@@ -1,10 +1,12 @@
-"""The scenarios: a stream of jobs (PyTorchJobs, RayJobs, AppWrappers, TrainingRuns) through a World while faults hit
+"""The scenarios: a stream of jobs (PyTorchJobs, RayJobs, AppWrappers, TrainingRuns, pod groups) through a World while
+faults hit
 processes by PID.
 
 Every scenario submits ``jobs`` jobs, every :data:`RAY_EVERY`-th a RayJob run by the workers' KubeRay (head, one
 worker, a submitter whose run is the Ray job's), every fourth from :data:`APPWRAPPER_AT` an AppWrapper run by the
 workers' AppWrapper operator (a batch Job of two pods), every fourth from :data:`DECLARED_AT` a TrainingRun, the kind
-from configuration of examples/trainingrun (launcher and one worker, run by kubesim's generic operator), the others
+from configuration of examples/trainingrun (launcher and one worker, run by kubesim's generic operator), every
+:data:`POD_GROUP_EVERY`-th from :data:`POD_GROUP_AT` a pod group of two gated Pods (the agents create them), the others
 PyTorchJobs (1 Master + 1 Worker); 100m CPU per pod,
 runs of ``run_seconds`` that exit 0. They go to the manager at ``rate`` per second, runs its fault script while the stream flows, then waits up
 to ``deadline`` seconds after the last fault for every job to be Succeeded on the manager, and counts with
@@ -27,6 +29,8 @@ from typing import Any
 from bench.chaos.observe import APPWRAPPERS, PYTORCHJOBS, RAYJOBS, TRAININGRUNS, Figures, Observer
 from bench.chaos.procs import Service, missing_binaries
 from bench.chaos.world import NAMESPACE, WORKERS, World, WorldOptions
+from federation.errors import AlreadyExists
+from federation.kube import PODS
 
 MULTIKUEUE = "kueue.x-k8s.io/multikueue"
 RAY_EVERY = 4
@@ -35,6 +39,11 @@ APPWRAPPER_AT = 1
 """And every fourth, offset by this, an AppWrapper wrapping a batch Job, run by the workers' AppWrapper operator."""
 DECLARED_AT = 2
 """And every fourth, offset by this, a TrainingRun (a kind from configuration), run by the workers' own operator."""
+POD_GROUP_EVERY = 8
+POD_GROUP_AT = 4
+"""And every eighth, offset by this (half of the PyTorchJobs' places), a pod group of :data:`POD_GROUP_SIZE` Pods named
+``<job>-<i>``."""
+POD_GROUP_SIZE = 2
 
 
 @dataclass
@@ -377,6 +386,20 @@ def trainingrun_manifest(name: str, run_seconds: float) -> dict[str, Any]:
                      "workers": {"replicas": 1, "template": template("worker")}}}
 
 
+def pod_group_manifests(name: str, run_seconds: float) -> list[dict[str, Any]]:
+    """A pod group (``kueue.x-k8s.io/pod-group-name: <name>``) of Pods gated by Kueue's admission gate that run
+    ``run_seconds`` and exit 0."""
+    return [{"apiVersion": "v1", "kind": "Pod",
+             "metadata": {"name": f"{name}-{i}", "namespace": NAMESPACE,
+                          "labels": {"kueue.x-k8s.io/queue-name": "default", "kueue.x-k8s.io/pod-group-name": name},
+                          "annotations": {"kueue.x-k8s.io/pod-group-total-count": str(POD_GROUP_SIZE),
+                                          "kubesim.mkd.dev/run-seconds": f"{run_seconds:g}"}},
+             "spec": {"schedulingGates": [{"name": "kueue.x-k8s.io/admission"}], "restartPolicy": "Never",
+                      "containers": [{"name": "main", "image": "docker.io/library/busybox:1.36",
+                                      "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}
+            for i in range(POD_GROUP_SIZE)]
+
+
 async def submit(obs: Observer, run: Run, prefix: str, run_seconds: float) -> None:
     """Create the jobs at the size's rate; a failed create is retried (the manager API is not faulted)."""
     kube = obs.kubes["manager"]
@@ -394,6 +417,10 @@ async def submit(obs: Observer, run: Run, prefix: str, run_seconds: float) -> No
                         await kube.create(APPWRAPPERS, appwrapper_manifest(name, run_seconds), NAMESPACE)
                     elif i % RAY_EVERY == DECLARED_AT:
                         await kube.create(TRAININGRUNS, trainingrun_manifest(name, run_seconds), NAMESPACE)
+                    elif i % POD_GROUP_EVERY == POD_GROUP_AT:
+                        for pod in pod_group_manifests(name, run_seconds):
+                            with contextlib.suppress(AlreadyExists):  # a retry after a create that went through
+                                await kube.create(PODS, pod, NAMESPACE)
                     else:
                         await kube.create(PYTORCHJOBS, manifest(name, run_seconds), NAMESPACE)
                     break

@@ -28,11 +28,13 @@ from bench.chaos.scenarios import (
     Size,
     appwrapper_manifest,
     manifest,
+    pod_group_manifests,
     ray_manifest,
     run_in,
     trainingrun_manifest,
 )
 from bench.chaos.world import MANAGER, NAMESPACE, World, WorldOptions
+from federation.kube import PODS
 
 pytestmark = [pytest.mark.slow, pytest.mark.asyncio(loop_scope="module")]
 
@@ -81,11 +83,25 @@ async def eventually(probe: object, what: str, within: float = 20.0) -> None:
     pytest.fail(f"not within {within:.0f}s: {what}")
 
 
-@pytest.mark.parametrize("kind", ["PyTorchJob", "RayJob", "AppWrapper", "TrainingRun"])
+@pytest.mark.parametrize("kind", ["PyTorchJob", "RayJob", "AppWrapper", "TrainingRun", "PodGroup"])
 async def test_a_job_live_on_two_workers_counts_as_run_twice(shared: Shared, kind: str) -> None:
     """The counter of the main guarantee can fail: copies made by hand on two workers are caught, for every
     kind of the mix."""
     name = f"selfcheck-twice-{kind.lower()}"
+    if kind == "PodGroup":  # gated Pods: no worker's scheduler runs them, they are live copies all the same
+        group = pod_group_manifests(name, 60)
+        for w in ("worker-1", "worker-2"):
+            for pod in group:
+                await shared.obs.kubes[w].create(PODS, pod, NAMESPACE)
+        try:
+            await eventually(lambda: shared.obs.jobs.get(name) is not None and shared.obs.jobs[name].twice,
+                             "the observer to confirm the pod group live on worker-1 and worker-2")
+            assert "worker-1, worker-2" in shared.obs.jobs[name].twice
+        finally:
+            for w in ("worker-1", "worker-2"):
+                for pod in group:
+                    await shared.obs.kubes[w].delete(PODS, pod["metadata"]["name"], NAMESPACE)
+        return
     res = {"PyTorchJob": PYTORCHJOBS, "RayJob": RAYJOBS, "AppWrapper": APPWRAPPERS, "TrainingRun": TRAININGRUNS}[kind]
     # managedBy multikueue: no controller in a worker cluster touches them
     copy = {"PyTorchJob": manifest, "RayJob": ray_manifest, "AppWrapper": appwrapper_manifest,
