@@ -383,8 +383,17 @@ class PodKind(BaseKind):
             return single_podsets(members[0])
         return group_podsets(members)
 
+    @property
+    def managed_by_field(self) -> str:
+        """What hands a Pod to mkd beside its queue label: Kueue's admission gate (removing it takes the Pod back)."""
+        return f"spec.schedulingGates[{ADMISSION_GATE}]"
+
     def is_suspended(self, job: Mapping[str, Any]) -> bool:
         return False
+
+    def suspend_patch(self, job: Mapping[str, Any], value: bool) -> dict[str, Any]:
+        """A Pod has nothing to suspend it by: the agent and the fencer delete a placed group's Pods instead."""
+        raise Invalid("spec", "a Pod cannot be suspended", fix="delete the Pod; mkd places its group again")
 
     def with_suspended(self, job: Mapping[str, Any], value: bool) -> dict[str, Any]:
         return dict(job)
