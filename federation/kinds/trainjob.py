@@ -34,7 +34,7 @@ from federation.kinds.base import (
     validate_dns1035,
     validate_managed_by,
 )
-from federation.kinds.jobset import replicated_jobs, validate_replicated_jobs
+from federation.kinds.jobset import replicated_job_pods, replicated_jobs, validate_replicated_jobs
 from federation.podset import PodSet, parse_resources, pod_requests
 
 GROUP = "trainer.kubeflow.org"
@@ -399,7 +399,7 @@ class TrainJobKind(BaseKind):
         out = []
         for index, rjob in enumerate(_with_trainer_overrides(effective_replicated_jobs(job, runtime), job)):
             job_spec = as_map(get_path(rjob, ("template", "spec")))
-            count = int_or(rjob.get("replicas"), 1) * int_or(job_spec.get("parallelism"), 1)
+            count = replicated_job_pods(rjob)  # its JobSet's count, as Kueue counts a TrainJob (completions = parallelism here)
             if count > 0:
                 out.append(
                     podset_for(
