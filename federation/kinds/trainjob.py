@@ -399,7 +399,8 @@ class TrainJobKind(BaseKind):
         out = []
         for index, rjob in enumerate(_with_trainer_overrides(effective_replicated_jobs(job, runtime), job)):
             job_spec = as_map(get_path(rjob, ("template", "spec")))
-            count = replicated_job_pods(rjob)  # its JobSet's count, as Kueue counts a TrainJob (completions = parallelism here)
+            # its JobSet's count, as Kueue counts a TrainJob (completions = parallelism here)
+            count = replicated_job_pods(rjob)
             if count > 0:
                 out.append(
                     podset_for(
