@@ -3,12 +3,12 @@
 Pods have no managedBy; a Pod is headed for mkd when it names a queue (``kueue.x-k8s.io/queue-name``) and
 carries Kueue's ``kueue.x-k8s.io/admission`` scheduling gate (``federation.kinds.pod``). Intake watches only Pods
 with the queue label (:data:`SELECTOR`), and this module keeps the members of each group it saw, by namespace and
-``kueue.x-k8s.io/pod-group-name``. A single Pod is its own group object at once; a group's object is passed on
-once ``pod-group-total-count`` runnable members exist (Kueue composes its Workload then too), and again on each
-change (intake's filter keeps what the engine needs: a new group, a deletion). A member deleted, or marked for
-deletion, ends its group: the group object goes as deleted (its worker pods are deleted), and pods made again form
-a new group (a new uid). Nothing here writes to the cluster; a Pod that names a queue but lacks the gate gets
-intake's Warning Event (:func:`not_gated`).
+``kueue.x-k8s.io/pod-group-name`` (a single Pod is kept nowhere: it is its own group object at once). A group's
+object is passed on once ``pod-group-total-count`` runnable members exist (Kueue composes its Workload then too),
+and again on each change (intake's filter keeps what the engine needs: a new group, a deletion). A member deleted,
+or marked for deletion, ends its group: the group object goes as deleted (its worker pods are deleted), and pods
+made again form a new group (a new uid). Nothing here writes to the cluster; a Pod that names a queue but lacks the
+gate gets intake's Warning Event (:func:`not_gated`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,10 @@ class PodGroups:
         """The group objects (with whether each is deleted) one Pod event makes."""
         meta = as_map(pod.get("metadata"))
         name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
-        key = self.where.get((namespace, name)) or _key(pod)
+        key = self.where.get((namespace, name))
+        if key is None and pods.group_name(pod) is None:  # a single Pod: its own group object, nothing kept
+            return [(pods.group_object([pod]), deleted or bool(meta.get("deletionTimestamp")))]
+        key = key or _key(pod)
         if deleted or meta.get("deletionTimestamp"):
             return self._member_gone(key, namespace, name)
         if _key(pod) != key:  # the group label cannot change (Kueue's webhook refuses it): treat as gone and new

@@ -80,3 +80,11 @@ def test_each_pod_gets_its_worker_twins_status_and_mkds_conditions() -> None:
     # no worker status yet: each pod keeps its own, with mkd's conditions
     assert podstatus.targets(None, {labels.CONDITION_DISPATCHED: dispatched}, current, ["a"])["a"][1] == {
         "phase": "Pending", "conditions": [dispatched, gated]}
+
+
+def test_a_single_pod_is_kept_nowhere_and_its_deletion_passes_its_uid() -> None:
+    groups = PodGroups()
+    groups.feed(member("alone", group=None), False)
+    assert groups.members == {} and groups.passed == {}
+    ((gone, deleted),) = groups.feed({"metadata": {"name": "alone", "namespace": "team-a", "uid": "uid-alone"}}, True)
+    assert deleted and gone["metadata"]["uid"] == "uid-alone"
