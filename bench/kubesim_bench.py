@@ -5,7 +5,8 @@ with mkd's CRDs (CEL rules) and deploy/admission's ValidatingAdmissionPolicies i
 (raw bytes and typed), watch delivery latency p50/p99, the server's RSS at 100,000 pods (``--quick``
 uses smaller counts and says so), and the server's CPU-µs per request for each verb of the traffic mkd
 causes per job (``--verbs`` prints only those: creates of PyTorchJobs, Services and Pods, status writes by
-merge patch and by PUT, gets, lists, and watch events fanned out to several watchers). Pods name a scheduler that does not exist so that they stay Pending:
+merge patch and by PUT, gets, lists, and watch events fanned out to several watchers), and the CPU-µs of
+authorizing a request (``--authz`` prints only those). Pods name a scheduler that does not exist so that they stay Pending:
 the figures are the API server's, not the simulated kubelet's.
 
     .venv/bin/python bench/kubesim_bench.py [--quick]
@@ -143,6 +144,45 @@ def admit_cpu_us(n: int = 5000) -> float:
     for _ in range(n):
         schema.admit(rt, orjson.loads(raw), None)
     return (time.process_time() - t - parse) * 1e6 / n
+
+
+RBAC_KINDS = {"Namespace": "namespaces", "ServiceAccount": "serviceaccounts",
+              **{k: f"{k.lower()}s.rbac.authorization.k8s.io" for k in ("Role", "ClusterRole", "RoleBinding",
+                                                                           "ClusterRoleBinding")}}
+
+
+def authz_check_us(n: int = 2000) -> tuple[float, float]:
+    """CPU-µs per ``kubesim.authz.Access.check`` in this process on a worker cluster holding deploy/worker's RBAC
+    (the agent's and the fencer's roles and bindings): (the agent's ServiceAccount token through its bindings,
+    the admin in system:masters), over the requests an agent makes for one job."""
+    from kubesim.authz import ADMIN_USER, Access
+    from kubesim.spec import ClusterSpec, NodeSpec
+    from kubesim.store import Store
+
+    store = Store(ClusterSpec("authz", [NodeSpec("node-a")], authorize=True))
+    for path in ("deploy/worker/agent.yaml", "deploy/worker/fencer.yaml"):
+        for obj in yaml.safe_load_all((ROOT / path).read_text()):
+            if obj and obj.get("kind") in RBAC_KINDS and store.get(
+                    RBAC_KINDS[obj["kind"]], obj["metadata"].get("namespace"), obj["metadata"]["name"]) is None:
+                store.create(RBAC_KINDS[obj["kind"]], obj)
+    access = Access(store, enforce=True)
+    token = access.token_request("mkd-system", "mkd-agent", {"spec": {}})["status"]["token"]
+    admin = next(t for t, u in access.tokens.items() if u.username == ADMIN_USER)
+    jobs = "/apis/kubeflow.org/v1/namespaces/mkd-jobs/pytorchjobs"
+    calls = [("GET", "/api/v1/namespaces/mkd-jobs/pods", {"watch": "true"}), ("POST", "/api/v1/namespaces/mkd-jobs/pods", {}),
+             ("POST", "/api/v1/namespaces/mkd-jobs/services", {}), ("PUT", f"{jobs}/j/status", {}),
+             ("GET", f"{jobs}/j", {}), ("PATCH", "/apis/coordination.k8s.io/v1/namespaces/mkd-system/leases/l", {}),
+             ("POST", "/api/v1/namespaces/mkd-jobs/events", {}), ("DELETE", "/api/v1/namespaces/mkd-jobs/pods/p", {})]
+    figures = []
+    for bearer in (token, admin):
+        for method, path, query in calls:
+            access.check(method, path, query, f"Bearer {bearer}")  # allowed, or the bench measures refusals
+        t = time.process_time()
+        for i in range(n):
+            method, path, query = calls[i % len(calls)]
+            access.check(method, path, query, f"Bearer {bearer}")
+        figures.append((time.process_time() - t) * 1e6 / n)
+    return figures[0], figures[1]
 
 
 def schema_rates(srv: Server, n: int) -> dict[str, tuple[float, float]]:
@@ -451,12 +491,23 @@ def print_verbs(srv: Server, n: int) -> None:
         print(f"  {label:<55} {us:8.0f}")
 
 
+def print_authz() -> None:
+    runs = [authz_check_us() for _ in range(3)]
+    sa, admin = min(r[0] for r in runs), min(r[1] for r in runs)
+    print(f"authorization (ClusterSpec.authorize) per request, in-process, best of 3: the agent's ServiceAccount "
+          f"through deploy/worker's RBAC {sa:.1f} CPU-µs, the admin (system:masters) {admin:.1f} CPU-µs")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small counts, a few seconds")
     ap.add_argument("--verbs", action="store_true", help="only the CPU-µs per request of each verb")
     ap.add_argument("--verbs-n", type=int, default=500, help="requests per verb for the per-verb figures")
+    ap.add_argument("--authz", action="store_true", help="only the CPU-µs of kubesim's authorization per request")
     args = ap.parse_args()
+    if args.authz:
+        print_authz()
+        return
     if args.verbs:
         with tempfile.TemporaryDirectory() as d:
             srv = Server(Path(d))
@@ -512,6 +563,7 @@ def main() -> None:
                 NS, _preload_content=False).data)["items"])
             print(f"server RSS at {total} pods: {srv.rss_mb():.0f} MB")
             print_verbs(srv, 300 if args.quick else 500)
+            print_authz()
         finally:
             srv.close()
 

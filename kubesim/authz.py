@@ -24,6 +24,8 @@ ANONYMOUS = "system:anonymous"
 RBAC = "rbac.authorization.k8s.io"
 DEFAULT_TOKEN_SECONDS = 3600
 MIN_TOKEN_SECONDS = 600
+DECISIONS_KEPT = 10_000
+"""RBAC answers remembered at most (a few per verb and resource each service uses; names make more)."""
 
 _DISCOVERY_PATHS = ("/api", "/api/*", "/apis", "/apis/*", "/healthz", "/livez", "/openapi", "/openapi/*",
                     "/readyz", "/version", "/version/")
@@ -185,10 +187,15 @@ class Access:
     tokens: dict[str, UserInfo] = field(default_factory=dict)
     minted: dict[str, _Minted] = field(default_factory=dict)
     clock: Any = time.time
+    decisions: dict[Attributes, tuple[bool, str]] = field(default_factory=dict)
+    """``authorize``'s answers by request attributes (user and groups included), until an RBAC object changes."""
 
     def __post_init__(self) -> None:
         name = getattr(getattr(self.store, "spec", None), "name", "")
         self.tokens.setdefault(f"kubesim-{name}", UserInfo(ADMIN_USER, ADMIN_USER, (MASTERS,)))
+        if hasattr(self.store, "subscribe_raw"):  # RBAC's answers depend on these objects alone
+            for plural in ("roles", "clusterroles", "rolebindings", "clusterrolebindings"):
+                self.store.subscribe_raw(lambda *_: self.decisions.clear(), f"{plural}.{RBAC}")
 
     def add_token(self, token: str, username: str, groups: Iterable[str] = (), uid: str = "") -> None:
         """One line of a ``--token-auth-file``: ``token,user,uid,"group1,group2"``."""
@@ -260,6 +267,16 @@ class Access:
 
     def authorize(self, attrs: Attributes) -> tuple[bool, str]:
         """(allowed, reason): the reason names the binding that allowed, or why RBAC could not decide."""
+        if MASTERS in attrs.user.groups:
+            return True, ""
+        decision = self.decisions.get(attrs)
+        if decision is None:
+            if len(self.decisions) >= DECISIONS_KEPT:
+                self.decisions.clear()
+            decision = self.decisions[attrs] = self._authorize(attrs)
+        return decision
+
+    def _authorize(self, attrs: Attributes) -> tuple[bool, str]:
         user = attrs.user
         if MASTERS in user.groups:
             return True, ""

@@ -7,6 +7,7 @@ the real server's 401 and 403 bodies, word for word. On kubesim the cluster is s
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -243,6 +244,59 @@ def test_an_aggregated_cluster_role_holds_the_rules_of_the_roles_it_selects(
     finally:
         rbac.delete_cluster_role(f"whole-{tag}")
         rbac.delete_cluster_role(f"part-{tag}")
+
+
+def until(check: Callable[[], bool], what: str) -> None:
+    """A real server's RBAC follows its objects within moments (informers): poll ``check`` for up to 10 s."""
+    deadline = time.monotonic() + 10
+    while not check():
+        assert time.monotonic() < deadline, f"RBAC never came to {what}"
+        time.sleep(0.2)
+
+
+def test_a_permission_taken_back_is_refused_again(
+        admin: client.ApiClient, robot: tuple[str, client.ApiClient], ns: str) -> None:
+    """Every change of a Role, a binding or an aggregated ClusterRole's parts is followed: an answer given before
+    (allowed or refused) is not kept past the change that alters it."""
+    user, api = robot
+    core, rbac = client.CoreV1Api(api), client.RbacAuthorizationV1Api(admin)
+
+    def allowed(call: Callable[[], Any]) -> Callable[[], bool]:
+        def check() -> bool:
+            try:
+                call()
+                return True
+            except client.ApiException as e:
+                assert e.status == 403
+                return False
+        return check
+    pods, services = allowed(lambda: core.list_namespaced_pod(ns)), allowed(lambda: core.list_namespaced_service(ns))
+    assert not pods()
+    bind(admin, ns, "robot", [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}], user)
+    until(pods, "allow listing pods once bound")
+    rbac.patch_namespaced_role("robot", ns, {"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]}]})
+    until(lambda: not pods(), "refuse listing pods once the Role no longer has the verb")
+    rbac.patch_namespaced_role("robot", ns, {"rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]})
+    until(pods, "allow listing pods once the Role has the verb again")
+    rbac.delete_namespaced_role_binding("robot", ns)
+    until(lambda: not pods(), "refuse listing pods once the RoleBinding is gone")
+    tag = uuid.uuid4().hex[:6]
+    rbac.create_cluster_role({"metadata": {"name": f"whole-{tag}"}, "rules": [], "aggregationRule": {
+        "clusterRoleSelectors": [{"matchLabels": {f"aggregate-{tag}": "true"}}]}})
+    rbac.create_namespaced_role_binding(ns, {"metadata": {"name": "whole"}, "subjects": [
+        {"kind": "User", "name": user, "apiGroup": RBAC}],
+        "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": f"whole-{tag}"}})
+    try:
+        assert not services()
+        rbac.create_cluster_role({"metadata": {"name": f"part-{tag}", "labels": {f"aggregate-{tag}": "true"}},
+                                  "rules": [{"apiGroups": [""], "resources": ["services"], "verbs": ["list"]}]})
+        until(services, "allow listing services once a selected part grants it")
+        rbac.patch_cluster_role(f"part-{tag}", {"metadata": {"labels": {f"aggregate-{tag}": None}}})
+        until(lambda: not services(), "refuse listing services once the part is no longer selected")
+    finally:
+        rbac.delete_cluster_role(f"whole-{tag}")
+        with contextlib.suppress(client.ApiException):
+            rbac.delete_cluster_role(f"part-{tag}")
 
 
 def test_a_token_request_is_refused_below_ten_minutes_and_dies_with_its_service_account(
