@@ -78,6 +78,19 @@ def _remove(obj: dict[str, Any], path: Path) -> None:
         cur.pop(path[-1], None)
 
 
+def _prune_emptied(obj: dict[str, Any], path: Path, mine: dict[Path, Any], still_owned: set[Path]) -> None:
+    """A map left empty by removing the fields an applier dropped goes too, and so on upwards, unless the new
+    configuration or another applier still holds something at or below it (structured-merge-diff removes a
+    struct whose owned fields are all dropped: Kueue's release of ``status.admission`` leaves no ``{}``)."""
+    while path:
+        found, cur = _get(obj, path)
+        if not found or cur != {} or any(_overlaps(path, p) for p in mine) \
+                or any(_overlaps(path, o) for o in still_owned):
+            return
+        _remove(obj, path)
+        path = path[:-1]
+
+
 def _overlaps(a: Path, b: Path) -> bool:
     n = min(len(a), len(b))
     return a[:n] == b[:n]
@@ -151,6 +164,7 @@ def plan(current: dict[str, Any], applied: dict[str, Any], manager: str, subreso
             continue
         if not any(_overlaps(path, o) for o in still_owned):
             _remove(result, path)
+            _prune_emptied(result, path[:-1], mine, still_owned)
     entry: dict[str, Any] = {"manager": manager, "operation": "Apply", "apiVersion": api_version, "time": stamp,
                              "fieldsType": "FieldsV1", "fieldsV1": to_fields_v1(sorted(mine))}
     if subresource:

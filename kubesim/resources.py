@@ -69,6 +69,7 @@ BUILTINS: list[ResourceType] = [
     ResourceType("configmaps", "configmap", "ConfigMap", "", ["v1"], True, (), ("cm",)),
     ResourceType("secrets", "secret", "Secret", "", ["v1"], True),
     ResourceType("podtemplates", "podtemplate", "PodTemplate", "", ["v1"], True),
+    ResourceType("limitranges", "limitrange", "LimitRange", "", ["v1"], True, (), ("limits",)),
     ResourceType("serviceaccounts", "serviceaccount", "ServiceAccount", "", ["v1"], True, (), ("sa",)),
     ResourceType("events", "event", "Event", "", ["v1"], True, (), ("ev",), name_rule="path"),
     ResourceType("jobs", "job", "Job", "batch", ["v1"], True, ("status",), (), ("all",), generation=True),
@@ -86,6 +87,7 @@ BUILTINS: list[ResourceType] = [
                  ["v1"], False, name_rule="path"),
     ResourceType("priorityclasses", "priorityclass", "PriorityClass", "scheduling.k8s.io", ["v1"], False, (),
                  ("pc",)),
+    ResourceType("runtimeclasses", "runtimeclass", "RuntimeClass", "node.k8s.io", ["v1"], False),
     ResourceType("events", "event", "Event", "events.k8s.io", ["v1"], True, (), ("ev",), name_rule="path"),
     ResourceType("validatingadmissionpolicies", "validatingadmissionpolicy", "ValidatingAdmissionPolicy",
                  "admissionregistration.k8s.io", ["v1"], False, ("status",), (), ("api-extensions",),
@@ -106,7 +108,7 @@ BUILTINS: list[ResourceType] = [
 
 # The order /apis lists groups in (the legacy core group is served at /api).
 GROUP_ORDER = ["admissionregistration.k8s.io", "apiextensions.k8s.io", "apps", "batch", "coordination.k8s.io", "events.k8s.io",
-               "rbac.authorization.k8s.io", "scheduling.k8s.io"]
+               "node.k8s.io", "rbac.authorization.k8s.io", "scheduling.k8s.io"]
 
 
 class Catalogue:

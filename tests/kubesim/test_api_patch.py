@@ -205,3 +205,29 @@ def test_apply_conflicts_name_the_managers_as_upstream_words_them(api: client.Ap
         cms.server_side_apply(body=_cm_manifest(ns, k="c", j="c"), field_manager="other")
     assert json.loads(ei.value.body)["message"] == (
         'Apply failed with 2 conflicts: conflicts with "applier":\n- .data.j\n- .data.k')
+
+
+def test_apply_removes_a_map_whose_every_field_the_manager_stopped_applying(api: client.ApiClient, ns: str) -> None:
+    """structured-merge-diff: the applier owned the map (and its keys); dropping them all drops the map, no
+    ``{}`` is left behind (Kueue's release of ``status.admission`` relies on it)."""
+    cms = DynamicClient(api).resources.get(api_version="v1", kind="ConfigMap")
+    manifest = _cm_manifest(ns, a="1")
+    manifest["metadata"]["labels"] = {"team": "a"}
+    cms.server_side_apply(body=manifest, field_manager="mkd")
+    without = {k: v for k, v in manifest.items() if k != "data"}
+    after = cms.server_side_apply(body=without, field_manager="mkd")
+    assert after.data is None and dict(after.metadata.labels) == {"team": "a"}
+
+
+def test_limit_ranges_and_runtime_classes_are_served(api: client.ApiClient, ns: str) -> None:
+    """Kueue lists and watches both (its pods' requests and overhead); a v1.36 server serves them."""
+    v1 = client.CoreV1Api(api)
+    v1.create_namespaced_limit_range(ns, {"metadata": {"name": "lr"}, "spec": {"limits": [
+        {"type": "Container", "default": {"cpu": "500m"}}]}})
+    assert [lr.metadata.name for lr in v1.list_namespaced_limit_range(ns).items] == ["lr"]
+    node = client.NodeV1Api(api)
+    node.create_runtime_class({"metadata": {"name": f"rc-{ns}"}, "handler": "runc"})
+    try:
+        assert f"rc-{ns}" in [rc.metadata.name for rc in node.list_runtime_class().items]
+    finally:
+        node.delete_runtime_class(f"rc-{ns}")
