@@ -68,6 +68,8 @@ class Dispatcher:
         self.engine: Engine | None = None
         self.intake: Intake | None = None
         self.queue_watcher: QueueWatcher | None = None
+        self.checks: Any = None
+        """Kueue mode's :class:`~dispatcher.admissioncheck.controller.KueueChecks` (``admission_check.enabled``)."""
         self.writer: KubeWriter | None = None
         self.publisher: Publisher | None = None
         self.reports: ReportSubscriber | None = None
@@ -133,6 +135,18 @@ class Dispatcher:
             self.http.ctx.ready_checks["start"] = self._started
             self.http.ctx.streams = self.podstreams
         engine = self.engine
+        if s.admission_check.enabled:  # Kueue mode: Kueue's queueing decides, mkd serves its check
+            from dispatcher.admissioncheck.controller import KueueChecks
+
+            handover = self.handover
+            self.checks = KueueChecks(self.kube, engine, sessions, self.clock, kinds={k.name: k for k in self.kinds},
+                                      sync_seconds=s.admission_check.sync_seconds,
+                                      no_fit_retry_seconds=s.admission_check.no_fit_retry_seconds,
+                                      changed=handover.book.recount if handover is not None else None)
+            self.intake.lens = self.checks.view
+            if handover is not None:
+                handover.book.classify = self.checks.classify
+            return self
         self.queue_watcher = QueueWatcher(self.kube, self.engine.queueing.catalog, self.clock,
                                           lambda: engine.inbox.put_nowait(Tick()), recheck_seconds=s.kind_recheck_seconds,
                                           side=self.side)
@@ -206,12 +220,20 @@ class Dispatcher:
         def waiting() -> int:  # the work a burst leaves in memory (see trim_memory)
             return engine.inbox.qsize() + writer.backlog + len(engine.fresh)
         sup.start("memory", lambda: trim_memory(self.clock, waiting=waiting), restart=True)  # RSS down after bursts
-        assert self.queue_watcher is not None
-        watcher = self.queue_watcher
-        for object_kind in watcher.kinds():
-            sup.start(f"queues/{object_kind}", lambda k=object_kind: watcher.watch(k), side=True)  # type: ignore[misc]
-        sup.start("queues/status", lambda: watcher.write_status(self.engine.queueing.queues, 2.0),  # type: ignore[union-attr]
-                  side=True)
+        if self.checks is not None:
+            from dispatcher.admissioncheck import kueueview as kv
+
+            checks = self.checks
+            for res in (kv.ADMISSION_CHECKS, kv.CLUSTER_QUEUES, kv.LOCAL_QUEUES, kv.RESOURCE_FLAVORS, kv.WORKLOADS):
+                sup.start(f"kueue/{res.plural}", lambda r=res: checks.watch(r), restart=True)  # type: ignore[misc]
+            sup.start("kueue/checks", checks.sync_checks, restart=True)
+            sup.start("kueue/active", checks.mark_active, side=True)
+        if self.queue_watcher is not None:
+            watcher = self.queue_watcher
+            for object_kind in watcher.kinds():
+                sup.start(f"queues/{object_kind}", lambda k=object_kind: watcher.watch(k), side=True)  # type: ignore[misc]
+            sup.start("queues/status", lambda: watcher.write_status(self.engine.queueing.queues, 2.0),  # type: ignore[union-attr]
+                      side=True)
         if self.handover is not None:
             self.handover.start_tasks(sup)
 

@@ -92,6 +92,25 @@ class HandoverSettings(BaseModel):
     a Job in a policy's scope with any other value gets one Warning Event."""
 
 
+class AdmissionCheckSettings(BaseModel):
+    """Kueue mode: mkd as Kueue's AdmissionCheck controller ``mkd.dev/dispatcher`` (docs/KUEUE.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = False
+    """Beside a running Kueue: dispatch only the Jobs of ClusterQueues whose AdmissionChecks include one with
+    controllerName ``mkd.dev/dispatcher``, once Kueue reserved quota for their Workloads, and set that check's
+    state; mkd's own queueing is off (Kueue's quota, priority and preemption decide). Off: mkd queues itself."""
+
+    sync_seconds: float = Field(default=1.0, gt=0)
+    """How often the check's state on each Workload is brought in line with mkd's decision (and the
+    AdmissionChecks' Active condition written)."""
+
+    no_fit_retry_seconds: float = Field(default=60.0, ge=0)
+    """A Workload no worker cluster fits for this long after Kueue reserved its quota gets the check ``Retry``
+    (with why): Kueue releases the quota and requeues it, so it does not hold quota it cannot use."""
+
+
 class DispatcherSettings(BaseSettings):
     """Settings of one dispatcher process (manager cluster)."""
 
@@ -307,6 +326,9 @@ class DispatcherSettings(BaseSettings):
 
     handover: HandoverSettings = Field(default_factory=HandoverSettings)
     """Gradual handover between controllers: policies, the admission webhook, shadow records."""
+
+    admission_check: AdmissionCheckSettings = Field(default_factory=AdmissionCheckSettings)
+    """Kueue mode: mkd as the AdmissionCheck controller ``mkd.dev/dispatcher`` beside a running Kueue."""
 
     api_host: str = "0.0.0.0"
     """Address the HTTP server binds (``127.0.0.1`` to keep it local)."""

@@ -141,6 +141,8 @@ class Answers(EngineCore):
             b.event(uid, outcome, cluster=r.cluster, reason=r.finished, message=_last_condition(r.status))
             b.after.append(lambda: self.book.release(uid))
             b.placement_due = True
+            if self.settings.admission_check.enabled:  # Kueue mode: the copy goes once the Job ends, as
+                self._send_delete(b, row, f"the Job {outcome}")  # MultiKueue's do with their finished Workload
             if row.get("cluster_queue"):  # Kueue's Finished, where its conditions are written (not open mode)
                 done = by_name(row["kind"]).finished({"status": r.status})
                 conds = jc.finished(r.finished, done.message if done else "", b.now)

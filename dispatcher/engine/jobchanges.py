@@ -153,6 +153,9 @@ class JobChanges(EngineCore):
             b.event(uid, what, message=f"generation {generation}")
             b.placement_due = b.placement_due or not suspended
         elif row["state"] in (W.PLACED, W.RUNNING, W.SUSPENDED) and row["cluster"]:
+            if suspended and not was and self.settings.admission_check.enabled:
+                self._quota_released(b, row)
+                return
             version = row["spec_version"] + 1
             try:
                 self._send_place(b, row, ch.kind, ch.obj, attempt=row["attempt"], cluster=row["cluster"],
@@ -209,6 +212,20 @@ class JobChanges(EngineCore):
             if answered:
                 self.book.accepted(uid, now)
         b.after.append(reserve)
+
+    def _quota_released(self, b: Batch, row: WorkloadRow) -> None:
+        """Kueue mode: Kueue took its Workload's quota back (evicted, preempted, deactivated; the Job is suspended
+        on the manager): the worker copy is deleted, as MultiKueue removes its remote objects, and the Workload
+        waits, suspended, until Kueue reserves quota again (then it is placed afresh)."""
+        uid, cluster = row["uid"], row.get("cluster")
+        reason = "Kueue released its Workload's quota (evicted)"
+        self._send_delete(b, row, reason)
+        transitions.quota_released(b, uid, reason)
+        b.event(uid, "evicted", cluster=cluster, reason="QuotaReleased", message=f"{reason}; its copy on {cluster} "
+                "is deleted")
+        key = job_key(row)
+        conds = jc.requeued("QuotaReleased", reason, b.now)
+        b.after.append(lambda: self._write(key, conds, clear=True))
 
     def _delete(self, b: Batch, row: WorkloadRow, reason: str) -> None:
         uid = row["uid"]

@@ -51,6 +51,12 @@ def resumed(b: Batch, uid: str, *, answered: bool) -> None:
     b.set_w(uid, state=W.RUNNING if answered else W.PLACED, reason="", updated_at=b.now)
 
 
+def quota_released(b: Batch, uid: str, reason: str) -> None:
+    """Kueue mode: Kueue took a placed Workload's quota back: ``suspended``, off its cluster (the copy is
+    deleted), placed again once Kueue reserves quota for it again."""
+    b.set_w(uid, state=W.SUSPENDED, reason=reason, cluster=None, updated_at=b.now)
+
+
 def described(b: Batch, uid: str, *, suspended: bool, requests: Any, podsets: Any) -> None:
     """An unplaced Job's spec changed and is valid: ``suspended`` or ``pending`` with its new needs."""
     b.set_w(uid, state=W.SUSPENDED if suspended else W.PENDING, requests=requests, podsets=podsets,

@@ -103,6 +103,10 @@ class HandoverBook:
         self._warned: set[str] = set()
         self.policies_served = False
         self._rescan = False
+        self.classify: Callable[[JobKind, Mapping[str, Any]], tuple[str, str | None] | None] | None = None
+        """Kueue mode (dispatcher/admissioncheck): who dispatches a Job whose managedBy is MultiKueue's (mkd's
+        check or MultiKueue's, by its ClusterQueue) and, for MultiKueue's, the ``ClusterQueue/<name>`` whose
+        Jobs get shadow records; None: by managedBy alone."""
 
     # --- what intake sees ------------------------------------------------------------------------
 
@@ -119,10 +123,19 @@ class HandoverBook:
         md = wl.meta(obj)
         managed_by = kind.managed_by(obj)  # (read once: intake shows the book every event of every Job)
         controller = managed_by if managed_by else f"{kind.controller} (default)"  # as controller_of says
+        classified = self.classify(kind, obj) if self.classify is not None else None
+        if classified is not None:
+            controller = classified[0]
         self.jobs[sys.intern(uid)] = self._group((str(md.get("namespace") or ""), kind.name, controller))
-        if (managed_by != labels.MULTIKUEUE and self.policies and uid not in self._recorded
-                and kind.name in self.kinds):  # (a kind without managedBy is handed over by its queue label)
+        shadowed = classified is not None and classified[1] is not None
+        if (shadowed or (managed_by != labels.MULTIKUEUE and self.policies and kind.name in self.kinds)) \
+                and uid not in self._recorded:  # (a kind without managedBy is handed over by its queue label)
             self._todo[uid] = (kind, dict(obj))
+
+    def recount(self) -> None:
+        """What decides each Job's controller changed (a ClusterQueue's checks): every Job is looked at again
+        at the next flush."""
+        self._rescan = True
 
     def counts(self) -> Counter[tuple[str, str, str]]:
         """(namespace, kind, controller) → Jobs on the manager now."""
@@ -346,12 +359,17 @@ class HandoverBook:
         md = wl.meta(obj)
         namespace, name = str(md.get("namespace") or ""), str(md.get("name") or "")
         job_labels = {str(k): str(v) for k, v in (md.get("labels") or {}).items()}
-        chosen = self._selecting(kind.name, namespace, job_labels)
+        classified = self.classify(kind, obj) if self.classify is not None else None
+        chosen: hp.Policy | _QueueShadow | None
+        if classified is not None and classified[1] is not None:  # a ClusterQueue MultiKueue's check serves
+            chosen = _QueueShadow(classified[1])
+        else:
+            chosen = self._selecting(kind.name, namespace, job_labels)
         if chosen is None:
             log.debug("handover: %s %s/%s is in no policy's scope (namespace labels %s)", kind.name, namespace,
                       name, self.namespace_labels.get(namespace))
             return None
-        controller = controller_of(kind, obj)
+        controller = classified[0] if classified is not None else controller_of(kind, obj)
         warned = wl.uid_of(obj) in self._warned
         value = kind.managed_by(obj)
         if value and value not in self.known_controllers and not warned:
@@ -391,6 +409,15 @@ class HandoverBook:
         # the shadow judges the Job as it would be handed over: with mkd's managedBy
         handed = _with_managed_by(kind, obj)
         return await asyncio.to_thread(wl.describe, kind, handed, runtime, problem)
+
+
+class _QueueShadow:
+    """Kueue mode: the shadow of a ClusterQueue served by MultiKueue's check (what mkd would do with its Jobs)."""
+
+    mode = "Shadow"
+
+    def __init__(self, name: str) -> None:
+        self.name = name
 
 
 def _with_managed_by(kind: JobKind, obj: Mapping[str, Any]) -> dict[str, Any]:

@@ -90,6 +90,8 @@ class Intake:
         # Sees every event of every Job, mkd's or not (the handover book counts and shadows them); set
         # once here, not in follow_claimed, which runs again when the engine has rebuilt its view.
         self.observe: Callable[[JobKind, Mapping[str, Any], bool], None] | None = None
+        # Kueue mode (dispatcher/admissioncheck): the Job as the engine is to see it, or None when not mkd's
+        self.lens: Callable[[JobKind, Mapping[str, Any], bool], Mapping[str, Any] | None] | None = None
         self._told: collections.OrderedDict[str, None] = collections.OrderedDict()  # uids given the Warning
         self._telling: set[asyncio.Task[None]] = set()
         self.follow_claimed()
@@ -169,10 +171,16 @@ class Intake:
             self.observe(kind, obj, deleted)
         if self._followed_only(namespace, obj):
             return
-        if not deleted and not told:
+        seen: Mapping[str, Any] = obj
+        if self.lens is not None:  # Kueue mode: the Job as the engine is to see it, or not at all
+            lensed = self.lens(kind, obj, deleted)
+            if lensed is None:
+                return
+            seen = lensed
+        elif not deleted and not told:
             self._tell_unmanaged(kind, obj)
-        if relevant(kind, self.engine, obj, deleted):
-            self.engine.inbox.put_nowait(JobChange(kind, obj, deleted=deleted))
+        if relevant(kind, self.engine, seen, deleted):
+            self.engine.inbox.put_nowait(JobChange(kind, seen, deleted=deleted))
 
     def _tell_unmanaged(self, kind: JobKind, obj: Mapping[str, Any]) -> None:
         """A Job that names a Kueue queue but no managedBy gets a Warning Event saying mkd leaves it alone and

@@ -10,6 +10,7 @@ resumes with the same order and usage), and ``schedule`` in the placement round.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 from collections.abc import Iterable, Mapping
@@ -66,6 +67,21 @@ def creation_time(obj: Mapping[str, Any]) -> datetime | None:
         return None
 
 
+def with_scheduling(need: Need, scheduling: Mapping[str, messages.PodScheduling]) -> Need:
+    """``need`` with each PodSet's pods also bound by ``scheduling`` (a flavor's nodeSelector and tolerations)."""
+    podsets = []
+    for ps in need.podsets:
+        add = scheduling.get(ps.name)
+        if add is None:
+            podsets.append(ps)
+            continue
+        selector = {**dict(ps.node_selector), **add.node_selector}
+        tolerations = ps.tolerations + tuple((t.get("key", ""), t.get("operator", "Equal"), t.get("value", ""),
+                                             t.get("effect", "")) for t in add.tolerations)
+        podsets.append(dataclasses.replace(ps, node_selector=tuple(sorted(selector.items())), tolerations=tolerations))
+    return dataclasses.replace(need, podsets=tuple(podsets))
+
+
 class QueueingState:
     """See the module docstring."""
 
@@ -87,6 +103,9 @@ class QueueingState:
         self.shown: dict[str, tuple[str, datetime]] = {}
         self._needs: dict[tuple[str, bytes], Need] = {}
         """uid -> (reason, when) last written to the Job for a waiting Workload."""
+        self.assigned: dict[str, dict[str, messages.PodScheduling]] = {}
+        """uid -> per PodSet, what the flavors Kueue assigned add to its pods (Kueue mode, set by
+        ``dispatcher.admissioncheck``): its node fit and its Place honour them as they do mkd's own flavors."""
 
     # --- claim --------------------------------------------------------------------------------
 
@@ -120,6 +139,9 @@ class QueueingState:
             label = (wl.meta(obj).get("labels") or {}).get(api.PRIORITY_CLASS_LABEL)
             inputs = (str(label or ""), tuple(str(p["priorityClassName"]) for p in row.get("podsets") or []
                                               if p.get("priorityClassName")))
+        assigned = self.assigned.get(row["uid"])
+        if assigned:
+            need = with_scheduling(need, assigned)
         # uids, namespaces and queue names shared with the engine's other maps (100,000 entries)
         return Entry(priority_inputs=inputs, uid=sys.intern(row["uid"]), namespace=sys.intern(row["namespace"]),
                      name=row["name"], queue=sys.intern(row["queue"]), priority=int(row["priority"]),
@@ -206,6 +228,9 @@ class QueueingState:
 
     def pod_scheduling(self, uid: str) -> dict[str, messages.PodScheduling]:
         """Per PodSet, what its reserved flavors add to the pods (sent in every Place of this Workload)."""
+        assigned = self.assigned.get(uid)
+        if assigned is not None:
+            return assigned
         held = self.queues.admitted.get(uid)
         if held is None or not held.flavors:
             return {}

@@ -62,6 +62,12 @@ UNUSED_ON_PURPOSE: dict[str, dict[tuple[str, str, str], str]] = {
         ("list", "admissionregistration.k8s.io", "mutatingwebhookconfigurations"):
             "only while a Route HandoverPolicy exists: is mkd's webhook registered, and for which namespaces "
             "(dispatcher/handover/book.py; tests/e2e/test_handover_guide.py)",
+        **{(verb, "kueue.x-k8s.io", resource): "Kueue mode only (admission_check.enabled, off in this run): "
+                                                 "dispatcher/admissioncheck/controller.py; its calls are checked "
+                                                 "against this role by tests/e2e/test_kueue_mode.py"
+           for verb, resource in (("list", "workloads"), ("watch", "workloads"), ("list", "admissionchecks"),
+                                  ("watch", "admissionchecks"), ("patch", "workloads/status"),
+                                  ("patch", "admissionchecks/status"))},
     },
     "agent": {
         # (pods/log: Pods are a job kind, so their calls are counted with the class)
