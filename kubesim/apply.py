@@ -4,7 +4,7 @@ Ownership is tracked in ``metadata.managedFields`` (``fieldsType: FieldsV1``) at
 keys: lists are atomic, as for the ``atomic`` list type. Applying a value another manager (Apply or Update,
 see :mod:`kubesim.managed`) owns with a different value is a 409 Conflict unless ``force``; with ``force``
 the other manager loses the field. Fields a manager applied before and omits now are removed unless another
-Apply manager still owns them.
+manager (Apply or Update) still owns them.
 """
 
 from __future__ import annotations
@@ -157,7 +157,8 @@ def plan(current: dict[str, Any], applied: dict[str, Any], manager: str, subreso
     if conflicts:
         raise _conflict_error(conflicts)
     result = json_copy(current)
-    still_owned = set().union(*(o for e, o in others if e.get("operation") == "Apply")) if others else set()
+    # structured-merge-diff's prune adds back what any other manager owns (addBackOwnedItems), Update ones too
+    still_owned = set().union(*(o for _, o in others)) if others else set()
     for path in previous - set(mine):
         # A main-resource applier never drops status fields, a status applier only status fields.
         if (path[:1] == ("status",)) != (subresource == "status"):

@@ -179,10 +179,12 @@ def parse_workload(obj: Mapping[str, Any]) -> WorkloadView:
 
 def released(w: WorkloadView, mine: Iterable[str]) -> bool:
     """Kueue handed this Workload to mkd: quota reserved, not evicted, finished or deactivated, and mkd's
-    check on it Pending or Ready (Retry and Rejected are mkd giving it back)."""
+    check on it Pending or Ready (Retry and Rejected are mkd giving it back). A Workload that carries no state
+    for mkd's check (Kueue writes the list whole and adds a missing entry back as Pending) is judged by its
+    quota alone."""
     check = w.check(mine)
     return (w.quota_reserved and not w.evicted and not w.finished and w.active
-            and check is not None and check.state in ("Pending", "Ready"))
+            and (check is None or check.state in ("Pending", "Ready")))
 
 
 def pod_scheduling(w: WorkloadView, flavors: Mapping[str, Mapping[str, Any]]) -> dict[str, messages.PodScheduling]:
