@@ -380,6 +380,7 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
         console.print(f"federation up in {time.monotonic() - started:.1f}s (dispatcher knows "
                       f"{', '.join(sorted(known)) or 'no cluster yet'}); submitting {len(examples.samples)} "
                       f"jobs and {len(examples.runtimes)} runtime(s) from examples/"
+                      + (f" (kinds declared in {_shown(opts.kinds_file)})" if opts.kinds_file else "")
                       + (f", {queues} ClusterQueues and their LocalQueues from demo/queues/" if queues else
                          " (open mode: no ClusterQueue)"))
         later = await submit(top, examples)
@@ -401,6 +402,11 @@ async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
             keys = [s.key for s in examples.samples if s.expect == "Succeeded"]
             await keep_running(console, top, shown, LOGS_JOB if LOGS_JOB in keys else next(iter(keys), None))
     return problems
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is under it (``examples/...``)."""
+    return str(path.relative_to(Path.cwd())) if path.is_relative_to(Path.cwd()) else str(path)
 
 
 def topology_options(opts: DemoOptions, topic_root: str) -> TopologyOptions:
