@@ -17,7 +17,7 @@ import collections
 import contextlib
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Collection, Coroutine
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, TypeVar
@@ -84,7 +84,8 @@ class SideWork:
     degrades and never stops the process: a task started with ``side=True`` is restarted with backoff after
     any error, a :class:`~federation.errors.Permanent` one (a 403) included, and the one :class:`SideWork` of
     the service logs each fault once per cause, counts it, and holds what is wrong and how to fix it (for a
-    403 the missing RBAC rule) for ``/readyz`` and the metrics until the work reports itself healthy again.
+    403 the missing RBAC rule) for ``/readyz`` and the metrics until the work reports itself healthy again, or
+    its restarted task has run for ``restart_max`` without failing.
     """
 
     def __init__(self, clock: Clock | None = None) -> None:
@@ -108,9 +109,9 @@ class SideWork:
                   f"; fix: {fix}" if fix else "", exc_info=exc if fix.startswith("see the log") else None)
         return fault
 
-    def ok(self, work: str) -> None:
-        """``work`` succeeded throughout: its faults (if any) are over."""
-        for key in [k for k in self.faults if k[0] == work]:
+    def ok(self, work: str, causes: Collection[str] | None = None) -> None:
+        """``work`` succeeded throughout: its faults (those of ``causes`` only, when given) are over."""
+        for key in [k for k in self.faults if k[0] == work and (causes is None or k[1] in causes)]:
             fault = self.faults.pop(key)
             log.warning("%s recovered after %d failure(s) (%s)", work, fault.failures, fault.cause)
 
@@ -269,10 +270,11 @@ class Supervisor:
 
     async def _run(self, name: str, factory: Factory, restart: bool, side: bool = False) -> None:
         backoff = Backoff(self.restart_initial, self.restart_max)
+        crashed: set[str] = set()  # causes of the side work's failures not yet outlived by a clean run
         while True:
             started = self.clock.monotonic()
             try:
-                await factory()
+                await self._attempt(name, factory, crashed)
                 log.debug("task %s finished", name)
                 return
             except asyncio.CancelledError:
@@ -284,7 +286,7 @@ class Supervisor:
                 if side:  # degrade, say why once, retry: side work never stops the service
                     if self.clock.monotonic() - started > self.restart_max:
                         backoff.succeeded()
-                    self.side.failed(name, exc)
+                    crashed.add(self.side.failed(name, exc).cause)
                     if info is not None:
                         info.restarts += 1
                     await self.clock.sleep(backoff.failed())
@@ -309,6 +311,20 @@ class Supervisor:
                 if info is not None:
                     info.restarts += 1
                 await self.clock.sleep(delay)
+
+    async def _attempt(self, name: str, factory: Factory, crashed: set[str]) -> None:
+        """One run of ``factory``. Side work restarted after ``crashed`` is healthy again once a run has lasted
+        ``restart_max`` (the window after which backoff starts afresh): those faults are over then, even if the
+        work never says so itself (faults it reports under its own name are its own to clear)."""
+        def outlived() -> None:
+            self.side.ok(name, set(crashed))
+            crashed.clear()
+        timer = self.clock.call_later(self.restart_max, outlived) if crashed else None
+        try:
+            await factory()
+        finally:
+            if timer is not None:
+                timer.cancel()
 
     @property
     def failed(self) -> bool:

@@ -305,3 +305,55 @@ async def test_side_work_that_is_forbidden_degrades_says_so_once_and_retries_wit
     assert runs == [0, 1, 3, 7, 15]
     said = [r for r in caplog.records if "is degraded" in r.getMessage()]
     assert len(said) == 1 and said[0].exc_info is None
+
+
+async def test_side_work_restarted_and_clean_for_its_restart_window_is_no_longer_degraded(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """Side work that failed, was restarted and has run without failing for ``restart_max`` (the window after
+    which a run counts as a fresh start) is healthy again, whether or not it says so itself: /readyz and the
+    ``mkd_side_work_degraded`` gauge read ``SideWork``, so a fault left there would say degraded for ever."""
+    clock = FakeClock()
+    runs: list[float] = []
+    running = asyncio.Event()
+
+    async def work() -> None:
+        runs.append(clock.monotonic())
+        if len(runs) == 1:
+            raise Boom("once")
+        running.set()
+        await asyncio.Event().wait()
+
+    async with Supervisor(clock=clock, restart_initial=1, restart_max=30) as sup:
+        sup.start("events", work, side=True)
+        await asyncio.wait_for(clock.wait_for_sleepers(), TIMEOUT)
+        assert [f.cause for f in sup.side.of("events")] == ["Boom"]
+        clock.advance(1)
+        await asyncio.wait_for(running.wait(), TIMEOUT)
+        clock.advance(29)
+        assert sup.side.problems() != []  # not yet a whole window
+        clock.advance(1)
+        assert sup.side.problems() == []
+        assert [m.samples for m in sup.side.collect() if m.name == "mkd_side_work_degraded"] == [[]]
+        assert sup.side.failures[("events", "Boom")] == 1  # the count of failures stays
+    assert runs == [0, 1]
+    assert [r for r in caplog.records if "recovered" in r.getMessage()]
+
+
+async def test_side_work_that_fails_again_within_its_window_stays_degraded() -> None:
+    clock = FakeClock()
+    runs: list[float] = []
+
+    async def work() -> None:
+        runs.append(clock.monotonic())
+        await clock.sleep(10)
+        raise Boom(f"run {len(runs)}")
+
+    async with Supervisor(clock=clock, restart_initial=1, restart_max=30) as sup:
+        sup.start("events", work, side=True)
+        for _ in range(6):
+            await asyncio.wait_for(clock.wait_for_sleepers(), TIMEOUT)
+            clock.advance(10)
+            await asyncio.wait_for(clock.wait_for_sleepers(), TIMEOUT)
+            assert sup.side.of("events")  # every run fails within 30 s of its start
+            clock.advance(max(1.0, min(30.0, 2.0 ** (len(runs) - 1))))
+    assert sup.side.failures[("events", "Boom")] >= 5
