@@ -104,7 +104,7 @@ class Dispatcher:
         self.kube = await Kube.from_settings(s.kube, clock=self.clock, user_agent="mkd-dispatcher").__aenter__()
         self.kube.side = self.side
         cache = JobCache()
-        self.writer = KubeWriter(self.kube, cache, self.clock, workers=s.kube_writers)
+        self.writer = KubeWriter(self.kube, cache, self.clock, workers=s.kube_writers, side=self.side)
         self.engine = Engine(s, sessions, self.kube, self.writer, self.clock, cache=cache)
         self.leadership = Leadership(s, self._engine_sql, self.clock)
         self._sessions = sessions

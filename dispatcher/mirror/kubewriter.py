@@ -34,9 +34,14 @@ from federation.kinds.base import JobKind
 from federation.kinds.pod import POD
 from federation.kinds.registry import by_name
 from federation.retry import capped
+from federation.tasks import SideWork
 
 log = logging.getLogger(__name__)
 COMPONENT = "mkd-dispatcher"
+WORK = "manager-job-status"
+"""The side work name of the writes to manager Jobs (``SideWork``)."""
+HELD_RETRY_MAX = 60.0
+"""Seconds between tries of a write refused with a 403, at most (it waits for the role to be fixed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +101,13 @@ class KubeWriter:
 
     def __init__(self, kube: Any, cache: JobCache, clock: Clock, *,
                  workers: int = 16, resource_for: Callable[[Any], Any] | None = None,
-                 condition_linger: float = 0.5, status_linger: float = 2.0, start_linger_max: float = 10.0) -> None:
+                 condition_linger: float = 0.5, status_linger: float = 2.0, start_linger_max: float = 10.0,
+                 side: SideWork | None = None) -> None:
         self.kube = kube
+        self.side = side
+        """Where a refusal other than a 422 (a 403: the role lacks a rule) is reported while its writes wait."""
+        self._refusing: set[str] = set()
+        """Jobs whose last write was refused so (``_held``): the side work is healthy again once none is left."""
         self.condition_linger = condition_linger
         self.status_linger = status_linger
         self.start_linger_max = start_linger_max
@@ -346,8 +356,12 @@ class KubeWriter:
                 self.refused += 1
                 self._refused(todo, exc)
             except FederationError as exc:
-                self.failures += 1
-                log.error("writing manager Job %s/%s failed: %s", todo.key.namespace, todo.key.name, exc)
+                self._held(todo, exc)
+            else:
+                if uid in self._refusing:
+                    self._refusing.discard(uid)
+                    if not self._refusing and self.side is not None:
+                        self.side.ok(WORK)
             finally:
                 self._busy.discard(uid)
                 after = self._todo.get(uid)
@@ -355,6 +369,24 @@ class KubeWriter:
                     self._queue.put_nowait(uid)  # (a waiting one goes when its wait ends: _release)
                 elif not self._todo and not self._busy:
                     self._idle.set()
+
+    def _held(self, todo: _Todo, exc: FederationError) -> None:
+        """A refusal a fix outside mkd ends (a 403 until the role has the rule): the write is kept and tried again
+        with backoff, and the refusal reported as degraded side work (``/readyz``, metrics; logged once per cause),
+        never dropped."""
+        todo.tries += 1
+        self.failures += 1
+        self._refusing.add(todo.key.uid)
+        if self.side is not None:
+            self.side.failed(WORK, exc)
+        else:
+            log.error("writing manager Job %s/%s failed (%s); retrying", todo.key.namespace, todo.key.name, exc)
+        self._requeue(todo)
+        # a timer, not a sleep: a worker waiting here would not write the Jobs that are allowed meanwhile
+        delay = capped(todo.tries, 1.0, HELD_RETRY_MAX)
+        held = self._todo[todo.key.uid]
+        held.lingering = due = self.clock.monotonic() + delay
+        self.clock.call_later(delay, self._release, todo.key.uid, due)
 
     def _refused(self, todo: _Todo, exc: Invalid) -> None:
         """The API server refused the status write (422): it is logged with what was refused and, when it carried

@@ -9,6 +9,7 @@ as on a real cluster whose role was installed from an older manifest.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 from typing import Any
@@ -123,3 +124,63 @@ async def _count(url: str, n: int) -> bool:
 
 async def _has(url: str, name: str) -> bool:
     return name in await placed(url)
+
+
+def without_rules(docs: list[dict[str, Any]], resources: set[str]) -> list[dict[str, Any]]:
+    for doc in docs:
+        if doc["kind"] == "ClusterRole":
+            doc["rules"] = [{**rule, "resources": kept} for rule in doc["rules"]
+                            if (kept := [r for r in rule.get("resources", []) if r not in resources])]
+    return docs
+
+
+async def test_a_status_write_the_role_refuses_is_kept_retried_and_said_until_the_role_is_fixed(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """A 403 on a manager Job's status write (the ClusterRole lacks ``pytorchjobs/status``) is not dropped: the
+    write waits and is tried again with backoff, the refusal is degraded side work (``/readyz`` and the metrics
+    read it: the missing rule), logged once; once the role has the rule the write goes and the fault is over."""
+    from dispatcher.intake.jobcache import JobCache
+    from dispatcher.mirror.kubewriter import WORK, JobKey, KubeWriter
+    from dispatcher.workload import condition
+    from federation.clock import FakeClock
+    from federation.tasks import SideWork
+
+    spec = kubesim.ClusterSpec("manager", nodes=[kubesim.NodeSpec("m1")], authorize=True)
+    async with kubesim.serve_async([spec], tmp_path / "sim") as sim:
+        admin = Path(sim.kubeconfig("manager"))
+        await install_crd(admin)
+        async with Kube(admin) as kube:
+            await deployrbac.apply(kube, without_rules(deployrbac.documents("dispatcher"), {"pytorchjobs/status"}))
+            token_config = await deployrbac.service_kubeconfig(kube, admin, "dispatcher", tmp_path / "d.kubeconfig")
+            job = await kube.create(PYTORCHJOBS, pytorchjob("refused"), "default")
+            key = JobKey(job["metadata"]["uid"], "PyTorchJob", "default", "refused")
+            cache = JobCache()
+            cache[key.uid] = job
+            clock = FakeClock()
+            side = SideWork(clock)
+            async with Kube(token_config) as limited:
+                writer = KubeWriter(limited, cache, clock, side=side)
+                task = asyncio.create_task(writer.run())
+                try:
+                    writer.condition(key, condition(labels.CONDITION_DISPATCHED, True, "Placed", "on worker-1",
+                                                    clock.now()))
+                    clock.advance(1)  # the condition's short wait to share a write
+                    for tries in (1, 2, 3):
+                        await eventually(lambda n=tries: writer.failures == n, what=f"refusal {tries}")
+                        [fault] = side.of(WORK)
+                        assert fault.failures == tries
+                        clock.advance(2 ** (tries - 1))  # the backoff: 1, 2, 4 s
+                    assert fault.cause == "forbidden: patch pytorchjobs/status in API group kubeflow.org"
+                    assert 'resources: ["pytorchjobs/status"], verbs: ["patch"]' in fault.fix
+                    await eventually(lambda: writer.failures == 4, what="refusal 4")
+                    await deployrbac.apply(kube, deployrbac.documents("dispatcher"))  # the role fixed
+                    clock.advance(8)
+                    await eventually(lambda: writer.writes == 1, what="the write once the role allows it",
+                                     within=15)
+                    assert side.of(WORK) == []
+                finally:
+                    task.cancel()
+            got = await kube.get(PYTORCHJOBS, "refused", "default")
+            assert [c["type"] for c in got["status"]["conditions"]] == [labels.CONDITION_DISPATCHED]
+    said = [r for r in caplog.records if f"{WORK} is degraded" in r.getMessage()]
+    assert len(said) == 1
