@@ -1,7 +1,8 @@
 """Server-side apply, simplified: field ownership per Apply manager, conflicts, and removal of dropped fields.
 
 Ownership is tracked in ``metadata.managedFields`` (``fieldsType: FieldsV1``) at the granularity of map
-keys: lists are atomic, as for the ``atomic`` list type. Applying a value another manager (Apply or Update,
+keys: lists are atomic, as for the ``atomic`` list type, except a custom resource's ``listType: map`` lists,
+merged and owned item by item (:func:`keyed`; the item's entry is ``f:k:{...}``, not upstream's ``k:{...}``). Applying a value another manager (Apply or Update,
 see :mod:`kubesim.managed`) owns with a different value is a 409 Conflict unless ``force``; with ``force``
 the other manager loses the field. Fields a manager applied before and omits now are removed unless another
 manager (Apply or Update) still owns them.
@@ -19,6 +20,44 @@ from kubesim.records import json_copy
 
 Path = tuple[str, ...]
 _META_KEYS = ("labels", "annotations", "finalizers", "ownerReferences")
+
+
+def map_lists(schema: Any, prefix: Path = ()) -> dict[Path, tuple[str, ...]]:
+    """The ``x-kubernetes-list-type: map`` lists a CRD schema declares (path -> their keys), reached through
+    object properties only (not inside other lists)."""
+    out: dict[Path, tuple[str, ...]] = {}
+    if not isinstance(schema, dict):
+        return out
+    if schema.get("type") == "array" and schema.get("x-kubernetes-list-type") == "map" and prefix:
+        out[prefix] = tuple(str(k) for k in schema.get("x-kubernetes-list-map-keys") or ())
+        return out
+    for name, sub in (schema.get("properties") or {}).items():
+        out.update(map_lists(sub, (*prefix, str(name))))
+    return out
+
+
+def keyed(obj: dict[str, Any], lists: dict[Path, tuple[str, ...]]) -> dict[str, Any]:
+    """``obj`` with each map list as a map from its items' keys (``k:{"name":"a"}``) to the items, so that an
+    apply merges and owns them item by item, as structured-merge-diff does; :func:`unkeyed` turns them back."""
+    out: dict[str, Any] = json_copy(obj)
+    for path, keys in lists.items():
+        found, value = _get(out, path)
+        if found and isinstance(value, list) and all(isinstance(i, dict) for i in value):
+            parent = _get(out, path[:-1])[1]
+            parent[path[-1]] = {_item_key(i, keys): i for i in value}
+    return out
+
+
+def unkeyed(obj: dict[str, Any], lists: dict[Path, tuple[str, ...]]) -> dict[str, Any]:
+    for path in lists:
+        found, value = _get(obj, path)
+        if found and isinstance(value, dict):
+            _get(obj, path[:-1])[1][path[-1]] = [i for i in value.values() if isinstance(i, dict) and i]
+    return obj
+
+
+def _item_key(item: dict[str, Any], keys: tuple[str, ...]) -> str:
+    return "k:" + orjson.dumps({k: item.get(k) for k in keys}, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def applied_part(obj: dict[str, Any]) -> dict[str, Any]:

@@ -448,7 +448,20 @@ class Store(DeletionMixin):
         """The Update entry of an API write's field manager (not for apply, nor kubesim's own writers)."""
         scope = schema.current_scope()
         if scope is not None and scope.manager and scope.patch_type != "apply":
-            managed.record_update(old, new, scope.manager, subresource, rt.has_status, now())
+            lists = _map_lists(rt, str(new.get("apiVersion") or ""))
+            if not lists:
+                managed.record_update(old, new, scope.manager, subresource, rt.has_status, now())
+                return
+            # a listType map list is owned item by item, as under apply (kubesim.apply.keyed)
+            k_new = ssa.keyed(new, lists)
+            managed.record_update(ssa.keyed(old, lists) if old is not None else None, k_new, scope.manager,
+                                  subresource, rt.has_status, now())
+            fields = (k_new.get("metadata") or {}).get("managedFields")
+            meta = new.setdefault("metadata", {})
+            if fields is None:
+                meta.pop("managedFields", None)
+            else:
+                meta["managedFields"] = fields
 
     # ------------------------------------------------------------------ patch / apply
 
@@ -513,17 +526,19 @@ class Store(DeletionMixin):
             meta["namespace"] = ns
         api_version = obj.get("apiVersion") or rt.api_version()
         rec = self.get_rec(res, ns, name)
+        lists = _map_lists(rt, api_version)
         if rec is None:
             if subresource:
                 raise not_found(rt.plural, rt.group, name)
-            _, meta["managedFields"] = ssa.plan({}, obj, manager, None, True, api_version, now())
+            _, meta["managedFields"] = ssa.plan({}, ssa.keyed(obj, lists), manager, None, True, api_version, now())
             meta.pop("resourceVersion", None)
             return self.create_rec(res, obj, dry_run)
         if meta.get("resourceVersion") and meta["resourceVersion"] != str(rec.rv):
             raise conflict(rt.plural, rt.group, name)
-        base, managed = ssa.plan(rec.obj(), obj, manager, subresource, force, api_version, now())
+        current, obj = ssa.keyed(rec.obj(), lists), ssa.keyed(obj, lists)
+        base, managed = ssa.plan(current, obj, manager, subresource, force, api_version, now())
         applied = ssa.applied_part(obj)
-        new = strategic_merge(base, applied) if rt.builtin else merge_patch(base, applied)
+        new = strategic_merge(base, applied) if rt.builtin else ssa.unkeyed(merge_patch(base, applied), lists)
         new["metadata"]["managedFields"] = managed
         return self._replace(rt, rec, new, subresource, dry_run)
 
@@ -598,3 +613,10 @@ def _spec_part(obj: dict[str, Any]) -> dict[str, Any]:
 
 def b64(s: str) -> str:
     return base64.b64encode(s.encode()).decode()
+
+
+def _map_lists(rt: ResourceType, api_version: str) -> dict[tuple[str, ...], tuple[str, ...]]:
+    """A custom resource's ``listType: map`` lists in the schema of ``api_version`` (kubesim.apply.map_lists)."""
+    if rt.builtin or not rt.schemas:
+        return {}
+    return ssa.map_lists(rt.schemas.get(api_version.rpartition("/")[2]) or rt.schemas.get(rt.storage_version))

@@ -231,3 +231,49 @@ def test_limit_ranges_and_runtime_classes_are_served(api: client.ApiClient, ns: 
         assert f"rc-{ns}" in [rc.metadata.name for rc in node.list_runtime_class().items]
     finally:
         node.delete_runtime_class(f"rc-{ns}")
+
+
+def test_apply_merges_a_custom_resources_map_list_item_by_item(api: client.ApiClient, ns: str) -> None:
+    """structured-merge-diff on a ``listType: map`` list (a Workload's ``status.conditions``, keyed by type):
+    each applier owns its items; applying without an item removes only that applier's own, and an item another
+    manager wrote by a merge patch stays (Kueue's job reconciler applies PodsReady alone; QuotaReserved and
+    Admitted, written by others, must stay)."""
+    from kubesim.testing import eventually
+
+    group = f"lists-{ns}.example.com"
+    ext = client.ApiextensionsV1Api(api)
+    cond = {"type": "object", "required": ["type", "status"],
+            "properties": {"type": {"type": "string"}, "status": {"type": "string"}}}
+    schema = {"openAPIV3Schema": {"type": "object", "properties": {"status": {"type": "object", "properties": {
+        "conditions": {"type": "array", "items": cond, "x-kubernetes-list-type": "map",
+                       "x-kubernetes-list-map-keys": ["type"]}}}}}}
+    ext.create_custom_resource_definition({"metadata": {"name": f"gadgets.{group}"}, "spec": {
+        "group": group, "scope": "Namespaced", "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+        "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema,
+                      "subresources": {"status": {}}}]}})
+    try:
+        def established() -> bool:
+            crd = ext.read_custom_resource_definition(f"gadgets.{group}")
+            return any(c.type == "Established" and c.status == "True" for c in (crd.status.conditions or []))
+        eventually(established, what="CRD Established")
+        gadgets = DynamicClient(api).resources.get(api_version=f"{group}/v1", kind="Gadget")
+        gadgets.create(body={"apiVersion": f"{group}/v1", "kind": "Gadget", "metadata": {"name": "g"}}, namespace=ns)
+
+        def apply(manager: str, *types: str) -> list[str]:
+            body = {"apiVersion": f"{group}/v1", "kind": "Gadget", "metadata": {"name": "g", "namespace": ns},
+                    "status": {"conditions": [{"type": t, "status": "True"} for t in types]}}
+            got = client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+                group, "v1", ns, "gadgets", "g", body, field_manager=manager, force=True,
+                _content_type="application/apply-patch+yaml")
+            return [c["type"] for c in (got.get("status") or {}).get("conditions") or []]
+
+        assert apply("admission", "QuotaReserved", "Admitted") == ["QuotaReserved", "Admitted"]
+        assert apply("job-controller", "PodsReady") == ["QuotaReserved", "Admitted", "PodsReady"]
+        current = gadgets.get(name="g", namespace=ns).to_dict()
+        client.CustomObjectsApi(api).patch_namespaced_custom_object_status(
+            group, "v1", ns, "gadgets", "g", {"status": {"conditions": [
+                *current["status"]["conditions"], {"type": "Checked", "status": "True"}]}},
+            field_manager="patcher", _content_type="application/merge-patch+json")
+        assert apply("admission", "QuotaReserved") == ["QuotaReserved", "PodsReady", "Checked"]
+    finally:
+        ext.delete_custom_resource_definition(f"gadgets.{group}")
