@@ -45,11 +45,16 @@ def specs_from_args(args: argparse.Namespace) -> list[ClusterSpec]:
     if args.topology:
         return specs_from_topology(yaml.safe_load(Path(args.topology).read_text()) or {})
     specs = []
+    without: dict[str, list[str]] = {}
+    for item in args.without:
+        cluster, _, standin = item.partition("=")
+        without.setdefault(cluster, []).append(standin)
     for i, name in enumerate(n.strip() for n in args.clusters.split(",") if n.strip()):
         extended = {"nvidia.com/gpu": str(args.node_gpus)} if args.node_gpus else {}
         nodes = [NodeSpec(f"{name}-node-{j}", cpu=args.node_cpu, memory=args.node_memory, pods=args.node_pods,
                           extended=extended) for j in range(args.nodes)]
-        specs.append(ClusterSpec(name, nodes, seed=args.seed + i, authorize=args.authorize, tls=args.tls))
+        specs.append(ClusterSpec(name, nodes, seed=args.seed + i, authorize=args.authorize, tls=args.tls,
+                                 without=tuple(without.get(name, ()))))
     return specs
 
 
@@ -63,6 +68,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--node-pods", type=int, default=110)
     p.add_argument("--node-gpus", type=int, default=0, help="nvidia.com/gpu per node")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--without", action="append", default=[], metavar="CLUSTER=STAND-IN",
+                   help="a stand-in operator the cluster does not run (manager=leaderworkerset: a manager cluster, "
+                        "where LWS's controller, which has no managedBy to tell it off, must not run); repeatable")
     p.add_argument("--authorize", action="store_true",
                    help="authenticate and authorize every request with RBAC, as kube-apiserver does")
     p.add_argument("--tls", action="store_true",

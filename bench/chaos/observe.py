@@ -1,7 +1,8 @@
 """Counting from the outside: what the clusters and the database say, never mkd's own counters.
 
 :class:`Observer` watches, through the official Kubernetes client (``federation.kube.Kube``), the jobs of the
-mix (PyTorchJobs, RayJobs, AppWrappers, TrainingRuns: a kind from configuration, pod groups) on the manager and on
+mix (PyTorchJobs, RayJobs, AppWrappers, TrainingRuns: a kind from configuration, pod groups, LeaderWorkerSets,
+RayServices) on the manager and on
 every worker, and the pods on every worker, for the whole run; a pod group is its pods with one
 ``kueue.x-k8s.io/pod-group-name``, read as one job (``federation.kinds.pod.group_object``) wherever they are. It
 keeps, per job: when
@@ -37,8 +38,14 @@ PYTORCHJOBS = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob")
 RAYJOBS = Resource("ray.io", "v1", "rayjobs", "RayJob")
 APPWRAPPERS = Resource("workload.codeflare.dev", "v1beta2", "appwrappers", "AppWrapper")
 TRAININGRUNS = Resource("example.com", "v1", "trainingruns", "TrainingRun")
-JOB_RESOURCES = (PYTORCHJOBS, RAYJOBS, APPWRAPPERS, TRAININGRUNS)
+LEADERWORKERSETS = Resource("leaderworkerset.x-k8s.io", "v1", "leaderworkersets", "LeaderWorkerSet")
+RAYSERVICES = Resource("ray.io", "v1", "rayservices", "RayService")
+JOB_RESOURCES = (PYTORCHJOBS, RAYJOBS, APPWRAPPERS, TRAININGRUNS, LEADERWORKERSETS, RAYSERVICES)
 """The kinds of the mix; job names are unique across them."""
+SERVING = {"LeaderWorkerSet": "Available", "RayService": "Ready"}
+"""Kinds that serve until deleted, never finishing: at their end once this condition of theirs shows True on the
+manager (mirrored from the worker that serves them)."""
+LWS_NAME_LABEL = "leaderworkerset.sigs.k8s.io/name"
 JOB_NAME_LABEL = "training.kubeflow.org/job-name"
 RAY_CLUSTER_LABEL = "ray.io/cluster"
 APPWRAPPER_LABEL = "workload.codeflare.dev/appwrapper"
@@ -67,6 +74,10 @@ def outcome(obj: dict[str, Any]) -> str | None:
 
 
 def succeeded(obj: dict[str, Any]) -> bool:
+    """At its end: Succeeded, or for a serving kind, serving."""
+    serving = SERVING.get(str(obj.get("kind") or ""))
+    if serving is not None:
+        return condition(obj, serving)
     return outcome(obj) == "Succeeded"
 
 
@@ -91,8 +102,9 @@ def running_pod(pod: dict[str, Any]) -> bool:
 
 
 def pod_job(pod: dict[str, Any]) -> str | None:
-    """The job a pod runs for: a PyTorchJob's by its label, an AppWrapper's by the operator's label, a RayJob's
-    by its RayCluster (``<job>-xxxxx``) or its submitter Job (named as the RayJob), a pod group's by its label."""
+    """The job a pod runs for: a PyTorchJob's by its label, an AppWrapper's or a LeaderWorkerSet's by their
+    controller's label, a RayJob's or a RayService's by its RayCluster (``<job>-xxxxx``) or a RayJob's submitter Job
+    (named as the RayJob), a pod group's by its label."""
     meta = pod.get("metadata") or {}
     labels = meta.get("labels") or {}
     name = labels.get(JOB_NAME_LABEL) or labels.get(podkind.GROUP_NAME_LABEL)
@@ -102,6 +114,8 @@ def pod_job(pod: dict[str, Any]) -> str | None:
         return str(labels[APPWRAPPER_LABEL])
     if labels.get(GENERIC_OWNER_LABEL):
         return str(labels[GENERIC_OWNER_LABEL])
+    if labels.get(LWS_NAME_LABEL):
+        return str(labels[LWS_NAME_LABEL])
     cluster = labels.get(RAY_CLUSTER_LABEL)
     if cluster:
         return str(cluster).rsplit("-", 1)[0]

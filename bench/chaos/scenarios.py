@@ -1,14 +1,15 @@
-"""The scenarios: a stream of jobs (PyTorchJobs, RayJobs, AppWrappers, TrainingRuns, pod groups) through a World while
-faults hit
-processes by PID.
+"""The scenarios: a stream of jobs (PyTorchJobs, RayJobs, AppWrappers, TrainingRuns, pod groups, LeaderWorkerSets,
+RayServices) through a World while faults hit processes by PID.
 
 Every scenario submits ``jobs`` jobs, every :data:`RAY_EVERY`-th a RayJob run by the workers' KubeRay (head, one
 worker, a submitter whose run is the Ray job's), every fourth from :data:`APPWRAPPER_AT` an AppWrapper run by the
 workers' AppWrapper operator (a batch Job of two pods), every fourth from :data:`DECLARED_AT` a TrainingRun, the kind
 from configuration of examples/trainingrun (launcher and one worker, run by kubesim's generic operator), every
-:data:`POD_GROUP_EVERY`-th from :data:`POD_GROUP_AT` a pod group of two gated Pods (the agents create them), the others
-PyTorchJobs (1 Master + 1 Worker); 100m CPU per pod,
-runs of ``run_seconds`` that exit 0. They go to the manager at ``rate`` per second, runs its fault script while the stream flows, then waits up
+:data:`POD_GROUP_EVERY`-th from :data:`POD_GROUP_AT` a pod group of two gated Pods (the agents create them), every
+:data:`SERVING_EVERY`-th from :data:`LWS_AT` a LeaderWorkerSet (one group of a leader and a worker, run by the
+workers' LWS controller) and from :data:`RAYSERVICE_AT` a RayService (head and one worker, served by their KubeRay),
+the others PyTorchJobs (1 Master + 1 Worker); 100m CPU per pod, runs of ``run_seconds`` that exit 0; the
+LeaderWorkerSets and RayServices serve until the run ends. They go to the manager at ``rate`` per second, runs its fault script while the stream flows, then waits up
 to ``deadline`` seconds after the last fault for every job to be Succeeded on the manager, and counts with
 :class:`bench.chaos.observe.Observer`.
 """
@@ -26,7 +27,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from bench.chaos.observe import APPWRAPPERS, PYTORCHJOBS, RAYJOBS, TRAININGRUNS, Figures, Observer
+from bench.chaos.observe import (
+    APPWRAPPERS,
+    LEADERWORKERSETS,
+    PYTORCHJOBS,
+    RAYJOBS,
+    RAYSERVICES,
+    TRAININGRUNS,
+    Figures,
+    Observer,
+)
 from bench.chaos.procs import Service, missing_binaries
 from bench.chaos.world import NAMESPACE, WORKERS, World, WorldOptions
 from federation.errors import AlreadyExists
@@ -44,6 +54,10 @@ POD_GROUP_AT = 4
 """And every eighth, offset by this (half of the PyTorchJobs' places), a pod group of :data:`POD_GROUP_SIZE` Pods named
 ``<job>-<i>``."""
 POD_GROUP_SIZE = 2
+SERVING_EVERY = 32
+LWS_AT, RAYSERVICE_AT = 0, 16
+"""And every 32nd, offset by these (a quarter of the PyTorchJobs' places), a LeaderWorkerSet or a RayService: they
+serve (never finish) and are at their end once the manager shows them serving (``observe.SERVING``)."""
 
 
 @dataclass
@@ -344,6 +358,30 @@ def manifest(name: str, run_seconds: float) -> dict[str, Any]:
                      "pytorchReplicaSpecs": {"Master": replica(), "Worker": replica()}}}
 
 
+def ray_pod(container: str) -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": container, "image": "docker.io/rayproject/ray:2.46.0",
+                                     "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}
+
+
+def lws_manifest(name: str) -> dict[str, Any]:
+    """A LeaderWorkerSet of one group, a leader and a worker, handed to mkd by its queue label (no managedBy)."""
+    pod = {"spec": {"containers": [{"name": "serve", "image": "docker.io/vllm/vllm-openai:v0.9.2",
+                                    "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}
+    return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+            "metadata": {"name": name, "namespace": NAMESPACE, "labels": {"kueue.x-k8s.io/queue-name": "default"}},
+            "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2, "workerTemplate": pod}}}
+
+
+def rayservice_manifest(name: str) -> dict[str, Any]:
+    """A RayService of a head and one worker serving one application."""
+    config = "applications:\n- name: app\n  import_path: app.deployment\n"
+    return {"apiVersion": "ray.io/v1", "kind": "RayService", "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {"managedBy": MULTIKUEUE, "serveConfigV2": config,
+                     "rayClusterConfig": {"headGroupSpec": {"rayStartParams": {}, "template": ray_pod("ray-head")},
+                                          "workerGroupSpecs": [{"groupName": "workers", "replicas": 1,
+                                                                "template": ray_pod("ray-worker")}]}}}
+
+
 def ray_manifest(name: str, run_seconds: float) -> dict[str, Any]:
     """A RayJob: head and one worker serve until the submitter's run (``run_seconds``, exit 0) ends the job."""
     def pod(container: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
@@ -411,7 +449,11 @@ async def submit(obs: Observer, run: Run, prefix: str, run_seconds: float) -> No
             await asyncio.sleep(max(0.0, t0 + i * interval - time.monotonic()))
             for attempt in range(5):
                 try:
-                    if i % RAY_EVERY == RAY_EVERY - 1:
+                    if i % SERVING_EVERY == LWS_AT:
+                        await kube.create(LEADERWORKERSETS, lws_manifest(name), NAMESPACE)
+                    elif i % SERVING_EVERY == RAYSERVICE_AT:
+                        await kube.create(RAYSERVICES, rayservice_manifest(name), NAMESPACE)
+                    elif i % RAY_EVERY == RAY_EVERY - 1:
                         await kube.create(RAYJOBS, ray_manifest(name, run_seconds), NAMESPACE)
                     elif i % RAY_EVERY == APPWRAPPER_AT:
                         await kube.create(APPWRAPPERS, appwrapper_manifest(name, run_seconds), NAMESPACE)

@@ -239,9 +239,11 @@ class World:
         groups = [[c] for c in (MANAGER, *WORKERS)] if self.o.kubesim_per_cluster else [[MANAGER, *WORKERS]]
         for group in groups:
             name = "kubesim-" + ("-".join(group) if len(group) == 1 else "all")
+            # the manager runs no LWS controller (an LWS has no managedBy: one there would run it too)
+            without = ["--without", f"{MANAGER}=leaderworkerset"] if MANAGER in group else []
             s = python_service(name, ["-m", "kubesim", "--clusters", ",".join(group), "--nodes", str(self.o.nodes),
                                       "--node-cpu", self.o.node_cpu, "--node-memory", "4000Gi",
-                                      "--node-pods", "5000", "--state-dir", str(sim_dir)], self.logs)
+                                      "--node-pods", "5000", "--state-dir", str(sim_dir), *without], self.logs)
             s.start()
             self.kubesims.append(s)
 

@@ -21,15 +21,17 @@ import pytest
 import pytest_asyncio
 
 from bench.chaos.__main__ import figure_lines
-from bench.chaos.observe import APPWRAPPERS, PYTORCHJOBS, RAYJOBS, TRAININGRUNS, Observer
+from bench.chaos.observe import APPWRAPPERS, LEADERWORKERSETS, PYTORCHJOBS, RAYJOBS, RAYSERVICES, TRAININGRUNS, Observer
 from bench.chaos.procs import missing_binaries
 from bench.chaos.scenarios import (
     SCENARIOS,
     Size,
     appwrapper_manifest,
+    lws_manifest,
     manifest,
     pod_group_manifests,
     ray_manifest,
+    rayservice_manifest,
     run_in,
     trainingrun_manifest,
 )
@@ -83,7 +85,8 @@ async def eventually(probe: object, what: str, within: float = 20.0) -> None:
     pytest.fail(f"not within {within:.0f}s: {what}")
 
 
-@pytest.mark.parametrize("kind", ["PyTorchJob", "RayJob", "AppWrapper", "TrainingRun", "PodGroup"])
+@pytest.mark.parametrize("kind", ["PyTorchJob", "RayJob", "AppWrapper", "TrainingRun", "PodGroup", "LeaderWorkerSet",
+                                  "RayService"])
 async def test_a_job_live_on_two_workers_counts_as_run_twice(shared: Shared, kind: str) -> None:
     """The counter of the main guarantee can fail: copies made by hand on two workers are caught, for every
     kind of the mix."""
@@ -102,10 +105,13 @@ async def test_a_job_live_on_two_workers_counts_as_run_twice(shared: Shared, kin
                 for pod in group:
                     await shared.obs.kubes[w].delete(PODS, pod["metadata"]["name"], NAMESPACE)
         return
-    res = {"PyTorchJob": PYTORCHJOBS, "RayJob": RAYJOBS, "AppWrapper": APPWRAPPERS, "TrainingRun": TRAININGRUNS}[kind]
-    # managedBy multikueue: no controller in a worker cluster touches them
-    copy = {"PyTorchJob": manifest, "RayJob": ray_manifest, "AppWrapper": appwrapper_manifest,
-            "TrainingRun": trainingrun_manifest}[kind](name, 60)
+    res = {"PyTorchJob": PYTORCHJOBS, "RayJob": RAYJOBS, "AppWrapper": APPWRAPPERS, "TrainingRun": TRAININGRUNS,
+           "LeaderWorkerSet": LEADERWORKERSETS, "RayService": RAYSERVICES}[kind]
+    # managedBy multikueue: no controller in a worker cluster touches them (an LWS has none: the workers' LWS
+    # controllers run both copies, which is the point)
+    copy = {"PyTorchJob": manifest(name, 60), "RayJob": ray_manifest(name, 60), "AppWrapper": appwrapper_manifest(name, 60),
+            "TrainingRun": trainingrun_manifest(name, 60), "LeaderWorkerSet": lws_manifest(name),
+            "RayService": rayservice_manifest(name)}[kind]
     for w in ("worker-1", "worker-2"):
         await shared.obs.kubes[w].create(res, copy, NAMESPACE)
     try:
