@@ -3,7 +3,8 @@
 Each generated part sits between two comment lines in its file, ``# BEGIN generated: <block> (mkctl kinds
 --update)`` and ``# END generated: <block>``; :func:`render` writes every block from
 :data:`~federation.kinds.registry.KINDS` (the dispatcher's, the agent's and the fencer's RBAC for the kinds, the handover
-webhook's rules, the managedBy-immutable admission policies, the HandoverPolicy kinds enum) and
+webhook's rules, the managedBy-immutable admission policies, the HandoverPolicy kinds enum) and the list of CRD files
+in ``federation/kinds/crds/Kustomization`` from that folder, and
 :func:`stale` names the files whose blocks differ from what the registry says. Nothing here talks to a
 cluster.
 """
@@ -178,6 +179,14 @@ def kinds_enum(kinds: Sequence[JobKind]) -> list[str]:
     return [f"enum: {_flow([k.name for k in handed_over(kinds)], 6)}".replace('"', "")]
 
 
+CRDS_DIR = Path(__file__).resolve().parent / "crds"
+
+
+def crd_files(kinds: Sequence[JobKind]) -> list[str]:
+    """The CRD files shipped in ``federation/kinds/crds`` (a kind's CRD is a file there; Kueue's are too)."""
+    return [f"- {path.name}" for path in sorted(CRDS_DIR.glob("*.yaml"))]
+
+
 @dataclass(frozen=True)
 class Block:
     path: str
@@ -195,6 +204,7 @@ BLOCKS = (
     Block("deploy/components/handover-webhook/webhook.yaml", "webhook-kinds", webhook_rules),
     Block("deploy/admission/managedby-immutable.yaml", "managedby-immutable", admission_policies),
     Block("dispatcher/handover/crds/handoverpolicies.handover.mkd.dev.yaml", "handover-kinds", kinds_enum),
+    Block("federation/kinds/crds/Kustomization", "crd-files", crd_files),
 )
 
 
