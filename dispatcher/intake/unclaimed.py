@@ -58,6 +58,12 @@ async def explain(kube: Any, namespace: str, name: str) -> str | None:
                         "group waits for the group's pod-group-total-count pods, or the dispatcher has not claimed it")
             return f"{namespace}/{name} (Pod) is not managed by mkd: it " + (
                 queued or f"names no queue ({labels.QUEUE_NAME}) and no {kind.controller} scheduling gate")
+        if not kind.managed_by_path:  # no managedBy field (LeaderWorkerSet): its queue label hands it to mkd
+            if managed_by == labels.MULTIKUEUE:
+                return (f"{namespace}/{name} ({kind.name}) names a queue ({where}) but has no Workload yet: the "
+                        "dispatcher has not claimed it (is it running and watching this namespace?)")
+            return (f"{namespace}/{name} ({kind.name}) is left to {kind.controller}: it names no queue, and mkd "
+                    f"claims a {kind.name} (which has no managedBy) when it has {where}")
         if managed_by == labels.MULTIKUEUE:
             return (f"{namespace}/{name} ({kind.name}) has {where}: {labels.MULTIKUEUE} but no Workload yet: "
                     "the dispatcher has not claimed it (is it running and watching this namespace?)")
