@@ -21,7 +21,15 @@ import pytest
 import pytest_asyncio
 
 from bench.chaos.__main__ import figure_lines
-from bench.chaos.observe import APPWRAPPERS, LEADERWORKERSETS, PYTORCHJOBS, RAYJOBS, RAYSERVICES, TRAININGRUNS, Observer
+from bench.chaos.observe import (
+    APPWRAPPERS,
+    LEADERWORKERSETS,
+    PYTORCHJOBS,
+    RAYJOBS,
+    RAYSERVICES,
+    TRAININGRUNS,
+    Observer,
+)
 from bench.chaos.procs import missing_binaries
 from bench.chaos.scenarios import (
     SCENARIOS,
