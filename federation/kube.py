@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import hashlib
 import importlib.metadata
 import logging
 import os
@@ -639,18 +640,21 @@ class Kube:
         return res.plural in cached[1]
 
     async def event(self, involved: Mapping[str, Any], *, type: Literal["Normal", "Warning"], reason: str,
-                    message: str, component: str) -> None:
+                    message: str, component: str, once: bool = False) -> None:
         """Record a core/v1 Event on ``involved``; best effort: failures are reported to ``side`` (logged once per
-        cause, counted) or logged, never raised."""
+        cause, counted) or logged, never raised. ``once``: one such Event per object and reason, whichever process
+        records it (while the server keeps Events): it is named after the object's uid and the reason, and one
+        already there is the one."""
         meta = involved.get("metadata") or {}
         namespace = str(meta.get("namespace") or "default")
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         # named as client-go's recorder names them, "<object>.<its UnixNano in hex>", made strictly increasing in
         # this process so that two Events of one object in the same nanosecond do not collide
         stamp = self._event_ns = max(time.time_ns(), self._event_ns + 1)
+        suffix = hashlib.sha256(f"{meta.get('uid')}/{reason}".encode()).hexdigest()[:16] if once else f"{stamp:x}"
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"name": f"{meta.get('name', 'object')}.{stamp:x}", "namespace": namespace},
+            "metadata": {"name": f"{meta.get('name', 'object')}.{suffix}", "namespace": namespace},
             "involvedObject": {
                 "apiVersion": involved.get("apiVersion"), "kind": involved.get("kind"),
                 "name": meta.get("name"), "namespace": meta.get("namespace"), "uid": meta.get("uid"),
@@ -662,6 +666,11 @@ class Kube:
         }
         try:
             await self.create(EVENTS, body, namespace)
+        except AlreadyExists:
+            if not once:  # (a name of its own each time: two Events of this process never collide)
+                log.warning("could not record event %s on %s/%s: its name is taken", reason, namespace,
+                            meta.get("name"))
+                return
         except (FederationError, RuntimeError) as exc:
             if self.side is not None:
                 self.side.failed("events", exc)

@@ -5,7 +5,7 @@ so the database knows nothing about them. ``mkctl placements show NAME`` (with `
 API's Workload endpoint ask the manager cluster instead: every kind mkd knows is looked up by name and
 the answer names the controller the Job is left to, and the field that says so. A Job that names a
 Kueue queue but has no managedBy was meant to be queued: intake puts a Warning Event on it
-(:func:`queued_but_unmanaged`, once per Job and dispatcher process) and the answer says how to fix it.
+(:func:`queued_but_unmanaged`, once per Job) and the answer says how to fix it.
 """
 
 from __future__ import annotations

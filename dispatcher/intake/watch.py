@@ -184,7 +184,8 @@ class Intake:
 
     def _tell_unmanaged(self, kind: JobKind, obj: Mapping[str, Any]) -> None:
         """A Job that names a Kueue queue but no managedBy gets a Warning Event saying mkd leaves it alone and
-        how to have it queued (once per Job and process; mkd writes nothing to the Job itself)."""
+        how to have it queued (once per Job: one Event named after it, whichever process writes it; remembered here
+        too, so that a Job's every change costs no request; mkd writes nothing to the Job itself)."""
         from dispatcher.intake.unclaimed import NOT_MANAGED_REASON, queued_but_unmanaged
 
         uid = wl.uid_of(obj)
@@ -199,7 +200,7 @@ class Intake:
         involved = {"apiVersion": f"{kind.group}/{kind.version}", "kind": kind.name, "metadata": wl.meta(obj)}
         task = asyncio.get_running_loop().create_task(self.kube.event(
             involved, type="Warning", reason=NOT_MANAGED_REASON, message=f"This {kind.name} {message}",
-            component="mkd-dispatcher"))
+            component="mkd-dispatcher", once=True))
         self._telling.add(task)
         task.add_done_callback(self._telling.discard)
 

@@ -57,6 +57,31 @@ async def test_a_queued_job_without_managed_by_is_told_why_mkd_leaves_it(
     assert written["spec"]["runPolicy"].get("managedBy") is None
 
 
+async def test_the_warning_is_given_once_per_job_not_once_per_dispatcher_process(
+        manager: Path, kube: Kube, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    """A dispatcher that starts again lists the Jobs it told before: they get no second Warning (the Event is named
+    after the Job's uid and the reason, so a second one is the one already there)."""
+    s = settings(manager, db_url, mqtt_url, topic_root)
+
+    def queued(name: str) -> dict[str, Any]:
+        job = pytorchjob(name, managed_by=None)
+        job["metadata"]["labels"] = {labels.QUEUE_NAME: "team-a"}
+        return job
+
+    async def warned(name: str) -> int:
+        return len([e for e in (await kube.list(EVENTS, "default")).items
+                    if e.get("reason") == NOT_MANAGED_REASON and e["involvedObject"]["name"] == name])
+
+    async with running(s):
+        await kube.create(PYTORCHJOBS, queued("first"), "default")
+        await eventually(lambda: warned("first"), what="the first Job's warning")
+    async with running(s):
+        await kube.create(PYTORCHJOBS, queued("second"), "default")
+        # the second Job's warning comes after the start's list, where the first was seen again
+        await eventually(lambda: warned("second"), what="the second Job's warning")
+    assert await warned("first") == 1
+
+
 async def test_the_only_dispatcher_taking_the_lock_is_no_warning(database_url: str, caplog: Any) -> None:
     """A normal PostgreSQL start logged ``WARNING ... this dispatcher is the active one``: only a takeover
     (another replica, or this one, held the lock before) is worth a warning."""
