@@ -301,8 +301,9 @@ MAX_MEMBERS_BYTES = 200 * 1024
 def group_object(members: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     """The one Job mkd queues for a single Pod or a complete pod group: named and labelled as its first pod by
     name (the lead pod, whose Events the group's are), ``spec.pods`` the members as the manager has them,
-    ``status.pods`` their statuses by name. A single Pod keeps its uid; a group's is derived from its members'
-    uids, so the same pods are the same group after a restart and a group made again is a new one."""
+    ``status.pods`` their statuses by name, ``status.conditions`` mkd's on the lead pod. A single Pod keeps its uid; a
+    group's is derived from its members' uids, so the same pods are the same group after a restart and a group made
+    again is a new one."""
     ordered = sorted(members, key=lambda p: str(get_path(p, ("metadata", "name")) or ""))
     lead = ordered[0]
     meta = as_map(lead.get("metadata"))
@@ -316,8 +317,21 @@ def group_object(members: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
                      "labels": dict(as_map(meta.get("labels"))), "annotations": dict(as_map(meta.get("annotations"))),
                      **({"deletionTimestamp": meta["deletionTimestamp"]} if meta.get("deletionTimestamp") else {})},
         "spec": {"pods": [_member(p) for p in ordered]},
-        "status": {"pods": {str(get_path(p, ("metadata", "name"))): dict(as_map(p.get("status"))) for p in ordered}},
+        # mkd's conditions on the lead pod stand for the group's (it writes them on every pod alike); the pods' own
+        # (a gated pod's PodScheduled) are theirs, in status.pods
+        "status": {**({"conditions": mine} if (mine := _mkd_conditions(lead)) else {}),
+                   "pods": {str(get_path(p, ("metadata", "name"))): dict(as_map(p.get("status"))) for p in ordered}},
     }
+
+
+_MKD_CONDITIONS = frozenset({labels.CONDITION_DISPATCHED, labels.CONDITION_REJECTED, labels.CONDITION_PENDING,
+                             *labels.KUEUE_CONDITIONS})
+
+
+def _mkd_conditions(pod: Mapping[str, Any]) -> list[dict[str, Any]]:
+    found = get_path(pod, ("status", "conditions"))
+    return [dict(c) for c in found if isinstance(c, Mapping) and c.get("type") in _MKD_CONDITIONS] \
+        if isinstance(found, list) else []
 
 
 def _member(pod: Mapping[str, Any]) -> dict[str, Any]:

@@ -202,3 +202,15 @@ def test_an_empty_or_oversized_group_is_refused() -> None:
         pod["metadata"]["annotations"]["note"] = "x" * 6000
     problems = pods.POD.validate(pods.group_object(big))
     assert any(p.field == pods.GROUP_NAME_FIELD and "KiB" in p.detail for p in problems)
+
+
+def test_the_group_object_shows_the_lead_pods_conditions() -> None:
+    """mkd writes its conditions on every pod of a group alike: the lead pod's stand for the group's (what a
+    restarted dispatcher checks against its Workloads)."""
+    lead = with_uid(make_pod("a"))
+    dispatched = {"type": labels.CONDITION_DISPATCHED, "status": "True"}
+    lead["status"] = {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}, dispatched]}
+    obj = pods.group_object([lead, with_uid(make_pod("b"))])
+    assert obj["status"]["conditions"] == [dispatched]  # the pod's own stay in status.pods
+    assert set(obj["status"]["pods"]) == {"a", "b"}
