@@ -95,8 +95,9 @@ def _slim_state(state: dict[str, Any]) -> dict[str, Any]:
             kept = {}
             if "exitCode" in v:
                 kept["exitCode"] = v["exitCode"]
-            if "reason" in v:
-                kept["reason"] = v["reason"]
+            for key in ("reason", "startedAt", "finishedAt"):  # the times: kubectl describe on the manager
+                if key in v:
+                    kept[key] = v[key]
             out[k] = kept
     return out
 

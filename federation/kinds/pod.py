@@ -253,11 +253,15 @@ def group_finished(pods: Sequence[Mapping[str, Any]], total: int) -> Finished | 
 def mirrored_status(local: Mapping[str, Any], remote: Mapping[str, Any]) -> dict[str, Any]:
     """The manager pod's status from its worker copy's, as MultiKueue writes it: the worker's whole, except that
     the manager pod keeps its own ``PodScheduled`` (False, SchedulingGated) until the worker's pod is scheduled,
-    so the manager's cluster autoscaler never counts a gated pod as unschedulable."""
+    so the manager's cluster autoscaler never counts a gated pod as unschedulable. A worker pod with a
+    ``startTime`` or past Pending has been scheduled even where its report leaves ``PodScheduled`` out (the
+    agent's pod cache keeps only the Ready condition)."""
     out = dict(remote)
     local_sched = _condition(local, "PodScheduled")
     remote_sched = _condition(remote, "PodScheduled")
-    if local_sched is not None and not (remote_sched is not None and remote_sched.get("status") == "True"):
+    scheduled = (remote_sched.get("status") == "True" if remote_sched is not None
+                 else bool(remote.get("startTime")) or remote.get("phase") not in (None, "Pending"))
+    if local_sched is not None and not scheduled:
         conditions = [c for c in remote.get("conditions") or () if as_map(c).get("type") != "PodScheduled"]
         out["conditions"] = [dict(local_sched), *conditions]
     return out

@@ -56,6 +56,13 @@ async def test_a_pod_group_is_created_from_its_lead_and_its_status_reported(harn
                                      and r.finished == "Succeeded", within=30)
     assert set(done.status["pods"]) == {"g-driver", "g-worker-0", "g-worker-1"}
     assert {s["phase"] for s in done.status["pods"].values()} == {"Succeeded"}
+    gated = {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "SchedulingGated"}]}
+    for status in done.status["pods"].values():
+        # the worker scheduled and ran each pod: the manager's twin must not stay SchedulingGated
+        mirrored = pods.mirrored_status(gated, status)
+        assert [c for c in mirrored["conditions"] if c["type"] == "PodScheduled" and c["status"] != "True"] == []
+        ended = status["containerStatuses"][0]["state"]["terminated"]
+        assert ended["startedAt"] and ended["finishedAt"]  # kubectl describe shows when it ran
 
 
 async def test_without_renewals_a_pod_group_is_deleted(harness: AgentHarness) -> None:

@@ -57,7 +57,8 @@ def test_pods_trimmed_and_kept_compact() -> None:
     pod = cache.get(("ns", "p")) or {}
     assert pod["spec"] == {"containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}  # node: pod_usage
     assert pod["status"] == {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
-                             "containerStatuses": [{"name": "c", "restartCount": 2, "state": {"running": {}}}]}
+                             "containerStatuses": [{"name": "c", "restartCount": 2,
+                                                    "state": {"running": {"startedAt": "t"}}}]}
     assert pod["metadata"]["ownerReferences"] == [{"uid": "j", "controller": True}]
 
 

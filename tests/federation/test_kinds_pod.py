@@ -131,6 +131,9 @@ def test_mirrored_status_keeps_scheduling_gated_until_the_worker_pod_is_schedule
     running = {"phase": "Running", "podIP": "10.0.0.7",
                "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "True"}]}
     assert pods.mirrored_status(local, running) == running
+    reported = {"phase": "Succeeded", "startTime": "2026-01-01T00:00:00Z", "conditions": [{"type": "Ready",
+                                                                                            "status": "False"}]}
+    assert pods.mirrored_status(local, reported) == reported  # ran on the worker: scheduled, gated no more
 
 
 def test_worker_copy_is_ungated_and_stamped() -> None:
