@@ -206,8 +206,11 @@ async def job_conditions(kube: Any, w: Mapping[str, Any]) -> list[dict[str, Any]
 async def workload(session: AsyncSession, ref: str, kube: Any = None, now: datetime | None = None
                    ) -> dict[str, Any] | None:
     """One Workload: the list's row, its spec summary, every placement attempt, its history, the manager
-    Job's conditions (``conditions`` None: no manager client to read them) and why it is where it is."""
+    Job's conditions (``conditions`` None: no manager client to read them) and why it is where it is. A Pod of
+    a pod group names its group's Workload (queued under the group's first pod's name; needs ``kube``)."""
     uid = await dbadmin.find_workload_uid(session, ref)
+    if uid is None and (group := await _group_ref(kube, ref)):
+        uid = await dbadmin.find_workload_uid(session, group)
     if uid is None:
         return None
     found = await queries.show_workload(session, uid)
@@ -568,7 +571,20 @@ async def why(session: AsyncSession, ref: str, kube: Any = None, now: datetime |
               ) -> dict[str, Any] | None:
     """Why one Workload (``namespace/name``, ``name`` in default, or uid) is where it is; None: no Workload."""
     found = await workload(session, ref, None, now)
+    if found is None and (group := await _group_ref(kube, ref)):
+        found = await workload(session, group, None, now)
     return None if found is None else dict(found["why"])
+
+
+async def _group_ref(kube: Any, ref: str) -> str | None:
+    """``namespace/name`` of the Workload of the pod group Pod ``ref`` belongs to; None: not such a Pod."""
+    if kube is None or "/" not in ref:
+        return None
+    from dispatcher.intake.unclaimed import group_lead
+
+    namespace, _, name = ref.partition("/")
+    lead = await group_lead(kube, namespace, name)
+    return f"{namespace}/{lead}" if lead else None
 
 
 def not_managed(job_ref: str, explanation: str) -> dict[str, Any]:

@@ -38,6 +38,24 @@ def queued_but_unmanaged(kind: Any, job: Mapping[str, Any]) -> str | None:
             f"{where}: {labels.MULTIKUEUE} ({where} cannot be changed once set)")
 
 
+async def group_lead(kube: Any, namespace: str, name: str) -> str | None:
+    """The Job name under which the pod group of Pod ``namespace/name`` is queued (its first pod by name, as
+    ``federation.kinds.pod.group_object`` names it); None: no such Pod, not in a group, or already the lead."""
+    from federation.kinds import pod as pods
+    from federation.kube import PODS
+
+    try:
+        pod = await kube.get(PODS, name, namespace)
+        group = pods.group_name(pod)
+        if group is None:
+            return None
+        members = (await kube.list(PODS, namespace, label_selector=f"{pods.GROUP_NAME_LABEL}={group}")).items
+    except FederationError:
+        return None
+    lead = min((str(p["metadata"]["name"]) for p in members), default=name)
+    return lead if lead != name else None
+
+
 async def explain(kube: Any, namespace: str, name: str) -> str | None:
     """One sentence about the Job ``namespace/name`` mkd did not claim, or None when no kind has it."""
     from federation.kube import resource_for

@@ -98,6 +98,13 @@ async def test_a_pod_group_waits_for_its_pods_then_runs_on_one_worker_mirrored_a
     assert shown is not None
     assert sorted(p["count"] for p in shown["podsets"]) == [1, 2]
     assert shown["requests"]["cpu"] == "1"  # 500m + 2 x 250m
+    # asked about any of its pods, mkctl why answers with the group's Workload
+    why = await asyncio.to_thread(CliRunner().invoke, app, [
+        "why", f"{ns}/{names[1]}", "-o", "json", "--database-url", federation.database_url,
+        "--kubeconfig", str(federation.kubeconfig("manager"))])
+    assert why.exit_code == 0, why.output
+    assert json.loads(why.output)["workload"] == f"{ns}/{names[0]}"
+    assert json.loads(why.output)["state"] == "finished"
 
     for name in names:
         await federation.manager.delete(PODS, name, ns)
