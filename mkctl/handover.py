@@ -2,8 +2,11 @@
 
 ``status``: Jobs per controller (managedBy), namespace and kind on the manager, as the dispatcher last
 counted them. ``report``: for the Jobs of other controllers that a HandoverPolicy selects, what mkd would
-do with them: how many it would accept, why it would refuse the others, where they would run. Both read
-the dispatcher's database (``--database-url``) or ask its API (``--server``), through the read model.
+do with them: how many it would accept, why it would refuse the others, where they would run. In Kueue mode
+(docs/KUEUE.md) the controller of a Job is the one whose admission check serves its ClusterQueue
+(``mkd.dev/dispatcher`` or ``kueue.x-k8s.io/multikueue``), and ``report`` also covers the Jobs of every
+ClusterQueue MultiKueue's check serves (policy ``ClusterQueue/<name>``). Both read the dispatcher's database
+(``--database-url``) or ask its API (``--server``), through the read model.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ def status(database_url: DatabaseUrl = None, namespace: Namespace = None,
 @app.command("report")
 def report(database_url: DatabaseUrl = None, namespace: Namespace = None,
            output_format: Output = OutputFormat.table, server: Server = None, token: Token = None) -> None:
-    """Would it be safe to route these Jobs to mkd? What mkd would do with other controllers' Jobs."""
+    """Would it be safe to route these Jobs to mkd? What mkd would do with other controllers' Jobs (in Kueue mode
+    also those of the ClusterQueues MultiKueue's check serves)."""
     rows = source(database_url, server, token).handover_report(namespace)
     empty = ("No shadow records: no HandoverPolicy selects a Job of another controller yet "
              "(kubectl get handoverpolicies).")
