@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import functools
 import heapq
+import itertools
+import operator
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Protocol
+from typing import Any, Protocol, overload
 
 from federation import messages
 from federation.errors import Invalid
@@ -111,6 +113,8 @@ class ClusterView:
     rooms: dict[int, tuple[object, ...]] = field(default_factory=dict, repr=False, compare=False)
     """``_room`` answers for the current ``free``: one pass asks the same few shapes of every cluster,
     and only the cluster a Workload just went to changes."""
+    live: tuple[object, ...] = field(default=(), repr=False, compare=False)
+    """``eligible``'s last answer: (now, timeout, answer)."""
 
 
 @dataclass(frozen=True)
@@ -241,13 +245,32 @@ def _node_misfit(need: Need, cluster: ClusterView) -> str | None:
     return None if m is None else f"no node with {q(m[2], m[1])} for a {m[0]} pod"
 
 
-def _room(total: Resources, cluster: ClusterView) -> tuple[Resources, tuple[Decimal, Decimal]]:
+_SHAPES: dict[tuple[tuple[str, Decimal], ...], int] = {}
+_SHAPE_IDS = itertools.count(1)
+
+
+def shape_id(total: Resources) -> int:
+    """A number per distinct request total: Workloads of one shape share ``_room`` answers (a number is
+    never given to two shapes, so a view's cached answer can never be another shape's)."""
+    key = tuple(total.items())
+    sid = _SHAPES.get(key)
+    if sid is None:
+        if len(_SHAPES) >= 4096:
+            _SHAPES.clear()
+        sid = _SHAPES[key] = next(_SHAPE_IDS)
+    return sid
+
+
+def _room(total: Resources, cluster: ClusterView, sid: int | None = None
+          ) -> tuple[Resources, tuple[Decimal, Decimal]]:
     """``shortfall`` of what the Workload asks for (``_relevant``) on one cluster and, when nothing is
     short, its score: the smallest and the sum of the fractions of allocatable left after it, over the
-    resources it asks for (``pods`` aside). One walk over the requests, done for every cluster."""
+    resources it asks for (``pods`` aside). One walk over the requests, done for every cluster; remembered
+    per shape (``sid``, :func:`shape_id`) for the view's current ``free``."""
     alloc, free = cluster.allocatable, cluster.free
-    known = cluster.rooms.get(id(total))
-    if known is not None and known[0] is total and known[1] is free and known[2] is alloc:
+    key = sid if sid is not None else -id(total)
+    known = cluster.rooms.get(key)
+    if known is not None and (sid is not None or known[0] is total) and known[1] is free and known[2] is alloc:
         return known[3], known[4]  # type: ignore[return-value]
     missing: Resources = {}
     low: Decimal | None = None
@@ -270,14 +293,20 @@ def _room(total: Resources, cluster: ClusterView) -> tuple[Resources, tuple[Deci
     score = (ZERO, ZERO) if missing or low is None else (low, spread)
     if len(cluster.rooms) >= 256:
         cluster.rooms.clear()
-    cluster.rooms[id(total)] = (total, free, alloc, missing, score)
+    cluster.rooms[key] = (total, free, alloc, missing, score)
     return missing, score
 
 
 def eligible(cluster: ClusterView, *, now: datetime, timeout: float) -> bool:
-    """Online and heard from within ``timeout`` seconds."""
-    return (cluster.online and cluster.last_heartbeat is not None
-            and (now - cluster.last_heartbeat).total_seconds() <= timeout)
+    """Online and heard from within ``timeout`` seconds (remembered on the view for this ``now``: a pass
+    asks it of every cluster for every Workload)."""
+    known = cluster.live
+    if known and known[0] == now and known[1] == timeout:
+        return bool(known[2])
+    answer = (cluster.online and cluster.last_heartbeat is not None
+              and (now - cluster.last_heartbeat).total_seconds() <= timeout)
+    cluster.live = (now, timeout, answer)
+    return answer
 
 
 def q(amount: Decimal, res: str) -> str:
@@ -295,7 +324,7 @@ def choose(need: Need, clusters: Iterable[ClusterView], *, now: datetime, timeou
            exclude: Iterable[str] = (), constraints: Constraints | None = None) -> Decision:
     """The default policy: the roomiest Cluster where the whole Workload fits, or why none does."""
     excluded = set(exclude)
-    all_clusters = sorted(clusters, key=lambda c: c.name)
+    all_clusters = sorted(clusters, key=_NAME)
     if constraints is not None:
         excluded_by = constraints.exclude
         allowed = [c for c in all_clusters if (not constraints.pin or c.name in constraints.pin)
@@ -318,38 +347,77 @@ def choose(need: Need, clusters: Iterable[ClusterView], *, now: datetime, timeou
             return Decision(None, "no worker cluster is known yet (no agent heartbeat received)")
         return Decision(None, f"no worker cluster is online (none sent a heartbeat within {timeout:g}s: "
                               f"{', '.join(c.name for c in all_clusters)})")
-    candidates = [c for c in live if c.name not in excluded]
+    candidates = [c for c in live if c.name not in excluded] if excluded else live
     if not candidates:
         return Decision(None, f"every online cluster rejected it before: {', '.join(sorted(excluded))}")
     by_kind = [c for c in candidates if c.kinds is None or need.kind in c.kinds]
     if not by_kind:
         return Decision(None, f"no online cluster runs {need.kind} "
                               f"(checked {', '.join(c.name for c in candidates)})")
-    best: tuple[tuple[Decimal, Decimal], str] | None = None
-    fit: list[str] = []
-    no_room: list[str] = []
+    sid = shape_id(need.total)
+    short: list[tuple[ClusterView, Resources]] = []  # in name order: the reason names the first few
     roomy: list[tuple[tuple[Decimal, Decimal], ClusterView]] = []
     for cluster in by_kind:
-        missing, score = _room(need.total, cluster)
+        missing, score = _room(need.total, cluster, sid)
         if missing:
-            no_room.append(f"{cluster.name} (lacks {', '.join(q(v, k) for k, v in sorted(missing.items()))})")
-            continue
-        roomy.append((score, cluster))
-    # the pod-by-pod fit is the costly check: roomiest first, and only until one cluster passes it
-    roomy.sort(key=lambda sc: (-sc[0][0], -sc[0][1], sc[1].name))
-    for score, cluster in roomy:
-        if best is None:
-            misfit = _node_misfit(need, cluster)
-            if misfit is not None:
-                no_room.append(f"{cluster.name} ({misfit})")
-                continue
+            short.append((cluster, missing))
+        else:
+            roomy.append((score, cluster))
+    # the pod-by-pod fit is the costly check: roomiest first, and only until one cluster passes it (the
+    # roomiest found by one walk, not by sorting every cluster: most Workloads fit on the first)
+    best: tuple[tuple[Decimal, Decimal], str] | None = None
+    misfits: list[tuple[str, str]] = []
+    left = roomy
+    while left and best is None:
+        score, cluster = min(left, key=_roomiest)
+        misfit = _node_misfit(need, cluster)
+        if misfit is None:
             best = (score, cluster.name)
-        fit.append(cluster.name)
-    fit.sort()
-    no_room.sort()
+        else:
+            misfits.append((cluster.name, misfit))
+            left = [sc for sc in left if sc[1] is not cluster]
+    failed = {name for name, _ in misfits}
+    fit = [c.name for _, c in roomy if c.name not in failed]  # in name order (by_kind is)
+    no_room = _NoRoom(short, misfits)
     if best is not None:
         return Decision(best[1], _why(best, fit, no_room, set(c.name for c in live) - {c.name for c in by_kind}))
     return Decision(None, _explain(need, by_kind, excluded))
+
+
+_NAME = operator.attrgetter("name")
+
+
+def _roomiest(sc: tuple[tuple[Decimal, Decimal], ClusterView]) -> tuple[Decimal, Decimal, str]:
+    return (-sc[0][0], -sc[0][1], sc[1].name)
+
+
+class _NoRoom(Sequence[str]):
+    """The clusters a Workload does not fit, in name order, as "name (why)": only the few a reason names are
+    ever formatted (``_some``), not one text per cluster of a thousand."""
+
+    def __init__(self, short: list[tuple[ClusterView, Resources]], misfits: list[tuple[str, str]]) -> None:
+        self._items: list[tuple[str, Any]] = sorted([*((c.name, m) for c, m in short), *misfits],
+                                                    key=lambda it: it[0])
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @overload
+    def __getitem__(self, i: int) -> str: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[str]: ...
+
+    def __getitem__(self, i: int | slice) -> str | list[str]:
+        if isinstance(i, slice):
+            return [self._text(it) for it in self._items[i]]
+        return self._text(self._items[i])
+
+    @staticmethod
+    def _text(item: tuple[str, Any]) -> str:
+        name, why = item
+        if isinstance(why, str):
+            return f"{name} ({why})"
+        return f"{name} (lacks {', '.join(q(v, k) for k, v in sorted(why.items()))})"
 
 
 def _why(best: tuple[tuple[Decimal, Decimal], str], fit: Sequence[str], no_room: Sequence[str],
