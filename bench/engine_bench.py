@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/engine_bench.py -n 2000            # PostgreSQL when reachable, else SQLite
     .venv/bin/python bench/engine_bench.py -n 2000 --profile  # and a cProfile (CPU time) of the engine
+    .venv/bin/python bench/engine_bench.py --clusters 1000    # placement over a fleet of 1,000 clusters
 
 One process: a fresh database, an :class:`~dispatcher.engine.loop.Engine` with three clusters that sent a
 heartbeat, and batches fed straight to ``Engine.handle`` as the e2e run brings them: Job claims (each
@@ -52,6 +53,11 @@ from federation.settings import SigningSettings  # noqa: E402
 CLUSTERS = ("worker-1", "worker-2", "worker-3")
 
 
+def cluster_names(n: int) -> tuple[str, ...]:
+    """The default three, or ``n`` clusters (``--clusters``: what a placement pass over a fleet costs)."""
+    return CLUSTERS if n == len(CLUSTERS) else tuple(f"c{i:04d}" for i in range(n))
+
+
 def job(i: int) -> dict[str, Any]:
     """The e2e run's PyTorchJob (1 Master + 1 Worker), as the manager's API server lists it."""
     obj = e2e_job(f"bench-{i}", "bench", labels.MULTIKUEUE)
@@ -69,11 +75,12 @@ def heartbeat(cluster: str) -> messages.Heartbeat:
         nodes=nodes), kinds_reconciled=["PyTorchJob"])
 
 
-async def run(n: int, batch: int, url: str, profile: cProfile.Profile | None) -> dict[str, Any]:
+async def run(n: int, batch: int, url: str, profile: cProfile.Profile | None,
+              clusters: tuple[str, ...] = CLUSTERS) -> dict[str, Any]:
     await db.upgrade_async(url)
-    keys = {name: signing.generate() for name in ("dispatcher", *CLUSTERS)}
+    keys = {name: signing.generate() for name in ("dispatcher", *clusters)}
     settings = DispatcherSettings(database_url=url, signing=SigningSettings(private_key=keys["dispatcher"][0]),
-                                  cluster_public_keys={c: keys[c][1] for c in CLUSTERS})
+                                  cluster_public_keys={c: keys[c][1] for c in clusters})
     sql = db.make_engine(url)
     statements = [0]
 
@@ -89,14 +96,14 @@ async def run(n: int, batch: int, url: str, profile: cProfile.Profile | None) ->
     batches: dict[str, int] = dict.fromkeys(cpu, 0)
     try:
         await engine.start()
-        await engine.handle([ReportIn(heartbeat(c), datetime.now(UTC)) for c in CLUSTERS])
+        await engine.handle([ReportIn(heartbeat(c), datetime.now(UTC)) for c in clusters])
         seq = 0
         statements[0] = 0
         if profile is not None:
             profile.enable()
         for start in range(0, n, batch):
             jobs = [job(i) for i in range(start, min(n, start + batch))]
-            beats = [ReportIn(heartbeat(c), datetime.now(UTC)) for c in CLUSTERS] if start % (10 * batch) == 0 else []
+            beats = [ReportIn(heartbeat(c), datetime.now(UTC)) for c in clusters] if start % (10 * batch) == 0 else []
             t = time.process_time()
             await engine.handle([*beats, *(JobChange(PYTORCHJOB, j) for j in jobs)])  # heartbeats keep coming
             cpu["claim+place"] += time.process_time() - t
@@ -150,6 +157,8 @@ def main() -> int:
     p.add_argument("--batch", type=int, default=50, help="jobs per batch (the e2e run's batches hold 30-50 items)")
     p.add_argument("--profile", action="store_true", help="cProfile (CPU time) of the run")
     p.add_argument("--sqlite", action="store_true", help="SQLite even when PostgreSQL is reachable")
+    p.add_argument("--clusters", type=int, default=len(CLUSTERS),
+                   help="worker clusters that sent a heartbeat (each beats again every 10 batches)")
     args = p.parse_args()
     pg_name = None
     reachable = False
@@ -165,12 +174,13 @@ def main() -> int:
     load = os.getloadavg()[0]
     gctune.tune()  # the collector's settings mkctl's service runner gives the dispatcher
     try:
-        out = asyncio.run(run(args.n, args.batch, url, profile))
+        out = asyncio.run(run(args.n, args.batch, url, profile, cluster_names(args.clusters)))
     finally:
         if pg_name is not None:
             asyncio.run(drop_postgres(pg_name))
     total = sum(out["cpu"].values())
-    print(f"engine_bench: N={args.n}, {args.batch} jobs per batch, {'PostgreSQL' if pg_name else 'SQLite'}, "
+    print(f"engine_bench: N={args.n}, {args.clusters} clusters, {args.batch} jobs per batch, "
+          f"{'PostgreSQL' if pg_name else 'SQLite'}, "
           f"load average {load:.1f}; Workloads: {out['counts']}")
     for step, seconds in out["cpu"].items():
         print(f"  {step:12s} {seconds * 1000 / args.n:6.3f} CPU-ms/job")

@@ -341,7 +341,10 @@ def choose(need: Need, clusters: Iterable[ClusterView], *, now: datetime, timeou
             return Decision(None, f"no known cluster is allowed ({'; '.join(what)}); known: "
                                   f"{', '.join(c.name for c in all_clusters)}")
         all_clusters = allowed
-    live = [c for c in all_clusters if eligible(c, now=now, timeout=timeout)]
+    # eligible() inlined where its answer is remembered: asked of every cluster for every Workload of a pass
+    live = [c for c in all_clusters
+            if (c.live[2] if c.live and c.live[0] == now and c.live[1] == timeout
+                else eligible(c, now=now, timeout=timeout))]
     if not live:
         if not all_clusters:
             return Decision(None, "no worker cluster is known yet (no agent heartbeat received)")
@@ -350,37 +353,51 @@ def choose(need: Need, clusters: Iterable[ClusterView], *, now: datetime, timeou
     candidates = [c for c in live if c.name not in excluded] if excluded else live
     if not candidates:
         return Decision(None, f"every online cluster rejected it before: {', '.join(sorted(excluded))}")
-    by_kind = [c for c in candidates if c.kinds is None or need.kind in c.kinds]
+    kind = need.kind
+    by_kind = [c for c in candidates if c.kinds is None or kind in c.kinds]
     if not by_kind:
         return Decision(None, f"no online cluster runs {need.kind} "
                               f"(checked {', '.join(c.name for c in candidates)})")
-    sid = shape_id(need.total)
+    total = need.total
+    sid = shape_id(total)
     short: list[tuple[ClusterView, Resources]] = []  # in name order: the reason names the first few
     roomy: list[tuple[tuple[Decimal, Decimal], ClusterView]] = []
+    top: tuple[tuple[Decimal, Decimal], ClusterView] | None = None  # the roomiest; on a tie the first by name
     for cluster in by_kind:
-        missing, score = _room(need.total, cluster, sid)
-        if missing:
-            short.append((cluster, missing))
+        known = cluster.rooms.get(sid)  # _room's remembered answer, looked up here: one call less per cluster
+        if known is not None and known[1] is cluster.free and known[2] is cluster.allocatable:
+            missing, score = known[3], known[4]
         else:
-            roomy.append((score, cluster))
+            missing, score = _room(total, cluster, sid)
+        if missing:
+            short.append((cluster, missing))  # type: ignore[arg-type]
+        else:
+            roomy.append((score, cluster))  # type: ignore[arg-type]
+            if top is None or score > top[0]:  # type: ignore[operator]
+                top = (score, cluster)  # type: ignore[assignment]
     # the pod-by-pod fit is the costly check: roomiest first, and only until one cluster passes it (the
     # roomiest found by one walk, not by sorting every cluster: most Workloads fit on the first)
     best: tuple[tuple[Decimal, Decimal], str] | None = None
     misfits: list[tuple[str, str]] = []
     left = roomy
-    while left and best is None:
-        score, cluster = min(left, key=_roomiest)
-        misfit = _node_misfit(need, cluster)
+    while top is not None:
+        misfit = _node_misfit(need, top[1])
         if misfit is None:
-            best = (score, cluster.name)
-        else:
-            misfits.append((cluster.name, misfit))
-            left = [sc for sc in left if sc[1] is not cluster]
-    failed = {name for name, _ in misfits}
-    fit = [c.name for _, c in roomy if c.name not in failed]  # in name order (by_kind is)
+            best = (top[0], top[1].name)
+            break
+        misfits.append((top[1].name, misfit))
+        gone = top[1]
+        left = [sc for sc in left if sc[1] is not gone]
+        top = min(left, key=_roomiest) if left else None
+    if misfits:
+        failed = {name for name, _ in misfits}
+        fit = [c.name for _, c in roomy if c.name not in failed]  # in name order (by_kind is)
+    else:
+        fit = [c.name for _, c in roomy]
     no_room = _NoRoom(short, misfits)
     if best is not None:
-        return Decision(best[1], _why(best, fit, no_room, set(c.name for c in live) - {c.name for c in by_kind}))
+        skipped = set(c.name for c in live) - {c.name for c in by_kind} if len(by_kind) < len(live) else set()
+        return Decision(best[1], _why(best, fit, no_room, skipped))
     return Decision(None, _explain(need, by_kind, excluded))
 
 
