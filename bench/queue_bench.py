@@ -130,6 +130,10 @@ def main() -> None:
             wall += time.perf_counter() - w0
             cpu += time.process_time() - c0
             passes += 1
+            if passes == 1:
+                print(f"  {label}, first pass: {len(queues.entries) + len(result.admitted):,} pending, "
+                      f"{len(result.admitted):,} admitted, {(time.perf_counter() - w0) * 1e3:.0f} ms wall, "
+                      f"{(time.process_time() - c0) * 1e3:.0f} ms CPU")
             admitted += [a.entry.uid for a in result.admitted]
             placed.update((a.entry.uid, (a.cluster, a.need)) for a in result.admitted)
             if not result.admitted:

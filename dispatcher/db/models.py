@@ -139,6 +139,7 @@ workloads = sa.Table(
     sa.Index(None, "state", "priority", "queued_at", "queue_seq"),
     sa.Index(None, "namespace", "name"),
     sa.Index(None, "created_at", "namespace", "name", "uid"),  # the admin list's order (migration 0008)
+    sa.Index(None, "state", "created_at"),  # the admin list of one state (migration 0009)
 )
 
 placements = sa.Table(
@@ -158,6 +159,7 @@ placements = sa.Table(
     sa.Column("finished_at", UtcDateTime(), nullable=True),
     sa.UniqueConstraint("workload_uid", "attempt"),
     sa.Index(None, "cluster", "state"),
+    sa.Index(None, "state", "cluster"),  # the Jobs holding each cluster (migration 0009)
 )
 
 events = sa.Table(

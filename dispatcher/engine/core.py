@@ -169,8 +169,13 @@ class EngineCore:
     async def rebuild(self) -> None:
         async with self.sessions() as s:
             # one string per uid, kind and namespace across the engine's maps (100,000 Workloads)
-            self.known = {sys.intern(u): sys.intern(k) for u, k in (await workload_q.known_uids(s)).items()}
-            self.namespace_of = {sys.intern(u): sys.intern(ns) for u, ns in (await workload_q.known_namespaces(s)).items()}
+            known: dict[str, str] = {}
+            namespace_of: dict[str, str] = {}
+            for uid, kind, namespace in await workload_q.known_workloads(s):
+                uid = sys.intern(uid)
+                known[uid] = sys.intern(kind)
+                namespace_of[uid] = sys.intern(namespace)
+            self.known, self.namespace_of = known, namespace_of
             # a failed batch recorded its heartbeats in the book: start again from those heard before it
             heard = self._heard or (self.book.heartbeats, self.book.received)
             book = CapacityBook(settle_seconds=self.settings.capacity_settle_seconds,

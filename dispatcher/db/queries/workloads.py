@@ -122,18 +122,13 @@ async def load_podsets(session: AsyncSession, uids: Iterable[str]) -> dict[str, 
     return out
 
 
-async def known_uids(session: AsyncSession) -> dict[str, str]:
-    """uid → kind of every Workload whose Job may still exist on the manager."""
+async def known_workloads(session: AsyncSession) -> list[tuple[str, str, str]]:
+    """(uid, kind, namespace) of every Workload whose Job may still exist on the manager: one read of
+    what a starting dispatcher must know (hundreds of thousands of rows when finished Jobs are kept)."""
     result = await session.execute(
-        sa.select(workloads.c.uid, workloads.c.kind).where(workloads.c.state.in_(LIVE_WORKLOAD)))
-    return {r.uid: r.kind for r in result}
-
-
-async def known_namespaces(session: AsyncSession) -> dict[str, str]:
-    """uid → namespace of every Workload whose Job may still exist on the manager."""
-    result = await session.execute(
-        sa.select(workloads.c.uid, workloads.c.namespace).where(workloads.c.state.in_(LIVE_WORKLOAD)))
-    return {r.uid: r.namespace for r in result}
+        sa.select(workloads.c.uid, workloads.c.kind, workloads.c.namespace)
+        .where(workloads.c.state.in_(LIVE_WORKLOAD)))
+    return [(r.uid, r.kind, r.namespace) for r in result]
 
 
 async def live_of_kind(session: AsyncSession, kind: str) -> list[Any]:
