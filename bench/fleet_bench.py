@@ -43,6 +43,23 @@ from dispatcher.settings import DispatcherSettings  # noqa: E402
 from federation import signing  # noqa: E402
 
 
+def port_below_ephemeral() -> int:
+    """A free port under Linux's ephemeral range (32768-60999) for the dispatcher's API: the fleet's own
+    thousand MQTT connections take ephemeral ports while the dispatcher starts, and one of them took a
+    port ``free_port`` had just handed out (the dispatcher then exits: address already in use)."""
+    import random
+    import socket
+    for _ in range(100):
+        port = random.randint(20000, 32000)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    return free_port()
+
+
 def load() -> str:
     return "load {:.1f} {:.1f} {:.1f}".format(*os.getloadavg())
 
@@ -129,7 +146,7 @@ class Run:
         self.names = [f"c{i:04d}" for i in range(self.n)]
         self.keys = {name: signing.generate() for name in self.names}
         self.dkey = signing.generate()
-        self.api_port = free_port()
+        self.api_port = port_below_ephemeral()
         self.results: dict[str, Any] = {"n": self.n}
         self.dispatcher: subprocess.Popen[bytes] | None = None
         self.fleets: list[tuple[Any, Any]] = []
