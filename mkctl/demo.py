@@ -300,6 +300,7 @@ class View:
         if self.live is not None:
             self.live.update(render(progress))
             return
+        kind_width = max((len(s.kind) for s in progress.samples), default=11)  # LeaderWorkerSet: 15
         for sample in progress.samples:
             obs = progress.observed.get(sample.key)
             if obs is None:
@@ -308,7 +309,7 @@ class View:
             if self._last.get(sample.key) != now:
                 self._last[sample.key] = now
                 self.console.print(
-                    f"{time.monotonic() - progress.started:6.1f}s  {sample.key:<36} {obs.kind:<11} "
+                    f"{time.monotonic() - progress.started:6.1f}s  {sample.key:<36} {obs.kind:<{kind_width}} "
                     f"queue={obs.queue:<8} cluster={obs.cluster or '-':<9} {obs.state:<10} {obs.reason}",
                     markup=False, highlight=False, soft_wrap=True)
         lines, events = progress.queues.changes()
