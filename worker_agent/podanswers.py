@@ -267,7 +267,7 @@ class Answerer:
 
     async def _pods(self, copy: Mapping[str, Any]) -> tuple[list[dict[str, Any]], set[str]]:
         """The copy's pods (owned by it or by a batch Job, JobSet or RayCluster it owns, at any depth: a RayJob's
-        and a RayService's Ray pods are their RayCluster's) and the owners' uids."""
+        and a RayService's Ray pods are their RayCluster's; a placed Pod is one itself) and the owners' uids."""
         ns = str((copy.get("metadata") or {}).get("namespace"))
         owners = {str((copy.get("metadata") or {}).get("uid"))}
         middles: list[dict[str, Any]] = []
@@ -284,7 +284,10 @@ class Answerer:
                 if uid not in owners and _owned_by(obj, owners):
                     owners.add(uid)
                     grew = True
-        pods = [p for p in (await self.kube.list(PODS, ns)).items if _owned_by(p, owners)]
+        copy_uid = str((copy.get("metadata") or {}).get("uid"))
+        # a single Pod's copy is the pod itself, a group's lead pod one of the group's pods
+        pods = [p for p in (await self.kube.list(PODS, ns)).items
+                if _owned_by(p, owners) or str(p["metadata"].get("uid")) == copy_uid]
         pods.sort(key=lead_order)
         return pods, owners
 

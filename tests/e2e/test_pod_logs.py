@@ -325,3 +325,34 @@ async def test_the_pods_of_a_rayjob_and_an_lws_carry_their_podsets_roles(federat
         assert ray_roles == [("submitter", 0), ("head", 0), ("workers", 0), ("workers", 0)]
         lws_roles = await wait_for(lambda: roles("lw", 4), "the LWS's four pods seen from the manager", top=federation)
         assert lws_roles == [("leader", 0), ("leader", 1), ("worker", 0), ("worker", 1)]
+
+
+async def test_a_placed_pod_is_its_own_pod(federation: Topology) -> None:
+    """A single Pod's worker copy is the pod itself (a group's lead pod likewise, beside the pods it owns): the
+    manager lists it and reads its log."""
+    from federation.kinds import pod as pods
+
+    api = await setup(federation)
+    single = {"apiVersion": "v1", "kind": "Pod",
+              "metadata": {"name": "solo", "namespace": NS, "labels": {labels.QUEUE_NAME: "default"},
+                           "annotations": {"kubesim.mkd.dev/run-seconds": "60", "kubesim.mkd.dev/log": "solo says hi"}},
+              "spec": {"schedulingGates": [{"name": pods.ADMISSION_GATE}], "restartPolicy": "Never",
+                       "containers": [{"name": "main", "image": "busybox",
+                                       "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}
+    async with api:
+        await federation.manager.create(PODS, single, NS)
+
+        async def listed() -> list[str] | NotYet:
+            got = await api.get(f"/api/v1/workloads/{NS}/solo/pods")
+            if got.status_code != 200:
+                return NotYet(f"{got.status_code} {got.text}")
+            names = [p["name"] for p in got.json()["pods"]]
+            return names if names else NotYet("no pods listed")
+
+        assert await wait_for(listed, "the placed Pod listed from the manager", top=federation) == ["solo"]
+
+        async def log() -> str | NotYet:
+            text = (await api.get(f"/api/v1/workloads/{NS}/solo/logs")).text
+            return text if "solo says hi" in text else NotYet(text)
+
+        await wait_for(log, "the placed Pod's log read from the manager", top=federation)
