@@ -4,7 +4,8 @@
 uvicorn as one of the dispatcher's supervised tasks (``api``). The OpenAPI document is at
 ``/openapi.json`` (browsable at ``/docs``). ``/healthz`` answers while the process's event loop runs;
 ``/readyz`` answers 200 only when the database answers and every readiness check passes (intake has
-listed every kind, the report subscription is in place), 503 naming what is missing otherwise; either way
+listed every kind, the report subscription is in place, the queueing objects are listed), 503 naming what is
+missing otherwise; either way
 it lists, one line each, the side work that is degraded (``federation.tasks.SideWork``: what is wrong and
 the fix), which does not make the replica unready.
 """

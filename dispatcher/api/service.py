@@ -26,7 +26,8 @@ class HttpService:
         token = s.api_token.get_secret_value() if s.api_token is not None else None
         self.auth = Authenticator(kube=dispatcher.kube, static_token=token, token_review=True)
         self.ctx = ApiContext(sessions=sessions, auth=self.auth, engine=dispatcher.engine, kube=dispatcher.kube,
-                              ready_checks={"intake": self._intake_ready, "reports": self._reports_ready})
+                              ready_checks={"intake": self._intake_ready, "reports": self._reports_ready,
+                                            "queues": self._queues_ready})
         self.app = create_app(self.ctx, self.metrics)
         self.app.state.side = dispatcher.side  # degraded side work, listed by /readyz
         self.host = s.api_host
@@ -36,6 +37,10 @@ class HttpService:
     def _intake_ready(self) -> str | None:
         intake = self.dispatcher.intake
         return None if intake is not None and intake.ready.is_set() else "has not listed every job kind yet"
+
+    def _queues_ready(self) -> str | None:
+        watcher = self.dispatcher.queue_watcher  # (none in Kueue mode: Kueue admits)
+        return watcher.problem() if watcher is not None else None
 
     def _reports_ready(self) -> str | None:
         reports = self.dispatcher.reports

@@ -71,6 +71,19 @@ class QueueWatcher:
                      " (open mode: no ClusterQueue, Jobs need no quota)" if self.catalog.open else "")
             self.wake()
 
+    def problem(self) -> str | None:
+        """Readiness: None once every type is listed (or found not served); else which are not, and why when a
+        try failed (a refused list names the missing rule): until then the scheduler admits nothing. The
+        supervisor tries each type's task again with backoff."""
+        if self.catalog.ready:
+            return None
+        said = []
+        for kind in sorted(self._pending):
+            faults = self.side.of(f"queues/{kind}")
+            said.append(f"{kind} ({faults[-1].message}" + (f"; fix: {faults[-1].fix})" if faults[-1].fix else ")")
+                        if faults else kind)
+        return "queueing objects not listed yet, no Workload is admitted until they are: " + ", ".join(said)
+
     async def _served(self, candidates: list[Resource]) -> Resource | None:
         for res in candidates:
             try:

@@ -184,3 +184,37 @@ async def test_a_status_write_the_role_refuses_is_kept_retried_and_said_until_th
             assert [c["type"] for c in got["status"]["conditions"]] == [labels.CONDITION_DISPATCHED]
     said = [r for r in caplog.records if f"{WORK} is degraded" in r.getMessage()]
     assert len(said) == 1
+
+
+async def test_a_refused_queue_list_says_why_nothing_is_admitted_and_is_tried_again(
+        tmp_path: Path, db_url: str, mqtt_url: str, topic_root: str) -> None:
+    """A ClusterRole without ``list`` on ``clusterqueues``: the queueing catalog cannot be listed, so the scheduler
+    admits nothing; ``/readyz`` says so (503, the kind and the missing rule) instead of a bare "ok", and once the
+    role has the rule the list is tried again, the catalog is ready and the Job is placed."""
+    spec = kubesim.ClusterSpec("manager", nodes=[kubesim.NodeSpec("m1")], authorize=True)
+    async with kubesim.serve_async([spec], tmp_path / "sim") as sim:
+        admin = Path(sim.kubeconfig("manager"))
+        await install_crd(admin)
+        async with Kube(admin) as kube:
+            await install_kueue(kube)
+            await deployrbac.apply(kube, without_rules(deployrbac.documents("dispatcher"), {"clusterqueues"}))
+            token_config = await deployrbac.service_kubeconfig(kube, admin, "dispatcher", tmp_path / "d.kubeconfig")
+            s = settings(token_config, db_url, mqtt_url, topic_root, api_port=0, api_host="127.0.0.1")
+            async with FakeAgent("worker-1", mqtt_url, topic_root) as agent, running(s) as d:
+                await asyncio.wait_for(d.http.started.wait(), 10)
+                await kube.create(PYTORCHJOBS, pytorchjob("waits", workers=0), "default")
+                async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{d.http.port}") as client:
+                    async def refused() -> httpx.Response | None:
+                        ready = await client.get("/readyz")
+                        return ready if "forbidden" in ready.text else None
+                    ready = await eventually(refused, what="/readyz saying why", within=30)
+                    assert ready.status_code == 503
+                    assert "queues: queueing objects not listed yet, no Workload is admitted" in ready.text
+                    assert ('ClusterQueue (list clusterqueues in all namespaces: clusterqueues.kueue.x-k8s.io is forbidden'
+                            in ready.text
+                            and 'resources: ["clusterqueues"], verbs: ["list"]' in ready.text), ready.text
+                    assert agent.places() == []
+                    await deployrbac.apply(kube, deployrbac.documents("dispatcher"))
+                    await eventually(lambda: len(agent.places()) == 1, what="placed once the list is allowed",
+                                     within=60)
+                    assert (await client.get("/readyz")).status_code == 200
