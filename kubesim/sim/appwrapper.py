@@ -16,13 +16,12 @@ are not applied to the pods).
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import re
 from collections.abc import Mapping
 from typing import Any
 
-from kubesim.sim.common import Key, StoreLike, key_of, log, set_condition
+from kubesim.sim.common import Batched, Key, key_of, log, set_condition
 
 APPWRAPPERS = "appwrappers.workload.codeflare.dev"
 RESOURCES = frozenset({APPWRAPPERS})
@@ -93,20 +92,10 @@ def _podset_paths(component: Mapping[str, Any]) -> list[tuple[str, int]]:
     return []
 
 
-class AppWrapperOperator:
+class AppWrapperOperator(Batched[Key]):
     """The AppWrapper stand-in of one cluster; fed by the Simulation's store subscription."""
 
-    def __init__(self, store: StoreLike, loop: asyncio.AbstractEventLoop) -> None:
-        self.store = store
-        self.loop = loop
-        self.dirty: dict[Key, None] = {}
-        self._handle: asyncio.Handle | None = None
-        self.stopped = False
-
-    def stop(self) -> None:
-        self.stopped = True
-        if self._handle is not None:
-            self._handle.cancel()
+    name = "appwrapper"
 
     def on_change(self, event: str, res: str, obj: Mapping[str, Any]) -> None:
         if res == APPWRAPPERS:
@@ -116,20 +105,6 @@ class AppWrapperOperator:
             owner = ((obj.get("metadata") or {}).get("labels") or {}).get(LABEL)
             if owner:
                 self._mark((key_of(obj)[0], owner))
-
-    def _mark(self, key: Key) -> None:
-        self.dirty[key] = None
-        if self._handle is None and not self.stopped:
-            self._handle = self.loop.call_soon(self._drain)
-
-    def _drain(self) -> None:
-        self._handle = None
-        batch, self.dirty = list(self.dirty), {}
-        for key in batch:
-            try:
-                self.reconcile(key)
-            except Exception:
-                log.exception("appwrapper: %s/%s reconcile failed", *key)
 
     def _resource(self, template: Mapping[str, Any]) -> str:
         api_version = str(template.get("apiVersion") or "")

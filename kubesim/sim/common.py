@@ -8,11 +8,12 @@ core/v1 Events recorded best effort through the Store.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Hashable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 log = logging.getLogger("kubesim.sim")
 
@@ -46,6 +47,47 @@ class StoreLike(Protocol):
     def delete(self, res: str, namespace: str | None, name: str,
                propagation: str = "Background") -> dict[str, Any] | None: ...
     def subscribe(self, fn: Any, resources: Any = None) -> Any: ...
+
+
+K = TypeVar("K", bound=Hashable)
+
+
+class Batched(Generic[K]):
+    """The event loop of a stand-in controller (LWS, AppWrapper, KubeRay, the generic operator): store events
+    mark keys, and one loop callback soon after reconciles each key marked meanwhile once, so a burst of events
+    about one object costs one pass; a reconcile that raises is logged and the rest of the batch goes on."""
+
+    name = "controller"
+    """Names the controller in the log line of a failed reconcile."""
+
+    def __init__(self, store: StoreLike, loop: asyncio.AbstractEventLoop) -> None:
+        self.store = store
+        self.loop = loop
+        self.dirty: dict[K, None] = {}
+        self._handle: asyncio.Handle | None = None
+        self.stopped = False
+
+    def stop(self) -> None:
+        self.stopped = True
+        if self._handle is not None:
+            self._handle.cancel()
+
+    def _mark(self, key: K) -> None:
+        self.dirty[key] = None
+        if self._handle is None and not self.stopped:
+            self._handle = self.loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._handle = None
+        batch, self.dirty = list(self.dirty), {}
+        for key in batch:
+            try:
+                self.reconcile(key)
+            except Exception:
+                log.exception("%s: %s reconcile failed", self.name, key)
+
+    def reconcile(self, key: K) -> None:
+        raise NotImplementedError
 
 
 _stamp_cache: tuple[int, str] = (0, "")

@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from kubesim.sim.common import Key, StoreLike, key_of, log, set_condition
+from kubesim.sim.common import Batched, Key, StoreLike, key_of, log, set_condition
 
 CONFIG_NAMESPACE = "kube-system"
 CONFIG_NAME = "kubesim-generic-operator"
@@ -130,18 +130,16 @@ def read_config(text: str) -> dict[str, Declared]:
     return out
 
 
-class GenericOperator:
+class GenericOperator(Batched[tuple[str, Key]]):
     """The stand-in of one cluster; subscribes to its ConfigMap, the declared kinds and pods."""
 
+    name = "generic operator"
+
     def __init__(self, store: StoreLike, loop: asyncio.AbstractEventLoop) -> None:
-        self.store = store
-        self.loop = loop
+        super().__init__(store, loop)
         self.kinds: dict[str, Declared] = {}
-        self.dirty: dict[tuple[str, Key], None] = {}
-        self._handle: asyncio.Handle | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._config: Callable[[], None] | None = None
-        self.stopped = False
 
     def start(self) -> None:
         self._config = self.store.subscribe(self._on_config, {"configmaps"})
@@ -150,13 +148,11 @@ class GenericOperator:
             self._on_config("ADDED", "configmaps", found)
 
     def stop(self) -> None:
-        self.stopped = True
+        super().stop()
         if self._config is not None:
             self._config()
         if self._unsubscribe is not None:
             self._unsubscribe()
-        if self._handle is not None:
-            self._handle.cancel()
 
     def _on_config(self, event: str, res: str, obj: Mapping[str, Any]) -> None:
         if key_of(obj) != (CONFIG_NAMESPACE, CONFIG_NAME) or self.stopped:
@@ -169,7 +165,7 @@ class GenericOperator:
         for resource in self.kinds:  # what exists already
             try:
                 for item in self.store.list(resource):
-                    self._mark(resource, key_of(item))
+                    self._mark((resource, key_of(item)))
             except Exception as exc:  # the kind's CRD is not installed (yet): its objects come with it
                 log.debug("generic operator: %s not listed: %s", resource, exc)
 
@@ -180,25 +176,12 @@ class GenericOperator:
             labels = (obj.get("metadata") or {}).get("labels") or {}
             owner, resource = labels.get(OWNER_LABEL), labels.get(RESOURCE_LABEL)
             if owner and resource in self.kinds:
-                self._mark(resource, (key_of(obj)[0], owner))
+                self._mark((resource, (key_of(obj)[0], owner)))
         elif event != "DELETED":
-            self._mark(res, key_of(obj))
+            self._mark((res, key_of(obj)))
 
-    def _mark(self, resource: str, key: Key) -> None:
-        self.dirty[(resource, key)] = None
-        if self._handle is None and not self.stopped:
-            self._handle = self.loop.call_soon(self._drain)
-
-    def _drain(self) -> None:
-        self._handle = None
-        batch, self.dirty = list(self.dirty), {}
-        for resource, key in batch:
-            try:
-                self.reconcile(resource, key)
-            except Exception:
-                log.exception("generic operator: %s %s/%s reconcile failed", resource, *key)
-
-    def reconcile(self, resource: str, key: Key) -> None:
+    def reconcile(self, item: tuple[str, Key]) -> None:
+        resource, key = item
         declared = self.kinds.get(resource)
         obj = self.store.get(resource, *key) if declared is not None else None
         if declared is None or obj is None or obj["metadata"].get("deletionTimestamp"):
@@ -237,7 +220,7 @@ class GenericOperator:
                 self.store.update(resource, {**obj, "status": status}, subresource="status")
             except Exception as exc:  # a conflict: the next event reconciles again
                 log.debug("generic operator: status of %s: %s", meta["name"], exc)
-                self._mark(resource, key)
+                self._mark((resource, key))
 
     def _create_pod(self, obj: Mapping[str, Any], declared: Declared, resource: str, podset: str, name: str,
                     template: Mapping[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ import string
 from collections.abc import Mapping
 from typing import Any
 
-from kubesim.sim.common import Key, StoreLike, key_of, log, now_ts, set_condition
+from kubesim.sim.common import Batched, Key, StoreLike, key_of, log, now_ts, set_condition
 from kubesim.sim.resources import format_amount, pod_requests
 
 CLUSTERS = "rayclusters.ray.io"
@@ -55,26 +55,22 @@ def _owner(obj: Mapping[str, Any], kind: str) -> dict[str, Any]:
             "controller": True, "blockOwnerDeletion": True}
 
 
-class KubeRay:
+class KubeRay(Batched[tuple[str, Key]]):
     """The RayCluster and RayJob stand-ins of one cluster; fed by the Simulation's store subscription."""
 
+    name = "kuberay"
+
     def __init__(self, store: StoreLike, loop: asyncio.AbstractEventLoop) -> None:
-        self.store = store
-        self.loop = loop
-        self.dirty: dict[tuple[str, Key], None] = {}
+        super().__init__(store, loop)
         self.cluster_of_pod: dict[Key, Key] = {}
         self.rayjob_of: dict[Key, Key] = {}
         """RayCluster or submitter Job key -> its RayJob."""
         self.timers: dict[Key, asyncio.TimerHandle] = {}
-        self._handle: asyncio.Handle | None = None
-        self.stopped = False
 
     def stop(self) -> None:
-        self.stopped = True
+        super().stop()
         for handle in self.timers.values():
             handle.cancel()
-        if self._handle is not None:
-            self._handle.cancel()
 
     def _random(self) -> str:
         return "".join(self.store.rng.choice(string.ascii_lowercase + string.digits) for _ in range(5))
@@ -84,34 +80,24 @@ class KubeRay:
         key = key_of(obj)
         if res == CLUSTERS:
             if event != "DELETED":
-                self._mark(CLUSTERS, key)
+                self._mark((CLUSTERS, key))
             if key in self.rayjob_of:
-                self._mark(RAYJOBS, self.rayjob_of[key])
+                self._mark((RAYJOBS, self.rayjob_of[key]))
         elif res == RAYJOBS and event != "DELETED":
-            self._mark(RAYJOBS, key)
+            self._mark((RAYJOBS, key))
         elif res == "pods":
             cluster = ((obj.get("metadata") or {}).get("labels") or {}).get(CLUSTER_LABEL)
             if cluster:
-                self._mark(CLUSTERS, (key[0], cluster))
+                self._mark((CLUSTERS, (key[0], cluster)))
         elif res == "jobs.batch" and key in self.rayjob_of:
-            self._mark(RAYJOBS, self.rayjob_of[key])
+            self._mark((RAYJOBS, self.rayjob_of[key]))
 
-    def _mark(self, res: str, key: Key) -> None:
-        self.dirty[(res, key)] = None
-        if self._handle is None and not self.stopped:
-            self._handle = self.loop.call_soon(self._drain)
-
-    def _drain(self) -> None:
-        self._handle = None
-        batch, self.dirty = list(self.dirty), {}
-        for res, key in batch:
-            try:
-                if res == CLUSTERS:
-                    self.reconcile_cluster(key)
-                else:
-                    self.reconcile_rayjob(key)
-            except Exception:
-                log.exception("kuberay: %s %s/%s reconcile failed", res, *key)
+    def reconcile(self, item: tuple[str, Key]) -> None:
+        res, key = item
+        if res == CLUSTERS:
+            self.reconcile_cluster(key)
+        else:
+            self.reconcile_rayjob(key)
 
     # --- RayCluster ---------------------------------------------------------------------------
     def reconcile_cluster(self, key: Key) -> None:
@@ -314,4 +300,4 @@ class KubeRay:
             self.store.update(RAYJOBS, {**job, "status": status}, subresource="status")
         except Exception as exc:  # a conflict: the next event reconciles again
             log.debug("kuberay: status of %s: %s", job["metadata"]["name"], exc)
-            self._mark(RAYJOBS, key_of(job))
+            self._mark((RAYJOBS, key_of(job)))

@@ -16,13 +16,12 @@ LeaderReady starts the workers with the leader.
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from kubesim.sim.common import RUN_FOREVER, Key, StoreLike, key_of, log, set_condition
+from kubesim.sim.common import RUN_FOREVER, Batched, Key, key_of, log, set_condition
 
 LWS = "leaderworkersets.leaderworkerset.x-k8s.io"
 RESOURCES = frozenset({LWS})
@@ -48,20 +47,10 @@ def _ready(pod: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
 
 
-class LeaderWorkerSetController:
+class LeaderWorkerSetController(Batched[Key]):
     """The LWS stand-in of one cluster; fed by the Simulation's store subscription."""
 
-    def __init__(self, store: StoreLike, loop: asyncio.AbstractEventLoop) -> None:
-        self.store = store
-        self.loop = loop
-        self.dirty: dict[Key, None] = {}
-        self._handle: asyncio.Handle | None = None
-        self.stopped = False
-
-    def stop(self) -> None:
-        self.stopped = True
-        if self._handle is not None:
-            self._handle.cancel()
+    name = "lws"
 
     def on_change(self, event: str, res: str, obj: Mapping[str, Any]) -> None:
         if res == LWS:
@@ -71,20 +60,6 @@ class LeaderWorkerSetController:
             owner = ((obj.get("metadata") or {}).get("labels") or {}).get(NAME)
             if owner:
                 self._mark((key_of(obj)[0], owner))
-
-    def _mark(self, key: Key) -> None:
-        self.dirty[key] = None
-        if self._handle is None and not self.stopped:
-            self._handle = self.loop.call_soon(self._drain)
-
-    def _drain(self) -> None:
-        self._handle = None
-        batch, self.dirty = list(self.dirty), {}
-        for key in batch:
-            try:
-                self.reconcile(key)
-            except Exception:
-                log.exception("lws: %s/%s reconcile failed", *key)
 
     def reconcile(self, key: Key) -> None:
         lws = self.store.get(LWS, *key)

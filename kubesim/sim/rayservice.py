@@ -17,7 +17,6 @@ upgrades through a pending cluster, ``spec.suspend``, the initializing timeout a
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import string
 from collections.abc import Mapping
@@ -25,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from kubesim.sim.common import Key, StoreLike, key_of, log, now_ts, set_condition
+from kubesim.sim.common import Batched, Key, key_of, log, now_ts, set_condition
 from kubesim.sim.kuberay import CLUSTER_LABEL, CLUSTERS, KUBERAY, NODE_TYPE, ORIGIN_KIND, ORIGIN_NAME
 
 SERVICES = "rayservices.ray.io"
@@ -52,20 +51,10 @@ def _applications(config: Any) -> dict[str, Any]:
     return out
 
 
-class RayServiceController:
+class RayServiceController(Batched[Key]):
     """The RayService stand-in of one cluster; fed by the Simulation's store subscription."""
 
-    def __init__(self, store: StoreLike, loop: asyncio.AbstractEventLoop) -> None:
-        self.store = store
-        self.loop = loop
-        self.dirty: dict[Key, None] = {}
-        self._handle: asyncio.Handle | None = None
-        self.stopped = False
-
-    def stop(self) -> None:
-        self.stopped = True
-        if self._handle is not None:
-            self._handle.cancel()
+    name = "rayservice"
 
     def on_change(self, event: str, res: str, obj: Mapping[str, Any]) -> None:
         if res == SERVICES:
@@ -75,20 +64,6 @@ class RayServiceController:
             labels = (obj.get("metadata") or {}).get("labels") or {}
             if labels.get(ORIGIN_KIND) == "RayService" and labels.get(ORIGIN_NAME):
                 self._mark((key_of(obj)[0], labels[ORIGIN_NAME]))
-
-    def _mark(self, key: Key) -> None:
-        self.dirty[key] = None
-        if self._handle is None and not self.stopped:
-            self._handle = self.loop.call_soon(self._drain)
-
-    def _drain(self) -> None:
-        self._handle = None
-        batch, self.dirty = list(self.dirty), {}
-        for key in batch:
-            try:
-                self.reconcile(key)
-            except Exception:
-                log.exception("kuberay: RayService %s/%s reconcile failed", *key)
 
     def reconcile(self, key: Key) -> None:
         service = self.store.get(SERVICES, *key)
