@@ -141,10 +141,16 @@ CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "Cust
 
 
 class _KindLike(Protocol):
-    name: str
-    group: str
-    version: str
-    plural: str
+    """What ``resource_for`` reads of a kind (a JobKind, read-only)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def group(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def plural(self) -> str: ...
 
 
 def resource_for(kind: _KindLike) -> Resource:

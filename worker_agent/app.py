@@ -25,13 +25,13 @@ from federation.errors import Transport
 from federation.kinds import registry
 from federation.kinds.base import JobKind
 from federation.kinds.registry import KINDS
-from federation.kube import CONFIGMAPS, NODES, PODS, SECRETS, Kube, Resource
+from federation.kube import CONFIGMAPS, NODES, PODS, SECRETS, Kube, Resource, resource_for
 from federation.labels import origin_selector
 from federation.messages import Capacity, Heartbeat, encode
 from federation.mqtt import LinkHealth, MqttLink, Will
 from federation.tasks import SideWork, Supervisor
 from worker_agent.apply import ApplyLoop, JobKey, StatusEcho, job_key
-from worker_agent.cache import ObjectCache, Stored, key_of, kind_resource
+from worker_agent.cache import ObjectCache, Stored, key_of
 from worker_agent.foreign import created_by, foreign_owner
 from worker_agent.identity import AgentIdentity
 from worker_agent.inbox import Inbox
@@ -158,7 +158,7 @@ class Agent:
         for name in sorted(set(self.reconcilers) | set(self.delegated)):
             if name in self.job_resources:
                 continue
-            res = kind_resource(self.kinds[name])
+            res = resource_for(self.kinds[name])
             if not await self.kube.served(res):
                 if name not in self._unserved_logged:
                     self._unserved_logged.add(name)

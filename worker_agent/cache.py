@@ -22,22 +22,15 @@ from typing import Any
 
 import orjson
 
-from federation.kinds.base import JobKind
 from federation.kinds.kubeflow import KubeflowV1Kind
 from federation.kinds.pod import MEMBERS_ANNOTATION
 from federation.kinds.registry import KINDS
-from federation.kube import Resource
 
 Key = tuple[str, str]
 """(namespace, name); namespace "" for cluster-scoped objects."""
 
 _DROP_META = ("managedFields",)
 _POD_SPEC_KEEP = ("nodeName", "containers", "initContainers", "overhead", "restartPolicy")
-
-
-def kind_resource(kind: JobKind) -> Resource:
-    """The API resource of a JobKind (every supported kind is namespaced)."""
-    return Resource(kind.group, kind.version, kind.plural, kind.name)
 
 
 def key_of(obj: Mapping[str, Any]) -> Key:

@@ -16,10 +16,9 @@ from federation.errors import FederationError, NotFound
 from federation.kinds.base import JobKind
 from federation.kinds.pod import POD
 from federation.kinds.registry import KINDS
-from federation.kube import JOBS, PODS, Kube, Resource
+from federation.kube import JOBS, PODS, Kube, Resource, resource_for
 from federation.tasks import Supervisor
 from worker_agent import leaserecord
-from worker_agent.cache import kind_resource
 from worker_agent.fencermetrics import FencerServer
 from worker_agent.reconcilers.jobset import JOBSETS
 from worker_agent.reports import placement_of
@@ -186,7 +185,7 @@ class Fencer:
         copies, errors = await self._copies(swept)
         self._kinds_listed = self.clock.monotonic()
         self.kinds_error = f"cannot list {', '.join(errors)}" if errors else None
-        await self._all(self._suspend(kind_resource(kind), job, _fenced(kind.suspend_patch(job, True)), swept,
+        await self._all(self._suspend(resource_for(kind), job, _fenced(kind.suspend_patch(job, True)), swept,
                                       fenced=True)
                         for kind, job in copies if kind.name != POD.name and not kind.is_suspended(job))
         # a Pod cannot be suspended: a placed pod group's lead pod is deleted (its other pods are its children)
@@ -202,13 +201,13 @@ class Fencer:
         errors: list[str] = []
         for kind in self.kinds:
             try:
-                listed = await self.kube.list(kind_resource(kind), label_selector=labels.origin_selector(self.origin))
+                listed = await self.kube.list(resource_for(kind), label_selector=labels.origin_selector(self.origin))
             except NotFound:
                 continue  # the kind is not installed here
             except FederationError as exc:  # one kind unreadable (a role missing it): stop every other one
                 swept.failures["list"] += 1
-                errors.append(kind_resource(kind).plural)
-                log.error("could not list %s to fence them: %s", kind_resource(kind).plural, exc)
+                errors.append(resource_for(kind).plural)
+                log.error("could not list %s to fence them: %s", resource_for(kind).plural, exc)
                 continue
             copies += [(kind, job) for job in listed.items
                        if placement_of(job) is not None and kind.finished(job) is None]

@@ -36,7 +36,7 @@ from federation.errors import (
 )
 from federation.kinds.base import JobKind
 from federation.kinds.registry import by_name
-from federation.kube import NAMESPACES, Kube, Resource
+from federation.kube import NAMESPACES, Kube, Resource, resource_for
 from federation.messages import (
     REJECTED_LEASE_EXPIRED,
     Ask,
@@ -52,7 +52,7 @@ from federation.messages import (
 from federation.retry import Backoff
 from federation.tasks import TaskSet
 from worker_agent import foreign
-from worker_agent.cache import ObjectCache, Stored, kind_resource
+from worker_agent.cache import ObjectCache, Stored
 from worker_agent.lease import LeaseKeeper
 from worker_agent.policy import Policy, PolicySettings, describe
 from worker_agent.reports import Reporter, job_ref, placement_of, spec_version_of
@@ -338,7 +338,7 @@ class Inbox:
                                    "configured not to create namespaces; create it or place elsewhere",
                                    permanent=False)
             return
-        res = kind_resource(kind)
+        res = resource_for(kind)
         try:
             created = await self.kube.create(res, body, ns)
         except AlreadyExists:
@@ -397,7 +397,7 @@ class Inbox:
         return body
 
     async def _update(self, kind: JobKind, cmd: Place, current: Applied) -> None:
-        res = kind_resource(kind)
+        res = resource_for(kind)
         p = cmd.placement
         version = max(cmd.spec_version, current.spec_version)
         backoff = Backoff(0.01, 0.1)  # client-go's RetryOnConflict: a few quick re-reads, apart by a little
@@ -480,7 +480,7 @@ class Inbox:
     # --- Delete and Resync -------------------------------------------------------------------------
     async def _delete_job(self, applied: Applied) -> None:
         kind = self.kinds.get(applied.kind) or by_name(applied.kind)
-        res = kind_resource(kind)
+        res = resource_for(kind)
         cached = self.caches[res.plural].header((applied.namespace, applied.name))
         if cached is not None and ((cached.get("metadata") or {}).get("labels") or {}).get(
                 labels.ORIGIN) != self.origin:
@@ -503,7 +503,7 @@ class Inbox:
             return
         await self._delete_job(current)
         self.workloads.pop(p.workload_uid, None)  # the watcher's DELETED event may have removed it already
-        res = kind_resource(self.kinds.get(current.kind) or by_name(current.kind))
+        res = resource_for(self.kinds.get(current.kind) or by_name(current.kind))
         cached = self.caches[res.plural].header((current.namespace, current.name))
         if cached is None:
             self.reporter.status(p, {}, None, gone=True)
@@ -522,7 +522,7 @@ class Inbox:
         self.highest_epoch = cmd.epoch
         expected = {(k.workload_uid, k.attempt) for k in cmd.expected}
         for kind_name, kind in self.kinds.items():
-            res = kind_resource(kind)
+            res = resource_for(kind)
             cache = self.caches[res.plural]
             for key in cache.keys():
                 job = cache.get(key)

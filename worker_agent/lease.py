@@ -25,11 +25,11 @@ from federation.clock import Clock
 from federation.errors import FederationError, NotFound
 from federation.kinds.base import JobKind
 from federation.kinds.pod import POD
-from federation.kube import Kube
+from federation.kube import Kube, resource_for
 from federation.messages import Heartbeat, Lease
 from federation.retry import capped
 from worker_agent import leaserecord
-from worker_agent.cache import Key, ObjectCache, key_of, kind_resource
+from worker_agent.cache import Key, ObjectCache, key_of
 from worker_agent.reports import placement_of
 
 log = logging.getLogger(__name__)
@@ -234,7 +234,7 @@ class LeaseKeeper:
 
     def _owned(self) -> Iterable[tuple[JobKind, dict[str, Any]]]:
         for kind in self.kinds.values():
-            cache = self.caches.get(kind_resource(kind).plural)
+            cache = self.caches.get(resource_for(kind).plural)
             if cache is None:
                 continue
             for key in cache.keys():
@@ -271,7 +271,7 @@ class LeaseKeeper:
     async def _delete_group(self, kind: JobKind, meta: Mapping[str, Any]) -> None:
         """Stop a placed pod group: its other pods (the lead's children), then the lead pod. The dispatcher places
         the group again, elsewhere or here, once the lease has run out (nothing of it is left to resume)."""
-        res = kind_resource(kind)
+        res = resource_for(kind)
         ns = str(meta.get("namespace") or "")
         cache = self.caches.get(res.plural)
         children = cache.select(ns, f"{labels.OWNER_UID}={meta.get('uid')}") if cache is not None else []
@@ -288,7 +288,7 @@ class LeaseKeeper:
     async def _patch(self, kind: JobKind, meta: Mapping[str, Any], patch: dict[str, Any]) -> None:
         """Patch a Job and keep the answer in the cache at once: the informer may lag behind this write, and
         a resume decided from a copy that does not show the fence yet would leave the Job suspended."""
-        res = kind_resource(kind)
+        res = resource_for(kind)
         patched = await self.kube.patch(res, str(meta["name"]), patch, meta.get("namespace"))
         self.job_seen(res.plural, patched)  # before upsert, which shrinks it to its header
         cache = self.caches.get(res.plural)
@@ -306,7 +306,7 @@ class LeaseKeeper:
         self.expected = set(expected)
         for kind, job in list(self._owned()):
             if ((job.get("metadata") or {}).get("annotations") or {}).get(labels.FENCED_ANNOTATION) == "true":
-                self._owed.add((kind_resource(kind).plural, key_of(job)))
+                self._owed.add((resource_for(kind).plural, key_of(job)))
         done = await self._resume_owed()
         if done:
             log.info("lease held again: resumed %d Jobs the dispatcher still expects here", done)
@@ -332,7 +332,7 @@ class LeaseKeeper:
     async def _resume_owed(self) -> int:
         """Resume the owed copies the last Resync listed; keep those that must wait for the lease or record."""
         done = 0
-        kinds = {kind_resource(k).plural: k for k in self.kinds.values()}
+        kinds = {resource_for(k).plural: k for k in self.kinds.values()}
         for plural, key in list(self._owed):
             kind, cache = kinds.get(plural), self.caches.get(plural)
             job = cache.get(key) if cache is not None else None

@@ -26,20 +26,19 @@ from federation.clock import Clock
 from federation.errors import FederationError, Invalid, NotFound, Transport
 from federation.kinds import registry
 from federation.kinds.raycluster import RAYCLUSTER
-from federation.kube import EVENTS, JOBS, PODS, Kube, Resource
+from federation.kube import EVENTS, JOBS, PODS, Kube, Resource, resource_for
 from federation.messages import Ask
 from federation.mqtt import LinkHealth, MqttLink
 from federation.podstream import MAX_DATA, Frame, FrameSealer
 from federation.sealing import recipients
 from federation.tasks import TaskSet
-from worker_agent.cache import kind_resource
 from worker_agent.identity import AgentIdentity
 from worker_agent.settings import AgentSettings
 
 log = logging.getLogger(__name__)
 
 JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets", "JobSet")
-RAYCLUSTERS = kind_resource(RAYCLUSTER)
+RAYCLUSTERS = resource_for(RAYCLUSTER)
 LEAD_ROLES = ("submitter", "master", "launcher", "head", "leader", "chief", "driver", "coordinator")
 """Roles whose first pod is the one a log is read from by default, in this order (then any role, index 0): a
 RayJob's submitter prints the Ray job's log."""
@@ -254,7 +253,7 @@ class Answerer:
         if kind is None:
             raise AskRefused("unknown_kind", f"this agent does not know the kind {cmd.job.kind}")
         try:
-            copy = await self.kube.get(kind_resource(kind), cmd.job.name, self.namespace_of(cmd.job.namespace))
+            copy = await self.kube.get(resource_for(kind), cmd.job.name, self.namespace_of(cmd.job.namespace))
         except NotFound:
             raise AskRefused("no_copy", f"cluster {self.cluster} has no copy of {cmd.job.namespace}/{cmd.job.name} "
                                         "(deleted there, or it moved to another cluster)") from None
