@@ -11,14 +11,11 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from federation.kinds.base import JobKind
 from federation.settings import (
-    KINDS_FILE_DOC,
+    KindsFileSetting,
     KubeSettings,
     MqttSettings,
     SigningSettings,
-    check_kinds_file,
-    declared_kinds,
 )
 
 
@@ -111,7 +108,7 @@ class AdmissionCheckSettings(BaseModel):
     (with why): Kueue releases the quota and requeues it, so it does not hold quota it cannot use."""
 
 
-class DispatcherSettings(BaseSettings):
+class DispatcherSettings(BaseSettings, KindsFileSetting):
     """Settings of one dispatcher process (manager cluster)."""
 
     model_config = SettingsConfigDict(env_prefix="MKD_DISPATCHER_", env_nested_delimiter="__", extra="forbid")
@@ -147,17 +144,6 @@ class DispatcherSettings(BaseSettings):
 
     namespaces: list[str] = Field(default_factory=list)
     """Namespaces of the manager cluster to watch; empty: all namespaces."""
-
-    kinds_file: Path | None = Field(default=None, description=KINDS_FILE_DOC)
-
-    @field_validator("kinds_file")
-    @classmethod
-    def _kinds_file(cls, value: Path | None) -> Path | None:
-        return check_kinds_file(value)
-
-    def declared_kinds(self) -> tuple[JobKind, ...]:
-        """The kinds ``kinds_file`` declares."""
-        return declared_kinds(self.kinds_file)
 
     heartbeat_timeout_seconds: float = Field(default=30.0, gt=0)
     """A Cluster whose last heartbeat is older than this is lost: nothing new is placed on it.

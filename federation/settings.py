@@ -8,10 +8,13 @@ passed explicitly, and no module globals.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
+
+if TYPE_CHECKING:
+    from federation.kinds.base import JobKind
 
 MQTT_SCHEMES = ("mqtt", "mqtts", "tcp", "ssl")
 
@@ -154,6 +157,22 @@ def check_kinds_file(path: Path | None) -> Path | None:
     except DeclarationsInvalid as exc:
         raise ValueError(str(exc)) from None
     return path
+
+
+class KindsFileSetting(BaseModel):
+    """``kinds_file``, the one setting the dispatcher, the agent and the fencer share by design: they must read
+    the same declarations. Mixed into each service's settings class."""
+
+    kinds_file: Path | None = Field(default=None, description=KINDS_FILE_DOC)
+
+    @field_validator("kinds_file")
+    @classmethod
+    def _kinds_file(cls, value: Path | None) -> Path | None:
+        return check_kinds_file(value)
+
+    def declared_kinds(self) -> tuple[JobKind, ...]:
+        """The kinds ``kinds_file`` declares (:class:`~federation.kinds.declared.DeclaredKind` s)."""
+        return declared_kinds(self.kinds_file)
 
 
 def declared_kinds(path: Path | None) -> tuple[Any, ...]:

@@ -4,22 +4,19 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field, field_validator
+from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from federation.kinds.base import JobKind
 from federation.settings import (
-    KINDS_FILE_DOC,
+    KindsFileSetting,
     KubeSettings,
     MqttSettings,
     SigningSettings,
-    check_kinds_file,
-    declared_kinds,
 )
 from worker_agent.policy import PolicySettings
 
 
-class AgentSettings(BaseSettings):
+class AgentSettings(BaseSettings, KindsFileSetting):
     """Everything ``mkctl agent`` needs; passed explicitly, never read from module globals."""
 
     model_config = SettingsConfigDict(env_prefix="MKD_AGENT_", env_nested_delimiter="__", extra="forbid")
@@ -67,17 +64,6 @@ class AgentSettings(BaseSettings):
     """JobKind name -> managedBy value of an operator installed in this cluster (e.g.
     ``{"MPIJob": "kubeflow.org/mpi-operator"}``). Delegated kinds are created with that value and
     only mirrored; the agent runs no reconciler for them."""
-
-    kinds_file: Path | None = Field(default=None, description=KINDS_FILE_DOC)
-
-    @field_validator("kinds_file")
-    @classmethod
-    def _kinds_file(cls, value: Path | None) -> Path | None:
-        return check_kinds_file(value)
-
-    def declared_kinds(self) -> tuple[JobKind, ...]:
-        """The kinds ``kinds_file`` declares."""
-        return declared_kinds(self.kinds_file)
 
     namespace: str = Field(default="mkd-system", min_length=1, max_length=63)
     """The agent's own namespace: it keeps its report epoch there (ConfigMap ``mkd-agent-<cluster>-epoch``,
@@ -143,7 +129,7 @@ class AgentSettings(BaseSettings):
     """Address the metrics port binds."""
 
 
-class FencerSettings(BaseSettings):
+class FencerSettings(BaseSettings, KindsFileSetting):
     """Everything ``mkctl fencer`` needs (env prefix ``MKD_FENCER_``): the worker cluster, where the agent
     records its lease, and whose Jobs to stop when that record runs out (``worker_agent.fencer``)."""
 
@@ -174,17 +160,6 @@ class FencerSettings(BaseSettings):
 
     concurrency: int = Field(default=8, ge=1, le=64)
     """API calls at once while sweeping: hundreds of Jobs stop within seconds without flooding the server."""
-
-    kinds_file: Path | None = Field(default=None, description=KINDS_FILE_DOC)
-
-    @field_validator("kinds_file")
-    @classmethod
-    def _kinds_file(cls, value: Path | None) -> Path | None:
-        return check_kinds_file(value)
-
-    def declared_kinds(self) -> tuple[JobKind, ...]:
-        """The kinds ``kinds_file`` declares."""
-        return declared_kinds(self.kinds_file)
 
     metrics_port: int | None = Field(default=None, ge=0, le=65535)
     """Port of the fencer's ``/metrics``, ``/healthz`` and ``/readyz`` (deploy/ sets 9090;
