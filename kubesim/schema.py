@@ -475,6 +475,21 @@ _FORMATS: dict[str, re.Pattern[str]] = {
 }
 
 
+_INLINE_FLAGS = re.compile(r"\(\?([imsU]+)\)")
+
+
+def go_pattern(pat: str) -> str:
+    """A Go (RE2) pattern as Python's ``re`` reads it: RE2 takes inline flags anywhere (Kueue's
+    AdmissionCheck ``parameters.kind`` is ``^(?i)[a-z]...``), Python only at the start, so a flag group met later
+    applies as a scoped group to the rest of the pattern, which is what it means in RE2."""
+    m = _INLINE_FLAGS.search(pat)
+    if m is None or m.start() == 0:
+        return pat
+    flags = m.group(1).replace("U", "")
+    rest = go_pattern(pat[m.end():])
+    return pat[:m.start()] + (f"(?{flags}:{rest})" if flags else rest)
+
+
 def _string(v: str, s: Schema, path: str, name: str, out: list[Cause]) -> None:
     # kube-openapi's string validator stops at the first of maxLength, minLength, pattern that fails.
     if "maxLength" in s and len(v) > int(s["maxLength"]):
@@ -484,7 +499,7 @@ def _string(v: str, s: Schema, path: str, name: str, out: list[Cause]) -> None:
     elif pat := s.get("pattern"):
         rx = _PATTERNS.get(pat)
         if rx is None:
-            rx = _PATTERNS[pat] = re.compile(pat)
+            rx = _PATTERNS[pat] = re.compile(go_pattern(pat))
         if not rx.search(v):
             out.append(_invalid(path, v, f"{name} in body should match '{pat}'"))
     fmt = s.get("format")

@@ -131,6 +131,9 @@ class KueueChecks:
             mine = [n for n in view.checks if self.controllers.get(n) == kv.CONTROLLER]
         released = view is not None and kv.released(view, mine)
         gen = _generation(view, released)
+        before = self.emitted.get(uid)
+        if before is not None:  # kept while nothing changes; grows at each change, within one second too
+            gen = before[0] if before[1] == (not released) else max(gen, before[0] + 1)
         virtual = kind.with_suspended(obj, not released)
         virtual["metadata"] = {**wl.meta(virtual), "generation": gen}
         if released and view is not None:
@@ -337,8 +340,14 @@ class KueueChecks:
 
 
 def _generation(view: kv.WorkloadView | None, released: bool) -> int:
-    """The Job's generation as the engine sees it in Kueue mode: it grows each time Kueue reserves or
-    releases quota (the QuotaReserved condition's or the eviction's time), odd while released."""
-    if view is None or view.reserved_since is None:
+    """The Job's generation as the engine sees it in Kueue mode, from the Workload alone (what a restarted
+    dispatcher computes): it grows each time Kueue reserves quota, evicts or releases it (the QuotaReserved and
+    Evicted conditions' times, in seconds), an eviction above a reservation and a release above both within
+    one second. :meth:`KueueChecks._virtual` also keeps it growing across changes of one second."""
+    if view is None:
         return 1
-    return 2 * max(1, int((view.reserved_since - EPOCH).total_seconds())) + (1 if released else 0)
+    times = [t for t in (view.reserved_since, view.evicted_since) if t is not None]
+    if not times:
+        return 1
+    seconds = max(1, int((max(times) - EPOCH).total_seconds()))
+    return 4 * seconds + (2 if view.evicted else 0) + (1 if released else 0)

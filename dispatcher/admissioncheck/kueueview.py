@@ -116,6 +116,8 @@ class WorkloadView:
     cluster_queue: str | None
     quota_reserved: bool
     reserved_since: datetime | None
+    evicted_since: datetime | None
+    """The Evicted condition's transition time (True or False): when Kueue last evicted or admitted it again."""
     admitted: bool
     evicted: bool
     finished: bool
@@ -171,6 +173,7 @@ def parse_workload(obj: Mapping[str, Any]) -> WorkloadView:
         cluster_queue=str(admission["clusterQueue"]) if admission.get("clusterQueue") else None,
         quota_reserved=bool(admission) and reserved is not None and reserved.get("status") == "True",
         reserved_since=parse_time(reserved.get("lastTransitionTime")) if reserved else None,
+        evicted_since=parse_time((_condition(status, "Evicted") or {}).get("lastTransitionTime")),
         admitted=_true(status, "Admitted"), evicted=_true(status, "Evicted"), finished=_true(status, "Finished"),
         active=spec.get("active") is not False,
         cluster_name=str(status["clusterName"]) if status.get("clusterName") else None,

@@ -75,7 +75,7 @@ def test_the_generation_grows_with_each_reservation_and_release() -> None:
     for step in ("created", "quota_reserved", "evicted_by_retry", "requeued", "quota_reserved_again"):
         view = kv.parse_workload(STEPS[step])
         gens.append(_generation(view, kv.released(view, MINE)))
-    assert gens[0] < gens[1] and gens[3] > gens[1] and gens[4] > gens[3]
+    assert gens[0] < gens[1] < gens[2] and gens[3] > gens[1] and gens[4] > gens[3]
     assert gens[1] % 2 == 1 and gens[3] % 2 == 0 and gens[4] % 2 == 1
 
 

@@ -49,6 +49,7 @@ SCHEMA = {
                 }},
                 "port": {"x-kubernetes-int-or-string": True},
                 "alias": {"type": "string", "maxLength": 8, "pattern": "^[a-z]+$"},
+                "kindName": {"type": "string", "pattern": "^(?i)[a-z]([-a-z0-9]*[a-z0-9])?$"},
                 "ports": {"type": "array", "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"],
                           "items": {"type": "object", "required": ["name"], "properties": {
                               "name": {"type": "string"}, "port": {"type": "integer"}}}},
@@ -353,3 +354,13 @@ def test_built_in_kinds_drop_unknown_fields_and_strict_refuses_them(api: client.
     created = pods.create(body=body, namespace=ns).to_dict()
     assert "nodeSelectr" not in created["spec"] and "imagePullPolciy" not in created["spec"]["containers"][0]
     assert created["spec"]["containers"][0]["imagePullPolicy"] == "IfNotPresent"  # defaulted, the typo gone
+
+
+def test_a_pattern_with_inline_flags_after_its_start_is_go_regexp(torchjobs: client.CustomObjectsApi, ns: str) -> None:
+    """CRD patterns are Go's RE2, which takes ``(?i)`` anywhere (Kueue's AdmissionCheck ``parameters.kind``)."""
+    ok = torchjobs.create_namespaced_custom_object(GROUP, "v1", ns, "torchjobs", job("flags", kindName="MultiKueueConfig"))
+    assert ok["spec"]["kindName"] == "MultiKueueConfig"
+    st = refused(torchjobs, ns, job("flags-bad", kindName="9x"))
+    assert st["details"]["causes"] == [{"reason": "FieldValueInvalid", "field": "spec.kindName",
+                                        "message": "Invalid value: \"9x\": spec.kindName in body should match "
+                                                   "'^(?i)[a-z]([-a-z0-9]*[a-z0-9])?$'"}]
