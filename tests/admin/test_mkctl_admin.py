@@ -143,8 +143,8 @@ def test_kind_queue_and_label_filters(admin_db: str) -> None:
 
 
 def test_bad_kind_and_label_are_usage_errors(admin_db: str) -> None:
-    result = invoke("workloads", "list", "--kind", "Pod", "--database-url", admin_db)
-    assert result.exit_code == 2 and "--kind: 'Pod' is not a job kind" in result.output and "PyTorchJob" in result.output
+    result = invoke("workloads", "list", "--kind", "Deployment", "--database-url", admin_db)
+    assert result.exit_code == 2 and "--kind: 'Deployment' is not a job kind" in result.output and "PyTorchJob" in result.output
     result = invoke("workloads", "list", "--label", "team", "--database-url", admin_db)
     assert result.exit_code == 2 and "--label: 'team' is not a key=value selector" in result.output
 
