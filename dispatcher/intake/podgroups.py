@@ -4,8 +4,9 @@ Pods have no managedBy; a Pod is headed for mkd when it names a queue (``kueue.x
 carries Kueue's ``kueue.x-k8s.io/admission`` scheduling gate (``federation.kinds.pod``). Intake watches only Pods
 with the queue label (:data:`SELECTOR`), and this module keeps the members of each group it saw, by namespace and
 ``kueue.x-k8s.io/pod-group-name`` (a single Pod is kept nowhere: it is its own group object at once). A group's
-object is passed on once ``pod-group-total-count`` runnable members exist (Kueue composes its Workload then too),
-and again on each change (intake's filter keeps what the engine needs: a new group, a deletion). A member deleted,
+object is passed on once ``pod-group-total-count`` runnable members exist (Kueue composes its Workload then too;
+at once when a member's count is missing or not a positive integer, so that it is refused with the field), and
+again on each change (intake's filter keeps what the engine needs: a new group, a deletion). A member deleted,
 or marked for deletion, ends its group: the group object goes as deleted (its worker pods are deleted), and pods
 made again form a new group (a new uid). Nothing here writes to the cluster; a Pod that names a queue but lacks the
 gate gets intake's Warning Event (:func:`not_gated`).
@@ -59,8 +60,9 @@ class PodGroups:
         group[name] = dict(pod)
         self.where[(namespace, name)] = key
         members = list(group.values())
-        if pods.group_name(pod) is not None and not pods.group_complete(members):
-            return []
+        if (pods.group_name(pod) is not None and not pods.group_complete(members)
+                and all(pods.total_count(p) is not None for p in members)):
+            return []  # a member with no usable count is passed on at once: its validation refuses the group
         obj = pods.group_object(members)
         out: list[tuple[dict[str, Any], bool]] = []
         before = self.passed.get(key)

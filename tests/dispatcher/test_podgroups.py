@@ -35,6 +35,19 @@ def test_a_group_is_passed_on_once_its_total_count_of_pods_exists() -> None:
     assert again["status"]["pods"]["b"] == {"phase": "Running"}
 
 
+def test_a_group_without_a_usable_total_count_is_passed_on_at_once_to_be_refused() -> None:
+    """With no count to wait for, the group would wait forever unseen: it is passed on, and refused naming the
+    annotation (Kueue's webhook refuses such a Pod at creation)."""
+    for count in ("zero", "0", ""):
+        ((obj, deleted),) = PodGroups().feed(member("a", count=count), False)
+        assert not deleted
+        assert pods.TOTAL_COUNT_FIELD in [e.field for e in pods.POD.validate(obj)]
+    uncounted = member("a")
+    del uncounted["metadata"]["annotations"]
+    ((obj, _),) = PodGroups().feed(uncounted, False)
+    assert pods.TOTAL_COUNT_FIELD in [e.field for e in pods.POD.validate(obj)]
+
+
 def test_a_member_deleted_ends_the_group_and_pods_made_again_are_a_new_one() -> None:
     groups = PodGroups()
     for name in "abc":

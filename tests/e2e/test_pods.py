@@ -126,6 +126,11 @@ async def test_an_inconsistent_group_is_refused_naming_the_field_and_a_single_po
         manifest["metadata"]["labels"][pods.GROUP_NAME_LABEL] = "odd-group"
         manifest["metadata"]["annotations"][pods.GROUP_TOTAL_COUNT] = count
         bad.append(jobs.Sample(manifest, Path(__file__), "Failed"))
+    uncounted = copy.deepcopy(base)
+    uncounted["metadata"]["name"] = "uncounted-0"
+    uncounted["metadata"]["labels"][pods.GROUP_NAME_LABEL] = "uncounted"
+    uncounted["metadata"]["annotations"][pods.GROUP_TOTAL_COUNT] = "zero"
+    bad.append(jobs.Sample(uncounted, Path(__file__), "Failed"))
     single = copy.deepcopy(base)
     single["metadata"]["name"] = "single-pod"
     del single["metadata"]["labels"][pods.GROUP_NAME_LABEL]
@@ -141,6 +146,15 @@ async def test_an_inconsistent_group_is_refused_naming_the_field_and_a_single_po
 
     cond = await wait_for(refused, "the group with two total counts refused", within=60, top=federation)
     assert pods.TOTAL_COUNT_FIELD in cond["message"] and "same" in cond["message"], cond
+
+    async def uncounted_refused() -> dict[str, Any] | NotYet:
+        now = await manager_pods(federation, ["uncounted-0"], ns)
+        cond = jobs.condition(now.get("uncounted-0") or {}, labels.CONDITION_REJECTED)
+        return cond if cond and cond.get("status") == "True" else NotYet(str(now.get("uncounted-0", {}).get("status")))
+
+    cond = await wait_for(uncounted_refused, "the group whose count is not a number refused", within=60,
+                          top=federation)
+    assert pods.TOTAL_COUNT_FIELD in cond["message"] and "positive integer" in cond["message"], cond
 
     async def single_done() -> dict[str, Any] | NotYet:
         now = await manager_pods(federation, ["single-pod"], ns)
