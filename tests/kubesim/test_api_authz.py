@@ -218,6 +218,16 @@ def test_a_cluster_role_binding_grants_everywhere_and_a_missing_role_is_named(
         unbind_cluster(admin, role)
 
 
+def bind_aggregated(rbac: client.RbacAuthorizationV1Api, ns: str, user: str, tag: str) -> None:
+    """A ClusterRole ``whole-<tag>`` aggregating the ClusterRoles labelled ``aggregate-<tag>``, bound to ``user``
+    in ``ns``."""
+    rbac.create_cluster_role({"metadata": {"name": f"whole-{tag}"}, "rules": [], "aggregationRule": {
+        "clusterRoleSelectors": [{"matchLabels": {f"aggregate-{tag}": "true"}}]}})
+    rbac.create_namespaced_role_binding(ns, {"metadata": {"name": "whole"}, "subjects": [
+        {"kind": "User", "name": user, "apiGroup": RBAC}],
+        "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": f"whole-{tag}"}})
+
+
 def test_an_aggregated_cluster_role_holds_the_rules_of_the_roles_it_selects(
         admin: client.ApiClient, robot: tuple[str, client.ApiClient], ns: str) -> None:
     user, api = robot
@@ -225,11 +235,7 @@ def test_an_aggregated_cluster_role_holds_the_rules_of_the_roles_it_selects(
     rbac = client.RbacAuthorizationV1Api(admin)
     rbac.create_cluster_role({"metadata": {"name": f"part-{tag}", "labels": {f"aggregate-{tag}": "true"}},
                               "rules": [{"apiGroups": [""], "resources": ["services"], "verbs": ["list"]}]})
-    rbac.create_cluster_role({"metadata": {"name": f"whole-{tag}"}, "rules": [], "aggregationRule": {
-        "clusterRoleSelectors": [{"matchLabels": {f"aggregate-{tag}": "true"}}]}})
-    rbac.create_namespaced_role_binding(ns, {"metadata": {"name": "whole"}, "subjects": [
-        {"kind": "User", "name": user, "apiGroup": RBAC}],
-        "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": f"whole-{tag}"}})
+    bind_aggregated(rbac, ns, user, tag)
     try:
         deadline = time.monotonic() + 10  # on a real server the aggregation controller fills the rules
         while True:
@@ -281,11 +287,7 @@ def test_a_permission_taken_back_is_refused_again(
     rbac.delete_namespaced_role_binding("robot", ns)
     until(lambda: not pods(), "refuse listing pods once the RoleBinding is gone")
     tag = uuid.uuid4().hex[:6]
-    rbac.create_cluster_role({"metadata": {"name": f"whole-{tag}"}, "rules": [], "aggregationRule": {
-        "clusterRoleSelectors": [{"matchLabels": {f"aggregate-{tag}": "true"}}]}})
-    rbac.create_namespaced_role_binding(ns, {"metadata": {"name": "whole"}, "subjects": [
-        {"kind": "User", "name": user, "apiGroup": RBAC}],
-        "roleRef": {"apiGroup": RBAC, "kind": "ClusterRole", "name": f"whole-{tag}"}})
+    bind_aggregated(rbac, ns, user, tag)
     try:
         assert not services()
         rbac.create_cluster_role({"metadata": {"name": f"part-{tag}", "labels": {f"aggregate-{tag}": "true"}},
