@@ -15,7 +15,7 @@ statement they run:
   capacity, the clusters' times);
 - one history pruning turn with nothing past the retention, and with a month's deletions to remove.
 
-    .venv/bin/python bench/fleet_db_bench.py                       # 1,000 clusters, 1,000,000 Workloads
+    .venv/bin/python bench/fleet_db_bench.py --json bench/fleet_db_results.jsonl   # 1,000 clusters, 1,000,000 Workloads
     .venv/bin/python bench/fleet_db_bench.py -w 100000 --explain   # smaller, with every plan printed
 """
 
