@@ -72,11 +72,28 @@ dispatcher_epochs = sa.Table(
     sa.Column("host", sa.String(253), nullable=False, server_default=""),
 )
 
+def _totals(ctx: Any, key: str) -> dict[str, Any]:
+    """An inserted cluster row's ``allocatable`` or ``free``, from its ``capacity`` when not given."""
+    capacity = ctx.get_current_parameters().get("capacity") or {}
+    return dict(capacity.get(key) or {}) if isinstance(capacity, dict) else {}
+
+
+def capacity_totals(capacity: Any) -> dict[str, dict[str, Any]]:
+    """The ``allocatable`` and ``free`` columns for a cluster row whose ``capacity`` is written."""
+    cap = capacity if isinstance(capacity, dict) else {}
+    return {"allocatable": dict(cap.get("allocatable") or {}), "free": dict(cap.get("free") or {})}
+
+
 clusters = sa.Table(
     "clusters", metadata,
     sa.Column("name", sa.String(63), primary_key=True),
     sa.Column("labels", sa.JSON(), nullable=False),
     sa.Column("capacity", sa.JSON(), nullable=False),
+    # the cluster's totals out of ``capacity`` (its allocatable and free, without the node list), written with
+    # it: what lists of clusters read, so they never decode 1,000 node lists
+    sa.Column("allocatable", sa.JSON(), nullable=False, server_default="{}",
+              default=lambda ctx: _totals(ctx, "allocatable")),
+    sa.Column("free", sa.JSON(), nullable=False, server_default="{}", default=lambda ctx: _totals(ctx, "free")),
     sa.Column("kinds", sa.JSON(), nullable=False),
     sa.Column("online", sa.Boolean(), nullable=False),
     sa.Column("agent_version", sa.String(64), nullable=False, server_default=""),

@@ -102,5 +102,8 @@ async def test_leases_and_rows_of_many_clusters_are_written_together_and_never_s
         assert {n: v[0] for n, v in got.items()} == {"c1": later, "c2": later, "c3": later, "c4": None}
         assert {n: v[1] for n, v in got.items()} == {"c1": t0, "c2": heard, "c3": t0, "c4": heard}
         assert got["c4"][2:] == ({"zone": "a"}, {"free": {"cpu": "8"}})
+        async with sessions() as s:  # the totals the lists of clusters read, written with the capacity
+            totals = {r.name: (r.allocatable, r.free) for r in await cluster_q.load_clusters(s)}
+        assert totals == {"c1": ({}, {}), "c2": ({}, {"cpu": "8"}), "c3": ({}, {"cpu": "8"}), "c4": ({}, {"cpu": "8"})}
     finally:
         await engine.dispose()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -127,3 +128,34 @@ async def test_outbox_payload_is_stored_uncompressed_on_postgresql(database_url:
     finally:
         await engine.dispose()
     assert storage == "e"
+
+
+async def _cluster_totals_backfilled(url: str) -> None:
+    await db.upgrade_async(url, "0009")
+    engine = db.make_engine(url)
+    cap = {"allocatable": {"cpu": "64"}, "free": {"cpu": "60"}, "nodes": [{"name": "n1"}]}
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(sa.text(
+                "INSERT INTO clusters (name, labels, capacity, kinds, online, updated_at) "
+                "VALUES ('w1', '{}', :cap, '[]', true, :now), ('w2', '{}', '{}', '[]', false, :now)"),
+                {"cap": json.dumps(cap), "now": datetime.now(UTC)})
+    finally:
+        await engine.dispose()
+    await db.upgrade_async(url)
+    engine = db.make_engine(url)
+    try:
+        async with engine.connect() as conn:
+            rows = {r.name: (r.allocatable, r.free) for r in await conn.execute(
+                sa.select(m.clusters.c.name, m.clusters.c.allocatable, m.clusters.c.free))}
+    finally:
+        await engine.dispose()
+    assert rows == {"w1": ({"cpu": "64"}, {"cpu": "60"}), "w2": ({}, {})}
+    await db.downgrade_async(url, "0009")
+    await db.upgrade_async(url)
+
+
+async def test_cluster_totals_are_filled_from_the_capacity_already_there(sqlite_url: str, database_url: str) -> None:
+    """Lists of clusters read the totals' columns: the migration that adds them fills them for every row."""
+    await _cluster_totals_backfilled(sqlite_url)
+    await _cluster_totals_backfilled(database_url)  # PostgreSQL when reachable

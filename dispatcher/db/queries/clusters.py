@@ -11,15 +11,18 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from dispatcher.db.models import cluster_refusals, clusters
+from dispatcher.db.models import capacity_totals, cluster_refusals, clusters
 from dispatcher.db.queries.sql import built, insert_for, is_pg, recordset, rows_json
 
 
 async def upsert_clusters(session: AsyncSession, rows: Sequence[Mapping[str, Any]]) -> None:
     """Insert or update cluster rows (from heartbeats), locked in the order of their names (the lease desk
     locks them in that order too: two transactions locking the same rows in two orders deadlock);
-    ``lease_until`` and ``last_heartbeat`` never move back. On PostgreSQL one statement over the rows as one JSON text."""
-    rows = sorted(rows, key=lambda r: str(r["name"]))
+    ``lease_until`` and ``last_heartbeat`` never move back; a row's ``capacity`` brings its ``allocatable`` and
+    ``free`` columns with it. On PostgreSQL one statement over the rows as one JSON text."""
+    # the totals columns go with every capacity written (the lists of clusters read them, not the node lists)
+    rows = sorted(({**r, **capacity_totals(r["capacity"])} if "capacity" in r else r for r in rows),
+                  key=lambda r: str(r["name"]))
     if not rows:
         return
     cols = tuple(rows[0])
@@ -141,12 +144,9 @@ async def load_clusters(session: AsyncSession) -> list[Any]:
 
 
 async def cluster_summaries(session: AsyncSession) -> list[Any]:
-    """Every cluster row without its node list: ``capacity`` holds only the cluster's ``allocatable`` and
-    ``free``. What lists of clusters show; the node lists of 1,000 clusters are megabytes of JSON to decode."""
-    cap = clusters.c.capacity
-    cols = [c for c in clusters.c if c.name != "capacity"]
-    return list((await session.execute(sa.select(*cols, cap["allocatable"].label("allocatable"),
-                                                 cap["free"].label("free")).order_by(clusters.c.name))).all())
+    """Every cluster row without ``capacity``: its totals are the ``allocatable`` and ``free`` columns. What lists of clusters show; the node lists of 1,000 clusters are megabytes of JSON to decode."""
+    cols = [c for c in clusters.c if c.name != "capacity"]  # the totals have columns of their own
+    return list((await session.execute(sa.select(*cols).order_by(clusters.c.name))).all())
 
 
 async def cluster_times(session: AsyncSession) -> list[Any]:
