@@ -538,7 +538,7 @@ async def _why(session: AsyncSession, w: Mapping[str, Any], placements: Sequence
                     # what the dispatcher decided last (a starvation hold, its release) still holds
                     out["details"].insert(0, f"the dispatcher's last decision: {recorded}")
         if step != "queue":  # a Workload held at the queue step has no place in any ClusterQueue
-            mine = [p for p in await pending_from_db(session) if p["uid"] == w["uid"]]
+            mine = await pending_from_db(session, uid=str(w["uid"]))
             if mine:
                 out.update(position_in_cluster_queue=mine[0]["position_in_cluster_queue"],
                            position_in_local_queue=mine[0]["position_in_local_queue"])

@@ -33,36 +33,34 @@ STEPS = {
 
 
 async def pending_from_db(session: AsyncSession, *, cluster_queue: str | None = None,
-                          namespace: str | None = None, local_queue: str | None = None) -> list[dict[str, Any]]:
+                          namespace: str | None = None, local_queue: str | None = None,
+                          uid: str | None = None) -> list[dict[str, Any]]:
     """Pending Workloads in admission order with ``position_in_cluster_queue`` and
     ``position_in_local_queue`` (1-based, as Kueue's visibility API counts them from 0 + 1).
-    Filters: a ClusterQueue, or a LocalQueue (``namespace`` + ``local_queue``)."""
+    Filters: a ClusterQueue, or a LocalQueue (``namespace`` + ``local_queue``), or one Workload (``uid``).
+    The positions are numbered in the database (window functions over every pending row), so a filtered
+    list reads only its own rows."""
     w = workloads
-    result = await session.execute(
-        sa.select(w.c.uid, w.c.namespace, w.c.name, w.c.kind, w.c.queue, w.c.cluster_queue, w.c.priority,
-                  w.c.queued_at, w.c.created_at, w.c.queue_seq, w.c.reason)
-        .where(w.c.state == "pending", w.c.suspended.is_(False)))
-    rows = [dict(r._mapping) for r in result]
-    rows.sort(key=lambda r: (-r["priority"], r["queued_at"] or r["created_at"], r["queue_seq"]))
-    in_cq: dict[str | None, int] = {}
-    in_lq: dict[tuple[str, str], int] = {}
-    out = []
-    for r in rows:
-        cq = r["cluster_queue"]
-        in_cq[cq] = in_cq.get(cq, 0) + 1
-        lq = (r["namespace"], r["queue"])
-        in_lq[lq] = in_lq.get(lq, 0) + 1
-        r["position_in_cluster_queue"] = in_cq[cq]
-        r["position_in_local_queue"] = in_lq[lq]
-        r["queued_at"] = r["queued_at"] or r["created_at"]
-        if cluster_queue is not None and cq != cluster_queue:
-            continue
-        if local_queue is not None and (r["queue"] != local_queue or (namespace and r["namespace"] != namespace)):
-            continue
-        if namespace is not None and r["namespace"] != namespace:
-            continue
-        out.append(r)
-    return out
+    queued = sa.func.coalesce(w.c.queued_at, w.c.created_at)
+    order = (w.c.priority.desc(), queued, w.c.queue_seq)
+    ranked = (sa.select(w.c.uid, w.c.namespace, w.c.name, w.c.kind, w.c.queue, w.c.cluster_queue, w.c.priority,
+                        queued.label("queued_at"), w.c.created_at, w.c.queue_seq, w.c.reason,
+                        sa.func.row_number().over(partition_by=w.c.cluster_queue, order_by=order)
+                        .label("position_in_cluster_queue"),
+                        sa.func.row_number().over(partition_by=(w.c.namespace, w.c.queue), order_by=order)
+                        .label("position_in_local_queue"))
+              .where(w.c.state == "pending", w.c.suspended.is_(False))).subquery()
+    r = ranked.c
+    stmt = sa.select(ranked).order_by(r.priority.desc(), r.queued_at, r.queue_seq)
+    if cluster_queue is not None:
+        stmt = stmt.where(r.cluster_queue == cluster_queue)
+    if local_queue is not None:
+        stmt = stmt.where(r.queue == local_queue)
+    if namespace is not None:
+        stmt = stmt.where(r.namespace == namespace)
+    if uid is not None:
+        stmt = stmt.where(r.uid == uid)
+    return [dict(row._mapping) for row in await session.execute(stmt)]
 
 
 # --- from a running dispatcher's memory ------------------------------------------------------

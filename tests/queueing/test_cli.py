@@ -53,6 +53,11 @@ def test_pending_positions_queues_and_why(tmp_path: Path) -> None:
     rows = json.loads(out.output)["items"]
     assert [(r["name"], r["position_in_cluster_queue"], r["position_in_local_queue"]) for r in rows] == [
         ("urgent", 1, 1), ("early", 2, 1), ("late", 3, 2)]
+    # a LocalQueue's list keeps the positions counted over the whole ClusterQueue
+    out = runner.invoke(app, ["workloads", "pending", "--queue", "q", "-n", "team", "--database-url", url, "-o", "json"])
+    assert out.exit_code == 0, out.output
+    assert [(r["name"], r["position_in_cluster_queue"], r["position_in_local_queue"])
+            for r in json.loads(out.output)["items"]] == [("early", 2, 1), ("late", 3, 2)]
     out = runner.invoke(app, ["queues", "list", "--database-url", url])
     assert out.exit_code == 0, out.output
     assert "team-a" in out.output and "default/cpu=8" in out.output
