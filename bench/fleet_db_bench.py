@@ -240,7 +240,7 @@ async def measure(url: str, args: argparse.Namespace, now: datetime) -> dict[str
 async def _list(s: AsyncSession, f: dbadmin.WorkloadFilter) -> None:
     """What ``GET /api/v1/workloads`` reads: a page of 500 and the total."""
     await readmodel.workloads(s, f, limit=500, offset=0)
-    await dbadmin.count_workloads(s, f)
+    await readmodel.workload_total(s, f)
 
 
 async def _live(s: AsyncSession) -> None:

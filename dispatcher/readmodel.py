@@ -28,6 +28,8 @@ from federation.errors import FederationError, Invalid, NotFound
 STALE_INTERVALS = 3.0
 """A cluster whose last heartbeat is older than this many heartbeat intervals is stale."""
 HOLDING = ("placed", "running")
+ESTIMATE_ABOVE = 100_000
+"""An unfiltered Workload list's total above this many rows is PostgreSQL's estimate, and says so."""
 STEPS = {
     "LocalQueueDoesNotExist": "queue", "ClusterQueueDoesNotExist": "queue", "NamespaceNotAdmitted": "queue",
     "FlavorNotFound": "queue", "Stopped": "queue", "QuotaNotReserved": "quota", "NoFittingCluster": "placement",
@@ -161,6 +163,18 @@ def workload_item(row: Any) -> dict[str, Any]:
 async def workloads(session: AsyncSession, f: dbadmin.WorkloadFilter = dbadmin.WorkloadFilter(), *,
                     limit: int = 5000, offset: int = 0) -> list[dict[str, Any]]:
     return [workload_item(r) for r in await dbadmin.list_workloads(session, f, limit=limit, offset=offset)]
+
+
+async def workload_total(session: AsyncSession, f: dbadmin.WorkloadFilter = dbadmin.WorkloadFilter(), *,
+                         estimate_above: int = ESTIMATE_ABOVE) -> dict[str, Any]:
+    """How many Workloads match ``f``: ``total``, and ``total_estimated`` True when it is PostgreSQL's estimate
+    of the table's rows rather than a count (an unfiltered list of more than ``estimate_above`` Workloads:
+    counting a million rows takes longer than the page itself). Filtered totals are always counted."""
+    if not any((f.namespace, f.name, f.kind, f.queue, f.cluster, f.state, f.labels)):
+        estimate = await dbadmin.estimated_workloads(session)
+        if estimate is not None and estimate > estimate_above:
+            return {"total": estimate, "total_estimated": True}
+    return {"total": await dbadmin.count_workloads(session, f), "total_estimated": False}
 
 
 def event_item(row: Any) -> dict[str, Any]:
@@ -612,5 +626,6 @@ __all__: Sequence[str] = (
     "why",
     "workload",
     "workload_item",
+    "workload_total",
     "workloads",
 )

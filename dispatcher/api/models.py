@@ -34,7 +34,10 @@ class WorkloadItem(BaseModel):
 
 class WorkloadPage(BaseModel):
     items: list[WorkloadItem]
-    total: int = Field(description="Workloads matching the filters, all pages together")
+    total: int = Field(description="Workloads matching the filters, all pages together (see total_estimated)")
+    total_estimated: bool = Field(False, description=(
+        "true: total is PostgreSQL's estimate of the Workload rows (kept by autovacuum and ANALYZE), not a "
+        "count; an unfiltered list of more than 100,000 Workloads is estimated, a filtered one always counted"))
     limit: int
     offset: int
 

@@ -94,8 +94,8 @@ async def list_workloads(
         raise bad_request(exc) from None
     async with ctx_of(request).sessions() as s:
         rows = await readmodel.workloads(s, f, limit=limit, offset=offset)
-        total = await dbadmin.count_workloads(s, f)
-    return m.WorkloadPage(items=[m.WorkloadItem(**r) for r in rows], total=total, limit=limit, offset=offset)
+        total = await readmodel.workload_total(s, f)
+    return m.WorkloadPage(items=[m.WorkloadItem(**r) for r in rows], **total, limit=limit, offset=offset)
 
 
 async def _find(request: Request, namespace: str, name: str) -> str:

@@ -143,6 +143,18 @@ async def count_workloads(session: AsyncSession, f: WorkloadFilter = WorkloadFil
     return int((await session.execute(_where(stmt, f))).scalar_one())
 
 
+async def estimated_workloads(session: AsyncSession) -> int | None:
+    """PostgreSQL's estimate of the Workload rows (``pg_class.reltuples``, which autovacuum and ANALYZE keep);
+    None on SQLite or before the table was first analyzed."""
+    from dispatcher.db.queries.sql import is_pg
+
+    if not is_pg(session):
+        return None
+    found = (await session.execute(sa.text(
+        "SELECT reltuples FROM pg_class WHERE oid = CAST('workloads' AS regclass)"))).scalar()
+    return None if found is None or found < 0 else int(found)
+
+
 async def list_events(session: AsyncSession, *, workload_uid: str | None = None, cluster: str | None = None,
                       type_: str | None = None, after_id: int = 0, limit: int = 500) -> list[Any]:
     """History rows across every Workload (and Cluster events), oldest first, with the Job's name."""
@@ -193,6 +205,6 @@ async def cluster_names(session: AsyncSession) -> list[str]:
 
 
 __all__: Sequence[str] = (
-    "HOLDING", "WorkloadFilter", "cluster_names", "count_workloads", "find_workload_uid", "holding_per_cluster",
+    "HOLDING", "WorkloadFilter", "cluster_names", "count_workloads", "estimated_workloads", "find_workload_uid", "holding_per_cluster",
     "list_events", "list_workloads", "parse_kind", "parse_labels", "parse_state", "workload_states",
 )

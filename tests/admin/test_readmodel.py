@@ -305,3 +305,39 @@ async def test_metrics_queue_label_is_namespace_and_name(admin_db: str) -> None:
     text = metrics.exposition().decode()
     assert 'mkd_workloads{namespace="team-a",queue="default",state="pending"} 1.0' in text
     assert 'mkd_workloads{namespace="default",queue="default",state="placed"} 1.0' in text
+
+
+async def test_an_unfiltered_total_above_the_threshold_is_postgresqls_estimate_and_says_so(
+        database_url: str, sqlite_url: str) -> None:
+    """Counting a million Workloads costs more than the page: above ``estimate_above`` an unfiltered list's
+    total is the table's row estimate, marked as one; a filtered total, and SQLite's, are always counted."""
+    import sqlalchemy as sa
+    from sqlalchemy.ext.asyncio import async_sessionmaker
+
+    from dispatcher import readmodel
+    from dispatcher.db import admin as dbadmin
+    from dispatcher.db import models as m
+
+    now = datetime.now(UTC)
+    for url in (database_url, sqlite_url):
+        await db.upgrade_async(url)
+        engine = db.make_engine(url)
+        try:
+            async with engine.begin() as conn:
+                await conn.execute(sa.insert(m.workloads), [
+                    {"uid": f"u{i}", "namespace": "team" if i < 3 else "other", "name": f"j{i}", "kind": "Job",
+                     "api_version": "batch/v1", "queue": "q", "state": "finished", "requests": {}, "podsets": [],
+                     "excluded": [], "created_at": now, "updated_at": now} for i in range(5)])
+            if url.startswith("postgresql"):
+                async with engine.connect() as conn:
+                    await (await conn.execution_options(isolation_level="AUTOCOMMIT")).execute(sa.text("ANALYZE workloads"))
+            async with async_sessionmaker(engine)() as s:
+                everything = await readmodel.workload_total(s, estimate_above=2)
+                team = await readmodel.workload_total(s, dbadmin.WorkloadFilter(namespace="team"), estimate_above=2)
+                counted = await readmodel.workload_total(s)
+        finally:
+            await engine.dispose()
+        pg = url.startswith("postgresql")
+        assert everything == {"total": 5, "total_estimated": pg}, url
+        assert team == {"total": 3, "total_estimated": False}
+        assert counted == {"total": 5, "total_estimated": False}
