@@ -380,8 +380,8 @@ async def pending(session: AsyncSession, *, cluster_queue: str | None = None, na
     (1-based); filters: a ClusterQueue, a namespace, a LocalQueue name (the Job's queue label)."""
     from dispatcher.queueing.views import pending_from_db
 
-    rows = await pending_from_db(session, cluster_queue=cluster_queue, namespace=namespace, local_queue=queue)
-    return [{k: _utc(v) if isinstance(v, datetime) else v for k, v in r.items() if k != "created_at"} for r in rows]
+    # the times come in UTC already (UtcDateTime): every row is returned as read
+    return await pending_from_db(session, cluster_queue=cluster_queue, namespace=namespace, local_queue=queue)
 
 
 # --- why ----------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ async def pending_from_db(session: AsyncSession, *, cluster_queue: str | None = 
     queued = sa.func.coalesce(w.c.queued_at, w.c.created_at)
     order = (w.c.priority.desc(), queued, w.c.queue_seq)
     ranked = (sa.select(w.c.uid, w.c.namespace, w.c.name, w.c.kind, w.c.queue, w.c.cluster_queue, w.c.priority,
-                        queued.label("queued_at"), w.c.created_at, w.c.queue_seq, w.c.reason,
+                        queued.label("queued_at"), w.c.queue_seq, w.c.reason,
                         sa.func.row_number().over(partition_by=w.c.cluster_queue, order_by=order)
                         .label("position_in_cluster_queue"),
                         sa.func.row_number().over(partition_by=(w.c.namespace, w.c.queue), order_by=order)
@@ -60,7 +60,9 @@ async def pending_from_db(session: AsyncSession, *, cluster_queue: str | None = 
         stmt = stmt.where(r.namespace == namespace)
     if uid is not None:
         stmt = stmt.where(r.uid == uid)
-    return [dict(row._mapping) for row in await session.execute(stmt)]
+    result = await session.execute(stmt)
+    keys = tuple(result.keys())  # once, not per row: 10,000 pending rows are read whole
+    return [dict(zip(keys, row, strict=True)) for row in result]
 
 
 # --- from a running dispatcher's memory ------------------------------------------------------
