@@ -364,6 +364,14 @@ class Inbox:
         except Permanent as exc:
             self.reporter.rejected(p, cmd.spec_version, exc.reason, exc.message, permanent=False)
             return
+        if self.lease is not None and not self.lease.holds():  # held at the check, ran out before the answer
+            fenced = await self.lease.fence_late_copy(kind, created)
+            if fenced is None:  # gone (a pod group's pod): refused as a fenced agent refuses, the Place goes again
+                self.reporter.rejected(p, cmd.spec_version, REJECTED_LEASE_EXPIRED,
+                                       "the lease ran out while the agent created this Job: it was removed again",
+                                       permanent=False)
+                return
+            created = fenced
         made = new_copy(kind.name, created)
         stored = self.caches[res.plural].upsert(created)
         self.workloads[uid] = Applied(kind.name, ns, cmd.job.name, p.attempt, p.epoch, cmd.spec_version)

@@ -255,11 +255,7 @@ class LeaseKeeper:
                 log.warning("lease renewed during the fencing sweep (%d suspended): the rest keep running", done)
                 break
             try:
-                if kind.name == POD.name:  # a Pod cannot be suspended: the pod group's pods are deleted
-                    await self._delete_group(kind, meta)
-                    done += 1
-                    continue
-                await self._patch(kind, meta, _fence_patch(kind, job, True))
+                await self._fence(kind, job)
                 done += 1
             except NotFound:
                 continue
@@ -267,6 +263,30 @@ class LeaseKeeper:
                 log.error("could not suspend %s %s/%s: %s", kind.name, meta.get("namespace"), meta.get("name"), exc)
         self.fenced_jobs += done
         return done
+
+    async def fence_late_copy(self, kind: JobKind, job: Mapping[str, Any]) -> dict[str, Any] | None:
+        """A copy whose create was answered after the lease ran out: the agent stalled (frozen, starved)
+        between its lease check and the create, the watchdog's sweep may have come before the copy existed,
+        and the dispatcher may have placed the Job elsewhere meanwhile. Stopped like a swept one (a Resync
+        that still lists it resumes it): the copy as patched, or None when it is gone (a pod group's pod is
+        deleted, as the sweep deletes it). A failure to stop it is raised."""
+        meta = job.get("metadata") or {}
+        log.warning("%s %s/%s was created after the lease ran out (the agent stalled between its lease check and "
+                    "the create): fenced at once", kind.name, meta.get("namespace"), meta.get("name"))
+        try:
+            fenced = await self._fence(kind, job)
+        except NotFound:
+            return None
+        self.fenced_jobs += 1
+        return fenced
+
+    async def _fence(self, kind: JobKind, job: Mapping[str, Any]) -> dict[str, Any] | None:
+        """Stop one copy: the fence patch (the copy as patched), or a pod group deleted (None)."""
+        meta = job.get("metadata") or {}
+        if kind.name == POD.name:  # a Pod cannot be suspended: the pod group's pods are deleted
+            await self._delete_group(kind, meta)
+            return None
+        return await self._patch(kind, meta, _fence_patch(kind, job, True))
 
     async def _delete_group(self, kind: JobKind, meta: Mapping[str, Any]) -> None:
         """Stop a placed pod group: its other pods (the lead's children), then the lead pod. The dispatcher places
@@ -285,7 +305,7 @@ class LeaseKeeper:
         except NotFound:
             pass
 
-    async def _patch(self, kind: JobKind, meta: Mapping[str, Any], patch: dict[str, Any]) -> None:
+    async def _patch(self, kind: JobKind, meta: Mapping[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
         """Patch a Job and keep the answer in the cache at once: the informer may lag behind this write, and
         a resume decided from a copy that does not show the fence yet would leave the Job suspended."""
         res = resource_for(kind)
@@ -294,6 +314,7 @@ class LeaseKeeper:
         cache = self.caches.get(res.plural)
         if cache is not None:
             cache.upsert(patched)
+        return patched
 
     async def resume(self, expected: set[tuple[str, int]]) -> int:
         """After a Resync: Jobs this agent (or the fencer) fenced that the dispatcher still expects run again,

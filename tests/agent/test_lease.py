@@ -357,3 +357,35 @@ async def test_a_leaderworkerset_is_fenced_by_scaling_it_to_zero_groups_and_scal
     job = await eventually(scaled_back, what="the LWS's two groups back")
     notes = job["metadata"].get("annotations") or {}
     assert labels.FENCED_ANNOTATION not in notes and SUSPENDED_REPLICAS not in notes
+
+
+async def test_a_copy_whose_create_outlived_the_lease_is_fenced_at_once(harness: AgentHarness) -> None:
+    """The chaos suite's ``partition`` ran a LeaderWorkerSet twice: its Place passed the lease check just
+    before the agent was frozen (SIGSTOP), the create went out 22 s later on SIGCONT, long after the lease,
+    its record and the watchdog's sweep, while the dispatcher had moved the unanswered Place elsewhere. A
+    check before an API call cannot cover the stall between the two: a copy the create answers after the
+    lease ran out is fenced before anything else (a Resync that still lists it resumes it)."""
+    assert harness.agent is not None and harness.agent.lease is not None
+    lease = harness.agent.lease
+    kube = harness.agent.inbox.kube
+    res = resource_for(LEADERWORKERSET)
+    original = kube.create
+
+    async def frozen_mid_create(r: Any, body: Any, *args: Any, **kwargs: Any) -> Any:
+        if r.plural == res.plural:  # checked and held; the process stops here and wakes after the lease
+            lease.until = lease.clock.monotonic() - 30.0
+            lease.fenced = True  # the watchdog woke first and swept: the copy was not made yet
+        return await original(r, body, *args, **kwargs)
+
+    kube.create = frozen_mid_create  # type: ignore[method-assign]
+    worker = {"spec": {"containers": [{"name": "w", "image": "busybox", "resources": {"requests": {"cpu": "100m"}}}]}}
+    lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+           "metadata": {"name": "late-serve", "labels": {labels.QUEUE_NAME: "default"}},
+           "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 2, "workerTemplate": worker}}}
+    cmd = place(lws, uid="wl-late-lws")
+    await harness.send(cmd)
+    await harness.wait_report(lambda r: r.type in ("accepted", "rejected") and r.placement == cmd.placement)
+    job = await harness.kube.get(res, "late-serve", "team-a")
+    assert job["spec"]["replicas"] == 0, "a copy created after the lease ran out was left running"
+    assert job["metadata"]["annotations"][labels.FENCED_ANNOTATION] == "true"
+    assert job["metadata"]["annotations"][SUSPENDED_REPLICAS] == "2"
