@@ -97,6 +97,8 @@ class KueueChecks:
         cq = self.cluster_queue_of(uid, obj)
         serving = kv.serving(self.cqs.get(cq) if cq else None, self.controllers)
         view = self.views.get(uid)
+        if view is not None and view.checks:  # Kueue's list for this Workload, newer than a queue just changed
+            serving = kv.serving_checks(view.checks, self.controllers)
         if (serving in ("mkd", "both") and uid not in self.engine.known and view is not None
                 and (view.admitted or view.finished)):
             return "multikueue", cq  # admitted before mkd saw it: placed by the controller the queue had then
@@ -115,13 +117,19 @@ class KueueChecks:
             return None
         self.jobs[uid] = (kind, dict(obj))
         who, cq = self.who(uid, obj)
-        if not known and who != "mkd":
+        if not known and (who != "mkd" or not self._synced(uid)):
             if who == "both" and cq:
                 self._tell_both(kind, obj, cq)
             return None
         virtual, gen, suspended = self._virtual(kind, uid, obj)
         self.emitted[uid] = (gen, suspended)
         return virtual
+
+    def _synced(self, uid: str) -> bool:
+        """Kueue has made this Job's Workload and copied its ClusterQueue's checks onto it: only then is it
+        claimed, so a Job created just after its queue's checks changed is judged by the checks Kueue gave it."""
+        view = self.views.get(uid)
+        return view is not None and bool(view.checks)
 
     def _virtual(self, kind: JobKind, uid: str, obj: Mapping[str, Any]) -> tuple[dict[str, Any], int, bool]:
         view = self.views.get(uid)
@@ -150,7 +158,7 @@ class KueueChecks:
         kind, obj = held
         known = uid in self.engine.known
         who, cq = self.who(uid, obj)
-        if not known and who != "mkd":
+        if not known and (who != "mkd" or not self._synced(uid)):
             if who == "both" and cq:
                 self._tell_both(kind, obj, cq)
             return

@@ -85,6 +85,14 @@ def serving(cq: Mapping[str, Any] | None, controllers: Mapping[str, str]) -> Ser
     return "both" if mine and theirs else "mkd" if mine else "multikueue" if theirs else "none"
 
 
+def serving_checks(names: Iterable[str], controllers: Mapping[str, str]) -> Serving:
+    """Who dispatches a Workload whose status lists the checks ``names`` (Kueue's own copy of its
+    ClusterQueue's list, synced by Kueue for each Workload)."""
+    served = {controllers.get(n) for n in names}
+    mine, theirs = CONTROLLER in served, MULTIKUEUE in served
+    return "both" if mine and theirs else "mkd" if mine else "multikueue" if theirs else "none"
+
+
 def my_checks(cq: Mapping[str, Any] | None, controllers: Mapping[str, str]) -> list[str]:
     """The names of the checks of ``cq`` that mkd serves."""
     return [n for n in check_names(cq or {}) if controllers.get(n) == CONTROLLER]

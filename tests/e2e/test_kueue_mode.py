@@ -139,6 +139,11 @@ async def _complete(m: Kube, names: list[str]) -> bool | NotYet:
         st = (await m.get(JOBS, name, NS)).get("status") or {}
         if "Complete" not in {c["type"] for c in st.get("conditions") or [] if c["status"] == "True"}:
             waiting.append(name)
+            continue
+        # ended as Kueue sees it: its Workload Finished (what the guide waits for before a queue's checks change)
+        wl = (await _workload(m, name)).get("status") or {}
+        if not any(c["type"] == "Finished" and c["status"] == "True" for c in wl.get("conditions") or []):
+            waiting.append(f"{name}'s Workload")
     return NotYet(", ".join(waiting)) if waiting else True
 
 

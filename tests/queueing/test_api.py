@@ -78,7 +78,8 @@ def test_resolve_names_each_missing_step() -> None:
 def test_kueue_crds_ship_both_versions_with_kueues_printer_columns() -> None:
     from federation.kinds.crds import load_crds
     crds = {c["spec"]["names"]["kind"]: c for c in load_crds() if c["spec"]["group"] == "kueue.x-k8s.io"}
-    assert set(crds) == {"ResourceFlavor", "ClusterQueue", "LocalQueue", "Cohort", "WorkloadPriorityClass"}
+    assert set(crds) == {"ResourceFlavor", "ClusterQueue", "LocalQueue", "Cohort", "WorkloadPriorityClass",
+                         "Workload", "AdmissionCheck"}
     for kind, crd in crds.items():
         versions = {v["name"]: v for v in crd["spec"]["versions"]}
         assert set(versions) == {"v1beta2", "v1beta1"} and versions["v1beta2"]["storage"], kind
