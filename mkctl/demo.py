@@ -341,7 +341,8 @@ class DemoOptions:
 
 def demo_examples(opts: DemoOptions) -> Examples:
     """The jobs and queue objects the demo submits: ``--examples`` (default examples/) and, with the
-    default examples and queues on, demo/queues/."""
+    default examples and queues on, demo/queues/; sets ``opts``' declared kinds and CRDs from them, so call it
+    before the topology is built."""
     examples = samples_mod.load_examples(opts.examples, declared=True)
     if len(examples.kinds_files) > 1:
         raise CommandFailed(f"examples: {len(examples.kinds_files)} declarations files "
@@ -356,14 +357,14 @@ def demo_examples(opts: DemoOptions) -> Examples:
             raise CommandFailed(f"queues: no Kueue objects found under {queue_set}; run from the source tree, or "
                                 "pass --no-queues to run without ClusterQueues (open mode)")
         examples.add(extra)
+    opts.kinds_file = examples.kinds_files[0] if examples.kinds_files else None  # the services read what
+    opts.crds = examples.crds  # the samples declare, and the clusters get their kinds' CRDs
     return examples
 
 
 async def run_demo(opts: DemoOptions, console: Console) -> list[str]:
     """Run the demo; return the problems (empty: every job ended as expected)."""
     examples = demo_examples(opts)
-    opts.kinds_file = examples.kinds_files[0] if examples.kinds_files else None
-    opts.crds = examples.crds
     # kubesim keeps its clusters in memory, so every demo starts with empty ones; the SQLite file
     # of a previous run would describe jobs that no longer exist, so it goes too.
     reset_state(opts.state_dir, own_database=opts.database_url is None)

@@ -87,9 +87,10 @@ async def demo(tmp_path: Path, mqtt_url: str, topic_root: str) -> AsyncIterator[
     blocks = guide_blocks()
     assert blocks[0].strip() == "make demo DEMO_ARGS=--keep-running", blocks[0]
     assert "export KUBECONFIG=$PWD/state/sim/manager.kubeconfig" in blocks[1], blocks[1]
+    examples = demo_examples(opts)
     async with Topology(topology_options(opts, topic_root)) as top:
         await top.wait_for_clusters()
-        await submit(top, demo_examples(opts))
+        await submit(top, examples)
         yield top, Shell(tmp_path, blocks[1])
         top.check_running()
 
@@ -248,9 +249,10 @@ async def test_the_readmes_commands_run_against_the_demo(tmp_path: Path, mqtt_ur
     (tmp_path / ".venv" / "bin").symlink_to(bin_dir)
     opts = DemoOptions(state_dir=tmp_path / "state", mqtt_url=mqtt_url, database_url=None, timeout=60.0,
                        keep_running=True, examples=None, topic_root=topic_root)
+    examples = demo_examples(opts)
     async with Topology(topology_options(opts, topic_root)) as top:
         await top.wait_for_clusters()
-        await submit(top, demo_examples(opts))
+        await submit(top, examples)
         shell = Shell(tmp_path, guide_blocks()[1])
 
         async def claimed() -> bool | NotYet:
