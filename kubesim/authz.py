@@ -65,6 +65,12 @@ class Attributes:
     name: str = ""
 
 
+def query_true(value: str | None) -> bool:
+    """A bool query parameter as the API server reads it: absent, "0" or "false" (any case) is false, any other
+    value true, the empty one included."""
+    return value is not None and value != "0" and value.lower() != "false"
+
+
 def request_attributes(user: UserInfo, method: str, path: str, query: Mapping[str, str]) -> Attributes:
     """What RequestInfoFactory makes of a request: a resource request under /api/v1 or /apis/<g>/<v>, with at
     least a resource; anything else (discovery included) is a non-resource request with the method as verb."""
@@ -94,7 +100,7 @@ def request_attributes(user: UserInfo, method: str, path: str, query: Mapping[st
         verb = special
     elif not name and verb == "get":  # a watch parameter that is neither 0 nor false is true (ListOptions)
         watch = query.get("watch")
-        verb = "watch" if watch is not None and watch.lower() not in ("0", "false") else "list"
+        verb = "watch" if query_true(watch) else "list"
     elif not name and verb == "delete":
         verb = "deletecollection"
     if verb in ("list", "watch") and not name:

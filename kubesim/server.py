@@ -23,7 +23,7 @@ import yaml
 from kubesim import managed, printing, schema
 from kubesim.admission import Attributes
 from kubesim.audit import AuditLog
-from kubesim.authz import Access, token_request_target
+from kubesim.authz import Access, query_true, token_request_target
 from kubesim.errors import ApiError, not_found, options_invalid
 from kubesim.httpserver import HttpServer, Request, Response, StreamResponse
 from kubesim.podlog import serve_pod_log
@@ -284,7 +284,7 @@ class ApiServer:
         rt = t.rt
         if t.name is None:
             if m == "GET":
-                if watch_path or q.get("watch") in ("true", "1", "True"):
+                if watch_path or query_true(q.get("watch")):
                     return await serve_watch(self, request, t)
                 return self._list(request, t)
             if m == "POST":

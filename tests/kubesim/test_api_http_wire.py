@@ -181,3 +181,19 @@ def test_targets_decode_as_aiohttp_did(target: str) -> None:
     want = URL.build(path=path, query_string=query, fragment=fragment, encoded=True)
     assert got.path == want.path
     assert list(got.query.items()) == list(want.query.items())
+
+
+@pytest.mark.parametrize(("value", "watches"), [("yes", True), ("", True), ("TRUE", True), ("0", False),
+                                                ("False", False)])
+def test_watch_is_any_value_but_0_or_false(sim: kubesim.Sim, value: str, watches: bool) -> None:
+    """The API server reads a bool query parameter as true unless it is "0" or "false" in any case (its
+    string-slice-to-bool conversion): ``?watch=yes`` streams, ``?watch=0`` lists."""
+    with connect(sim) as s:
+        s.sendall(f"GET /api/v1/namespaces/default/configmaps?watch={value}&timeoutSeconds=1 HTTP/1.1\r\n"
+                  f"{AUTH}\r\n".encode())
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += s.recv(65536)
+        head = buf.partition(b"\r\n\r\n")[0]
+    assert head.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert (b"Transfer-Encoding: chunked" in head) is watches, head
